@@ -1,0 +1,153 @@
+"""The one way artifacts reach disk: temp file, fsync, rename, then a full SHA-256.
+
+A crash mid-write leaves only a hidden `.name.*.tmp` file, never a half-written file
+under the final name. Each stage also records a manifest of what it wrote and read,
+which the provenance stage and `albor verify` use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+MANIFEST_DIR = "manifests"
+PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_statistics": True}
+
+
+class Artifact(BaseModel):
+    """One output file: path relative to the data dir, full SHA-256, size, rows."""
+
+    path: str
+    sha256: str
+    bytes: int
+    rows: int | None = None
+
+
+class StageManifest(BaseModel):
+    """What one stage wrote, what it read and with which settings."""
+
+    stage: str
+    outputs: list[Artifact]
+    inputs: list[Artifact] = []
+    config: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+
+    @property
+    def data_version(self) -> str:
+        """SHA-256 over the outputs' hashes: changes iff some output's bytes change."""
+        digest = hashlib.sha256()
+        for art in sorted(self.outputs, key=lambda a: a.path):
+            digest.update(f"{art.path}\0{art.sha256}\n".encode())
+        return digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a temp path beside `final`; on success fsync it and rename it into place."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def record(path: Path, root: Path, rows: int | None = None) -> Artifact:
+    """Hash a finished file into an `Artifact` with a path relative to `root`."""
+    return Artifact(
+        path=path.relative_to(root).as_posix(),
+        sha256=sha256_file(path),
+        bytes=path.stat().st_size,
+        rows=rows,
+    )
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Deterministic JSON (sorted keys, trailing newline), written atomically."""
+    write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+
+
+class ParquetSink:
+    """Streams record batches into one Parquet file, atomically, counting rows."""
+
+    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int = 8192) -> None:
+        self.path = path
+        self.schema = schema
+        self.rows = 0
+        self._row_group_size = row_group_size
+        self._ctx = atomic_path(path)
+        self._writer: pq.ParquetWriter | None = None
+
+    def __enter__(self) -> ParquetSink:
+        tmp = self._ctx.__enter__()
+        self._writer = pq.ParquetWriter(tmp, self.schema, **PARQUET_OPTIONS)
+        return self
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        assert self._writer is not None
+        if batch.num_rows:
+            table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+            self._writer.write_table(table.cast(self.schema), row_group_size=self._row_group_size)
+            self.rows += batch.num_rows
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        self._ctx.__exit__(exc_type, exc, tb)
+
+
+def manifest_path(root: Path, stage: str) -> Path:
+    return root / MANIFEST_DIR / f"{stage.replace('/', '__')}.json"
+
+
+def write_manifest(root: Path, manifest: StageManifest) -> Path:
+    path = manifest_path(root, manifest.stage)
+    write_json(path, manifest.model_dump(mode="json"))
+    return path
+
+
+def read_manifest(root: Path, stage: str) -> StageManifest:
+    """The manifest an upstream stage wrote; a clear error if it has not run."""
+    path = manifest_path(root, stage)
+    if not path.exists():
+        raise FileNotFoundError(f"stage {stage!r} has not been materialized under {root} (no {path})")
+    return StageManifest.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def iter_manifests(root: Path) -> Iterator[StageManifest]:
+    for path in sorted((root / MANIFEST_DIR).glob("*.json")):
+        yield StageManifest.model_validate_json(path.read_text(encoding="utf-8"))

@@ -1,0 +1,112 @@
+"""Which files a source reads: one listing shared by ingestion and fingerprinting."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+from albor_pipeline.core.artifacts import write_json
+
+# Directory names never descended into (besides hidden ones), as DESIGN §4 says.
+PRUNED_DIRS = frozenset({"__pycache__", "node_modules", "venv", ".venv"})
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate a glob with `**` (any number of directories) into a regex."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def matches(relpath: str, patterns: Iterable[str]) -> bool:
+    return any(_glob_regex(p).match(relpath) for p in patterns)
+
+
+def list_source_files(
+    root: Path, include: Iterable[str], exclude: Iterable[str] = ()
+) -> list[str]:
+    """Sorted POSIX paths relative to `root` that match `include` and not `exclude`.
+
+    Hidden files and directories, `__pycache__`, `node_modules` and virtualenvs are
+    skipped; directory symlinks are not followed, so a symlink loop cannot recurse.
+    `root` may also be a single file.
+    """
+    include, exclude = tuple(include), tuple(exclude)
+    if root.is_file():
+        return [root.name]
+    if not root.is_dir():
+        raise FileNotFoundError(f"source path does not exist or is not a directory: {root}")
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in PRUNED_DIRS)
+        rel_dir = os.path.relpath(dirpath, root)
+        prefix = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        for name in filenames:
+            if name.startswith("."):
+                continue
+            rel = prefix + name
+            if matches(rel, include) and not matches(rel, exclude):
+                found.append(rel)
+    found.sort()
+    return found
+
+
+def source_root(path: Path) -> Path:
+    """The directory `file` columns are relative to."""
+    return path.parent if path.is_file() else path
+
+
+def fingerprint_files(root: Path, files: list[str], cache_path: Path | None = None) -> str:
+    """SHA-256 over (relative path, file SHA-256) pairs: a content fingerprint.
+
+    Per-file hashes are cached by (size, mtime_ns), so an unchanged tree is not re-read
+    and touching a file without changing its bytes keeps the fingerprint.
+    """
+    cache: dict[str, list] = {}
+    if cache_path is not None and cache_path.exists():
+        try:
+            cache = json.loads(cache_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cache = {}
+    new_cache: dict[str, list] = {}
+    digest = hashlib.sha256()
+    for rel in files:
+        path = root / rel
+        try:
+            st = path.stat()
+        except OSError:
+            digest.update(f"{rel}\0unreadable\n".encode())
+            continue
+        key = [st.st_size, st.st_mtime_ns]
+        hit = cache.get(rel)
+        if hit and hit[:2] == key:
+            file_hash = hit[2]
+        else:
+            with open(path, "rb") as fh:
+                file_hash = hashlib.file_digest(fh, "sha256").hexdigest()
+        new_cache[rel] = [*key, file_hash]
+        digest.update(f"{rel}\0{file_hash}\n".encode())
+    if cache_path is not None and new_cache != cache:
+        write_json(cache_path, new_cache)
+    return digest.hexdigest()

@@ -1,0 +1,113 @@
+"""Document-level, character-level Fill-in-the-Middle.
+
+Every random draw for row r is a counter-based hash of (seed, r, stream), so the
+output does not depend on batch boundaries. Segments are stored as columns as well
+as joined into `text`, so tokenization never has to parse sentinels out of text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.spec import FimFormat, FimSpec
+
+FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
+FIM_SCHEMA = pa.schema(
+    [*DOC_SCHEMA, ("fim_format", pa.string()), ("fim_prefix", pa.string()),
+     ("fim_middle", pa.string()), ("fim_suffix", pa.string())]
+)
+Progress = Callable[[str], None]
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def uniforms(seed: int, rows: np.ndarray, stream: int) -> np.ndarray:
+    """Uniform [0, 1) per row from splitmix64(seed, row, stream): batch-independent."""
+    with np.errstate(over="ignore"):
+        x = np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + rows.astype(np.uint64) * _M2 + np.uint64(stream) * _M1
+        for _ in range(2):
+            x = x + _GOLDEN
+            x = (x ^ (x >> np.uint64(30))) * _M1
+            x = (x ^ (x >> np.uint64(27))) * _M2
+            x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+def join_fim(fmt: str, prefix: str, middle: str, suffix: str) -> str:
+    if fmt == "psm":
+        return f"{FIM_PREFIX}{prefix}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}{middle}"
+    return f"{FIM_SUFFIX}{suffix}{FIM_PREFIX}{prefix}{FIM_MIDDLE}{middle}"
+
+
+@dataclass
+class FimResult:
+    artifact: Artifact
+    rows: int
+    transformed: int
+    spm: int
+    text_bytes: int
+
+
+def fim_batch(texts: list[str], first_row: int, fim: FimSpec) -> dict[str, list[str | None]]:
+    """FIM columns for rows first_row.. of a split; untouched rows get null segments."""
+    rows = np.arange(first_row, first_row + len(texts), dtype=np.uint64)
+    apply = uniforms(fim.seed, rows, 0) < fim.rate
+    if fim.format is FimFormat.mixed:
+        spm = uniforms(fim.seed, rows, 1) < fim.spm_rate
+    else:
+        spm = np.full(len(texts), fim.format is FimFormat.spm)
+    u_a, u_b = uniforms(fim.seed, rows, 2), uniforms(fim.seed, rows, 3)
+    out: dict[str, list[str | None]] = {k: [] for k in ("text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix")}
+    for i, text in enumerate(texts):
+        n = len(text)
+        if not apply[i] or n < fim.min_chars:
+            out["text"].append(text)
+            for key in ("fim_format", "fim_prefix", "fim_middle", "fim_suffix"):
+                out[key].append(None)
+            continue
+        a, b = sorted((int(u_a[i] * (n + 1)), int(u_b[i] * (n + 1))))
+        fmt = "spm" if spm[i] else "psm"
+        prefix, middle, suffix = text[:a], text[a:b], text[b:]
+        out["text"].append(join_fim(fmt, prefix, middle, suffix))
+        out["fim_format"].append(fmt)
+        out["fim_prefix"].append(prefix)
+        out["fim_middle"].append(middle)
+        out["fim_suffix"].append(suffix)
+    return out
+
+
+def apply_fim(
+    src: Path, fim: FimSpec, out: Path, data_root: Path, enabled: bool = True,
+    batch_rows: int = BATCH_ROWS, progress: Progress | None = None,
+) -> FimResult:
+    """Write `src` with FIM applied (or only the FIM columns added, when not `enabled`)."""
+    row = transformed = spm = text_bytes = 0
+    with ParquetSink(out, FIM_SCHEMA) as sink:
+        for batch in pq.ParquetFile(src).iter_batches(batch_size=batch_rows, columns=DOC_SCHEMA.names):
+            texts = batch.column("text").to_pylist()
+            if enabled:
+                cols = fim_batch(texts, row, fim)
+            else:
+                cols = {"text": texts, **{k: [None] * len(texts) for k in FIM_SCHEMA.names[4:]}}
+            formats = cols["fim_format"]
+            transformed += sum(f is not None for f in formats)
+            spm += sum(f == "spm" for f in formats)
+            arrays = {n: batch.column(n) for n in ("source", "file", "sha256")}
+            sink.write(pa.RecordBatch.from_pydict(
+                {"text": cols["text"], **arrays, **{k: cols[k] for k in FIM_SCHEMA.names[4:]}}, schema=FIM_SCHEMA
+            ))
+            text_bytes += pa.compute.sum(pa.compute.binary_length(batch.column("text"))).as_py() or 0
+            row += len(texts)
+            if progress and row % (batch_rows * 8) < batch_rows:
+                progress(f"fim: {row:,} rows, {text_bytes / 1e6:.1f} MB")
+        rows = sink.rows
+    return FimResult(record(out, data_root, rows=rows), rows, transformed, spm, text_bytes)

@@ -1,0 +1,228 @@
+"""Source ingestion: Python files or JSONL/CSV/Parquet rows -> Parquet {text, source, file, sha256}.
+
+Code files are decoded as strict UTF-8; a file that fails is skipped and counted by
+reason, never mangled. Data files are held to their format: a malformed line or a
+missing column is an `IngestError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.files import list_source_files, source_root
+from albor_pipeline.spec import SourceKind, SourceSpec
+
+DOC_SCHEMA = pa.schema(
+    [("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())]
+)
+BATCH_ROWS = 2048
+BATCH_BYTES = 32 << 20
+
+Progress = Callable[[str], None]
+
+
+class IngestError(ValueError):
+    """Input that breaks its format's contract; the message names file and line."""
+
+
+@dataclass
+class IngestResult:
+    artifact: Artifact
+    files: int
+    text_bytes: int
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _read_code_file(path: Path) -> tuple[str | None, str | None]:
+    """(text, None) or (None, skip reason)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, "symlink_loop" if exc.errno == 40 else "unreadable"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, "not_utf8"
+
+
+def _code_documents(root: Path, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for rel, (text, reason) in zip(files, pool.map(lambda r: _read_code_file(root / r), files)):
+            if reason:
+                skipped[reason] += 1
+            else:
+                yield rel, text  # type: ignore[misc]
+
+
+def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise IngestError(f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            if not line.strip():
+                skipped["blank_line"] += 1
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise IngestError(f"{where}: malformed JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise IngestError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            if field_name not in obj:
+                raise IngestError(f"{where}: missing field {field_name!r} (has {sorted(obj)[:10]})")
+            value = obj[field_name]
+            if value is None:
+                skipped["null_text"] += 1
+                continue
+            if not isinstance(value, str):
+                raise IngestError(f"{where}: field {field_name!r} is {type(value).__name__}, expected a string")
+            yield f"{rel}:{lineno}", value
+
+
+def _csv_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+    csv.field_size_limit(1 << 30)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise IngestError(f"{path}:{line}: not valid UTF-8 ({exc.reason})") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise IngestError(f"{path}:1: empty CSV file (no header)") from None
+    except csv.Error as exc:
+        raise IngestError(f"{path}:1: CSV parse error: {exc}") from None
+    if field_name not in header:
+        raise IngestError(f"{path}:1: missing column {field_name!r} (columns: {header})")
+    col = header.index(field_name)
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise IngestError(f"{path}:{start}: CSV parse error: {exc}") from None
+        if not row:
+            skipped["blank_line"] += 1
+            continue
+        if len(row) != len(header):
+            raise IngestError(f"{path}:{start}: expected {len(header)} fields, got {len(row)}")
+        yield f"{rel}:{start}", row[col]
+
+
+def _parquet_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+    try:
+        pfile = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
+    names = pfile.schema_arrow.names
+    if field_name not in names:
+        raise IngestError(f"{path}: missing column {field_name!r} (columns: {names})")
+    if not pa.types.is_string(pfile.schema_arrow.field(field_name).type) and not pa.types.is_large_string(
+        pfile.schema_arrow.field(field_name).type
+    ):
+        raise IngestError(f"{path}: column {field_name!r} is {pfile.schema_arrow.field(field_name).type}, expected string")
+    row = 0
+    for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]):
+        for value in batch.column(0).to_pylist():
+            row += 1
+            if value is None:
+                skipped["null_text"] += 1
+                continue
+            yield f"{rel}#{row}", value
+
+
+_DATA_READERS = {
+    SourceKind.jsonl: _jsonl_documents,
+    SourceKind.csv: _csv_documents,
+    SourceKind.parquet: _parquet_documents,
+}
+
+
+def source_files(src: SourceSpec) -> list[str]:
+    """The files ingestion reads for `src` (also what its fingerprint covers)."""
+    return list_source_files(src.path, src.include_globs, src.exclude)
+
+
+def iter_documents(src: SourceSpec, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:
+    """Yield (file, text) for every document of `src` before length filtering."""
+    root = source_root(src.path)
+    if src.kind is SourceKind.code:
+        yield from _code_documents(root, files, skipped)
+        return
+    reader = _DATA_READERS[src.kind]
+    for rel in files:
+        yield from reader(root / rel, rel, src.text_field, skipped)
+
+
+def ingest_source(src: SourceSpec, out: Path, data_root: Path, progress: Progress | None = None) -> IngestResult:
+    """Write `src` as Parquet at `out`; raise on an empty source (nothing is replaced)."""
+    skipped: Counter = Counter()
+    files = source_files(src)
+    text_bytes = 0
+    cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
+    pending = 0
+    with ParquetSink(out, DOC_SCHEMA) as sink:
+
+        def flush() -> None:
+            nonlocal pending
+            sink.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA))
+            for values in cols.values():
+                values.clear()
+            pending = 0
+            if progress:
+                progress(f"{src.name}: {sink.rows:,} documents, {text_bytes / 1e6:.1f} MB")
+
+        for rel, text in iter_documents(src, files, skipped):
+            n = len(text)
+            if n < src.min_chars:
+                skipped["too_short"] += 1
+                continue
+            if n > src.max_chars:
+                skipped["too_long"] += 1
+                continue
+            encoded = text.encode("utf-8")
+            text_bytes += len(encoded)
+            pending += len(encoded)
+            cols["text"].append(text)
+            cols["source"].append(src.name)
+            cols["file"].append(rel)
+            cols["sha256"].append(hashlib.sha256(encoded).hexdigest())
+            if len(cols["text"]) >= BATCH_ROWS or pending >= BATCH_BYTES:
+                flush()
+        if cols["text"]:
+            flush()
+        if sink.rows == 0:
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())) or "no matching files"
+            raise IngestError(
+                f"source {src.name!r} produced 0 documents from {len(files)} file(s) under {src.path} ({reasons}); "
+                "the previous materialization, if any, is kept"
+            )
+        rows = sink.rows
+    return IngestResult(
+        artifact=record(out, data_root, rows=rows),
+        files=len(files),
+        text_bytes=text_bytes,
+        skipped=dict(sorted(skipped.items())),
+    )

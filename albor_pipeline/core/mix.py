@@ -1,0 +1,126 @@
+"""Weighted mix per split, counting like `alimentar mix`.
+
+Source i gets floor(N * w_i / sum(w)) rows (N = `rows` or the total input rows), or
+round(count_i * repeat_i) with a `repeat` multiplier. Downsampling draws without
+replacement; upsampling takes whole copies plus a random remainder, so each document
+appears floor or ceil(multiplier) times. The result is shuffled with the split's seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.ingest import DOC_SCHEMA
+from albor_pipeline.spec import SplitMixSpec
+
+Progress = Callable[[str], None]
+GATHER_ROWS = 4096
+
+
+class MixError(ValueError):
+    """A mix that cannot be drawn (e.g. every weighted source is empty in this split)."""
+
+
+@dataclass
+class SourcePlan:
+    source: str
+    input_rows: int
+    output_rows: int
+    rule: str  # "weight 0.4" or "repeat 10x"
+
+    @property
+    def multiplier(self) -> float:
+        return self.output_rows / self.input_rows if self.input_rows else 0.0
+
+
+@dataclass
+class MixResult:
+    artifact: Artifact
+    plan: list[SourcePlan]
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan_counts(
+    counts: dict[str, int], mix: SplitMixSpec, order: list[str]
+) -> tuple[list[SourcePlan], list[str]]:
+    """Rows per source for one split (pure arithmetic, no data)."""
+    warnings: list[str] = []
+    repeat = dict(mix.repeat)
+    if mix.weights:
+        weights = dict(mix.weights)
+        missing = [s for s in order if s not in weights and s not in repeat]
+        if missing:
+            raise MixError(f"weights: no weight or repeat given for source(s) {missing}")
+    elif repeat:
+        weights = {}
+        repeat.update({s: 1.0 for s in order if s not in repeat})
+    else:
+        weights = {s: 1.0 for s in order}
+    weighted = [s for s in order if s in weights and s not in repeat]
+    for s in weighted:
+        if counts.get(s, 0) == 0:
+            warnings.append(f"{s}: weight {weights[s]} but no rows in this split; left out")
+    weighted = [s for s in weighted if counts.get(s, 0) > 0]
+    total_w = sum(weights[s] for s in weighted)
+    n_target = mix.rows if mix.rows is not None else sum(counts.get(s, 0) for s in weighted)
+    plans = []
+    for s in order:
+        count = counts.get(s, 0)
+        if s in repeat:
+            n, rule = round(count * repeat[s]), f"repeat {repeat[s]:g}x"
+        elif s in weighted:
+            n, rule = math.floor(n_target * weights[s] / total_w), f"weight {weights[s]:g}"
+        else:
+            continue
+        if n > count and not mix.upsample:
+            warnings.append(f"{s}: wanted {n} rows but only {count} available and upsampling is off; capped")
+            n = count
+        plans.append(SourcePlan(s, count, n, rule))
+    if sum(p.output_rows for p in plans) == 0:
+        raise MixError(f"mix draws 0 rows (input rows per source: {counts})")
+    return plans, warnings
+
+
+def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices into [0, n_in): whole copies plus a without-replacement remainder."""
+    copies, rest = divmod(n_out, n_in)
+    parts = [np.tile(np.arange(n_in, dtype=np.int64), copies)]
+    if rest:
+        parts.append(np.sort(rng.choice(n_in, size=rest, replace=False)))
+    return np.concatenate(parts)
+
+
+def mix_documents(
+    split_path: Path, mix: SplitMixSpec, order: list[str], out: Path, data_root: Path,
+    progress: Progress | None = None,
+) -> MixResult:
+    """Write the weighted, shuffled mix of one split's documents to `out`."""
+    grouped = (
+        pl.read_parquet(split_path, columns=["source"]).with_row_index("i")
+        .group_by("source", maintain_order=True).agg(pl.col("i"))
+    )
+    positions = {
+        name: idx.to_numpy().astype(np.int64)
+        for name, idx in zip(grouped.get_column("source"), grouped.get_column("i"))
+    }
+    counts = {name: len(pos) for name, pos in positions.items()}
+    plans, warnings = plan_counts(counts, mix, order)
+    rng = np.random.default_rng(mix.seed)
+    picked = [positions[p.source][draw_indices(p.input_rows, p.output_rows, rng)] for p in plans if p.output_rows]
+    order_idx = np.concatenate(picked)[rng.permutation(sum(len(p) for p in picked))]
+    table = pq.read_table(split_path, columns=DOC_SCHEMA.names)
+    with ParquetSink(out, DOC_SCHEMA) as sink:
+        for start in range(0, len(order_idx), GATHER_ROWS):
+            sink.write(table.take(order_idx[start : start + GATHER_ROWS]))
+        if progress:
+            progress(f"mix: wrote {sink.rows:,} rows to {out.name}")
+        rows = sink.rows
+    return MixResult(artifact=record(out, data_root, rows=rows), plan=plans, warnings=warnings)

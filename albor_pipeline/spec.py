@@ -1,0 +1,266 @@
+"""The pipeline spec: one YAML file describes sources and every stage's settings.
+
+The models here are the single source of defaults: Dagster run config, the CLI and
+tests all start from a validated `PipelineSpec`.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sysconfig
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SPEC = REPO_ROOT / "data" / "pipeline.yaml"
+DEFAULT_DATA_DIR = REPO_ROOT / "data" / "artifacts"
+SPLITS = ("train", "val", "test")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; the message names the offending key."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceKind(str, Enum):
+    code = "code"
+    jsonl = "jsonl"
+    csv = "csv"
+    parquet = "parquet"
+
+
+DEFAULT_EXCLUDES = ("**/__pycache__/**", "**/node_modules/**", "**/venv/**", "**/.venv/**")
+
+
+class SourceSpec(_Model):
+    """A local directory of Python files or a set of JSONL/CSV/Parquet data files."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
+    kind: SourceKind
+    path: Path
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    text_field: str = "text"
+    min_chars: int = Field(50, ge=0)
+    max_chars: int = Field(100_000, gt=0)
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> SourceSpec:
+        if self.min_chars > self.max_chars:
+            raise ValueError("min_chars must be <= max_chars")
+        return self
+
+    @property
+    def include_globs(self) -> tuple[str, ...]:
+        if self.include:
+            return self.include
+        return ("**/*.py",) if self.kind is SourceKind.code else (f"**/*.{self.kind.value}",)
+
+
+class HoldoutSpec(_Model):
+    """Content-hash split assignment: a document's split depends only on its text."""
+
+    val_fraction: float = Field(0.02, ge=0, lt=1)
+    test_fraction: float = Field(0.01, ge=0, lt=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check_sum(self) -> HoldoutSpec:
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ValueError("val_fraction + test_fraction must be < 1")
+        return self
+
+
+class SplitMixSpec(_Model):
+    """Weighted mix of one split. `weights` empty means equal weights over all sources."""
+
+    seed: int = 42
+    rows: int | None = Field(None, gt=0)
+    weights: dict[str, float] = {}
+    repeat: dict[str, float] = {}
+    upsample: bool = True
+
+    @field_validator("weights", "repeat")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, weight in value.items():
+            if not weight > 0:
+                raise ValueError(f"{name}: must be > 0, got {weight}")
+        return value
+
+
+class MixSpec(_Model):
+    train: SplitMixSpec = SplitMixSpec(seed=42)
+    val: SplitMixSpec = SplitMixSpec(seed=123, rows=500, upsample=False)
+    test: SplitMixSpec = SplitMixSpec(seed=456, rows=200, upsample=False)
+
+    def for_split(self, split: str) -> SplitMixSpec:
+        return getattr(self, split)
+
+
+class FimFormat(str, Enum):
+    psm = "psm"
+    spm = "spm"
+    mixed = "mixed"
+
+
+class FimSpec(_Model):
+    rate: float = Field(0.5, ge=0, le=1)
+    format: FimFormat = FimFormat.psm
+    spm_rate: float = Field(0.5, ge=0, le=1)
+    seed: int = 42
+    min_chars: int = Field(10, ge=0)
+    splits: tuple[str, ...] = SPLITS
+
+    @field_validator("splits")
+    @classmethod
+    def _known_splits(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(value) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"unknown split(s) {unknown}; expected a subset of {list(SPLITS)}")
+        return value
+
+
+class RetrainPolicy(str, Enum):
+    on_change = "on_change"
+    manual = "manual"
+
+
+class TokenizerSpec(_Model):
+    vocab_size: int = 32_768
+    min_frequency: int = Field(2, ge=0)
+    max_chars: int | None = Field(None, gt=0)
+    doc_cap: int | None = Field(None, gt=0)
+    retrain: RetrainPolicy = RetrainPolicy.on_change
+    baselines: tuple[Path, ...] = ()
+
+
+class RemainderPolicy(str, Enum):
+    drop = "drop"
+    pad = "pad"
+
+
+class ExportFormat(str, Enum):
+    parquet = "parquet"
+    megatron = "megatron"
+    nanogpt = "nanogpt"
+
+
+class CorpusSpec(_Model):
+    seq_len: int = Field(2048, gt=1)
+    remainder: RemainderPolicy = RemainderPolicy.drop
+    formats: tuple[ExportFormat, ...] = (ExportFormat.parquet,)
+    shard_sequences: int = Field(50_000, gt=0)
+    encoder: str = Field("auto", pattern="^(auto|hf|tiktoken)$")
+
+
+class AutomationSpec(_Model):
+    observe_cron: str = "0 * * * *"
+
+
+class PipelineSpec(_Model):
+    sources: tuple[SourceSpec, ...] = Field(min_length=1)
+    holdout: HoldoutSpec = HoldoutSpec()
+    mix: MixSpec = MixSpec()
+    fim: FimSpec = FimSpec()
+    tokenizer: TokenizerSpec = TokenizerSpec()
+    corpus: CorpusSpec = CorpusSpec()
+    automation: AutomationSpec = AutomationSpec()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> PipelineSpec:
+        names = [s.name for s in self.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"sources: duplicate name(s) {dupes}")
+        for split in SPLITS:
+            mix = self.mix.for_split(split)
+            for key in ("weights", "repeat"):
+                for name in getattr(mix, key):
+                    if name not in names:
+                        raise ValueError(f"mix.{split}.{key}.{name}: unknown source (known: {names})")
+        return self
+
+    def source(self, name: str) -> SourceSpec:
+        for src in self.sources:
+            if src.name == name:
+                return src
+        raise KeyError(name)
+
+
+def path_variables() -> dict[str, str]:
+    """Placeholders a spec path may use, so one spec works on every machine."""
+    return {
+        "stdlib": sysconfig.get_paths()["stdlib"],
+        "site_packages": sysconfig.get_paths()["purelib"] or site.getsitepackages()[0],
+    }
+
+
+def _resolve_path(raw: Any, base: Path) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    expanded = Path(os.path.expanduser(raw.format(**path_variables())))
+    return expanded if expanded.is_absolute() else (base / expanded).resolve()
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(lines)
+
+
+def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:
+    """Validate a spec mapping; relative paths resolve against `base_dir`."""
+    if not isinstance(raw, dict):
+        raise SpecError("spec: expected a mapping at the top level")
+    raw = dict(raw)
+    try:
+        sources = [dict(s) for s in raw.get("sources") or []]
+    except (TypeError, ValueError) as exc:
+        raise SpecError("sources: expected a list of mappings") from exc
+    for src in sources:
+        if "path" in src:
+            try:
+                src["path"] = _resolve_path(src["path"], base_dir)
+            except (KeyError, IndexError) as exc:
+                raise SpecError(f"sources[{sources.index(src)}].path: unknown placeholder {exc}") from exc
+    raw["sources"] = sources
+    tok = dict(raw.get("tokenizer") or {})
+    if tok.get("baselines"):
+        tok["baselines"] = [_resolve_path(p, base_dir) for p in tok["baselines"]]
+        raw["tokenizer"] = tok
+    try:
+        return PipelineSpec.model_validate(raw)
+    except ValidationError as err:
+        raise SpecError(_format_error(err)) from None
+
+
+def load_spec(path: str | os.PathLike[str] | None = None) -> PipelineSpec:
+    """Load the spec at `path`, else `$ALBOR_SPEC`, else the shipped default."""
+    spec_path = Path(path or os.environ.get("ALBOR_SPEC") or DEFAULT_SPEC).resolve()
+    try:
+        raw = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"spec file not found: {spec_path}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{spec_path}: invalid YAML: {exc}") from None
+    try:
+        return parse_spec(raw, spec_path.parent)
+    except SpecError as exc:
+        raise SpecError(f"{spec_path}: {exc}") from None
+
+
+def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
+    """The output root: `path`, else `$ALBOR_DATA_DIR`, else `data/artifacts`."""
+    return Path(path or os.environ.get("ALBOR_DATA_DIR") or DEFAULT_DATA_DIR).resolve()
