@@ -51,6 +51,15 @@ class StageManifest(BaseModel):
         return digest.hexdigest()
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 def sha256_file(path: Path) -> str:
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
@@ -71,6 +80,7 @@ def atomic_path(final: Path) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; artifacts are shared files
     try:
         yield tmp
         with open(tmp, "rb+") as fh:

@@ -1,0 +1,217 @@
+"""Pretokenization: encode documents, append EOS, pack into fixed-length sequences.
+
+Outputs Parquet shards (`input_ids: list<uint32>`, seed 000's schema) and, on request,
+a Megatron MMIDIDX v1 `.bin/.idx` pair (one sequence per document, EOD appended) and a
+flat nanoGPT-style token `.bin` with a JSON sidecar. Memory is bounded by the batch.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer
+
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, write_json
+from albor_pipeline.core.encode import Encoder, pick_encoder
+from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from albor_pipeline.core.tokenizer import EOS, PAD
+from albor_pipeline.spec import CorpusSpec, ExportFormat, RemainderPolicy
+
+SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32()))])
+READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
+MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
+MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+Progress = Callable[[str], None]
+
+
+def token_dtype(vocab_size: int, signed: bool = False) -> np.dtype:
+    """uint16 when every id fits, else int32 (Megatron) / uint32 (flat stream)."""
+    if vocab_size <= 65536:
+        return np.dtype(np.uint16)
+    return np.dtype(np.int32 if signed else np.uint32)
+
+
+def encode_documents(rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int]) -> list[list[int]]:
+    """Token ids per row: plain text, or sentinel ids around separately encoded segments."""
+    plain_idx = [i for i, f in enumerate(rows["fim_format"]) if f is None]
+    fim_idx = [i for i, f in enumerate(rows["fim_format"]) if f is not None]
+    out: list[list[int]] = [[] for _ in rows["text"]]
+    for i, enc in zip(plain_idx, encoder.encode_batch([rows["text"][i] for i in plain_idx])):
+        out[i] = enc
+    if fim_idx:
+        segs = encoder.encode_batch(
+            [rows[col][i] for i in fim_idx for col in ("fim_prefix", "fim_suffix", "fim_middle")]
+        )
+        p_id, s_id, m_id = ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE]
+        for k, i in enumerate(fim_idx):
+            pre, suf, mid = segs[3 * k], segs[3 * k + 1], segs[3 * k + 2]
+            if rows["fim_format"][i] == "psm":
+                out[i] = [p_id, *pre, s_id, *suf, m_id, *mid]
+            else:
+                out[i] = [s_id, *suf, p_id, *pre, m_id, *mid]
+    return out
+
+
+def pack(carry: np.ndarray, flat: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(full sequences as an (n, seq_len) array, the leftover tokens)."""
+    stream = np.concatenate([carry, flat]) if len(carry) else flat
+    n = len(stream) // seq_len
+    return stream[: n * seq_len].reshape(n, seq_len), stream[n * seq_len :]
+
+
+def sequences_batch(seqs: np.ndarray) -> pa.RecordBatch:
+    n, seq_len = seqs.shape
+    offsets = pa.array(np.arange(0, (n + 1) * seq_len, seq_len, dtype=np.int32))
+    values = pa.array(seqs.reshape(-1).astype(np.uint32, copy=False))
+    return pa.RecordBatch.from_arrays([pa.ListArray.from_arrays(offsets, values)], schema=SEQ_SCHEMA)
+
+
+def megatron_index(lengths: np.ndarray, dtype: np.dtype) -> bytes:
+    """MMIDIDX v1: header, int32 lengths, int64 byte pointers, int64 document indices."""
+    n = len(lengths)
+    pointers = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(lengths[:-1].astype(np.int64) * dtype.itemsize, out=pointers[1:])
+    doc_idx = np.arange(n + 1, dtype=np.int64)
+    header = MMIDIDX_MAGIC + struct.pack("<Q", 1) + struct.pack("<B", MEGATRON_DTYPE_CODES[dtype])
+    header += struct.pack("<Q", n) + struct.pack("<Q", n + 1)
+    return header + lengths.astype(np.int32).tobytes() + pointers.tobytes() + doc_idx.tobytes()
+
+
+class _ShardedSink:
+    """Parquet shards of at most `per_shard` sequences: part-00000.parquet, ..."""
+
+    def __init__(self, out_dir: Path, per_shard: int) -> None:
+        self.out_dir, self.per_shard = out_dir, per_shard
+        self.paths: list[Path] = []
+        self.rows: list[int] = []
+        self._sink: ParquetSink | None = None
+
+    def write(self, seqs: np.ndarray) -> None:
+        while len(seqs):
+            if self._sink is None or self._sink.rows >= self.per_shard:
+                self.close()
+                self._sink = ParquetSink(self.out_dir / f"part-{len(self.paths):05d}.parquet", SEQ_SCHEMA, 256)
+                self._sink.__enter__()
+                self.paths.append(self._sink.path)
+            room = self.per_shard - self._sink.rows
+            self._sink.write(sequences_batch(seqs[:room]))
+            seqs = seqs[room:]
+
+    def close(self, exc: BaseException | None = None) -> None:
+        if self._sink is not None:
+            self.rows.append(self._sink.rows)
+            self._sink.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
+            self._sink = None
+
+
+@dataclass
+class CorpusResult:
+    artifacts: list[Artifact]
+    documents: int
+    sequences: int
+    tokens: int
+    dropped_tokens: int
+    padded_tokens: int
+    text_bytes: int
+    encoder: str
+    seconds: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def build_corpus(
+    fim_path: Path, tokenizer_path: Path, spec: CorpusSpec, out_dir: Path, data_root: Path,
+    batch_rows: int = 1024, progress: Progress | None = None,
+) -> CorpusResult:
+    """Pretokenize one split's FIM'd documents into `out_dir`."""
+    start = time.perf_counter()
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    ids = {t: tok.token_to_id(t) for t in (EOS, PAD, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
+    eos, pad = ids[EOS], ids[PAD]
+    pfile = pq.ParquetFile(fim_path)
+    sample = pfile.read_row_group(0, columns=["text"]).column(0).to_pylist()[:64] if pfile.num_row_groups else []
+    encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
+    formats = set(spec.formats)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("part-*.parquet"):
+        stale.unlink()  # a previous run may have had more shards
+    docs = tokens = text_bytes = 0
+    doc_lengths: list[np.ndarray] = []
+    carry = np.zeros(0, dtype=np.uint32)
+    shards = _ShardedSink(out_dir, spec.shard_sequences)
+    with ExitStack() as stack:
+        streams: list[BinaryIO] = []
+        if ExportFormat.megatron in formats:
+            streams.append(open(stack.enter_context(atomic_path(out_dir / "megatron.bin")), "wb"))
+        if ExportFormat.nanogpt in formats:
+            streams.append(open(stack.enter_context(atomic_path(out_dir / "tokens.bin")), "wb"))
+        for fh in streams:
+            stack.callback(fh.close)
+        flat_dtype = token_dtype(vocab)
+        try:
+            for batch in pfile.iter_batches(batch_size=batch_rows, columns=READ_COLUMNS):
+                rows = batch.to_pydict()
+                encoded = encode_documents(rows, encoder, ids)
+                lengths = np.fromiter((len(e) + 1 for e in encoded), dtype=np.int64, count=len(encoded))
+                flat_list: list[int] = []
+                for e in encoded:
+                    flat_list.extend(e)
+                    flat_list.append(eos)
+                flat = np.array(flat_list, dtype=np.uint32)
+                for fh in streams:
+                    fh.write(flat.astype(flat_dtype, copy=False).tobytes())
+                doc_lengths.append(lengths)
+                docs += len(encoded)
+                tokens += len(flat)
+                text_bytes += sum(len(t.encode("utf-8")) for t in rows["text"])
+                if ExportFormat.parquet in formats:
+                    seqs, carry = pack(carry, flat, spec.seq_len)
+                    shards.write(seqs)
+                if progress:
+                    rate = text_bytes / 1e6 / (time.perf_counter() - start)
+                    progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {rate:.1f} MB/s")
+            padded = dropped = 0
+            if ExportFormat.parquet in formats and len(carry):
+                if spec.remainder is RemainderPolicy.pad:
+                    padded = spec.seq_len - len(carry)
+                    last = np.concatenate([carry, np.full(padded, pad, dtype=np.uint32)])
+                    shards.write(last.reshape(1, spec.seq_len))
+                else:
+                    dropped = len(carry)
+        except BaseException as exc:
+            shards.close(exc)
+            raise
+        shards.close()
+    lengths_all = np.concatenate(doc_lengths) if doc_lengths else np.zeros(0, dtype=np.int64)
+    artifacts = [record(p, data_root, rows=n) for p, n in zip(shards.paths, shards.rows)]
+    if ExportFormat.megatron in formats:
+        idx_dtype = token_dtype(vocab, signed=True)
+        if idx_dtype != flat_dtype:  # > 65536 ids: rewrite the bin as int32, Megatron's wide type
+            raw = np.fromfile(out_dir / "megatron.bin", dtype=flat_dtype)
+            with atomic_path(out_dir / "megatron.bin") as tmp:
+                raw.astype(idx_dtype).tofile(tmp)
+        with atomic_path(out_dir / "megatron.idx") as tmp:
+            tmp.write_bytes(megatron_index(lengths_all, idx_dtype))
+        artifacts += [record(out_dir / "megatron.bin", data_root, rows=docs), record(out_dir / "megatron.idx", data_root)]
+    if ExportFormat.nanogpt in formats:
+        write_json(out_dir / "tokens.json", {
+            "dtype": flat_dtype.name, "vocab_size": vocab, "tokens": tokens, "eos_id": eos,
+            "documents": docs, "seq_len": spec.seq_len,
+        })
+        artifacts += [record(out_dir / "tokens.bin", data_root, rows=tokens), record(out_dir / "tokens.json", data_root)]
+    sequences = sum(shards.rows)
+    return CorpusResult(
+        artifacts=artifacts, documents=docs, sequences=sequences, tokens=tokens,
+        dropped_tokens=dropped, padded_tokens=padded, text_bytes=text_bytes,
+        encoder=encoder_note, seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,75 @@
+"""Document encoders: the HF tokenizer, or tiktoken built from its own ranks.
+
+Both treat special-token strings inside text as ordinary text. tiktoken is used only
+after it reproduces the HF ids on a sample of the actual documents (`pick_encoder`);
+the test suite proves equality more broadly, including generated Unicode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+import tiktoken
+from tokenizers import Tokenizer
+
+from albor_pipeline.core.tokenizer import FIM_TOKENS, SPECIALS, plain_tokenizer, token_to_bytes
+
+# The regex HF's ByteLevel pre-tokenizer applies (GPT-2's).
+BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+class Encoder(Protocol):
+    name: str
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
+
+
+def _threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class HFEncoder:
+    name = "hf"
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self._tok = plain_tokenizer(tok)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+
+class TiktokenEncoder:
+    name = "tiktoken"
+
+    def __init__(self, tok: Tokenizer) -> None:
+        model = json.loads(tok.to_str())["model"]
+        specials = set(SPECIALS) | set(FIM_TOKENS)
+        ranks = {token_to_bytes(t): i for t, i in model["vocab"].items() if t not in specials}
+        self._enc = tiktoken.Encoding(
+            name="albor", pat_str=BYTELEVEL_PATTERN, mergeable_ranks=ranks, special_tokens={}
+        )
+        self._threads = _threads()
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._enc.encode_ordinary_batch(list(texts), num_threads=self._threads)
+
+
+def pick_encoder(tok: Tokenizer, choice: str, sample: Sequence[str]) -> tuple[Encoder, str]:
+    """The encoder to use and why. `auto` takes tiktoken only if it matches HF on `sample`."""
+    hf = HFEncoder(tok)
+    if choice == "hf":
+        return hf, "hf (configured)"
+    try:
+        fast = TiktokenEncoder(tok)
+    except (ValueError, KeyError) as exc:  # e.g. a vocabulary tiktoken cannot represent
+        if choice == "tiktoken":
+            raise
+        return hf, f"hf (tiktoken unavailable: {exc})"
+    if choice == "tiktoken":
+        return fast, "tiktoken (configured)"
+    if fast.encode_batch(sample) != hf.encode_batch(sample):
+        return hf, f"hf (tiktoken disagreed with HF on a {len(sample)}-document sample)"
+    return fast, f"tiktoken (matched HF on a {len(sample)}-document sample)"

@@ -1,0 +1,235 @@
+"""ByteLevel BPE training, its exported files and a quality report.
+
+Specials `<unk> <s> </s> <pad>` take ids 0-3 and are registered before training; the
+FIM sentinels are appended after the learned vocabulary (ids vocab_size..+2).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from albor_pipeline.core.artifacts import Artifact, atomic_path, record, write_bytes, write_json
+from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from albor_pipeline.spec import TokenizerSpec
+
+SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
+FIM_TOKENS = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
+EOS, PAD = "</s>", "<pad>"
+PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
+Progress = Callable[[str], None]
+
+
+class TokenizerError(ValueError):
+    """A tokenizer that cannot be trained as configured."""
+
+
+@lru_cache(maxsize=1)
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's printable-character -> byte map used by ByteLevel."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def token_to_bytes(token: str) -> bytes:
+    table = byte_decoder()
+    return bytes(table[ch] for ch in token)
+
+
+def iter_texts(path: Path, max_chars: int | None = None, doc_cap: int | None = None,
+               batch_rows: int = 1024) -> Iterator[list[str]]:
+    """Stream batches of documents from Parquet, truncating each to `doc_cap` and
+    stopping after `max_chars` in total."""
+    total = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=["text"]):
+        texts = batch.column(0).to_pylist()
+        if doc_cap:
+            texts = [t[:doc_cap] for t in texts]
+        if max_chars is not None:
+            kept = []
+            for t in texts:
+                if total >= max_chars:
+                    break
+                t = t[: max_chars - total]
+                total += len(t)
+                kept.append(t)
+            texts = kept
+        if texts:
+            yield texts
+        if max_chars is not None and total >= max_chars:
+            return
+
+
+def check_vocab_size(vocab_size: int) -> None:
+    minimum = 256 + len(SPECIALS)
+    if vocab_size < minimum:
+        raise TokenizerError(
+            f"tokenizer.vocab_size: {vocab_size} is smaller than the 256-byte alphabet + {len(SPECIALS)} "
+            f"special tokens ({minimum})"
+        )
+
+
+def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
+    """Train a ByteLevel BPE; deterministic for the same input."""
+    check_vocab_size(spec.vocab_size)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size,
+        min_frequency=spec.min_frequency,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(batches, trainer=trainer)
+    tok.add_special_tokens(list(FIM_TOKENS))
+    return tok
+
+
+def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
+    """A copy that treats special-token strings in text as ordinary text.
+
+    HF tokenizers split added tokens out of raw text even with add_special_tokens=False;
+    without the added-token table, `</s>` in a document is just bytes.
+    """
+    data = json.loads(tok.to_str())
+    data["added_tokens"] = []
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def special_ids(tok: Tokenizer) -> dict[str, int]:
+    return {s: tok.token_to_id(s) for s in (*SPECIALS, *FIM_TOKENS)}
+
+
+def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
+    """UTF-8 byte length of every id (0 for specials), like nanochat's token_bytes."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    specials = set(SPECIALS) | set(FIM_TOKENS)
+    lengths = np.zeros(max(vocab.values()) + 1, dtype=np.int32)
+    for token, idx in vocab.items():
+        if token not in specials:
+            lengths[idx] = len(token_to_bytes(token))
+    return lengths
+
+
+def bpe_files(tok: Tokenizer) -> tuple[bytes, bytes]:
+    """vocab.json and merges.txt ("a b" per line), derived from tokenizer.json."""
+    model = json.loads(tok.to_str())["model"]
+    vocab = dict(sorted(model["vocab"].items(), key=lambda kv: kv[1]))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    vocab_json = json.dumps(vocab, ensure_ascii=False).encode()
+    merges_txt = ("#version: 0.2\n" + "".join(f"{m}\n" for m in merges)).encode()
+    return vocab_json, merges_txt
+
+
+def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], baselines: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Round-trip every val document, keyword coverage, bytes/token (and baselines')."""
+    plain = plain_tokenizer(tok)
+    others = {str(p): plain_tokenizer(Tokenizer.from_file(str(p))) for p in baselines}
+    docs = ok = n_bytes = n_tokens = 0
+    other_tokens = dict.fromkeys(others, 0)
+    failures: list[int] = []
+    for batch in val_texts:
+        encs = plain.encode_batch_fast(batch, add_special_tokens=False)
+        ids = [e.ids for e in encs]
+        decoded = plain.decode_batch(ids, skip_special_tokens=False)
+        for text, back, tids in zip(batch, decoded, ids):
+            if back == text:
+                ok += 1
+            elif len(failures) < 20:
+                failures.append(docs)
+            docs += 1
+            n_bytes += len(text.encode("utf-8"))
+            n_tokens += len(tids)
+        for name, other in others.items():
+            other_tokens[name] += sum(len(e.ids) for e in other.encode_batch_fast(batch, add_special_tokens=False))
+    coverage = {kw: len(plain.encode(kw, add_special_tokens=False).ids) == 1 for kw in PYTHON_KEYWORDS}
+    return {
+        "val_documents": docs,
+        "roundtrip_ok": ok,
+        "roundtrip_failures_first": failures,
+        "keyword_coverage": coverage,
+        "keywords_single_token": sum(coverage.values()),
+        "val_bytes": n_bytes,
+        "val_tokens": n_tokens,
+        "bytes_per_token": round(n_bytes / n_tokens, 4) if n_tokens else None,
+        "baselines_bytes_per_token": {
+            k: round(n_bytes / v, 4) if v else None for k, v in other_tokens.items()
+        },
+    }
+
+
+@dataclass
+class TokenizerResult:
+    artifacts: list[Artifact]
+    report: dict[str, Any]
+
+
+def build_tokenizer(
+    train_path: Path, val_path: Path, spec: TokenizerSpec, out_dir: Path, data_root: Path,
+    progress: Progress | None = None,
+) -> TokenizerResult:
+    """Train on `train_path` text, write tokenizer files and report.json into `out_dir`."""
+    check_vocab_size(spec.vocab_size)
+    seen = {"docs": 0, "chars": 0}
+
+    def counted() -> Iterator[list[str]]:
+        for batch in iter_texts(train_path, spec.max_chars, spec.doc_cap):
+            seen["docs"] += len(batch)
+            seen["chars"] += sum(map(len, batch))
+            if progress and seen["docs"] % 8192 < len(batch):
+                progress(f"tokenizer: fed {seen['docs']:,} documents, {seen['chars'] / 1e6:.1f}M chars")
+            yield batch
+
+    start = time.perf_counter()
+    tok = train_bpe(counted(), spec)
+    seconds = time.perf_counter() - start
+    if seen["docs"] == 0:
+        raise TokenizerError(f"the train split is empty ({train_path}); nothing to train the tokenizer on")
+    learned = tok.get_vocab_size(with_added_tokens=False)
+    report: dict[str, Any] = {
+        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+        "learned_vocab_size": learned,
+        "requested_vocab_size": spec.vocab_size,
+        "merges": len(json.loads(tok.to_str())["model"]["merges"]),
+        "special_ids": special_ids(tok),
+        "train_documents": seen["docs"],
+        "train_chars": seen["chars"],
+        "train_seconds": round(seconds, 3),
+        "train_mb_per_s": round(seen["chars"] / 1e6 / seconds, 3) if seconds else None,
+    }
+    if learned < spec.vocab_size:
+        report["warning"] = (
+            f"the training text supports only {learned} tokens (< {spec.vocab_size} requested); "
+            "FIM sentinels follow the learned vocabulary"
+        )
+    report.update(evaluate(tok, iter_texts(val_path), spec.baselines))
+    # The report's timing fields vary run to run; keep them out of the hashed file.
+    stable = {k: v for k, v in report.items() if k not in ("train_seconds", "train_mb_per_s")}
+    vocab_json, merges_txt = bpe_files(tok)
+    with atomic_path(out_dir / "tokenizer.json") as tmp:
+        tok.save(str(tmp))
+    write_bytes(out_dir / "vocab.json", vocab_json)
+    write_bytes(out_dir / "merges.txt", merges_txt)
+    with atomic_path(out_dir / "token_bytes.npy") as tmp, open(tmp, "wb") as fh:
+        np.save(fh, token_byte_lengths(tok))
+    write_json(out_dir / "report.json", stable)
+    names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json")
+    return TokenizerResult([record(out_dir / n, data_root) for n in names], report)
