@@ -1,0 +1,129 @@
+"""The provenance manifest over every artifact, and its verification.
+
+`provenance.json` lists each artifact (path relative to the output root, SHA-256,
+bytes, rows, producing stage) plus each stage's config and inputs; `PROVENANCE.md`
+says the same for people, with full hashes. `verify` re-hashes every listed file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from albor_pipeline.core.artifacts import StageManifest, read_manifest, sha256_file
+
+PROVENANCE_JSON = "provenance.json"
+PROVENANCE_MD = "PROVENANCE.md"
+
+
+def build_provenance(root: Path, stages: list[str], spec: dict[str, Any], versions: dict[str, str]) -> dict[str, Any]:
+    manifests = [read_manifest(root, s) for s in stages]
+    return {
+        "spec": spec,
+        "versions": versions,
+        "artifacts": [
+            {**art.model_dump(), "stage": m.stage} for m in manifests for art in m.outputs
+        ],
+        "stages": {
+            m.stage: {
+                "data_version": m.data_version,
+                "config": m.config,
+                "inputs": [{"path": a.path, "sha256": a.sha256} for a in m.inputs],
+                "summary": m.summary,
+            }
+            for m in manifests
+        },
+    }
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return [*out, ""]
+
+
+def render_markdown(prov: dict[str, Any]) -> str:
+    stages: dict[str, Any] = prov["stages"]
+    lines = ["# Provenance", "", "Every artifact of this pipeline run with its full SHA-256. "
+             "Re-check with `albor verify`.", ""]
+    src_rows = []
+    for src in prov["spec"]["sources"]:
+        summary = stages.get(f"ingested/{src['name']}", {}).get("summary", {})
+        skipped = ", ".join(f"{k} {v}" for k, v in summary.get("skipped", {}).items()) or "none"
+        src_rows.append([src["name"], src["kind"], f"`{src['path']}`", summary.get("files", ""),
+                         summary.get("documents", ""), summary.get("text_bytes", ""), skipped])
+    lines += ["## Sources", "", *_table(["source", "kind", "path", "files", "documents", "text bytes", "skipped"], src_rows)]
+    docs = stages.get("documents", {}).get("summary", {})
+    if docs:
+        holdout = stages["documents"]["config"]
+        lines += ["## Splits", "", f"Holdout by content hash: val {holdout['val_fraction']}, test "
+                  f"{holdout['test_fraction']}, seed {holdout['seed']}. Duplicates dropped: "
+                  f"{sum(docs.get('duplicates', {}).values())}.", ""]
+        lines += _table(["split", *[s["name"] for s in prov["spec"]["sources"]]],
+                        [[split, *[docs["rows"][split].get(s["name"], 0) for s in prov["spec"]["sources"]]]
+                         for split in docs["rows"]])
+    mix_rows = []
+    for split in ("train", "val", "test"):
+        stage = stages.get(f"mixed/{split}")
+        if stage:
+            for p in stage["summary"]["plan"]:
+                mix_rows.append([split, stage["config"]["seed"], p["source"], p["rule"], p["input rows"],
+                                 p["output rows"], p["multiplier"]])
+    if mix_rows:
+        lines += ["## Mix", "", *_table(["split", "seed", "source", "rule", "input rows", "output rows", "multiplier"], mix_rows)]
+    fim_rows = [[split, s["config"]["enabled"], s["config"]["rate"], s["config"]["format"], s["config"]["seed"],
+                 s["summary"]["transformed"], s["summary"]["rows"]]
+                for split in ("train", "val", "test") if (s := stages.get(f"fim/{split}"))]
+    if fim_rows:
+        lines += ["## Fill-in-the-Middle", "", *_table(["split", "enabled", "rate", "format", "seed", "FIM rows", "rows"], fim_rows)]
+    tok = stages.get("tokenizer", {}).get("summary")
+    if tok:
+        lines += ["## Tokenizer", "", *_table(["fact", "value"], [
+            ["vocab size", tok["vocab_size"]], ["merges", tok["merges"]],
+            ["special ids", ", ".join(f"`{k}`={v}" for k, v in tok["special_ids"].items())],
+            ["val round-trip", f"{tok['roundtrip_ok']}/{tok['val_documents']}"],
+            ["keywords single-token", f"{tok['keywords_single_token']}/8"],
+            ["bytes/token (val)", tok["bytes_per_token"]], ["train documents", tok["train_documents"]],
+        ])]
+    corpus_rows = [[split, s["config"]["seq_len"], s["summary"]["documents"], s["summary"]["sequences"],
+                    s["summary"]["tokens"], s["summary"]["dropped_tokens"], s["summary"]["padded_tokens"]]
+                   for split in ("train", "val", "test") if (s := stages.get(f"corpus/{split}"))]
+    if corpus_rows:
+        lines += ["## Corpora", "", *_table(["split", "seq_len", "documents", "sequences", "tokens", "dropped", "padded"], corpus_rows)]
+    lines += ["## Artifacts", "", *_table(["path", "sha256", "bytes", "rows", "stage"], [
+        [f"`{a['path']}`", f"`{a['sha256']}`", a["bytes"], a["rows"] if a["rows"] is not None else "", a["stage"]]
+        for a in prov["artifacts"]])]
+    lines += ["## Library versions", "", *_table(["library", "version"], [[k, v] for k, v in prov["versions"].items()])]
+    return "\n".join(lines)
+
+
+@dataclass
+class VerifyRow:
+    path: str
+    expected: str
+    actual: str | None  # None: missing
+
+    @property
+    def status(self) -> str:
+        if self.actual is None:
+            return "MISSING"
+        return "ok" if self.actual == self.expected else "CHANGED"
+
+
+def verify(root: Path) -> list[VerifyRow]:
+    """Re-hash every artifact in `provenance.json` under `root`."""
+    manifest = root / PROVENANCE_JSON
+    if not manifest.exists():
+        raise FileNotFoundError(f"no {PROVENANCE_JSON} under {root}; materialize the provenance asset first")
+    prov = json.loads(manifest.read_text(encoding="utf-8"))
+    rows = []
+    for art in prov["artifacts"]:
+        path = root / art["path"]
+        rows.append(VerifyRow(art["path"], art["sha256"], sha256_file(path) if path.is_file() else None))
+    return rows
+
+
+def stage_manifests(root: Path, stages: list[str]) -> list[StageManifest]:
+    return [read_manifest(root, s) for s in stages]

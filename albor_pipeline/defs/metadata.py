@@ -1,0 +1,78 @@
+"""One way to finish a stage: write its manifest, return metadata and a DataVersion."""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from albor_pipeline.core.artifacts import Artifact, StageManifest, read_manifest, write_manifest
+
+LIBRARIES = ("albor-pipeline", "dagster", "polars", "pyarrow", "tokenizers", "tiktoken", "numpy", "pydantic")
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for lib in LIBRARIES:
+        try:
+            versions[lib] = importlib_metadata.version(lib)
+        except importlib_metadata.PackageNotFoundError:
+            versions[lib] = "not installed"
+    return versions
+
+
+def stage_name(key: dg.AssetKey) -> str:
+    return "/".join(key.path)
+
+
+def upstream_outputs(root: Path, *stages: str) -> list[Artifact]:
+    """Input artifacts as their producers recorded them (never re-hashed from memory)."""
+    return [art for stage in stages for art in read_manifest(root, stage).outputs]
+
+
+def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({"path": a.path, "sha256": a.sha256, "bytes": a.bytes, "rows": a.rows or 0})
+                 for a in artifacts],
+        schema=dg.TableSchema(columns=[
+            dg.TableColumn("path", "string"), dg.TableColumn("sha256", "string"),
+            dg.TableColumn("bytes", "int"), dg.TableColumn("rows", "int"),
+        ]),
+    )
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def finish_stage(
+    context: dg.AssetExecutionContext, root: Path, outputs: list[Artifact], inputs: list[Artifact],
+    config: dict[str, Any], summary: dict[str, Any], extra: dict[str, Any] | None = None,
+    row_count: int | None = None,
+) -> dg.MaterializeResult:
+    """Record the manifest (deterministic facts only) and build the materialization."""
+    stage = stage_name(context.asset_key)
+    manifest = StageManifest(stage=stage, outputs=outputs, inputs=inputs, config=config, summary=summary)
+    write_manifest(root, manifest)
+    rows = row_count if row_count is not None else sum(a.rows or 0 for a in outputs)
+    meta: dict[str, Any] = {
+        "dagster/row_count": rows,
+        "dagster/uri": dg.MetadataValue.path(str(root / outputs[0].path) if len(outputs) == 1
+                                             else str((root / outputs[0].path).parent)),
+        "sha256": outputs[0].sha256 if len(outputs) == 1 else manifest.data_version,
+        "bytes": sum(a.bytes for a in outputs),
+        "outputs": outputs_table(outputs),
+        "inputs": dg.MetadataValue.json({a.path: a.sha256 for a in inputs}),
+        "config": dg.MetadataValue.json(json.loads(json.dumps(config, default=str))),
+        "versions": dg.MetadataValue.json(library_versions()),
+        **(extra or {}),
+    }
+    return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
