@@ -1,0 +1,135 @@
+"""`albor run | verify | summary | spec`: a thin front door; the Dagster CLI works too."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from albor_pipeline.spec import REPO_ROOT, SpecError, data_dir, load_spec
+
+
+def _use(args: argparse.Namespace) -> None:
+    """Make --spec/--data-dir visible to everything, Dagster's code loading included."""
+    if getattr(args, "spec", None):
+        os.environ["ALBOR_SPEC"] = str(Path(args.spec).resolve())
+    if getattr(args, "data_dir", None):
+        os.environ["ALBOR_DATA_DIR"] = str(Path(args.data_dir).resolve())
+
+
+def ensure_dagster_home() -> Path:
+    """DAGSTER_HOME, defaulting to the repo's .dagster_home with the repo's dagster.yaml."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / ".dagster_home")))
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists() and (REPO_ROOT / "dagster.yaml").exists():
+        shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    return home
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    _use(args)
+    import dagster as dg
+
+    from albor_pipeline.definitions import BUILD_JOB, build_definitions
+
+    spec = load_spec()
+    home = ensure_dagster_home()
+    defs = build_definitions(spec)
+    job = defs.resolve_job_def(BUILD_JOB)
+    root = data_dir()
+    print(f"albor: materializing {BUILD_JOB} -> {root} (DAGSTER_HOME={home})", file=sys.stderr)
+    start = time.perf_counter()
+    with dg.DagsterInstance.get() as instance:
+        result = job.execute_in_process(
+            instance=instance, raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
+        )
+    seconds = time.perf_counter() - start
+    if not result.success:
+        for event in result.all_events:
+            if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+                print(f"albor: step {event.step_key} failed: {event.step_failure_data.error.message.strip()}",
+                      file=sys.stderr)
+        print(f"albor: run {result.run_id} FAILED after {seconds:.1f}s", file=sys.stderr)
+        return 1
+    print(f"albor: run {result.run_id} succeeded in {seconds:.1f}s", file=sys.stderr)
+    return cmd_summary(args)
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    _use(args)
+    root = data_dir()
+    path = root / "provenance.json"
+    if not path.exists():
+        print(f"albor: nothing materialized yet under {root}", file=sys.stderr)
+        return 1
+    prov = json.loads(path.read_text(encoding="utf-8"))
+    stages = prov["stages"]
+    print(f"Artifacts: {root}")
+    print(f"Provenance: {root / 'PROVENANCE.md'}")
+    for split in ("train", "val", "test"):
+        s = stages.get(f"corpus/{split}", {}).get("summary")
+        if s:
+            print(f"  corpus/{split}: {s['sequences']:,} sequences, {s['tokens']:,} tokens from {s['documents']:,} documents")
+    tok = stages.get("tokenizer", {}).get("summary")
+    if tok:
+        print(f"  tokenizer: vocab {tok['vocab_size']:,}, val round-trip {tok['roundtrip_ok']}/{tok['val_documents']}, "
+              f"{tok['bytes_per_token']} bytes/token")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    _use(args)
+    from albor_pipeline.core.provenance import verify
+
+    root = data_dir()
+    try:
+        rows = verify(root)
+    except FileNotFoundError as exc:
+        print(f"albor verify: {exc}", file=sys.stderr)
+        return 2
+    width = max((len(r.path) for r in rows), default=4)
+    for r in rows:
+        print(f"{r.status:8} {r.path:{width}} {r.expected}")
+    bad = [r for r in rows if r.status != "ok"]
+    for r in bad:
+        print(f"albor verify: {r.status}: {r.path}", file=sys.stderr)
+    print(f"{len(rows) - len(bad)} ok, {len(bad)} failed", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def cmd_spec(args: argparse.Namespace) -> int:
+    _use(args)
+    print(json.dumps(load_spec().model_dump(mode="json"), indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="albor", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn, text in (
+        ("run", cmd_run, "materialize every stage on the spec"),
+        ("verify", cmd_verify, "re-hash every artifact in provenance.json"),
+        ("summary", cmd_summary, "print what the last run produced"),
+        ("spec", cmd_spec, "print the resolved, validated spec"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--spec", help="pipeline spec (default: $ALBOR_SPEC or data/pipeline.yaml)")
+        p.add_argument("--data-dir", help="output root (default: $ALBOR_DATA_DIR or data/artifacts)")
+        p.set_defaults(fn=fn)
+        if name == "run":
+            p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except SpecError as exc:
+        print(f"albor: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
