@@ -187,6 +187,9 @@ class PipelineSpec(_Model):
                 for name in getattr(mix, key):
                     if name not in names:
                         raise ValueError(f"mix.{split}.{key}.{name}: unknown source (known: {names})")
+            missing = [n for n in names if mix.weights and n not in mix.weights and n not in mix.repeat]
+            if missing:
+                raise ValueError(f"mix.{split}.weights: no weight or repeat given for source(s) {missing}")
         return self
 
     def source(self, name: str) -> SourceSpec:

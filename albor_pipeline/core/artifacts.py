@@ -112,13 +112,19 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 class ParquetSink:
-    """Streams record batches into one Parquet file, atomically, counting rows."""
+    """Streams record batches into one Parquet file, atomically, counting rows.
 
-    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int = 8192) -> None:
+    Rows are regrouped into row groups of exactly `row_group_size` (the last one
+    shorter), so the file's bytes do not depend on how callers batched their writes.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int = 1024) -> None:
         self.path = path
         self.schema = schema
         self.rows = 0
         self._row_group_size = row_group_size
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
         self._ctx = atomic_path(path)
         self._writer: pq.ParquetWriter | None = None
 
@@ -128,16 +134,39 @@ class ParquetSink:
         return self
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if not batch.num_rows:
+            return
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        self._pending.append(table.cast(self.schema))
+        self._pending_rows += table.num_rows
+        self.rows += table.num_rows
+        if self._pending_rows >= self._row_group_size:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
         assert self._writer is not None
-        if batch.num_rows:
-            table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-            self._writer.write_table(table.cast(self.schema), row_group_size=self._row_group_size)
-            self.rows += batch.num_rows
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending)
+        size = self._row_group_size
+        full = (table.num_rows // size) * size
+        for start in range(0, full, size):
+            self._writer.write_table(table.slice(start, size).combine_chunks(), row_group_size=size)
+        rest = table.slice(full)
+        if final and rest.num_rows:
+            self._writer.write_table(rest.combine_chunks(), row_group_size=size)
+            rest = rest.slice(0, 0)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         assert self._writer is not None
-        self._writer.close()
-        self._ctx.__exit__(exc_type, exc, tb)
+        try:
+            if exc_type is None:
+                self._flush(final=True)
+        finally:
+            self._writer.close()
+            self._ctx.__exit__(exc_type, exc, tb)
 
 
 def manifest_path(root: Path, stage: str) -> Path:

@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from albor_pipeline.core.files import fingerprint_files, list_source_files
+from albor_pipeline.core.ingest import IngestError, ingest_source, source_files
+from albor_pipeline.spec import SourceSpec
+
+from .conftest import STDLIB
+
+
+def ingest(tmp_path: Path, **kw) -> tuple:
+    src = SourceSpec(**{"name": "s", **kw})
+    out = tmp_path / "out" / "ingested" / "s.parquet"
+    result = ingest_source(src, out, tmp_path / "out")
+    return result, pq.read_table(out).to_pylist()
+
+
+def test_real_stdlib_package_ingests_every_file(tmp_path):
+    root = STDLIB / "json"
+    result, rows = ingest(tmp_path, kind="code", path=root, min_chars=0)
+    expected = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    assert [r["file"] for r in rows] == expected
+    for row in rows:
+        text = (root / row["file"]).read_text(encoding="utf-8")
+        assert row["text"] == text
+        assert row["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+        assert row["source"] == "s"
+    assert result.artifact.rows == len(rows) == result.files
+    assert result.artifact.sha256 == hashlib.sha256((tmp_path / "out/ingested/s.parquet").read_bytes()).hexdigest()
+
+
+def test_code_source_skips_and_counts_bad_files(tmp_path):
+    root = tmp_path / "repo"
+    (root / "pkg" / "__pycache__").mkdir(parents=True)
+    (root / ".hidden").mkdir()
+    (root / "venv").mkdir()
+    good = "def f(x):\n    return x + 1\n" * 5
+    (root / "pkg" / "good.py").write_text(good, encoding="utf-8")
+    (root / "pkg" / "latin1.py").write_bytes(("# caf\xe9\n" + good).encode("latin-1"))
+    (root / "pkg" / "short.py").write_text("x = 1\n", encoding="utf-8")
+    (root / "pkg" / "long.py").write_text("x = 1\n" * 50_000, encoding="utf-8")
+    (root / "pkg" / "__pycache__" / "cached.py").write_text(good, encoding="utf-8")
+    (root / ".hidden" / "h.py").write_text(good, encoding="utf-8")
+    (root / "venv" / "v.py").write_text(good, encoding="utf-8")
+    (root / "pkg" / "notes.txt").write_text(good, encoding="utf-8")
+    os.symlink("loop_b.py", root / "pkg" / "loop_a.py")
+    os.symlink("loop_a.py", root / "pkg" / "loop_b.py")
+    (root / "pkg" / "locked.py").write_text(good, encoding="utf-8")
+    os.chmod(root / "pkg" / "locked.py", 0)
+    try:
+        result, rows = ingest(tmp_path, kind="code", path=root)
+    finally:
+        os.chmod(root / "pkg" / "locked.py", 0o644)
+    assert [r["file"] for r in rows] == ["pkg/good.py"] + (["pkg/locked.py"] if os.geteuid() == 0 else [])
+    expected = {"not_utf8": 1, "too_short": 1, "too_long": 1, "symlink_loop": 2}
+    if os.geteuid() != 0:  # root can read a 0000 file
+        expected["unreadable"] = 1
+    assert result.skipped == expected
+
+
+def test_jsonl_csv_parquet_sources(tmp_path):
+    docs = [f"document number {i} " * 5 for i in range(5)]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_text("".join(json.dumps({"body": d, "id": i}) + "\n" for i, d in enumerate(docs)) + "\n")
+    result, rows = ingest(tmp_path, kind="jsonl", path=data, text_field="body")
+    assert [r["text"] for r in rows] == docs
+    assert rows[2]["file"] == "a.jsonl:3"
+    assert result.skipped == {"blank_line": 1}
+
+    import csv
+    with open(data / "b.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "content"])
+        for i, d in enumerate(docs):
+            writer.writerow([i, d + "\nwith, a \"quoted\" newline"])
+    _, rows = ingest(tmp_path, kind="csv", path=data / "b.csv", text_field="content")
+    assert [r["text"] for r in rows] == [d + "\nwith, a \"quoted\" newline" for d in docs]
+    assert rows[1]["file"] == "b.csv:4"  # header on line 1, row 0 spans lines 2-3
+
+    pq.write_table(pa.table({"t": docs + [None]}), data / "c.parquet")
+    result, rows = ingest(tmp_path, kind="parquet", path=data / "c.parquet", text_field="t")
+    assert [r["text"] for r in rows] == docs
+    assert result.skipped == {"null_text": 1}
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "content", "message"),
+    [
+        ("jsonl", "x.jsonl", b'{"text": "' + b"a" * 60 + b'"}\n{"text": broken}\n', r"x.jsonl:2: malformed JSON"),
+        ("jsonl", "x.jsonl", b'{"text": "' + b"a" * 60 + b'"}\n{"body": "b"}\n', r"x.jsonl:2: missing field 'text'"),
+        ("jsonl", "x.jsonl", b'{"text": 5}\n', r"x.jsonl:1: field 'text' is int"),
+        ("jsonl", "x.jsonl", b'["text"]\n', r"x.jsonl:1: expected a JSON object"),
+        ("jsonl", "x.jsonl", b'{"text": "caf\xe9"}\n', r"x.jsonl:1: not valid UTF-8"),
+        ("csv", "x.csv", b"id,body\n1,hello\n", r"x.csv:1: missing column 'text'"),
+        ("csv", "x.csv", b"id,text\n1,hello\n2,a,b\n", r"x.csv:3: expected 2 fields, got 3"),
+        ("csv", "x.csv", b'id,text\n1,"unterminated\n', r"x.csv:2: CSV parse error"),
+        ("parquet", "x.parquet", None, r"x.parquet: missing column 'text'"),
+        ("parquet", "x.parquet", b"not parquet at all", r"x.parquet: not a readable Parquet file"),
+    ],
+)
+def test_bad_data_files_raise_naming_file_and_line(tmp_path, kind, name, content, message):
+    data = tmp_path / "data"
+    data.mkdir()
+    if content is None:
+        pq.write_table(pa.table({"body": ["x" * 80]}), data / name)
+    else:
+        (data / name).write_bytes(content)
+    with pytest.raises(IngestError, match=message):
+        ingest(tmp_path, kind=kind, path=data, min_chars=0)
+    assert not (tmp_path / "out" / "ingested" / "s.parquet").exists()
+
+
+def test_empty_source_is_an_error_and_keeps_previous_output(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.py").write_text("print('hello world')\n" * 10, encoding="utf-8")
+    ingest(tmp_path, kind="code", path=root)
+    out = tmp_path / "out" / "ingested" / "s.parquet"
+    before = out.read_bytes()
+    (root / "a.py").write_text("x = 1\n", encoding="utf-8")  # now too short: 0 documents
+    with pytest.raises(IngestError, match=r"produced 0 documents from 1 file\(s\).*too_short=1"):
+        ingest(tmp_path, kind="code", path=root)
+    assert out.read_bytes() == before
+    assert [p.name for p in out.parent.iterdir()] == ["s.parquet"]  # no temp file left behind
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ingest(tmp_path, kind="code", path=tmp_path / "nowhere")
+
+
+def test_ingestion_is_byte_identical_on_rerun(tmp_path):
+    a, _ = ingest(tmp_path / "a", kind="code", path=STDLIB / "email")
+    b, _ = ingest(tmp_path / "b", kind="code", path=STDLIB / "email")
+    assert a.artifact.sha256 == b.artifact.sha256 and a.artifact.rows == b.artifact.rows > 10
+
+
+def test_globs_and_fingerprint(tmp_path):
+    root = tmp_path / "repo"
+    (root / "pkg" / "tests").mkdir(parents=True)
+    (root / "pkg" / "a.py").write_text("a = 1\n")
+    (root / "pkg" / "tests" / "t.py").write_text("t = 1\n")
+    (root / "b.py").write_text("b = 1\n")
+    assert list_source_files(root, ["**/*.py"]) == ["b.py", "pkg/a.py", "pkg/tests/t.py"]
+    assert list_source_files(root, ["**/*.py"], ["**/tests/**"]) == ["b.py", "pkg/a.py"]
+    assert list_source_files(root, ["pkg/*.py"]) == ["pkg/a.py"]
+    src = SourceSpec(name="s", kind="code", path=root, exclude=("**/tests/**",))
+    cache = tmp_path / "cache.json"
+    first = fingerprint_files(root, source_files(src), cache)
+    os.utime(root / "pkg" / "a.py", (1, 1))  # touched, same bytes
+    assert fingerprint_files(root, source_files(src), cache) == first
+    (root / "pkg" / "tests" / "t.py").write_text("t = 2\n")  # excluded file
+    assert fingerprint_files(root, source_files(src), cache) == first
+    (root / "pkg" / "a.py").write_text("a = 2\n")
+    assert fingerprint_files(root, source_files(src), cache) != first

@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from albor_pipeline.core.documents import build_documents, split_of
+from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, apply_fim, fim_batch
+from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
+from albor_pipeline.core.mix import MixError, draw_indices, mix_documents, plan_counts
+from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
+
+from .conftest import STDLIB
+
+
+def test_seed_000_arithmetic():
+    counts = {"depyler": 1843, "hf": 11493, "jax": 2637, "vllm": 1100}
+    mix = SplitMixSpec(seed=42, weights={"depyler": 0.4, "hf": 0.3, "jax": 0.15, "vllm": 0.15})
+    plans, warnings = plan_counts(counts, mix, list(counts))
+    assert [p.output_rows for p in plans] == [6829, 5121, 2560, 2560]
+    assert sum(p.output_rows for p in plans) == 17070
+    assert round(plans[0].multiplier, 1) == 3.7
+    assert warnings == []
+
+
+def test_repeat_rows_and_no_upsample_cap():
+    counts = {"tier1": 100, "tier2": 50}
+    plans, _ = plan_counts(counts, SplitMixSpec(repeat={"tier1": 10}), list(counts))
+    assert [(p.source, p.output_rows, p.rule) for p in plans] == [("tier1", 1000, "repeat 10x"), ("tier2", 50, "repeat 1x")]
+    plans, warnings = plan_counts(counts, SplitMixSpec(rows=500, upsample=False), list(counts))
+    assert [p.output_rows for p in plans] == [100, 50]
+    assert len(warnings) == 2 and "capped" in warnings[0]
+    with pytest.raises(MixError, match="0 rows"):
+        plan_counts({"a": 0}, SplitMixSpec(), ["a"])
+
+
+@pytest.mark.parametrize(("n_in", "n_out"), [(1843, 6829), (7, 7), (10, 3), (5, 23)])
+def test_each_document_appears_floor_or_ceil_times(n_in, n_out):
+    idx = draw_indices(n_in, n_out, np.random.default_rng(0))
+    assert len(idx) == n_out
+    counts = np.bincount(idx, minlength=n_in)
+    lo, hi = n_out // n_in, -(-n_out // n_in)
+    assert set(counts.tolist()) <= {lo, hi}
+    assert (counts == hi).sum() == n_out % n_in or n_out % n_in == 0
+
+
+def _ingest_stdlib(tmp_path: Path, name: str, package: str) -> Path:
+    src = SourceSpec(name=name, kind="code", path=STDLIB / package)
+    out = tmp_path / "ingested" / f"{name}.parquet"
+    ingest_source(src, out, tmp_path)
+    return out
+
+
+def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
+    a = _ingest_stdlib(tmp_path, "a", "email")
+    b = _ingest_stdlib(tmp_path, "b", "email")  # the same files again: all duplicates
+    c = _ingest_stdlib(tmp_path, "c", "json")
+    holdout = HoldoutSpec(val_fraction=0.2, test_fraction=0.1, seed=7)
+    result = build_documents([("a", a), ("b", b), ("c", c)], holdout, tmp_path / "documents", tmp_path)
+    n_a = pq.read_metadata(a).num_rows
+    assert result.duplicates == {"a <- b": n_a}
+    tables = {s: pq.read_table(tmp_path / "documents" / f"{s}.parquet") for s in ("train", "val", "test")}
+    hashes = {s: set(t.column("sha256").to_pylist()) for s, t in tables.items()}
+    assert not (hashes["train"] & hashes["val"]) and not (hashes["train"] & hashes["test"]) and not (hashes["val"] & hashes["test"])
+    assert sum(len(h) for h in hashes.values()) == n_a + pq.read_metadata(c).num_rows
+    assert all(set(t.column("source").to_pylist()) <= {"a", "c"} for t in tables.values())
+    for split, hs in hashes.items():
+        assert all(split_of(h, holdout) == split for h in hs)
+    assert len(hashes["val"]) > 0 and len(hashes["test"]) > 0
+
+
+def test_document_keeps_its_split_when_sources_grow(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    for p in sorted((STDLIB / "json").glob("*.py")):
+        (root / p.name).write_text(p.read_text(encoding="utf-8"), encoding="utf-8")
+    holdout = HoldoutSpec(val_fraction=0.3, test_fraction=0.2)
+    src = SourceSpec(name="r", kind="code", path=root)
+
+    def splits(run: str) -> dict[str, str]:
+        out = tmp_path / run
+        ingest_source(src, out / "ingested" / "r.parquet", out)
+        build_documents([("r", out / "ingested" / "r.parquet")], holdout, out / "documents", out)
+        return {row["file"]: s for s in ("train", "val", "test")
+                for row in pq.read_table(out / "documents" / f"{s}.parquet", columns=["file"]).to_pylist()}
+
+    before = splits("before")
+    for p in sorted((STDLIB / "email").glob("*.py")):
+        (root / f"email_{p.name}").write_text(p.read_text(encoding="utf-8"), encoding="utf-8")
+    (root / "__init__.py").unlink()
+    after = splits("after")
+    assert len(after) > len(before)
+    assert all(after[f] == s for f, s in before.items() if f != "__init__.py")
+
+
+def _docs_file(tmp_path: Path, texts: list[str], sources: list[str]) -> Path:
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": texts, "source": sources, "file": [f"f{i}" for i in range(len(texts))],
+                             "sha256": [text_sha256(t) for t in texts]}, schema=DOC_SCHEMA), path)
+    return path
+
+
+def test_mix_output_counts_and_determinism(tmp_path):
+    texts = [f"doc {i}" for i in range(130)]
+    sources = ["big"] * 100 + ["small"] * 30
+    docs = _docs_file(tmp_path, texts, sources)
+    mix = SplitMixSpec(seed=9, weights={"big": 0.5, "small": 0.5})
+    r1 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m1.parquet", tmp_path)
+    r2 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m2.parquet", tmp_path)
+    assert r1.artifact.sha256 == r2.artifact.sha256
+    rows = pq.read_table(tmp_path / "m1.parquet").to_pylist()
+    assert Counter(r["source"] for r in rows) == {"big": 65, "small": 65}
+    small_counts = Counter(r["text"] for r in rows if r["source"] == "small")
+    assert set(small_counts.values()) <= {2, 3} and len(small_counts) == 30
+    assert len({r["text"] for r in rows if r["source"] == "big"}) == 65  # downsampled without replacement
+    order = [r["text"] for r in rows]
+    assert order != sorted(order, key=lambda t: int(t.split()[1]))  # shuffled globally
+    r3 = mix_documents(docs, SplitMixSpec(seed=10, weights=mix.weights), ["big", "small"], tmp_path / "m3.parquet", tmp_path)
+    assert r3.artifact.sha256 != r1.artifact.sha256
+
+
+SENTINELS = [FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, "</s>", "<s>"]
+fim_text = st.lists(
+    st.one_of(st.text(min_size=0, max_size=40), st.sampled_from(["\r\n", "𝔘𝔫𝔦", "🐍", "é", *SENTINELS])),
+    max_size=12,
+).map("".join)
+
+
+def _undo(fmt: str | None, text: str, prefix: str | None, middle: str | None, suffix: str | None) -> str:
+    return text if fmt is None else prefix + middle + suffix  # type: ignore[operator]
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(fim_text, min_size=1, max_size=20), seed=st.integers(0, 2**32),
+       fmt=st.sampled_from(["psm", "spm", "mixed"]), first=st.integers(0, 10**6))
+def test_undoing_fim_restores_the_exact_text(texts, seed, fmt, first):
+    spec = FimSpec(rate=0.7, format=fmt, seed=seed, min_chars=0)
+    cols = fim_batch(texts, first, spec)
+    for i, original in enumerate(texts):
+        f = cols["fim_format"][i]
+        assert _undo(f, cols["text"][i], cols["fim_prefix"][i], cols["fim_middle"][i], cols["fim_suffix"][i]) == original
+        if f == "psm":
+            expected = FIM_PREFIX + cols["fim_prefix"][i] + FIM_SUFFIX + cols["fim_suffix"][i] + FIM_MIDDLE + cols["fim_middle"][i]
+            assert cols["text"][i] == expected
+        elif f == "spm":
+            assert cols["text"][i].startswith(FIM_SUFFIX + cols["fim_suffix"][i] + FIM_PREFIX)
+
+
+def _fim_input(tmp_path: Path) -> Path:
+    texts = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    texts = (texts * 80)[:4000]
+    texts[5] = "short"
+    return _docs_file(tmp_path, texts, ["email"] * len(texts))
+
+
+def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path):
+    src = _fim_input(tmp_path)
+    spec = FimSpec(rate=0.5, format="mixed", spm_rate=0.3, seed=42)
+    a = apply_fim(src, spec, tmp_path / "a.parquet", tmp_path, batch_rows=1000)
+    b = apply_fim(src, spec, tmp_path / "b.parquet", tmp_path, batch_rows=333)
+    c = apply_fim(src, spec, tmp_path / "c.parquet", tmp_path, batch_rows=1000)
+    assert a.artifact.sha256 == b.artifact.sha256 == c.artifact.sha256
+    n = a.rows
+    sigma = (n * 0.25) ** 0.5
+    assert abs(a.transformed - 0.5 * n) < 4 * sigma, a.transformed
+    assert abs(a.spm - 0.3 * a.transformed) < 4 * (a.transformed * 0.21) ** 0.5, a.spm
+    out = pq.read_table(tmp_path / "a.parquet").to_pylist()
+    original = pq.read_table(src).column("text").to_pylist()
+    assert out[5]["fim_format"] is None and out[5]["text"] == "short"  # under min_chars: untouched
+    for row, text in zip(out, original):
+        assert _undo(row["fim_format"], row["text"], row["fim_prefix"], row["fim_middle"], row["fim_suffix"]) == text
+    other = apply_fim(src, FimSpec(rate=0.5, seed=43), tmp_path / "d.parquet", tmp_path)
+    assert other.artifact.sha256 != a.artifact.sha256
+    off = apply_fim(src, spec, tmp_path / "e.parquet", tmp_path, enabled=False)
+    assert off.transformed == 0
+    assert pq.read_table(tmp_path / "e.parquet").column("text").to_pylist() == original
