@@ -30,6 +30,7 @@ SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32()))])
 READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+EXPORT_FILES = ("megatron.bin", "megatron.idx", "tokens.bin", "tokens.json")
 Progress = Callable[[str], None]
 
 
@@ -143,8 +144,6 @@ def build_corpus(
     encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
     formats = set(spec.formats)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("part-*.parquet"):
-        stale.unlink()  # a previous run may have had more shards
     docs = tokens = text_bytes = 0
     doc_lengths: list[np.ndarray] = []
     carry = np.zeros(0, dtype=np.uint32)
@@ -209,6 +208,10 @@ def build_corpus(
             "documents": docs, "seq_len": spec.seq_len,
         })
         artifacts += [record(out_dir / "tokens.bin", data_root, rows=tokens), record(out_dir / "tokens.json", data_root)]
+    produced = {data_root / a.path for a in artifacts}
+    for stale in [*out_dir.glob("part-*.parquet"), *(out_dir / n for n in EXPORT_FILES)]:
+        if stale.exists() and stale not in produced:
+            stale.unlink()  # left by an earlier run with more shards or other formats
     sequences = sum(shards.rows)
     return CorpusResult(
         artifacts=artifacts, documents=docs, sequences=sequences, tokens=tokens,

@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+from albor_pipeline.core.corpus import build_corpus, megatron_index, pack
+from albor_pipeline.core.encode import HFEncoder, TiktokenEncoder, pick_encoder
+from albor_pipeline.core.fim import apply_fim
+from albor_pipeline.core.tokenizer import build_tokenizer
+from albor_pipeline.dataset import TokenDataset
+from albor_pipeline.spec import CorpusSpec, FimSpec, TokenizerSpec
+
+from .conftest import STDLIB
+from .test_tokenizer import LITERAL, write_docs
+
+
+def test_pack_arithmetic():
+    carry = np.array([1, 2, 3], dtype=np.uint32)
+    seqs, rest = pack(carry, np.arange(10, 20, dtype=np.uint32), 4)
+    assert seqs.tolist() == [[1, 2, 3, 10], [11, 12, 13, 14], [15, 16, 17, 18]]
+    assert rest.tolist() == [19]
+    seqs, rest = pack(np.zeros(0, np.uint32), np.array([5, 6], dtype=np.uint32), 4)
+    assert seqs.shape == (0, 4) and rest.tolist() == [5, 6]
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """Tokenizer trained on real stdlib code; FIM'd documents ready to pretokenize."""
+    tmp = tmp_path_factory.mktemp("corpus")
+    train_texts = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "asyncio").rglob("*.py"))]
+    docs = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    docs += [LITERAL, "<|fim_middle|>" + LITERAL + "</s>", "tiny"]
+    train = write_docs(tmp / "train.parquet", train_texts)
+    build_tokenizer(train, write_docs(tmp / "val.parquet", docs[:5]), TokenizerSpec(vocab_size=1500), tmp / "tok", tmp)
+    src = write_docs(tmp / "docs.parquet", docs)
+    apply_fim(src, FimSpec(rate=0.5, format="mixed", seed=1, min_chars=0), tmp / "fim.parquet", tmp)
+    return tmp, docs
+
+
+def _flat_tokens(out: Path) -> np.ndarray:
+    shards = sorted(out.glob("part-*.parquet"))
+    return np.concatenate([np.concatenate(pq.read_table(s).column("input_ids").to_numpy(zero_copy_only=False))
+                           for s in shards])
+
+
+@pytest.mark.parametrize("encoder", ["hf", "tiktoken"])
+def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
+    tmp, _ = pipeline
+    out = tmp / f"out_{encoder}"
+    spec = CorpusSpec(seq_len=128, remainder="pad", encoder=encoder, formats=["parquet", "megatron", "nanogpt"])
+    result = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+    tok = Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json"))
+    eos, pad = tok.token_to_id("</s>"), tok.token_to_id("<pad>")
+    table = pq.read_table(out / "part-00000.parquet")
+    assert str(table.schema.field("input_ids").type) == "list<element: uint32>" or "uint32" in str(table.schema)
+    tokens = _flat_tokens(out)
+    assert len(tokens) % 128 == 0 and len(tokens) == result.sequences * 128
+    assert result.padded_tokens == len(tokens) - result.tokens
+    stream = tokens[: result.tokens]
+    assert (tokens[result.tokens:] == pad).all()
+    fim_rows = pq.read_table(tmp / "fim.parquet").to_pylist()
+    ends = np.flatnonzero(stream == eos)
+    assert len(ends) == len(fim_rows) and ends[-1] == len(stream) - 1
+    start = 0
+    for row, end in zip(fim_rows, ends):
+        text = tok.decode(stream[start:end].tolist(), skip_special_tokens=False)
+        assert text == row["text"]  # sentinel ids decode to the sentinel strings around the segments
+        start = end + 1
+    # a document that literally contains special strings yields no special ids except its FIM sentinels
+    literal_row = next(i for i, r in enumerate(fim_rows) if r["text"] == LITERAL)
+    lo = 0 if literal_row == 0 else ends[literal_row - 1] + 1
+    assert not set(stream[lo:ends[literal_row]].tolist()) & {0, 1, 2, 3, 1500, 1501, 1502}
+
+
+def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
+    tmp, _ = pipeline
+    out = tmp / "exports"
+    spec = CorpusSpec(seq_len=64, formats=["parquet", "megatron", "nanogpt"])
+    result = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+    raw = (out / "megatron.idx").read_bytes()
+    assert raw[:9] == b"MMIDIDX\x00\x00"
+    version, dtype_code = np.frombuffer(raw[9:17], "<u8")[0], raw[17]
+    n_seq, n_doc = np.frombuffer(raw[18:34], "<u8")
+    assert (version, dtype_code, n_doc) == (1, 8, n_seq + 1)  # 8 = uint16
+    off = 34
+    lengths = np.frombuffer(raw, "<i4", count=n_seq, offset=off)
+    pointers = np.frombuffer(raw, "<i8", count=n_seq, offset=off + 4 * n_seq)
+    doc_idx = np.frombuffer(raw, "<i8", count=n_doc, offset=off + 12 * n_seq)
+    assert off + 12 * n_seq + 8 * n_doc == len(raw)
+    assert n_seq == result.documents and doc_idx.tolist() == list(range(n_seq + 1))
+    data = np.fromfile(out / "megatron.bin", dtype=np.uint16)
+    eos = 2
+    for i in range(n_seq):
+        seq = data[pointers[i] // 2: pointers[i] // 2 + lengths[i]]
+        assert seq[-1] == eos and eos not in seq[:-1]
+    packed = _flat_tokens(out)
+    assert (data[: len(packed)] == packed).all() and len(data) - len(packed) == result.dropped_tokens
+    meta = json.loads((out / "tokens.json").read_text())
+    assert meta["dtype"] == "uint16" and meta["tokens"] == len(data) and meta["eos_id"] == eos
+    ds = TokenDataset(out, seq_len=64)
+    assert len(ds) == len(data) // 64
+    assert ds[3].tolist() == data[192:256].tolist() and ds[-1].tolist() == data[(len(ds) - 1) * 64: len(ds) * 64].tolist()
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+
+
+def test_megatron_index_small_case():
+    idx = megatron_index(np.array([3, 1, 2]), np.dtype(np.uint16))
+    assert np.frombuffer(idx, "<i8", count=3, offset=34 + 12).tolist() == [0, 6, 8]
+
+
+def test_corpus_is_deterministic(pipeline):
+    tmp, _ = pipeline
+    spec = CorpusSpec(seq_len=100, formats=["parquet", "nanogpt"])
+    a = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, tmp / "d1", tmp)
+    b = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, tmp / "d2", tmp)
+    assert [x.sha256 for x in a.artifacts] == [x.sha256 for x in b.artifacts]
+    assert a.dropped_tokens == a.tokens - a.sequences * 100
+
+
+text_st = st.text(st.characters(codec="utf-8"), max_size=200) | st.lists(
+    st.sampled_from(["def", " self", "\n    ", "\r\n", "  ", "'s", "'ll", "</s>", "<|fim_prefix|>", "é", "🐍", "123", "\t", "x"]),
+    max_size=40).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts=st.lists(text_st, min_size=1, max_size=8))
+def test_tiktoken_ids_equal_hf_ids(pipeline, texts):
+    tmp, _ = pipeline
+    tok = _tok(tmp)
+    assert TiktokenEncoder(tok).encode_batch(texts) == HFEncoder(tok).encode_batch(texts)
+
+
+_CACHE: dict[Path, Tokenizer] = {}
+
+
+def _tok(tmp: Path) -> Tokenizer:
+    if tmp not in _CACHE:
+        _CACHE[tmp] = Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json"))
+    return _CACHE[tmp]
+
+
+def test_tiktoken_equals_hf_on_real_code(pipeline):
+    tmp, docs = pipeline
+    tok = _tok(tmp)
+    texts = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "logging").rglob("*.py"))] + docs
+    assert TiktokenEncoder(tok).encode_batch(texts) == HFEncoder(tok).encode_batch(texts)
+    encoder, why = pick_encoder(tok, "auto", texts[:10])
+    assert encoder.name == "tiktoken" and "matched" in why

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tokenizers import Tokenizer
+
+from albor_pipeline.core.ingest import DOC_SCHEMA, text_sha256
+from albor_pipeline.core.tokenizer import TokenizerError, build_tokenizer, token_to_bytes
+from albor_pipeline.spec import TokenizerSpec
+
+from .conftest import STDLIB
+
+LITERAL = "x = '</s>' + '<|fim_prefix|>' + '<s>' + '<pad>'\n"
+
+
+def write_docs(path: Path, texts: list[str]) -> Path:
+    pq.write_table(pa.table({"text": texts, "source": ["s"] * len(texts), "file": ["f"] * len(texts),
+                             "sha256": [text_sha256(t) for t in texts]}, schema=DOC_SCHEMA), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus_files(tmp_path_factory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("tok")
+    files = sorted((STDLIB / "email").rglob("*.py")) + sorted((STDLIB / "asyncio").rglob("*.py"))
+    texts = [p.read_text(encoding="utf-8") for p in files]
+    texts.append(LITERAL * 200)  # literal special-token strings, many times over
+    val = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "json").rglob("*.py"))] + [LITERAL, "é🐍\r\n\t"]
+    return write_docs(tmp / "train.parquet", texts), write_docs(tmp / "val.parquet", val)
+
+
+@pytest.fixture(scope="module")
+def trained(corpus_files, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tokout")
+    result = build_tokenizer(*corpus_files, TokenizerSpec(vocab_size=2000), out / "tokenizer", out)
+    return out / "tokenizer", result
+
+
+def test_tokenizer_layout_specials_and_files(trained):
+    out, result = trained
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert [tok.token_to_id(t) for t in ("<unk>", "<s>", "</s>", "<pad>")] == [0, 1, 2, 3]
+    assert [tok.token_to_id(t) for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")] == [2000, 2001, 2002]
+    assert tok.get_vocab_size() == 2003
+    vocab = json.loads((out / "vocab.json").read_text(encoding="utf-8"))
+    assert len(vocab) == 2000 and vocab["</s>"] == 2
+    merges = (out / "merges.txt").read_text(encoding="utf-8").splitlines()
+    assert merges[0].startswith("#version") and all(len(m.split(" ")) == 2 for m in merges[1:])
+    assert len(merges) - 1 == result.report["merges"] == 2000 - 4 - 256
+    lengths = np.load(out / "token_bytes.npy")
+    assert lengths.shape == (2003,) and lengths[:4].tolist() == [0, 0, 0, 0] and lengths[2000:].tolist() == [0, 0, 0]
+    for token, idx in list(vocab.items())[4:50]:
+        assert lengths[idx] == len(token_to_bytes(token))
+    # literal special strings were never learned as (parts of) a single token
+    learned = [t for t, i in vocab.items() if i >= 4]
+    assert not any(s in token_to_bytes(t) for t in learned for s in (b"</s>", b"<|fim", b"<pad>", b"<s>"))
+
+
+def test_report_roundtrips_every_val_document(trained):
+    _, result = trained
+    report = result.report
+    assert report["val_documents"] == report["roundtrip_ok"] > 5
+    assert report["keywords_single_token"] == sum(report["keyword_coverage"].values())
+    assert report["keyword_coverage"][" def"] and report["keyword_coverage"][" return"]
+    assert 2.0 < report["bytes_per_token"] < 6.0
+
+
+def test_transformers_loads_tokenizer_json_if_installed(trained):
+    transformers = pytest.importorskip("transformers")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(trained[0] / "tokenizer.json"))
+    assert fast.convert_tokens_to_ids("</s>") == 2
+
+
+TRAIN_SCRIPT = """
+import sys
+from pathlib import Path
+from albor_pipeline.core.tokenizer import build_tokenizer
+from albor_pipeline.spec import TokenizerSpec
+out = Path(sys.argv[3])
+build_tokenizer(Path(sys.argv[1]), Path(sys.argv[2]), TokenizerSpec(vocab_size=2000), out, out)
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_training_is_byte_identical_across_runs_and_thread_counts(trained, corpus_files, tmp_path, threads):
+    env = {**os.environ, "RAYON_NUM_THREADS": threads}
+    subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, *map(str, corpus_files), str(tmp_path)], check=True, env=env)
+    for name in ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json"):
+        assert (tmp_path / name).read_bytes() == (trained[0] / name).read_bytes(), name
+
+
+def test_bad_tokenizer_config(corpus_files, tmp_path):
+    with pytest.raises(TokenizerError, match=r"vocab_size: 200 is smaller than the 256-byte alphabet \+ 4"):
+        build_tokenizer(*corpus_files, TokenizerSpec(vocab_size=200), tmp_path / "t", tmp_path)
+    empty = write_docs(tmp_path / "empty.parquet", [])
+    with pytest.raises(TokenizerError, match="train split is empty"):
+        build_tokenizer(empty, corpus_files[1], TokenizerSpec(vocab_size=1000), tmp_path / "t", tmp_path)
+    assert not (tmp_path / "t" / "tokenizer.json").exists()
