@@ -45,15 +45,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         result = job.execute_in_process(
-            instance=instance, raise_on_error=False,
+            instance=instance,
+            raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
         )
     seconds = time.perf_counter() - start
     if not result.success:
         for event in result.all_events:
             if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-                print(f"albor: step {event.step_key} failed: {event.step_failure_data.error.message.strip()}",
-                      file=sys.stderr)
+                error = event.step_failure_data.error
+                while error.cause is not None:  # the user-code error, not Dagster's wrapper
+                    error = error.cause
+                print(f"albor: step {event.step_key} failed: {error.message.strip()}", file=sys.stderr)
         print(f"albor: run {result.run_id} FAILED after {seconds:.1f}s", file=sys.stderr)
         return 1
     print(f"albor: run {result.run_id} succeeded in {seconds:.1f}s", file=sys.stderr)
@@ -74,11 +77,16 @@ def cmd_summary(args: argparse.Namespace) -> int:
     for split in ("train", "val", "test"):
         s = stages.get(f"corpus/{split}", {}).get("summary")
         if s:
-            print(f"  corpus/{split}: {s['sequences']:,} sequences, {s['tokens']:,} tokens from {s['documents']:,} documents")
+            print(
+                f"  corpus/{split}: {s['sequences']:,} sequences, {s['tokens']:,} tokens "
+                f"from {s['documents']:,} documents"
+            )
     tok = stages.get("tokenizer", {}).get("summary")
     if tok:
-        print(f"  tokenizer: vocab {tok['vocab_size']:,}, val round-trip {tok['roundtrip_ok']}/{tok['val_documents']}, "
-              f"{tok['bytes_per_token']} bytes/token")
+        print(
+            f"  tokenizer: vocab {tok['vocab_size']:,}, val round-trip {tok['roundtrip_ok']}/{tok['val_documents']}, "
+            f"{tok['bytes_per_token']} bytes/token"
+        )
     return 0
 
 

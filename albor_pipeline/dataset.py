@@ -22,7 +22,9 @@ class TokenDataset:
         self.seq_len = int(seq_len or self.meta["seq_len"])
         self.tokens = np.memmap(directory / "tokens.bin", dtype=np.dtype(self.meta["dtype"]), mode="r")
         if len(self.tokens) != self.meta["tokens"]:
-            raise ValueError(f"{directory}: tokens.bin holds {len(self.tokens)} tokens, tokens.json says {self.meta['tokens']}")
+            raise ValueError(
+                f"{directory}: tokens.bin holds {len(self.tokens)} tokens, tokens.json says {self.meta['tokens']}"
+            )
 
     def __len__(self) -> int:
         return len(self.tokens) // self.seq_len

@@ -35,12 +35,17 @@ def build_definitions(spec: PipelineSpec, output_dir: Path | None = None) -> dg.
         *(corpus_asset(spec, split) for split in SPLITS),
     ]
     stage_keys = [
-        *(ingested_key(s.name) for s in spec.sources), DOCUMENTS,
-        *(mixed_key(s) for s in SPLITS), *(fim_key(s) for s in SPLITS), TOKENIZER, *(corpus_key(s) for s in SPLITS),
+        *(ingested_key(s.name) for s in spec.sources),
+        DOCUMENTS,
+        *(mixed_key(s) for s in SPLITS),
+        *(fim_key(s) for s in SPLITS),
+        TOKENIZER,
+        *(corpus_key(s) for s in SPLITS),
     ]
     assets.append(provenance_asset(spec, stage_keys))
     build = dg.define_asset_job(
-        BUILD_JOB, selection=dg.AssetSelection.all() - dg.AssetSelection.assets(*(source_key(s.name) for s in spec.sources)),
+        BUILD_JOB,
+        selection=dg.AssetSelection.all() - dg.AssetSelection.assets(*(source_key(s.name) for s in spec.sources)),
         description="Materialize every stage: ingestion through pretokenized corpora and provenance.",
     )
     automation = automation_defs(spec, [source_key(s.name) for s in spec.sources])

@@ -32,15 +32,28 @@ def small_spec_dict(extra_sources: list[dict[str, Any]] | None = None, **overrid
     """A spec over a slice of the stdlib, sized for tests (small vocab, short sequences)."""
     raw: dict[str, Any] = {
         "sources": [
-            {"name": "stdlib_json_email", "kind": "code", "path": str(STDLIB),
-             "include": [f"{p}/**/*.py" for p in STDLIB_PACKAGES[:2]], "exclude": ["**/test*/**"]},
-            {"name": "stdlib_async", "kind": "code", "path": str(STDLIB),
-             "include": [f"{p}/**/*.py" for p in STDLIB_PACKAGES[2:]], "exclude": ["**/test*/**"]},
+            {
+                "name": "stdlib_json_email",
+                "kind": "code",
+                "path": str(STDLIB),
+                "include": [f"{p}/**/*.py" for p in STDLIB_PACKAGES[:2]],
+                "exclude": ["**/test*/**"],
+            },
+            {
+                "name": "stdlib_async",
+                "kind": "code",
+                "path": str(STDLIB),
+                "include": [f"{p}/**/*.py" for p in STDLIB_PACKAGES[2:]],
+                "exclude": ["**/test*/**"],
+            },
             *(extra_sources or []),
         ],
         "holdout": {"val_fraction": 0.1, "test_fraction": 0.05, "seed": 0},
-        "mix": {"train": {"seed": 42}, "val": {"seed": 123, "rows": 40, "upsample": False},
-                "test": {"seed": 456, "rows": 20, "upsample": False}},
+        "mix": {
+            "train": {"seed": 42},
+            "val": {"seed": 123, "rows": 40, "upsample": False},
+            "test": {"seed": 456, "rows": 20, "upsample": False},
+        },
         "tokenizer": {"vocab_size": 1024},
         "corpus": {"seq_len": 256, "formats": ["parquet", "megatron", "nanogpt"]},
     }
@@ -57,14 +70,17 @@ def make_spec(tmp_path: Path) -> Callable[..., PipelineSpec]:
     return _make
 
 
-def materialize_all(spec: PipelineSpec, out: Path, instance: dg.DagsterInstance | None = None,
-                    run_config: dict | None = None, selection: str = "*") -> dg.ExecuteInProcessResult:
-    """Materialize the graph of `spec` into `out` in process (sources are only observed)."""
-    from albor_pipeline.definitions import build_definitions
+def materialize_all(
+    spec: PipelineSpec,
+    out: Path,
+    instance: dg.DagsterInstance | None = None,
+    run_config: dict | None = None,
+    raise_on_error: bool = True,
+) -> dg.ExecuteInProcessResult:
+    """Run the build job (every stage and its checks) of `spec` into `out`, in process."""
+    from albor_pipeline.definitions import BUILD_JOB, build_definitions
 
-    defs = build_definitions(spec, out)
-    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition) and not a.is_observable]
-    result = dg.materialize(assets, instance=instance, resources=defs.resources,
-                            run_config=run_config or {}, selection=selection)
-    assert result.success
+    job = build_definitions(spec, out).resolve_job_def(BUILD_JOB)
+    result = job.execute_in_process(instance=instance, run_config=run_config or {}, raise_on_error=raise_on_error)
+    assert result.success or not raise_on_error
     return result

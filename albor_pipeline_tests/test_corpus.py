@@ -46,8 +46,9 @@ def pipeline(tmp_path_factory):
 
 def _flat_tokens(out: Path) -> np.ndarray:
     shards = sorted(out.glob("part-*.parquet"))
-    return np.concatenate([np.concatenate(pq.read_table(s).column("input_ids").to_numpy(zero_copy_only=False))
-                           for s in shards])
+    return np.concatenate(
+        [np.concatenate(pq.read_table(s).column("input_ids").to_numpy(zero_copy_only=False)) for s in shards]
+    )
 
 
 @pytest.mark.parametrize("encoder", ["hf", "tiktoken"])
@@ -64,7 +65,7 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     assert len(tokens) % 128 == 0 and len(tokens) == result.sequences * 128
     assert result.padded_tokens == len(tokens) - result.tokens
     stream = tokens[: result.tokens]
-    assert (tokens[result.tokens:] == pad).all()
+    assert (tokens[result.tokens :] == pad).all()
     fim_rows = pq.read_table(tmp / "fim.parquet").to_pylist()
     ends = np.flatnonzero(stream == eos)
     assert len(ends) == len(fim_rows) and ends[-1] == len(stream) - 1
@@ -76,7 +77,7 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     # a document that literally contains special strings yields no special ids except its FIM sentinels
     literal_row = next(i for i, r in enumerate(fim_rows) if r["text"] == LITERAL)
     lo = 0 if literal_row == 0 else ends[literal_row - 1] + 1
-    assert not set(stream[lo:ends[literal_row]].tolist()) & {0, 1, 2, 3, 1500, 1501, 1502}
+    assert not set(stream[lo : ends[literal_row]].tolist()) & {0, 1, 2, 3, 1500, 1501, 1502}
 
 
 def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
@@ -98,7 +99,7 @@ def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
     data = np.fromfile(out / "megatron.bin", dtype=np.uint16)
     eos = 2
     for i in range(n_seq):
-        seq = data[pointers[i] // 2: pointers[i] // 2 + lengths[i]]
+        seq = data[pointers[i] // 2 : pointers[i] // 2 + lengths[i]]
         assert seq[-1] == eos and eos not in seq[:-1]
     packed = _flat_tokens(out)
     assert (data[: len(packed)] == packed).all() and len(data) - len(packed) == result.dropped_tokens
@@ -106,7 +107,9 @@ def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
     assert meta["dtype"] == "uint16" and meta["tokens"] == len(data) and meta["eos_id"] == eos
     ds = TokenDataset(out, seq_len=64)
     assert len(ds) == len(data) // 64
-    assert ds[3].tolist() == data[192:256].tolist() and ds[-1].tolist() == data[(len(ds) - 1) * 64: len(ds) * 64].tolist()
+    assert (
+        ds[3].tolist() == data[192:256].tolist() and ds[-1].tolist() == data[(len(ds) - 1) * 64 : len(ds) * 64].tolist()
+    )
     with pytest.raises(IndexError):
         ds[len(ds)]
 
@@ -126,8 +129,11 @@ def test_corpus_is_deterministic(pipeline):
 
 
 text_st = st.text(st.characters(codec="utf-8"), max_size=200) | st.lists(
-    st.sampled_from(["def", " self", "\n    ", "\r\n", "  ", "'s", "'ll", "</s>", "<|fim_prefix|>", "é", "🐍", "123", "\t", "x"]),
-    max_size=40).map("".join)
+    st.sampled_from(
+        ["def", " self", "\n    ", "\r\n", "  ", "'s", "'ll", "</s>", "<|fim_prefix|>", "é", "🐍", "123", "\t", "x"]
+    ),
+    max_size=40,
+).map("".join)
 
 
 @settings(max_examples=400, deadline=None)

@@ -77,16 +77,17 @@ def test_jsonl_csv_parquet_sources(tmp_path):
     assert result.skipped == {"blank_line": 1}
 
     import csv
+
     with open(data / "b.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["id", "content"])
         for i, d in enumerate(docs):
-            writer.writerow([i, d + "\nwith, a \"quoted\" newline"])
+            writer.writerow([i, d + '\nwith, a "quoted" newline'])
     _, rows = ingest(tmp_path, kind="csv", path=data / "b.csv", text_field="content")
-    assert [r["text"] for r in rows] == [d + "\nwith, a \"quoted\" newline" for d in docs]
+    assert [r["text"] for r in rows] == [d + '\nwith, a "quoted" newline' for d in docs]
     assert rows[1]["file"] == "b.csv:4"  # header on line 1, row 0 spans lines 2-3
 
-    pq.write_table(pa.table({"t": docs + [None]}), data / "c.parquet")
+    pq.write_table(pa.table({"t": [*docs, None]}), data / "c.parquet")
     result, rows = ingest(tmp_path, kind="parquet", path=data / "c.parquet", text_field="t")
     assert [r["text"] for r in rows] == docs
     assert result.skipped == {"null_text": 1}

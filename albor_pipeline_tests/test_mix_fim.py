@@ -32,7 +32,10 @@ def test_seed_000_arithmetic():
 def test_repeat_rows_and_no_upsample_cap():
     counts = {"tier1": 100, "tier2": 50}
     plans, _ = plan_counts(counts, SplitMixSpec(repeat={"tier1": 10}), list(counts))
-    assert [(p.source, p.output_rows, p.rule) for p in plans] == [("tier1", 1000, "repeat 10x"), ("tier2", 50, "repeat 1x")]
+    assert [(p.source, p.output_rows, p.rule) for p in plans] == [
+        ("tier1", 1000, "repeat 10x"),
+        ("tier2", 50, "repeat 1x"),
+    ]
     plans, warnings = plan_counts(counts, SplitMixSpec(rows=500, upsample=False), list(counts))
     assert [p.output_rows for p in plans] == [100, 50]
     assert len(warnings) == 2 and "capped" in warnings[0]
@@ -67,7 +70,11 @@ def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
     assert result.duplicates == {"a <- b": n_a}
     tables = {s: pq.read_table(tmp_path / "documents" / f"{s}.parquet") for s in ("train", "val", "test")}
     hashes = {s: set(t.column("sha256").to_pylist()) for s, t in tables.items()}
-    assert not (hashes["train"] & hashes["val"]) and not (hashes["train"] & hashes["test"]) and not (hashes["val"] & hashes["test"])
+    assert (
+        not (hashes["train"] & hashes["val"])
+        and not (hashes["train"] & hashes["test"])
+        and not (hashes["val"] & hashes["test"])
+    )
     assert sum(len(h) for h in hashes.values()) == n_a + pq.read_metadata(c).num_rows
     assert all(set(t.column("source").to_pylist()) <= {"a", "c"} for t in tables.values())
     for split, hs in hashes.items():
@@ -87,8 +94,11 @@ def test_document_keeps_its_split_when_sources_grow(tmp_path):
         out = tmp_path / run
         ingest_source(src, out / "ingested" / "r.parquet", out)
         build_documents([("r", out / "ingested" / "r.parquet")], holdout, out / "documents", out)
-        return {row["file"]: s for s in ("train", "val", "test")
-                for row in pq.read_table(out / "documents" / f"{s}.parquet", columns=["file"]).to_pylist()}
+        return {
+            row["file"]: s
+            for s in ("train", "val", "test")
+            for row in pq.read_table(out / "documents" / f"{s}.parquet", columns=["file"]).to_pylist()
+        }
 
     before = splits("before")
     for p in sorted((STDLIB / "email").glob("*.py")):
@@ -101,8 +111,18 @@ def test_document_keeps_its_split_when_sources_grow(tmp_path):
 
 def _docs_file(tmp_path: Path, texts: list[str], sources: list[str]) -> Path:
     path = tmp_path / "docs.parquet"
-    pq.write_table(pa.table({"text": texts, "source": sources, "file": [f"f{i}" for i in range(len(texts))],
-                             "sha256": [text_sha256(t) for t in texts]}, schema=DOC_SCHEMA), path)
+    pq.write_table(
+        pa.table(
+            {
+                "text": texts,
+                "source": sources,
+                "file": [f"f{i}" for i in range(len(texts))],
+                "sha256": [text_sha256(t) for t in texts],
+            },
+            schema=DOC_SCHEMA,
+        ),
+        path,
+    )
     return path
 
 
@@ -121,7 +141,9 @@ def test_mix_output_counts_and_determinism(tmp_path):
     assert len({r["text"] for r in rows if r["source"] == "big"}) == 65  # downsampled without replacement
     order = [r["text"] for r in rows]
     assert order != sorted(order, key=lambda t: int(t.split()[1]))  # shuffled globally
-    r3 = mix_documents(docs, SplitMixSpec(seed=10, weights=mix.weights), ["big", "small"], tmp_path / "m3.parquet", tmp_path)
+    r3 = mix_documents(
+        docs, SplitMixSpec(seed=10, weights=mix.weights), ["big", "small"], tmp_path / "m3.parquet", tmp_path
+    )
     assert r3.artifact.sha256 != r1.artifact.sha256
 
 
@@ -137,16 +159,29 @@ def _undo(fmt: str | None, text: str, prefix: str | None, middle: str | None, su
 
 
 @settings(max_examples=300, deadline=None)
-@given(texts=st.lists(fim_text, min_size=1, max_size=20), seed=st.integers(0, 2**32),
-       fmt=st.sampled_from(["psm", "spm", "mixed"]), first=st.integers(0, 10**6))
+@given(
+    texts=st.lists(fim_text, min_size=1, max_size=20),
+    seed=st.integers(0, 2**32),
+    fmt=st.sampled_from(["psm", "spm", "mixed"]),
+    first=st.integers(0, 10**6),
+)
 def test_undoing_fim_restores_the_exact_text(texts, seed, fmt, first):
     spec = FimSpec(rate=0.7, format=fmt, seed=seed, min_chars=0)
     cols = fim_batch(texts, first, spec)
     for i, original in enumerate(texts):
         f = cols["fim_format"][i]
-        assert _undo(f, cols["text"][i], cols["fim_prefix"][i], cols["fim_middle"][i], cols["fim_suffix"][i]) == original
+        assert (
+            _undo(f, cols["text"][i], cols["fim_prefix"][i], cols["fim_middle"][i], cols["fim_suffix"][i]) == original
+        )
         if f == "psm":
-            expected = FIM_PREFIX + cols["fim_prefix"][i] + FIM_SUFFIX + cols["fim_suffix"][i] + FIM_MIDDLE + cols["fim_middle"][i]
+            expected = (
+                FIM_PREFIX
+                + cols["fim_prefix"][i]
+                + FIM_SUFFIX
+                + cols["fim_suffix"][i]
+                + FIM_MIDDLE
+                + cols["fim_middle"][i]
+            )
             assert cols["text"][i] == expected
         elif f == "spm":
             assert cols["text"][i].startswith(FIM_SUFFIX + cols["fim_suffix"][i] + FIM_PREFIX)

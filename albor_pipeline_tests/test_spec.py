@@ -39,19 +39,29 @@ def test_relative_path_resolves_against_spec_file(tmp_path):
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r["mix"]["train"].update(weights={"stdlib_json_email": 0, "stdlib_async": 1}),
-         "mix.train.weights: stdlib_json_email: must be > 0"),
+        (
+            lambda r: r["mix"]["train"].update(weights={"stdlib_json_email": 0, "stdlib_async": 1}),
+            "mix.train.weights: stdlib_json_email: must be > 0",
+        ),
         (lambda r: r["mix"]["train"].update(weights={"nope": 1.0}), "mix.train.weights.nope: unknown source"),
-        (lambda r: r["mix"]["train"].update(weights={"stdlib_json_email": 1.0}),
-         "mix.train.weights: no weight or repeat given for source(s) ['stdlib_async']"),
-        (lambda r: r["holdout"].update(val_fraction=0.6, test_fraction=0.4),
-         "holdout: val_fraction + test_fraction must be < 1"),
+        (
+            lambda r: r["mix"]["train"].update(weights={"stdlib_json_email": 1.0}),
+            "mix.train.weights: no weight or repeat given for source(s) ['stdlib_async']",
+        ),
+        (
+            lambda r: r["holdout"].update(val_fraction=0.6, test_fraction=0.4),
+            "holdout: val_fraction + test_fraction must be < 1",
+        ),
         (lambda r: r["sources"][1].update(kind="xml"), "sources[1].kind"),
         (lambda r: r["sources"][1].update(min_chars=10, max_chars=5), "sources[1]: min_chars must be <= max_chars"),
         (lambda r: r["sources"].append(dict(r["sources"][0])), "sources: duplicate name(s) ['stdlib_json_email']"),
         (lambda r: r["sources"][0].update(path="{nowhere}/x"), "sources[0].path: unknown placeholder"),
-        (lambda r: r["fim"].__setitem__("splits", ["train", "dev"]) if "fim" in r else r.update(fim={"splits": ["dev"]}),
-         "fim.splits: unknown split(s) ['dev']"),
+        (
+            lambda r: (
+                r["fim"].__setitem__("splits", ["train", "dev"]) if "fim" in r else r.update(fim={"splits": ["dev"]})
+            ),
+            "fim.splits: unknown split(s) ['dev']",
+        ),
         (lambda r: r["corpus"].update(remainder="wrap"), "corpus.remainder"),
     ],
 )

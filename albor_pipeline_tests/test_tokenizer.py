@@ -22,8 +22,18 @@ LITERAL = "x = '</s>' + '<|fim_prefix|>' + '<s>' + '<pad>'\n"
 
 
 def write_docs(path: Path, texts: list[str]) -> Path:
-    pq.write_table(pa.table({"text": texts, "source": ["s"] * len(texts), "file": ["f"] * len(texts),
-                             "sha256": [text_sha256(t) for t in texts]}, schema=DOC_SCHEMA), path)
+    pq.write_table(
+        pa.table(
+            {
+                "text": texts,
+                "source": ["s"] * len(texts),
+                "file": ["f"] * len(texts),
+                "sha256": [text_sha256(t) for t in texts],
+            },
+            schema=DOC_SCHEMA,
+        ),
+        path,
+    )
     return path
 
 

@@ -130,8 +130,13 @@ class CorpusResult:
 
 
 def build_corpus(
-    fim_path: Path, tokenizer_path: Path, spec: CorpusSpec, out_dir: Path, data_root: Path,
-    batch_rows: int = 1024, progress: Progress | None = None,
+    fim_path: Path,
+    tokenizer_path: Path,
+    spec: CorpusSpec,
+    out_dir: Path,
+    data_root: Path,
+    batch_rows: int = 1024,
+    progress: Progress | None = None,
 ) -> CorpusResult:
     """Pretokenize one split's FIM'd documents into `out_dir`."""
     start = time.perf_counter()
@@ -151,11 +156,9 @@ def build_corpus(
     with ExitStack() as stack:
         streams: list[BinaryIO] = []
         if ExportFormat.megatron in formats:
-            streams.append(open(stack.enter_context(atomic_path(out_dir / "megatron.bin")), "wb"))
+            streams.append(stack.enter_context(open(stack.enter_context(atomic_path(out_dir / "megatron.bin")), "wb")))
         if ExportFormat.nanogpt in formats:
-            streams.append(open(stack.enter_context(atomic_path(out_dir / "tokens.bin")), "wb"))
-        for fh in streams:
-            stack.callback(fh.close)
+            streams.append(stack.enter_context(open(stack.enter_context(atomic_path(out_dir / "tokens.bin")), "wb")))
         flat_dtype = token_dtype(vocab)
         try:
             for batch in pfile.iter_batches(batch_size=batch_rows, columns=READ_COLUMNS):
@@ -201,20 +204,39 @@ def build_corpus(
                 raw.astype(idx_dtype).tofile(tmp)
         with atomic_path(out_dir / "megatron.idx") as tmp:
             tmp.write_bytes(megatron_index(lengths_all, idx_dtype))
-        artifacts += [record(out_dir / "megatron.bin", data_root, rows=docs), record(out_dir / "megatron.idx", data_root)]
+        artifacts += [
+            record(out_dir / "megatron.bin", data_root, rows=docs),
+            record(out_dir / "megatron.idx", data_root),
+        ]
     if ExportFormat.nanogpt in formats:
-        write_json(out_dir / "tokens.json", {
-            "dtype": flat_dtype.name, "vocab_size": vocab, "tokens": tokens, "eos_id": eos,
-            "documents": docs, "seq_len": spec.seq_len,
-        })
-        artifacts += [record(out_dir / "tokens.bin", data_root, rows=tokens), record(out_dir / "tokens.json", data_root)]
+        write_json(
+            out_dir / "tokens.json",
+            {
+                "dtype": flat_dtype.name,
+                "vocab_size": vocab,
+                "tokens": tokens,
+                "eos_id": eos,
+                "documents": docs,
+                "seq_len": spec.seq_len,
+            },
+        )
+        artifacts += [
+            record(out_dir / "tokens.bin", data_root, rows=tokens),
+            record(out_dir / "tokens.json", data_root),
+        ]
     produced = {data_root / a.path for a in artifacts}
     for stale in [*out_dir.glob("part-*.parquet"), *(out_dir / n for n in EXPORT_FILES)]:
         if stale.exists() and stale not in produced:
             stale.unlink()  # left by an earlier run with more shards or other formats
     sequences = sum(shards.rows)
     return CorpusResult(
-        artifacts=artifacts, documents=docs, sequences=sequences, tokens=tokens,
-        dropped_tokens=dropped, padded_tokens=padded, text_bytes=text_bytes,
-        encoder=encoder_note, seconds=time.perf_counter() - start,
+        artifacts=artifacts,
+        documents=docs,
+        sequences=sequences,
+        tokens=tokens,
+        dropped_tokens=dropped,
+        padded_tokens=padded,
+        text_bytes=text_bytes,
+        encoder=encoder_note,
+        seconds=time.perf_counter() - start,
     )

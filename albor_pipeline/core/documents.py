@@ -43,7 +43,10 @@ class DocumentsResult:
 
 
 def build_documents(
-    inputs: list[tuple[str, Path]], holdout: HoldoutSpec, out_dir: Path, data_root: Path,
+    inputs: list[tuple[str, Path]],
+    holdout: HoldoutSpec,
+    out_dir: Path,
+    data_root: Path,
     progress: Progress | None = None,
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, ingested Parquet) in order and write one Parquet per split."""
@@ -76,4 +79,3 @@ def build_documents(
         rows={s: dict(rows[s]) for s in SPLITS},
         duplicates=dict(sorted(duplicates.items())),
     )
-

@@ -48,9 +48,7 @@ class TiktokenEncoder:
         model = json.loads(tok.to_str())["model"]
         specials = set(SPECIALS) | set(FIM_TOKENS)
         ranks = {token_to_bytes(t): i for t, i in model["vocab"].items() if t not in specials}
-        self._enc = tiktoken.Encoding(
-            name="albor", pat_str=BYTELEVEL_PATTERN, mergeable_ranks=ranks, special_tokens={}
-        )
+        self._enc = tiktoken.Encoding(name="albor", pat_str=BYTELEVEL_PATTERN, mergeable_ranks=ranks, special_tokens={})
         self._threads = _threads()
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:

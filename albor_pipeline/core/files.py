@@ -43,9 +43,7 @@ def matches(relpath: str, patterns: Iterable[str]) -> bool:
     return any(_glob_regex(p).match(relpath) for p in patterns)
 
 
-def list_source_files(
-    root: Path, include: Iterable[str], exclude: Iterable[str] = ()
-) -> list[str]:
+def list_source_files(root: Path, include: Iterable[str], exclude: Iterable[str] = ()) -> list[str]:
     """Sorted POSIX paths relative to `root` that match `include` and not `exclude`.
 
     Hidden files and directories, `__pycache__`, `node_modules` and virtualenvs are

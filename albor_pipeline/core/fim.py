@@ -21,8 +21,13 @@ from albor_pipeline.spec import FimFormat, FimSpec
 
 FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
 FIM_SCHEMA = pa.schema(
-    [*DOC_SCHEMA, ("fim_format", pa.string()), ("fim_prefix", pa.string()),
-     ("fim_middle", pa.string()), ("fim_suffix", pa.string())]
+    [
+        *DOC_SCHEMA,
+        ("fim_format", pa.string()),
+        ("fim_prefix", pa.string()),
+        ("fim_middle", pa.string()),
+        ("fim_suffix", pa.string()),
+    ]
 )
 Progress = Callable[[str], None]
 
@@ -86,8 +91,13 @@ def fim_batch(texts: list[str], first_row: int, fim: FimSpec) -> dict[str, list[
 
 
 def apply_fim(
-    src: Path, fim: FimSpec, out: Path, data_root: Path, enabled: bool = True,
-    batch_rows: int = BATCH_ROWS, progress: Progress | None = None,
+    src: Path,
+    fim: FimSpec,
+    out: Path,
+    data_root: Path,
+    enabled: bool = True,
+    batch_rows: int = BATCH_ROWS,
+    progress: Progress | None = None,
 ) -> FimResult:
     """Write `src` with FIM applied (or only the FIM columns added, when not `enabled`)."""
     row = transformed = spm = text_bytes = 0
@@ -102,9 +112,11 @@ def apply_fim(
             transformed += sum(f is not None for f in formats)
             spm += sum(f == "spm" for f in formats)
             arrays = {n: batch.column(n) for n in ("source", "file", "sha256")}
-            sink.write(pa.RecordBatch.from_pydict(
-                {"text": cols["text"], **arrays, **{k: cols[k] for k in FIM_SCHEMA.names[4:]}}, schema=FIM_SCHEMA
-            ))
+            sink.write(
+                pa.RecordBatch.from_pydict(
+                    {"text": cols["text"], **arrays, **{k: cols[k] for k in FIM_SCHEMA.names[4:]}}, schema=FIM_SCHEMA
+                )
+            )
             text_bytes += pa.compute.sum(pa.compute.binary_length(batch.column("text"))).as_py() or 0
             row += len(texts)
             if progress and row % (batch_rows * 8) < batch_rows:

@@ -24,9 +24,7 @@ from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
 from albor_pipeline.core.files import list_source_files, source_root
 from albor_pipeline.spec import SourceKind, SourceSpec
 
-DOC_SCHEMA = pa.schema(
-    [("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())]
-)
+DOC_SCHEMA = pa.schema([("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())])
 BATCH_ROWS = 2048
 BATCH_BYTES = 32 << 20
 
@@ -142,7 +140,9 @@ def _parquet_documents(path: Path, rel: str, field_name: str, skipped: Counter) 
     if not pa.types.is_string(pfile.schema_arrow.field(field_name).type) and not pa.types.is_large_string(
         pfile.schema_arrow.field(field_name).type
     ):
-        raise IngestError(f"{path}: column {field_name!r} is {pfile.schema_arrow.field(field_name).type}, expected string")
+        raise IngestError(
+            f"{path}: column {field_name!r} is {pfile.schema_arrow.field(field_name).type}, expected string"
+        )
     row = 0
     for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]):
         for value in batch.column(0).to_pylist():

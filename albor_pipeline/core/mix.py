@@ -48,9 +48,7 @@ class MixResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def plan_counts(
-    counts: dict[str, int], mix: SplitMixSpec, order: list[str]
-) -> tuple[list[SourcePlan], list[str]]:
+def plan_counts(counts: dict[str, int], mix: SplitMixSpec, order: list[str]) -> tuple[list[SourcePlan], list[str]]:
     """Rows per source for one split (pure arithmetic, no data)."""
     warnings: list[str] = []
     repeat = dict(mix.repeat)
@@ -99,13 +97,19 @@ def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def mix_documents(
-    split_path: Path, mix: SplitMixSpec, order: list[str], out: Path, data_root: Path,
+    split_path: Path,
+    mix: SplitMixSpec,
+    order: list[str],
+    out: Path,
+    data_root: Path,
     progress: Progress | None = None,
 ) -> MixResult:
     """Write the weighted, shuffled mix of one split's documents to `out`."""
     grouped = (
-        pl.read_parquet(split_path, columns=["source"]).with_row_index("i")
-        .group_by("source", maintain_order=True).agg(pl.col("i"))
+        pl.read_parquet(split_path, columns=["source"])
+        .with_row_index("i")
+        .group_by("source", maintain_order=True)
+        .agg(pl.col("i"))
     )
     positions = {
         name: idx.to_numpy().astype(np.int64)

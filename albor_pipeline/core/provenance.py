@@ -23,9 +23,7 @@ def build_provenance(root: Path, stages: list[str], spec: dict[str, Any], versio
     return {
         "spec": spec,
         "versions": versions,
-        "artifacts": [
-            {**art.model_dump(), "stage": m.stage} for m in manifests for art in m.outputs
-        ],
+        "artifacts": [{**art.model_dump(), "stage": m.stage} for m in manifests for art in m.outputs],
         "stages": {
             m.stage: {
                 "data_version": m.data_version,
@@ -46,55 +44,145 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 def render_markdown(prov: dict[str, Any]) -> str:
     stages: dict[str, Any] = prov["stages"]
-    lines = ["# Provenance", "", "Every artifact of this pipeline run with its full SHA-256. "
-             "Re-check with `albor verify`.", ""]
+    lines = [
+        "# Provenance",
+        "",
+        "Every artifact of this pipeline run with its full SHA-256. Re-check with `albor verify`.",
+        "",
+    ]
     src_rows = []
     for src in prov["spec"]["sources"]:
         summary = stages.get(f"ingested/{src['name']}", {}).get("summary", {})
         skipped = ", ".join(f"{k} {v}" for k, v in summary.get("skipped", {}).items()) or "none"
-        src_rows.append([src["name"], src["kind"], f"`{src['path']}`", summary.get("files", ""),
-                         summary.get("documents", ""), summary.get("text_bytes", ""), skipped])
-    lines += ["## Sources", "", *_table(["source", "kind", "path", "files", "documents", "text bytes", "skipped"], src_rows)]
+        src_rows.append(
+            [
+                src["name"],
+                src["kind"],
+                f"`{src['path']}`",
+                summary.get("files", ""),
+                summary.get("documents", ""),
+                summary.get("text_bytes", ""),
+                skipped,
+            ]
+        )
+    lines += [
+        "## Sources",
+        "",
+        *_table(["source", "kind", "path", "files", "documents", "text bytes", "skipped"], src_rows),
+    ]
     docs = stages.get("documents", {}).get("summary", {})
     if docs:
         holdout = stages["documents"]["config"]
-        lines += ["## Splits", "", f"Holdout by content hash: val {holdout['val_fraction']}, test "
-                  f"{holdout['test_fraction']}, seed {holdout['seed']}. Duplicates dropped: "
-                  f"{sum(docs.get('duplicates', {}).values())}.", ""]
-        lines += _table(["split", *[s["name"] for s in prov["spec"]["sources"]]],
-                        [[split, *[docs["rows"][split].get(s["name"], 0) for s in prov["spec"]["sources"]]]
-                         for split in docs["rows"]])
+        lines += [
+            "## Splits",
+            "",
+            f"Holdout by content hash: val {holdout['val_fraction']}, test "
+            f"{holdout['test_fraction']}, seed {holdout['seed']}. Duplicates dropped: "
+            f"{sum(docs.get('duplicates', {}).values())}.",
+            "",
+        ]
+        lines += _table(
+            ["split", *[s["name"] for s in prov["spec"]["sources"]]],
+            [
+                [split, *[docs["rows"][split].get(s["name"], 0) for s in prov["spec"]["sources"]]]
+                for split in docs["rows"]
+            ],
+        )
     mix_rows = []
     for split in ("train", "val", "test"):
         stage = stages.get(f"mixed/{split}")
         if stage:
             for p in stage["summary"]["plan"]:
-                mix_rows.append([split, stage["config"]["seed"], p["source"], p["rule"], p["input rows"],
-                                 p["output rows"], p["multiplier"]])
+                mix_rows.append(
+                    [
+                        split,
+                        stage["config"]["seed"],
+                        p["source"],
+                        p["rule"],
+                        p["input rows"],
+                        p["output rows"],
+                        p["multiplier"],
+                    ]
+                )
     if mix_rows:
-        lines += ["## Mix", "", *_table(["split", "seed", "source", "rule", "input rows", "output rows", "multiplier"], mix_rows)]
-    fim_rows = [[split, s["config"]["enabled"], s["config"]["rate"], s["config"]["format"], s["config"]["seed"],
-                 s["summary"]["transformed"], s["summary"]["rows"]]
-                for split in ("train", "val", "test") if (s := stages.get(f"fim/{split}"))]
+        lines += [
+            "## Mix",
+            "",
+            *_table(["split", "seed", "source", "rule", "input rows", "output rows", "multiplier"], mix_rows),
+        ]
+    fim_rows = [
+        [
+            split,
+            s["config"]["enabled"],
+            s["config"]["rate"],
+            s["config"]["format"],
+            s["config"]["seed"],
+            s["summary"]["transformed"],
+            s["summary"]["rows"],
+        ]
+        for split in ("train", "val", "test")
+        if (s := stages.get(f"fim/{split}"))
+    ]
     if fim_rows:
-        lines += ["## Fill-in-the-Middle", "", *_table(["split", "enabled", "rate", "format", "seed", "FIM rows", "rows"], fim_rows)]
+        lines += [
+            "## Fill-in-the-Middle",
+            "",
+            *_table(["split", "enabled", "rate", "format", "seed", "FIM rows", "rows"], fim_rows),
+        ]
     tok = stages.get("tokenizer", {}).get("summary")
     if tok:
-        lines += ["## Tokenizer", "", *_table(["fact", "value"], [
-            ["vocab size", tok["vocab_size"]], ["merges", tok["merges"]],
-            ["special ids", ", ".join(f"`{k}`={v}" for k, v in tok["special_ids"].items())],
-            ["val round-trip", f"{tok['roundtrip_ok']}/{tok['val_documents']}"],
-            ["keywords single-token", f"{tok['keywords_single_token']}/8"],
-            ["bytes/token (val)", tok["bytes_per_token"]], ["train documents", tok["train_documents"]],
-        ])]
-    corpus_rows = [[split, s["config"]["seq_len"], s["summary"]["documents"], s["summary"]["sequences"],
-                    s["summary"]["tokens"], s["summary"]["dropped_tokens"], s["summary"]["padded_tokens"]]
-                   for split in ("train", "val", "test") if (s := stages.get(f"corpus/{split}"))]
+        lines += [
+            "## Tokenizer",
+            "",
+            *_table(
+                ["fact", "value"],
+                [
+                    ["vocab size", tok["vocab_size"]],
+                    ["merges", tok["merges"]],
+                    ["special ids", ", ".join(f"`{k}`={v}" for k, v in tok["special_ids"].items())],
+                    ["val round-trip", f"{tok['roundtrip_ok']}/{tok['val_documents']}"],
+                    ["keywords single-token", f"{tok['keywords_single_token']}/8"],
+                    ["bytes/token (val)", tok["bytes_per_token"]],
+                    ["train documents", tok["train_documents"]],
+                ],
+            ),
+        ]
+    corpus_rows = [
+        [
+            split,
+            s["config"]["seq_len"],
+            s["summary"]["documents"],
+            s["summary"]["sequences"],
+            s["summary"]["tokens"],
+            s["summary"]["dropped_tokens"],
+            s["summary"]["padded_tokens"],
+        ]
+        for split in ("train", "val", "test")
+        if (s := stages.get(f"corpus/{split}"))
+    ]
     if corpus_rows:
-        lines += ["## Corpora", "", *_table(["split", "seq_len", "documents", "sequences", "tokens", "dropped", "padded"], corpus_rows)]
-    lines += ["## Artifacts", "", *_table(["path", "sha256", "bytes", "rows", "stage"], [
-        [f"`{a['path']}`", f"`{a['sha256']}`", a["bytes"], a["rows"] if a["rows"] is not None else "", a["stage"]]
-        for a in prov["artifacts"]])]
+        lines += [
+            "## Corpora",
+            "",
+            *_table(["split", "seq_len", "documents", "sequences", "tokens", "dropped", "padded"], corpus_rows),
+        ]
+    lines += [
+        "## Artifacts",
+        "",
+        *_table(
+            ["path", "sha256", "bytes", "rows", "stage"],
+            [
+                [
+                    f"`{a['path']}`",
+                    f"`{a['sha256']}`",
+                    a["bytes"],
+                    a["rows"] if a["rows"] is not None else "",
+                    a["stage"],
+                ]
+                for a in prov["artifacts"]
+            ],
+        ),
+    ]
     lines += ["## Library versions", "", *_table(["library", "version"], [[k, v] for k, v in prov["versions"].items()])]
     return "\n".join(lines)
 

@@ -52,8 +52,9 @@ def token_to_bytes(token: str) -> bytes:
     return bytes(table[ch] for ch in token)
 
 
-def iter_texts(path: Path, max_chars: int | None = None, doc_cap: int | None = None,
-               batch_rows: int = 1024) -> Iterator[list[str]]:
+def iter_texts(
+    path: Path, max_chars: int | None = None, doc_cap: int | None = None, batch_rows: int = 1024
+) -> Iterator[list[str]]:
     """Stream batches of documents from Parquet, truncating each to `doc_cap` and
     stopping after `max_chars` in total."""
     total = 0
@@ -170,9 +171,7 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], baselines: tuple[Pa
         "val_bytes": n_bytes,
         "val_tokens": n_tokens,
         "bytes_per_token": round(n_bytes / n_tokens, 4) if n_tokens else None,
-        "baselines_bytes_per_token": {
-            k: round(n_bytes / v, 4) if v else None for k, v in other_tokens.items()
-        },
+        "baselines_bytes_per_token": {k: round(n_bytes / v, 4) if v else None for k, v in other_tokens.items()},
     }
 
 
@@ -183,7 +182,11 @@ class TokenizerResult:
 
 
 def build_tokenizer(
-    train_path: Path, val_path: Path, spec: TokenizerSpec, out_dir: Path, data_root: Path,
+    train_path: Path,
+    val_path: Path,
+    spec: TokenizerSpec,
+    out_dir: Path,
+    data_root: Path,
     progress: Progress | None = None,
 ) -> TokenizerResult:
     """Train on `train_path` text, write tokenizer files and report.json into `out_dir`."""

@@ -25,13 +25,20 @@ def on_upstream_change() -> dg.AutomationCondition:
 
 
 def automation_defs(spec: PipelineSpec, source_keys: Sequence[dg.AssetKey]) -> dict[str, list]:
-    observe = dg.define_asset_job(OBSERVE_JOB, selection=dg.AssetSelection.assets(*source_keys),
-                                  description="Fingerprint every source; changed sources trigger rebuilds.")
+    observe = dg.define_asset_job(
+        OBSERVE_JOB,
+        selection=dg.AssetSelection.assets(*source_keys),
+        description="Fingerprint every source; changed sources trigger rebuilds.",
+    )
     schedule = dg.ScheduleDefinition(
-        name=OBSERVE_SCHEDULE, job=observe, cron_schedule=spec.automation.observe_cron,
+        name=OBSERVE_SCHEDULE,
+        job=observe,
+        cron_schedule=spec.automation.observe_cron,
         default_status=dg.DefaultScheduleStatus.RUNNING,
     )
     sensor = dg.AutomationConditionSensorDefinition(
-        AUTOMATION_SENSOR, target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.RUNNING,
+        AUTOMATION_SENSOR,
+        target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.RUNNING,
     )
     return {"jobs": [observe], "schedules": [schedule], "sensors": [sensor]}

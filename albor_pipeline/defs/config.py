@@ -44,7 +44,9 @@ def _config_value(value: Any) -> Any:
     return value
 
 
-def config_class(name: str, defaults: BaseModel, exclude: tuple[str, ...] = (), **extra: tuple[Any, Any]) -> type[dg.Config]:
+def config_class(
+    name: str, defaults: BaseModel, exclude: tuple[str, ...] = (), **extra: tuple[Any, Any]
+) -> type[dg.Config]:
     """A `dg.Config` subclass whose fields mirror `defaults`' model, defaulted to its values."""
     fields: dict[str, Any] = {}
     for field_name, info in type(defaults).model_fields.items():

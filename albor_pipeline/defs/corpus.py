@@ -1,6 +1,5 @@
 """Pretokenized corpora: EOS-separated, packed into seq_len sequences, optional exports."""
 
-
 import dagster as dg
 
 from albor_pipeline.core.corpus import build_corpus
@@ -21,23 +20,47 @@ def corpus_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
     Config = config_class(f"Corpus{split.title()}Config", spec.corpus)
 
     @dg.asset(
-        key=corpus_key(split), deps=[fim_key(split), TOKENIZER], group_name="corpus", code_version="1",
-        kinds={"parquet"}, automation_condition=on_upstream_change(),
+        key=corpus_key(split),
+        deps=[fim_key(split), TOKENIZER],
+        group_name="corpus",
+        code_version="1",
+        kinds={"parquet"},
+        automation_condition=on_upstream_change(),
         description=f"The {split} split pretokenized: every document + </s>, concatenated and cut into "
-                    "seq_len sequences (Parquet input_ids: list<uint32>), plus Megatron/nanoGPT exports on request.",
+        "seq_len sequences (Parquet input_ids: list<uint32>), plus Megatron/nanoGPT exports on request.",
     )
     def _corpus(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         corpus = to_spec(config, spec.corpus)
-        result = build_corpus(store.path("fim", f"{split}.parquet"), store.path("tokenizer", "tokenizer.json"),
-                              corpus, store.path("corpus", split), store.root, progress=context.log.info)
+        result = build_corpus(
+            store.path("fim", f"{split}.parquet"),
+            store.path("tokenizer", "tokenizer.json"),
+            corpus,
+            store.path("corpus", split),
+            store.root,
+            progress=context.log.info,
+        )
         bpt = result.text_bytes / result.tokens if result.tokens else 0.0
-        summary = {"documents": result.documents, "sequences": result.sequences, "tokens": result.tokens,
-                   "dropped_tokens": result.dropped_tokens, "padded_tokens": result.padded_tokens}
+        summary = {
+            "documents": result.documents,
+            "sequences": result.sequences,
+            "tokens": result.tokens,
+            "dropped_tokens": result.dropped_tokens,
+            "padded_tokens": result.padded_tokens,
+        }
         return finish_stage(
-            context, store.root, result.artifacts, upstream_outputs(store.root, f"fim/{split}", "tokenizer"),
-            corpus.model_dump(mode="json"), summary, row_count=result.sequences,
-            extra={**summary, "bytes_per_token": round(bpt, 4), "encoder": result.encoder,
-                   "tokens_per_s": round(result.tokens / result.seconds) if result.seconds else 0},
+            context,
+            store.root,
+            result.artifacts,
+            upstream_outputs(store.root, f"fim/{split}", "tokenizer"),
+            corpus.model_dump(mode="json"),
+            summary,
+            row_count=result.sequences,
+            extra={
+                **summary,
+                "bytes_per_token": round(bpt, 4),
+                "encoder": result.encoder,
+                "tokens_per_s": round(result.tokens / result.seconds) if result.seconds else 0,
+            },
         )
 
     return _corpus

@@ -1,6 +1,5 @@
 """One observable source and one ingestion asset per spec source (an asset factory)."""
 
-
 import dagster as dg
 
 from albor_pipeline.core.files import fingerprint_files, source_root
@@ -24,15 +23,18 @@ def ingested_key(name: str) -> dg.AssetKey:
 
 def source_observation(src: SourceSpec) -> dg.SourceAsset:
     @dg.observable_source_asset(
-        key=source_key(src.name), group_name=GROUP, required_resource_keys={"store"},
+        key=source_key(src.name),
+        group_name=GROUP,
+        required_resource_keys={"store"},
         description=f"Files of source `{src.name}` ({src.kind.value}) under {src.path}; "
-                    "its data version is a content fingerprint of exactly the files ingestion reads.",
+        "its data version is a content fingerprint of exactly the files ingestion reads.",
     )
     def _observe(context) -> dg.ObserveResult:
         store: ArtifactStore = context.resources.store
         files = source_files(src)
-        fingerprint = fingerprint_files(source_root(src.path), files,
-                                        store.path("cache", "fingerprints", f"{src.name}.json"))
+        fingerprint = fingerprint_files(
+            source_root(src.path), files, store.path("cache", "fingerprints", f"{src.name}.json")
+        )
         return dg.ObserveResult(
             data_version=dg.DataVersion(fingerprint),
             metadata={"files": len(files), "fingerprint": fingerprint, "path": str(src.path)},
@@ -45,24 +47,41 @@ def ingestion_asset(src: SourceSpec) -> dg.AssetsDefinition:
     Config = config_class(f"Ingest{src.name.title().replace('_', '')}Config", src, exclude=("name", "kind"))
 
     @dg.asset(
-        key=ingested_key(src.name), deps=[source_key(src.name)], group_name=GROUP, code_version="1",
-        kinds={"parquet"}, automation_condition=on_upstream_change(),
+        key=ingested_key(src.name),
+        deps=[source_key(src.name)],
+        group_name=GROUP,
+        code_version="1",
+        kinds={"parquet"},
+        automation_condition=on_upstream_change(),
         description=f"Documents of `{src.name}` as Parquet {{text, source, file, sha256}}; "
-                    "files that are not UTF-8, too short or too long are skipped and counted.",
+        "files that are not UTF-8, too short or too long are skipped and counted.",
     )
     def _ingest(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         resolved = to_spec(config, src)
-        result = ingest_source(resolved, store.path("ingested", f"{src.name}.parquet"), store.root,
-                               progress=context.log.info)
+        result = ingest_source(
+            resolved, store.path("ingested", f"{src.name}.parquet"), store.root, progress=context.log.info
+        )
         skipped = sum(result.skipped.values())
-        summary = {"files": result.files, "documents": result.artifact.rows, "text_bytes": result.text_bytes,
-                   "skipped": result.skipped}
+        summary = {
+            "files": result.files,
+            "documents": result.artifact.rows,
+            "text_bytes": result.text_bytes,
+            "skipped": result.skipped,
+        }
         return finish_stage(
-            context, store.root, [result.artifact], [], resolved.model_dump(mode="json"), summary,
+            context,
+            store.root,
+            [result.artifact],
+            [],
+            resolved.model_dump(mode="json"),
+            summary,
             extra={
-                "files": result.files, "text_bytes": result.text_bytes, "skipped_total": skipped,
-                "skipped": dg.MetadataValue.md(markdown_table(
-                    [{"reason": k, "files": v} for k, v in result.skipped.items()]) or "nothing skipped"),
+                "files": result.files,
+                "text_bytes": result.text_bytes,
+                "skipped_total": skipped,
+                "skipped": dg.MetadataValue.md(
+                    markdown_table([{"reason": k, "files": v} for k, v in result.skipped.items()]) or "nothing skipped"
+                ),
             },
         )
 

@@ -35,12 +35,18 @@ def upstream_outputs(root: Path, *stages: str) -> list[Artifact]:
 
 def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:
     return dg.MetadataValue.table(
-        records=[dg.TableRecord({"path": a.path, "sha256": a.sha256, "bytes": a.bytes, "rows": a.rows or 0})
-                 for a in artifacts],
-        schema=dg.TableSchema(columns=[
-            dg.TableColumn("path", "string"), dg.TableColumn("sha256", "string"),
-            dg.TableColumn("bytes", "int"), dg.TableColumn("rows", "int"),
-        ]),
+        records=[
+            dg.TableRecord({"path": a.path, "sha256": a.sha256, "bytes": a.bytes, "rows": a.rows or 0})
+            for a in artifacts
+        ],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("path", "string"),
+                dg.TableColumn("sha256", "string"),
+                dg.TableColumn("bytes", "int"),
+                dg.TableColumn("rows", "int"),
+            ]
+        ),
     )
 
 
@@ -54,8 +60,13 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def finish_stage(
-    context: dg.AssetExecutionContext, root: Path, outputs: list[Artifact], inputs: list[Artifact],
-    config: dict[str, Any], summary: dict[str, Any], extra: dict[str, Any] | None = None,
+    context: dg.AssetExecutionContext,
+    root: Path,
+    outputs: list[Artifact],
+    inputs: list[Artifact],
+    config: dict[str, Any],
+    summary: dict[str, Any],
+    extra: dict[str, Any] | None = None,
     row_count: int | None = None,
 ) -> dg.MaterializeResult:
     """Record the manifest (deterministic facts only) and build the materialization."""
@@ -65,8 +76,9 @@ def finish_stage(
     rows = row_count if row_count is not None else sum(a.rows or 0 for a in outputs)
     meta: dict[str, Any] = {
         "dagster/row_count": rows,
-        "dagster/uri": dg.MetadataValue.path(str(root / outputs[0].path) if len(outputs) == 1
-                                             else str((root / outputs[0].path).parent)),
+        "dagster/uri": dg.MetadataValue.path(
+            str(root / outputs[0].path) if len(outputs) == 1 else str((root / outputs[0].path).parent)
+        ),
         "sha256": outputs[0].sha256 if len(outputs) == 1 else manifest.data_version,
         "bytes": sum(a.bytes for a in outputs),
         "outputs": outputs_table(outputs),

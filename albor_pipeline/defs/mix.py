@@ -1,6 +1,5 @@
 """Weighted mix per split (alimentar-compatible counting, upsampling, global shuffle)."""
 
-
 import dagster as dg
 
 from albor_pipeline.core.mix import mix_documents
@@ -22,26 +21,53 @@ def mix_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
     order = [s.name for s in spec.sources]
 
     @dg.asset(
-        key=mixed_key(split), deps=[DOCUMENTS], group_name="mix", code_version="1", kinds={"parquet"},
+        key=mixed_key(split),
+        deps=[DOCUMENTS],
+        group_name="mix",
+        code_version="1",
+        kinds={"parquet"},
         automation_condition=on_upstream_change(),
         description=f"Weighted mix of the {split} split: floor(N*w/sum(w)) rows per source, whole copies "
-                    "plus a random remainder when upsampling, shuffled with the split's seed.",
+        "plus a random remainder when upsampling, shuffled with the split's seed.",
     )
     def _mix(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         mix = to_spec(config, defaults)
-        result = mix_documents(store.path("documents", f"{split}.parquet"), mix, order,
-                               store.path("mixed", f"{split}.parquet"), store.root, progress=context.log.info)
+        result = mix_documents(
+            store.path("documents", f"{split}.parquet"),
+            mix,
+            order,
+            store.path("mixed", f"{split}.parquet"),
+            store.root,
+            progress=context.log.info,
+        )
         for warning in result.warnings:
             context.log.warning(warning)
-        rows = [{"source": p.source, "rule": p.rule, "input rows": p.input_rows, "output rows": p.output_rows,
-                 "multiplier": f"{p.multiplier:.2f}x"} for p in result.plan]
+        rows = [
+            {
+                "source": p.source,
+                "rule": p.rule,
+                "input rows": p.input_rows,
+                "output rows": p.output_rows,
+                "multiplier": f"{p.multiplier:.2f}x",
+            }
+            for p in result.plan
+        ]
         human = ", ".join(f"{p.source} {p.multiplier:.1f}x" for p in result.plan)
-        documents_inputs = [a for a in upstream_outputs(store.root, "documents") if a.path.endswith(f"/{split}.parquet")]
+        documents_inputs = [
+            a for a in upstream_outputs(store.root, "documents") if a.path.endswith(f"/{split}.parquet")
+        ]
         return finish_stage(
-            context, store.root, [result.artifact], documents_inputs, mix.model_dump(mode="json"),
+            context,
+            store.root,
+            [result.artifact],
+            documents_inputs,
+            mix.model_dump(mode="json"),
             {"plan": rows, "warnings": result.warnings},
-            extra={"sources": dg.MetadataValue.md(markdown_table(rows)), "summary": human,
-                   "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none")},
+            extra={
+                "sources": dg.MetadataValue.md(markdown_table(rows)),
+                "summary": human,
+                "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none"),
+            },
         )
 
     return _mix

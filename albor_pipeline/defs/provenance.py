@@ -1,6 +1,5 @@
 """PROVENANCE.md + provenance.json over every artifact of the graph."""
 
-
 import dagster as dg
 
 from albor_pipeline.core.artifacts import record, write_bytes, write_json
@@ -15,14 +14,19 @@ PROVENANCE = dg.AssetKey("provenance")
 
 def provenance_asset(spec: PipelineSpec, upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
     @dg.asset(
-        key=PROVENANCE, deps=upstream, group_name="provenance", code_version="1", kinds={"json"},
+        key=PROVENANCE,
+        deps=upstream,
+        group_name="provenance",
+        code_version="1",
+        kinds={"json"},
         automation_condition=on_upstream_change(),
         description="PROVENANCE.md and provenance.json: every artifact with its full SHA-256, the spec, "
-                    "seeds, per-source counts, mix multipliers, tokenizer facts and corpus token counts.",
+        "seeds, per-source counts, mix multipliers, tokenizer facts and corpus token counts.",
     )
     def provenance(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
-        prov = build_provenance(store.root, [stage_name(k) for k in upstream], spec.model_dump(mode="json"),
-                                library_versions())
+        prov = build_provenance(
+            store.root, [stage_name(k) for k in upstream], spec.model_dump(mode="json"), library_versions()
+        )
         write_json(store.path(PROVENANCE_JSON), prov)
         write_bytes(store.path(PROVENANCE_MD), render_markdown(prov).encode())
         outputs = [record(store.path(PROVENANCE_JSON), store.root), record(store.path(PROVENANCE_MD), store.root)]

@@ -1,6 +1,5 @@
 """ByteLevel BPE tokenizer trained on the train split's pre-FIM text."""
 
-
 import dagster as dg
 
 from albor_pipeline.core.tokenizer import build_tokenizer
@@ -33,24 +32,42 @@ def tokenizer_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
     manual = spec.tokenizer.retrain is RetrainPolicy.manual
 
     @dg.asset(
-        key=TOKENIZER, deps=[mixed_key("train"), mixed_key("val")], group_name="tokenizer", code_version="1",
-        kinds={"tokenizers"}, automation_condition=None if manual else on_upstream_change(),
+        key=TOKENIZER,
+        deps=[mixed_key("train"), mixed_key("val")],
+        group_name="tokenizer",
+        code_version="1",
+        kinds={"tokenizers"},
+        automation_condition=None if manual else on_upstream_change(),
         description="ByteLevel BPE (specials <unk> <s> </s> <pad> at 0-3, FIM sentinels appended), trained "
-                    "on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token.",
+        "on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token.",
     )
     def tokenizer(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         tok_spec = to_spec(config, spec.tokenizer)
-        result = build_tokenizer(store.path("mixed", "train.parquet"), store.path("mixed", "val.parquet"),
-                                 tok_spec, store.path("tokenizer"), store.root, progress=context.log.info)
+        result = build_tokenizer(
+            store.path("mixed", "train.parquet"),
+            store.path("mixed", "val.parquet"),
+            tok_spec,
+            store.path("tokenizer"),
+            store.root,
+            progress=context.log.info,
+        )
         report = result.report
         stable = {k: v for k, v in report.items() if k not in ("train_seconds", "train_mb_per_s")}
         return finish_stage(
-            context, store.root, result.artifacts, upstream_outputs(store.root, "mixed/train", "mixed/val"),
-            tok_spec.model_dump(mode="json", exclude={"retrain"}), stable,
+            context,
+            store.root,
+            result.artifacts,
+            upstream_outputs(store.root, "mixed/train", "mixed/val"),
+            tok_spec.model_dump(mode="json", exclude={"retrain"}),
+            stable,
             row_count=report["vocab_size"],
-            extra={"report": dg.MetadataValue.md(report_markdown(report)),
-                   "roundtrip_ok": report["roundtrip_ok"], "val_documents": report["val_documents"],
-                   "bytes_per_token": report["bytes_per_token"], "train_seconds": report["train_seconds"]},
+            extra={
+                "report": dg.MetadataValue.md(report_markdown(report)),
+                "roundtrip_ok": report["roundtrip_ok"],
+                "val_documents": report["val_documents"],
+                "bytes_per_token": report["bytes_per_token"],
+                "train_seconds": report["train_seconds"],
+            },
         )
 
     return tokenizer

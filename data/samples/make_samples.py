@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
 from pydoc_data.topics import topics
 
 

@@ -1,0 +1,91 @@
+"""Data checks over finished artifacts (pure functions; the Dagster layer wraps them)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+
+@dataclass
+class CheckOutcome:
+    passed: bool
+    description: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def check_schema(path: Path, expected: pa.Schema) -> CheckOutcome:
+    actual = pq.read_schema(path)
+    ok = actual.names == expected.names and all(actual.field(n).type == expected.field(n).type for n in expected.names)
+    return CheckOutcome(
+        ok,
+        f"{path.name}: schema {'matches' if ok else 'differs from'} the stage contract",
+        {"expected": str(expected), "actual": str(actual)},
+    )
+
+
+def _hashes(path: Path) -> set[str]:
+    out: set[str] = set()
+    for batch in pq.ParquetFile(path).iter_batches(columns=["sha256"], batch_size=65536):
+        out.update(batch.column(0).to_pylist())
+    return out
+
+
+def check_no_leak(train: Path, *held_out: Path) -> CheckOutcome:
+    """No held-out document (by sha256) is also in train."""
+    train_hashes = _hashes(train)
+    leaks = {p.stem: len(_hashes(p) & train_hashes) for p in held_out}
+    return CheckOutcome(
+        not any(leaks.values()),
+        "held-out documents shared with train: " + ", ".join(f"{k} {v}" for k, v in leaks.items()),
+        {"shared": leaks},
+    )
+
+
+def check_fim_rate(path: Path, rate: float, sigmas: float = 5.0) -> CheckOutcome:
+    """Observed FIM share within `sigmas` binomial standard deviations of `rate`.
+
+    Rows under min_chars are never transformed, so the bound counts only rows that could be.
+    """
+    table = pq.read_table(path, columns=["fim_format"])
+    n = table.num_rows
+    k = n - table.column(0).null_count
+    sd = math.sqrt(max(n * rate * (1 - rate), 1e-12))
+    ok = n == 0 or k <= n * rate + sigmas * sd + 1
+    ok = ok and (n < 30 or k >= n * rate - sigmas * sd - n * 0.05)  # short rows are exempt, allow 5 %
+    return CheckOutcome(ok, f"{k}/{n} rows FIM'd at rate {rate}", {"observed": k / n if n else 0.0, "rows": n})
+
+
+def check_sequences(paths: list[Path], seq_len: int, vocab_size: int) -> CheckOutcome:
+    """Every sequence has seq_len ids, every id < vocab_size, and there is at least one."""
+    sequences = bad_len = 0
+    max_id = -1
+    for path in paths:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            col = batch.column("input_ids")
+            sequences += len(col)
+            bad_len += int(pc.sum(pc.not_equal(pc.list_value_length(col), seq_len)).as_py() or 0)
+            if len(col):
+                max_id = max(max_id, int(pc.max(pc.list_flatten(col)).as_py()))
+    ok = sequences > 0 and bad_len == 0 and max_id < vocab_size
+    return CheckOutcome(
+        ok,
+        f"{sequences} sequences, {bad_len} of wrong length, max id {max_id} (vocab {vocab_size})",
+        {"sequences": sequences, "wrong_length": bad_len, "max_id": max_id},
+    )
+
+
+def check_roundtrip(report_path: Path) -> CheckOutcome:
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    ok = report["roundtrip_ok"] == report["val_documents"]
+    return CheckOutcome(
+        ok,
+        f"{report['roundtrip_ok']}/{report['val_documents']} val documents round-trip exactly",
+        {"failures_first": report["roundtrip_failures_first"]},
+    )

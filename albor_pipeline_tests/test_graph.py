@@ -1,0 +1,174 @@
+"""The Dagster graph end to end on real stdlib code: keys, metadata, checks, provenance."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import dagster as dg
+import pytest
+
+from albor_pipeline.cli import main as albor
+from albor_pipeline.core.artifacts import read_manifest
+from albor_pipeline.definitions import BUILD_JOB, build_definitions
+from albor_pipeline.defs.automation import AUTOMATION_SENSOR, OBSERVE_JOB, OBSERVE_SCHEDULE
+from albor_pipeline.spec import DEFAULT_SPEC, load_spec
+
+from .conftest import materialize_all, small_spec_dict, write_spec
+
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def test_default_definitions_load_with_expected_keys():
+    defs = build_definitions(load_spec(DEFAULT_SPEC))
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    expected = {
+        "source/stdlib",
+        "source/dagster",
+        "source/pydoc_topics",
+        "ingested/stdlib",
+        "ingested/dagster",
+        "ingested/pydoc_topics",
+        "documents",
+        "tokenizer",
+        "provenance",
+        *(f"{stage}/{s}" for stage in ("mixed", "fim", "corpus") for s in ("train", "val", "test")),
+    }
+    assert keys == expected
+    groups = {k.to_user_string(): graph.get(k).group_name for k in graph.materializable_asset_keys}
+    assert groups["ingested/stdlib"] == "ingestion" and groups["mixed/val"] == "mix" and groups["fim/test"] == "fim"
+    assert (
+        groups["tokenizer"] == "tokenizer"
+        and groups["corpus/train"] == "corpus"
+        and groups["provenance"] == "provenance"
+    )
+    for key in graph.materializable_asset_keys:
+        node = graph.get(key)
+        assert node.description and node.code_version, key
+        assert node.automation_condition is not None, key
+    assert defs.resolve_job_def(BUILD_JOB) and defs.resolve_job_def(OBSERVE_JOB)
+    sensor = defs.resolve_sensor_def(AUTOMATION_SENSOR)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    schedule = defs.resolve_schedule_def(OBSERVE_SCHEDULE)
+    assert schedule.cron_schedule == "0 * * * *" and schedule.job_name == OBSERVE_JOB
+    check_keys = {c.to_user_string() for c in graph.asset_check_keys}
+    assert {
+        "documents:no_train_leak",
+        "tokenizer:val_roundtrip",
+        "corpus/train:sequences",
+        "fim/val:fim_rate",
+        "ingested/stdlib:schema",
+    } <= check_keys
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("graph")
+    spec = load_spec(write_spec(tmp / "spec.yaml", small_spec_dict()))
+    result = materialize_all(spec, tmp / "out")
+    return spec, tmp / "out", result
+
+
+def test_every_stage_materializes_with_provenance_metadata(built):
+    spec, out, result = built
+    mats = {
+        e.asset_key.to_user_string(): e.step_materialization_data.materialization
+        for e in result.get_asset_materialization_events()
+    }
+    assert len(mats) == 2 + 1 + 9 + 1 + 1
+    for key, mat in mats.items():
+        meta = mat.metadata
+        assert meta["dagster/row_count"].value > 0, key
+        assert HEX64.match(meta["sha256"].value), key
+        if key == "provenance":
+            continue
+        manifest = read_manifest(out, key)
+        assert mat.tags["dagster/data_version"] == manifest.data_version
+        assert {r.data["path"]: r.data["sha256"] for r in meta["outputs"].value.records} == {
+            a.path: a.sha256 for a in manifest.outputs
+        }
+        assert set(meta["versions"].value) >= {"dagster", "polars", "pyarrow", "tokenizers", "albor-pipeline"}
+        assert isinstance(meta["config"].value, dict)
+    assert mats["documents"].metadata["inputs"].value == {
+        a.path: a.sha256 for s in spec.sources for a in read_manifest(out, f"ingested/{s.name}").outputs
+    }
+    assert "x" in mats["mixed/train"].metadata["summary"].value
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) >= 14 and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+
+
+def test_provenance_files_and_verify(built, capsys):
+    _spec, out, _ = built
+    prov = json.loads((out / "provenance.json").read_text())
+    paths = {a["path"] for a in prov["artifacts"]}
+    assert {
+        "documents/train.parquet",
+        "tokenizer/tokenizer.json",
+        "corpus/train/part-00000.parquet",
+        "corpus/val/megatron.idx",
+        "corpus/test/tokens.bin",
+    } <= paths
+    assert all(HEX64.match(a["sha256"]) for a in prov["artifacts"])
+    md = (out / "PROVENANCE.md").read_text()
+    for art in prov["artifacts"]:
+        assert art["sha256"] in md  # full hashes, never truncated
+    assert "## Mix" in md and "## Tokenizer" in md and "## Corpora" in md
+    assert albor(["verify", "--data-dir", str(out)]) == 0
+    victim = out / "corpus" / "val" / "megatron.bin"
+    original = victim.read_bytes()
+    try:
+        victim.write_bytes(original[:100] + bytes([original[100] ^ 1]) + original[101:])
+        capsys.readouterr()
+        assert albor(["verify", "--data-dir", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert "CHANGED: corpus/val/megatron.bin" in err
+        victim.unlink()
+        assert albor(["verify", "--data-dir", str(out)]) == 1
+        assert "MISSING: corpus/val/megatron.bin" in capsys.readouterr().err
+    finally:
+        victim.write_bytes(original)
+    assert albor(["verify", "--data-dir", str(out)]) == 0
+
+
+def test_two_runs_in_different_dirs_are_byte_identical(built, tmp_path):
+    spec, out, _ = built
+    materialize_all(spec, tmp_path / "again")
+    assert (tmp_path / "again" / "provenance.json").read_bytes() == (out / "provenance.json").read_bytes()
+    assert (tmp_path / "again" / "PROVENANCE.md").read_bytes() == (out / "PROVENANCE.md").read_bytes()
+
+
+def test_run_config_overrides_reach_the_asset(built, tmp_path):
+    spec, _out, _ = built
+    result = materialize_all(
+        spec, tmp_path / "cfg", run_config={"ops": {"fim__train": {"config": {"rate": 0.9, "format": "spm"}}}}
+    )
+    mat = next(
+        e.step_materialization_data.materialization
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey(["fim", "train"])
+    )
+    assert mat.metadata["config"].value["rate"] == 0.9
+    assert mat.metadata["observed_rate"].value > 0.8
+    assert mat.metadata["spm_rows"].value == mat.metadata["fim_rows"].value
+
+
+def test_bad_source_fails_clearly_and_keeps_earlier_artifacts(built, tmp_path):
+    spec, _, _ = built
+    data = tmp_path / "jsonl"
+    data.mkdir()
+    good = "".join(json.dumps({"text": f"line {i} " * 20}) + "\n" for i in range(5))
+    (data / "a.jsonl").write_text(good)
+    raw = small_spec_dict([{"name": "notes", "kind": "jsonl", "path": str(data)}])
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
+    out = tmp_path / "out"
+    materialize_all(spec, out)
+    before = (out / "provenance.json").read_bytes()
+    (data / "a.jsonl").write_text(good + '{"text": "unterminated\n')
+    result = materialize_all(spec, out, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert failure.step_key == "ingested__notes"
+    assert "a.jsonl:6: malformed JSON" in failure.step_failure_data.error.cause.message
+    assert (out / "provenance.json").read_bytes() == before
+    assert albor(["verify", "--data-dir", str(out)]) == 0
