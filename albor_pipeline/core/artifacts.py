@@ -77,6 +77,8 @@ def _fsync_dir(directory: Path) -> None:
 def atomic_path(final: Path) -> Iterator[Path]:
     """Yield a temp path beside `final`; on success fsync it and rename it into place."""
     final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.*.tmp"):
+        stale.unlink(missing_ok=True)  # left by a writer that was killed (one writer per artifact)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
     os.close(fd)
     tmp = Path(tmp_name)

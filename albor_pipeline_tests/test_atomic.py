@@ -1,0 +1,79 @@
+"""Atomic writes: a process killed mid-write leaves no partial file under the final name."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+WRITER = """
+import sys, pyarrow as pa
+from pathlib import Path
+from albor_pipeline.core.artifacts import ParquetSink
+from albor_pipeline.core.ingest import DOC_SCHEMA
+out = Path(sys.argv[1])
+with ParquetSink(out, DOC_SCHEMA, row_group_size=64) as sink:
+    i = 0
+    while True:  # a large write that never finishes on its own
+        text = ("def f(x):\\n    return x * %d\\n" % i) * 200
+        sink.write(pa.RecordBatch.from_pydict(
+            {"text": [text] * 64, "source": ["s"] * 64, "file": ["f"] * 64, "sha256": ["0" * 64] * 64},
+            schema=DOC_SCHEMA))
+        i += 1
+"""
+
+
+def _kill_mid_write(out: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            temps = list(out.parent.glob(f".{out.name}.*.tmp"))
+            if temps and temps[0].stat().st_size > 5_000_000:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the writer never got going")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_sigkill_during_write_leaves_no_partial_file(tmp_path):
+    out = tmp_path / "ingested" / "big.parquet"
+    _kill_mid_write(out)
+    assert not out.exists()
+    leftovers = list(out.parent.glob(".*.tmp"))
+    assert leftovers and all(not p.name.endswith(".parquet") for p in leftovers)
+
+
+def test_sigkill_during_rewrite_keeps_previous_version(tmp_path):
+    out = tmp_path / "ingested" / "big.parquet"
+    import pyarrow as pa
+
+    from albor_pipeline.core.artifacts import ParquetSink
+    from albor_pipeline.core.ingest import DOC_SCHEMA
+
+    with ParquetSink(out, DOC_SCHEMA) as sink:
+        sink.write(
+            pa.RecordBatch.from_pydict(
+                {"text": ["old"], "source": ["s"], "file": ["f"], "sha256": ["0" * 64]}, schema=DOC_SCHEMA
+            )
+        )
+    before = out.read_bytes()
+    _kill_mid_write(out)
+    assert out.read_bytes() == before
+    assert pq.read_table(out).column("text").to_pylist() == ["old"]
+    assert list(out.parent.glob(".*.tmp"))
+    with ParquetSink(out, DOC_SCHEMA) as sink:  # the next write cleans up the killed writer's temp file
+        sink.write(
+            pa.RecordBatch.from_pydict(
+                {"text": ["new"], "source": ["s"], "file": ["f"], "sha256": ["1" * 64]}, schema=DOC_SCHEMA
+            )
+        )
+    assert [p.name for p in out.parent.iterdir()] == ["big.parquet"]

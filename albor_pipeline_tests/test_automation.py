@@ -1,0 +1,117 @@
+"""Declarative automation with Dagster's own tools: what a source change requests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import dagster as dg
+import pytest
+
+from albor_pipeline.core.documents import split_of
+from albor_pipeline.core.ingest import text_sha256
+from albor_pipeline.definitions import BUILD_JOB, build_definitions
+from albor_pipeline.defs.automation import OBSERVE_JOB
+from albor_pipeline.spec import HoldoutSpec, load_spec
+
+from .conftest import STDLIB, small_spec_dict, write_spec
+
+
+def requested(defs: dg.Definitions, instance: dg.DagsterInstance, cursor) -> tuple[set[str], object]:
+    result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+    keys = {k.to_user_string() for k in result._requested_partitions_by_asset_key if result.get_num_requested(k)}
+    return keys, result.cursor
+
+
+def observe(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
+    assert defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance).success
+
+
+def run_cascade(defs, instance, cursor) -> tuple[list[set[str]], object]:
+    """Evaluate, materialize what was requested, repeat until nothing is requested."""
+    waves = []
+    job = defs.resolve_job_def(BUILD_JOB)
+    while True:
+        keys, cursor = requested(defs, instance, cursor)
+        if not keys:
+            return waves, cursor
+        waves.append(keys)
+        selection = [dg.AssetKey.from_user_string(k) for k in keys]
+        assert job.execute_in_process(instance=instance, asset_selection=selection).success
+        assert len(waves) < 12, waves
+
+
+@pytest.fixture
+def setup(tmp_path):
+    def _setup(**tokenizer):
+        src = tmp_path / "src"
+        shutil.copytree(STDLIB / "json", src / "a", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(STDLIB / "email", src / "b", ignore=shutil.ignore_patterns("__pycache__"))
+        raw = small_spec_dict()
+        raw["sources"] = [
+            {"name": "a", "kind": "code", "path": str(src / "a")},
+            {"name": "b", "kind": "code", "path": str(src / "b"), "exclude": ["_*.py"]},
+        ]
+        raw["tokenizer"] = {"vocab_size": 600, **tokenizer}
+        spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
+        defs = build_definitions(spec, tmp_path / "out")
+        instance = dg.DagsterInstance.ephemeral()
+        observe(defs, instance)
+        assert defs.resolve_job_def(BUILD_JOB).execute_in_process(instance=instance).success
+        keys, cursor = requested(defs, instance, None)
+        assert keys == set()  # after a full materialization nothing is requested
+        return src, defs, instance, cursor
+
+    return _setup
+
+
+def test_touch_requests_nothing_and_edit_rebuilds_only_downstream(setup):
+    src, defs, instance, cursor = setup()
+    os.utime(src / "a" / "decoder.py", None)
+    (src / "b" / "_excluded.py").write_text("x = 1\n" * 20)  # excluded by the source's globs
+    observe(defs, instance)
+    keys, cursor = requested(defs, instance, cursor)
+    assert keys == set()
+
+    path = src / "a" / "decoder.py"
+    before = path.read_text()
+    after = before + "\n# an edit that changes the bytes\n"
+    path.write_text(after)
+    observe(defs, instance)
+    waves, cursor = run_cascade(defs, instance, cursor)
+    changed = {split_of(text_sha256(t), HoldoutSpec(**small_spec_dict()["holdout"])) for t in (before, after)}
+    assert waves[:3] == [{"ingested/a"}, {"documents"}, {"mixed/train", "mixed/val", "mixed/test"}]
+    assert waves[3] == {f"fim/{s}" for s in changed} | ({"tokenizer"} if changed & {"train", "val"} else set())
+    rebuilt = set().union(*waves)
+    assert "ingested/b" not in rebuilt
+    assert {f"fim/{s}" for s in ("train", "val", "test")} & rebuilt == {f"fim/{s}" for s in changed}
+    assert waves[-1] == {"provenance"}
+    assert requested(defs, instance, cursor)[0] == set()
+
+
+def test_identical_rematerialization_does_not_cascade(setup):
+    _, defs, instance, cursor = setup()
+    job = defs.resolve_job_def(BUILD_JOB)
+    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["ingested", "b"])]).success
+    keys, _ = requested(defs, instance, cursor)
+    assert keys == set()
+
+
+def test_adding_a_file_changes_the_fingerprint(setup):
+    src, defs, instance, cursor = setup()
+    (src / "b" / "new_module.py").write_text("def added():\n    return 'a new file in source b'\n" * 3)
+    observe(defs, instance)
+    keys, _ = requested(defs, instance, cursor)
+    assert keys == {"ingested/b"}
+
+
+def test_manual_tokenizer_is_never_retrained_automatically(setup):
+    src, defs, instance, cursor = setup(retrain="manual")
+    for name in sorted(os.listdir(src / "a"))[:3]:
+        (src / "a" / name).write_text((src / "a" / name).read_text() + "\n# changed\n")
+    observe(defs, instance)
+    waves, _ = run_cascade(defs, instance, cursor)
+    rebuilt = set().union(*waves)
+    assert "tokenizer" not in rebuilt
+    assert {"ingested/a", "documents", "provenance"} <= rebuilt
+    assert any(k.startswith("corpus/") for k in rebuilt)
