@@ -119,13 +119,18 @@ def test_megatron_index_small_case():
     assert np.frombuffer(idx, "<i8", count=3, offset=34 + 12).tolist() == [0, 6, 8]
 
 
-def test_corpus_is_deterministic(pipeline):
+def test_corpus_is_deterministic_and_independent_of_worker_processes(pipeline):
     tmp, _ = pipeline
-    spec = CorpusSpec(seq_len=100, formats=["parquet", "nanogpt"])
-    a = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, tmp / "d1", tmp)
-    b = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, tmp / "d2", tmp)
-    assert [x.sha256 for x in a.artifacts] == [x.sha256 for x in b.artifacts]
-    assert a.dropped_tokens == a.tokens - a.sequences * 100
+    table = pq.read_table(tmp / "fim.parquet")
+    pq.write_table(table, tmp / "fim_small_groups.parquet", row_group_size=7)  # many row groups
+    spec = CorpusSpec(seq_len=100, formats=["parquet", "megatron", "nanogpt"])
+    tok = tmp / "tok" / "tokenizer.json"
+    runs = [build_corpus(tmp / "fim_small_groups.parquet", tok, spec, tmp / f"d{w}", tmp, workers=w) for w in (1, 2, 3)]
+    assert [x.sha256 for x in runs[0].artifacts] == [x.sha256 for x in runs[1].artifacts]
+    assert [x.sha256 for x in runs[0].artifacts] == [x.sha256 for x in runs[2].artifacts]
+    single = build_corpus(tmp / "fim.parquet", tok, spec, tmp / "d_one_group", tmp)
+    assert [x.sha256 for x in single.artifacts] == [x.sha256 for x in runs[0].artifacts]
+    assert runs[0].dropped_tokens == runs[0].tokens - runs[0].sequences * 100
 
 
 text_st = st.text(st.characters(codec="utf-8"), max_size=200) | st.lists(

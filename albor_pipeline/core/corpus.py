@@ -8,8 +8,10 @@ flat nanoGPT-style token `.bin` with a JSON sidecar. Memory is bounded by the ba
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +19,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, write_json
-from albor_pipeline.core.encode import Encoder, pick_encoder
+from albor_pipeline.core.encode import Encoder, cpu_count, make_encoder, pick_encoder
 from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline.core.tokenizer import EOS, PAD
 from albor_pipeline.spec import CorpusSpec, ExportFormat, RemainderPolicy
@@ -129,24 +132,107 @@ class CorpusResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
+# Per-process encoding state: set in encode workers at start-up, or in-process.
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(fim_path: str, tokenizer_path: str, encoder_name: str, threads: int) -> None:
+    tok = Tokenizer.from_file(tokenizer_path)
+    _WORKER.update(
+        file=pq.ParquetFile(fim_path),
+        encoder=make_encoder(tok, encoder_name, threads),
+        ids={t: tok.token_to_id(t) for t in (EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)},
+    )
+
+
+def _encode_row_group(index: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(flat ids with EOS after each document, per-document lengths, text bytes) of one row group."""
+    table = _WORKER["file"].read_row_group(index, columns=READ_COLUMNS)
+    encoded = encode_documents(table.to_pydict(), _WORKER["encoder"], _WORKER["ids"])
+    eos = _WORKER["ids"][EOS]
+    flat_list: list[int] = []
+    for e in encoded:
+        flat_list.extend(e)
+        flat_list.append(eos)
+    lengths = np.fromiter((len(e) + 1 for e in encoded), dtype=np.int64, count=len(encoded))
+    text_bytes = pc.sum(pc.binary_length(table.column("text"))).as_py() or 0
+    return np.array(flat_list, dtype=np.uint32), lengths, text_bytes
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) != n:
+        raise EOFError("encode worker exited early")
+    return data
+
+
+def _encoded_row_groups(
+    fim_path: Path, tokenizer_path: Path, encoder_name: str, groups: int, workers: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """Encoded row groups in order: across worker processes when it pays off.
+
+    Workers read their row groups straight from the Parquet file (no text crosses a
+    process boundary); group i goes to worker i % workers and results are read back
+    in order, so output never depends on the number of workers.
+    """
+    if workers <= 1:
+        _init_worker(str(fim_path), str(tokenizer_path), encoder_name, cpu_count())
+        for index in range(groups):
+            yield _encode_row_group(index)
+        return
+    from albor_pipeline.core.encode_worker import HEADER
+
+    cmd = [sys.executable, "-m", "albor_pipeline.core.encode_worker", str(fim_path), str(tokenizer_path), encoder_name]
+    procs = [
+        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(workers)
+    ]
+    try:
+        for k, proc in enumerate(procs):
+            assert proc.stdin is not None
+            proc.stdin.write("".join(f"{i}\n" for i in range(k, groups, workers)).encode())
+            proc.stdin.close()
+        for index in range(groups):
+            proc = procs[index % workers]
+            assert proc.stdout is not None
+            try:
+                n_ids, n_docs, text_bytes = HEADER.unpack(_read_exact(proc.stdout, HEADER.size))
+                flat = np.frombuffer(_read_exact(proc.stdout, 4 * n_ids), dtype=np.uint32)
+                lengths = np.frombuffer(_read_exact(proc.stdout, 8 * n_docs), dtype=np.int64)
+            except EOFError:
+                proc.wait()
+                err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+                raise RuntimeError(f"encode worker failed on row group {index}: {err[-2000:]}") from None
+            yield flat, lengths, text_bytes
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def build_corpus(
     fim_path: Path,
     tokenizer_path: Path,
     spec: CorpusSpec,
     out_dir: Path,
     data_root: Path,
-    batch_rows: int = 1024,
+    workers: int | None = None,
     progress: Progress | None = None,
 ) -> CorpusResult:
-    """Pretokenize one split's FIM'd documents into `out_dir`."""
+    """Pretokenize one split's FIM'd documents into `out_dir`.
+
+    `workers`: encoding processes (default: one per CPU for files of 4+ row groups).
+    """
     start = time.perf_counter()
     tok = Tokenizer.from_file(str(tokenizer_path))
     vocab = tok.get_vocab_size(with_added_tokens=True)
-    ids = {t: tok.token_to_id(t) for t in (EOS, PAD, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
-    eos, pad = ids[EOS], ids[PAD]
+    eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
     pfile = pq.ParquetFile(fim_path)
-    sample = pfile.read_row_group(0, columns=["text"]).column(0).to_pylist()[:64] if pfile.num_row_groups else []
+    groups = pfile.num_row_groups
+    sample = pfile.read_row_group(0, columns=["text"]).column(0).to_pylist()[:64] if groups else []
     encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
+    if workers is None:
+        workers = cpu_count() if groups >= 4 else 1
     formats = set(spec.formats)
     out_dir.mkdir(parents=True, exist_ok=True)
     docs = tokens = text_bytes = 0
@@ -154,28 +240,23 @@ def build_corpus(
     carry = np.zeros(0, dtype=np.uint32)
     shards = _ShardedSink(out_dir, spec.shard_sequences)
     with ExitStack() as stack:
-        streams: list[BinaryIO] = []
-        if ExportFormat.megatron in formats:
-            streams.append(stack.enter_context(open(stack.enter_context(atomic_path(out_dir / "megatron.bin")), "wb")))
-        if ExportFormat.nanogpt in formats:
-            streams.append(stack.enter_context(open(stack.enter_context(atomic_path(out_dir / "tokens.bin")), "wb")))
-        flat_dtype = token_dtype(vocab)
+        streams: list[tuple[BinaryIO, np.dtype]] = []
+        for fmt, name, dtype in (
+            (ExportFormat.megatron, "megatron.bin", token_dtype(vocab, signed=True)),
+            (ExportFormat.nanogpt, "tokens.bin", token_dtype(vocab)),
+        ):
+            if fmt in formats:
+                streams.append(
+                    (stack.enter_context(open(stack.enter_context(atomic_path(out_dir / name)), "wb")), dtype)
+                )
         try:
-            for batch in pfile.iter_batches(batch_size=batch_rows, columns=READ_COLUMNS):
-                rows = batch.to_pydict()
-                encoded = encode_documents(rows, encoder, ids)
-                lengths = np.fromiter((len(e) + 1 for e in encoded), dtype=np.int64, count=len(encoded))
-                flat_list: list[int] = []
-                for e in encoded:
-                    flat_list.extend(e)
-                    flat_list.append(eos)
-                flat = np.array(flat_list, dtype=np.uint32)
-                for fh in streams:
-                    fh.write(flat.astype(flat_dtype, copy=False).tobytes())
+            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tokenizer_path, encoder.name, groups, workers):
+                for fh, dtype in streams:
+                    fh.write(flat.astype(dtype, copy=False).tobytes())
                 doc_lengths.append(lengths)
-                docs += len(encoded)
+                docs += len(lengths)
                 tokens += len(flat)
-                text_bytes += sum(len(t.encode("utf-8")) for t in rows["text"])
+                text_bytes += nbytes
                 if ExportFormat.parquet in formats:
                     seqs, carry = pack(carry, flat, spec.seq_len)
                     shards.write(seqs)
@@ -197,13 +278,8 @@ def build_corpus(
     lengths_all = np.concatenate(doc_lengths) if doc_lengths else np.zeros(0, dtype=np.int64)
     artifacts = [record(p, data_root, rows=n) for p, n in zip(shards.paths, shards.rows)]
     if ExportFormat.megatron in formats:
-        idx_dtype = token_dtype(vocab, signed=True)
-        if idx_dtype != flat_dtype:  # > 65536 ids: rewrite the bin as int32, Megatron's wide type
-            raw = np.fromfile(out_dir / "megatron.bin", dtype=flat_dtype)
-            with atomic_path(out_dir / "megatron.bin") as tmp:
-                raw.astype(idx_dtype).tofile(tmp)
         with atomic_path(out_dir / "megatron.idx") as tmp:
-            tmp.write_bytes(megatron_index(lengths_all, idx_dtype))
+            tmp.write_bytes(megatron_index(lengths_all, token_dtype(vocab, signed=True)))
         artifacts += [
             record(out_dir / "megatron.bin", data_root, rows=docs),
             record(out_dir / "megatron.idx", data_root),
@@ -212,7 +288,7 @@ def build_corpus(
         write_json(
             out_dir / "tokens.json",
             {
-                "dtype": flat_dtype.name,
+                "dtype": token_dtype(vocab).name,
                 "vocab_size": vocab,
                 "tokens": tokens,
                 "eos_id": eos,

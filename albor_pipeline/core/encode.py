@@ -27,7 +27,8 @@ class Encoder(Protocol):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
 
 
-def _threads() -> int:
+def cpu_count() -> int:
+    """CPUs this process may use (affinity-aware, unlike os.cpu_count)."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
@@ -44,15 +45,22 @@ class HFEncoder:
 class TiktokenEncoder:
     name = "tiktoken"
 
-    def __init__(self, tok: Tokenizer) -> None:
+    def __init__(self, tok: Tokenizer, threads: int | None = None) -> None:
         model = json.loads(tok.to_str())["model"]
         specials = set(SPECIALS) | set(FIM_TOKENS)
         ranks = {token_to_bytes(t): i for t, i in model["vocab"].items() if t not in specials}
         self._enc = tiktoken.Encoding(name="albor", pat_str=BYTELEVEL_PATTERN, mergeable_ranks=ranks, special_tokens={})
-        self._threads = _threads()
+        self._threads = threads or cpu_count()
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        if self._threads == 1:
+            return [self._enc.encode_ordinary(t) for t in texts]
         return self._enc.encode_ordinary_batch(list(texts), num_threads=self._threads)
+
+
+def make_encoder(tok: Tokenizer, name: str, threads: int | None = None) -> Encoder:
+    """An encoder by name ("hf" or "tiktoken"), e.g. in a worker process."""
+    return TiktokenEncoder(tok, threads) if name == "tiktoken" else HFEncoder(tok)
 
 
 def pick_encoder(tok: Tokenizer, choice: str, sample: Sequence[str]) -> tuple[Encoder, str]:

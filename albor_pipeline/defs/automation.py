@@ -23,10 +23,7 @@ def on_upstream_change() -> dg.AutomationCondition:
     # Wait while a parent is missing, running, or about to run in this tick: a stage
     # with many parents (provenance) then runs once after the wave, not once per parent.
     blocked = (
-        AC.any_deps_missing()
-        | AC.any_deps_in_progress()
-        | AC.in_progress()
-        | AC.any_deps_match(AC.will_be_requested())
+        AC.any_deps_missing() | AC.any_deps_in_progress() | AC.in_progress() | AC.any_deps_match(AC.will_be_requested())
     )
     return (changed & ~blocked).with_label("upstream data version changed")
 
