@@ -25,10 +25,10 @@ def test_default_definitions_load_with_expected_keys():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     expected = {
         "source/stdlib",
-        "source/dagster",
+        "source/site_packages",
         "source/pydoc_topics",
         "ingested/stdlib",
-        "ingested/dagster",
+        "ingested/site_packages",
         "ingested/pydoc_topics",
         "documents",
         "tokenizer",

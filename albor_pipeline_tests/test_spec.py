@@ -13,7 +13,7 @@ from .conftest import small_spec_dict, write_spec
 def test_default_spec_loads_and_resolves_placeholders():
     spec = load_spec(DEFAULT_SPEC)
     names = [s.name for s in spec.sources]
-    assert names == ["stdlib", "dagster", "pydoc_topics"]
+    assert names == ["stdlib", "site_packages", "pydoc_topics"]
     assert spec.source("stdlib").path == Path(sysconfig.get_paths()["stdlib"])
     assert spec.source("pydoc_topics").path == DEFAULT_SPEC.parent / "samples" / "pydoc_topics.jsonl"
     assert spec.source("pydoc_topics").path.exists()

@@ -136,11 +136,13 @@ class CorpusResult:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(fim_path: str, tokenizer_path: str, encoder_name: str, threads: int) -> None:
+def _init_worker(
+    fim_path: str, tokenizer_path: str, encoder_name: str, threads: int, encoder: Encoder | None = None
+) -> None:
     tok = Tokenizer.from_file(tokenizer_path)
     _WORKER.update(
         file=pq.ParquetFile(fim_path),
-        encoder=make_encoder(tok, encoder_name, threads),
+        encoder=encoder or make_encoder(tok, encoder_name, threads),
         ids={t: tok.token_to_id(t) for t in (EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)},
     )
 
@@ -167,7 +169,7 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes:
 
 
 def _encoded_row_groups(
-    fim_path: Path, tokenizer_path: Path, encoder_name: str, groups: int, workers: int
+    fim_path: Path, tokenizer_path: Path, encoder: Encoder, groups: int, workers: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """Encoded row groups in order: across worker processes when it pays off.
 
@@ -176,13 +178,13 @@ def _encoded_row_groups(
     in order, so output never depends on the number of workers.
     """
     if workers <= 1:
-        _init_worker(str(fim_path), str(tokenizer_path), encoder_name, cpu_count())
+        _init_worker(str(fim_path), str(tokenizer_path), encoder.name, cpu_count(), encoder)
         for index in range(groups):
             yield _encode_row_group(index)
         return
     from albor_pipeline.core.encode_worker import HEADER
 
-    cmd = [sys.executable, "-m", "albor_pipeline.core.encode_worker", str(fim_path), str(tokenizer_path), encoder_name]
+    cmd = [sys.executable, "-m", "albor_pipeline.core.encode_worker", str(fim_path), str(tokenizer_path), encoder.name]
     procs = [
         subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for _ in range(workers)
@@ -250,7 +252,7 @@ def build_corpus(
                     (stack.enter_context(open(stack.enter_context(atomic_path(out_dir / name)), "wb")), dtype)
                 )
         try:
-            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tokenizer_path, encoder.name, groups, workers):
+            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tokenizer_path, encoder, groups, workers):
                 for fh, dtype in streams:
                     fh.write(flat.astype(dtype, copy=False).tobytes())
                 doc_lengths.append(lengths)

@@ -1,0 +1,362 @@
+"""Benchmarks (not tests): stage throughput against bare libraries, end to end, scaling.
+
+    python bench/run.py [--corpus DIR ...] [--repeat 3] [--quick]
+
+Every figure is the median of `--repeat` runs; every comparison is a ratio of two
+medians measured in this same run on the same documents. Writes bench/results.json
+and prints a markdown table. Default corpus: this machine's standard library and
+installed packages' Python sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from albor_pipeline.core.corpus import build_corpus  # noqa: E402
+from albor_pipeline.core.documents import build_documents  # noqa: E402
+from albor_pipeline.core.encode import TiktokenEncoder  # noqa: E402
+from albor_pipeline.core.fim import apply_fim  # noqa: E402
+from albor_pipeline.core.ingest import ingest_source  # noqa: E402
+from albor_pipeline.core.mix import mix_documents  # noqa: E402
+from albor_pipeline.core.tokenizer import SPECIALS, build_tokenizer, iter_texts, plain_tokenizer  # noqa: E402
+from albor_pipeline.spec import (  # noqa: E402
+    CorpusSpec,
+    FimSpec,
+    HoldoutSpec,
+    SourceSpec,
+    SplitMixSpec,
+    TokenizerSpec,
+    path_variables,
+)
+
+
+def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def default_corpora() -> list[Path]:
+    paths = path_variables()
+    return [Path(paths["stdlib"]), Path(paths["site_packages"])]
+
+
+def code_sources(corpora: list[Path]) -> list[SourceSpec]:
+    excludes = ("site-packages/**", "dist-packages/**", "**/test/**", "**/tests/**")
+    return [SourceSpec(name=f"c{i}", kind="code", path=p, exclude=excludes) for i, p in enumerate(corpora)]
+
+
+def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -> dict[str, Any]:
+    """Stage throughput, tokenizer training vs bare, pretokenize vs bare HF / tiktoken."""
+    res: dict[str, Any] = {}
+    sources = code_sources(corpora)
+    ingested = []
+
+    def ingest_all() -> int:
+        ingested.clear()
+        total = 0
+        for src in sources:
+            out = work / "ingested" / f"{src.name}.parquet"
+            total += ingest_source(src, out, work).text_bytes
+            ingested.append((src.name, out))
+        return total
+
+    sec, text_bytes = median_time(ingest_all, repeat)
+    res["corpus_mb"] = round(text_bytes / 1e6, 1)
+    res["ingest_mb_s"] = round(text_bytes / 1e6 / sec, 1)
+    holdout = HoldoutSpec(val_fraction=0.01, test_fraction=0.01)
+    sec, _ = median_time(lambda: build_documents(ingested, holdout, work / "documents", work), repeat)
+    res["documents_mb_s"] = round(text_bytes / 1e6 / sec, 1)
+    names = [s.name for s in sources]
+    sec, _ = median_time(
+        lambda: mix_documents(work / "documents/train.parquet", SplitMixSpec(), names, work / "mixed.parquet", work),
+        repeat,
+    )
+    mixed_bytes = sum(len(t.encode()) for b in iter_texts(work / "mixed.parquet") for t in b)
+    res["mix_mb_s"] = round(mixed_bytes / 1e6 / sec, 1)
+    sec, _ = median_time(lambda: apply_fim(work / "mixed.parquet", FimSpec(), work / "fim.parquet", work), repeat)
+    res["fim_mb_s"] = round(mixed_bytes / 1e6 / sec, 1)
+
+    # Tokenizer training: the asset's function vs a bare BpeTrainer on the same text.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    spec = TokenizerSpec(vocab_size=32768, max_chars=tok_chars)
+    texts = [t for b in iter_texts(work / "mixed.parquet", max_chars=tok_chars) for t in b]
+
+    def bare_train() -> None:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=32768,
+            min_frequency=2,
+            special_tokens=list(SPECIALS),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train_from_iterator(texts, trainer=trainer)
+
+    ours, bare = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = build_tokenizer(work / "mixed.parquet", work / "documents/val.parquet", spec, work / "tok", work)
+        ours.append(result.report["train_seconds"])  # training alone, as the bare run measures
+        ours_total = time.perf_counter() - start
+        bare.append(median_time(bare_train, 1)[0])
+    res["tokenizer_train_chars"] = sum(map(len, texts))
+    res["tokenizer_train_s"] = round(statistics.median(ours), 2)
+    res["tokenizer_asset_total_s"] = round(ours_total, 2)
+    res["tokenizer_bare_train_s"] = round(statistics.median(bare), 2)
+    res["tokenizer_train_ratio"] = round(statistics.median(ours) / statistics.median(bare), 3)
+
+    # Pretokenize: the whole stage (read, encode, pack, write) vs bare encoders on the same documents.
+    tok_path = work / "tok" / "tokenizer.json"
+    tok = Tokenizer.from_file(str(tok_path))
+    fim_texts = pq.read_table(work / "fim.parquet", columns=["text"]).column(0).to_pylist()
+    fim_bytes = sum(len(t.encode()) for t in fim_texts)
+    plain = plain_tokenizer(tok)
+    tiktoken_enc = TiktokenEncoder(tok)
+    hf_s, stage_s, tk_s = [], [], []
+    for _ in range(repeat):
+        hf_s.append(median_time(lambda: plain.encode_batch_fast(fim_texts, add_special_tokens=False), 1)[0])
+        tk_s.append(median_time(lambda: tiktoken_enc.encode_batch(fim_texts), 1)[0])
+        stage_s.append(
+            median_time(lambda: build_corpus(work / "fim.parquet", tok_path, CorpusSpec(), work / "corpus", work), 1)[0]
+        )
+    res["pretokenize_mb"] = round(fim_bytes / 1e6, 1)
+    res["pretokenize_stage_mb_s"] = round(fim_bytes / 1e6 / statistics.median(stage_s), 2)
+    res["bare_hf_encode_batch_fast_mb_s"] = round(fim_bytes / 1e6 / statistics.median(hf_s), 2)
+    res["bare_tiktoken_mb_s"] = round(fim_bytes / 1e6 / statistics.median(tk_s), 2)
+    res["pretokenize_vs_hf"] = round(statistics.median(hf_s) / statistics.median(stage_s), 2)
+    res["pretokenize_vs_tiktoken"] = round(statistics.median(tk_s) / statistics.median(stage_s), 2)
+    res.update(bench_datatrove(work, tok_path, fim_texts, statistics.median(stage_s), repeat))
+    return res
+
+
+def bench_datatrove(work: Path, tok_path: Path, texts: list[str], stage_s: float, repeat: int) -> dict[str, Any]:
+    """datatrove's DocumentTokenizer on the same documents, when datatrove is installed."""
+    try:
+        from datatrove.data import Document
+        from datatrove.pipeline.tokens import DocumentTokenizer
+    except ImportError:
+        return {"datatrove": "not installed (pip install -e '.[bench]')"}
+
+    def run() -> None:
+        out = work / "datatrove"
+        shutil.rmtree(out, ignore_errors=True)
+        step = DocumentTokenizer(str(out), tokenizer_name_or_path=str(tok_path), eos_token="</s>", shuffle=False)
+        docs = (Document(text=t, id=str(i)) for i, t in enumerate(texts))
+        step.run(docs, rank=0, world_size=1)
+
+    sec = median_time(run, repeat)[0]
+    return {"datatrove_s": round(sec, 2), "pretokenize_vs_datatrove": round(sec / stage_s, 2)}
+
+
+def write_spec(path: Path, corpora: list[Path], data_samples: bool = True) -> Path:
+    spec = yaml.safe_load((REPO / "data" / "pipeline.yaml").read_text())
+    spec["sources"] = [
+        {"name": s.name, "kind": "code", "path": str(s.path), "exclude": list(s.exclude)} for s in code_sources(corpora)
+    ]
+    spec["mix"]["train"] = {"seed": 42}
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def run_graph(spec: Path, work: Path) -> dict[str, Any]:
+    """`dagster asset materialize` cold on `spec`: wall, sum of step seconds, peak RSS."""
+    import dagster as dg
+    from dagster._core.events import DagsterEventType
+
+    home = work / "dagster_home"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(work / "artifacts", ignore_errors=True)
+    home.mkdir(parents=True)
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_SPEC": str(spec), "ALBOR_DATA_DIR": str(work / "artifacts")}
+    cmd = [
+        sys.executable,
+        "-c",
+        RSS_WRAPPER,
+        str(Path(sys.executable).parent / "dagster"),
+        "asset",
+        "materialize",
+        "-m",
+        "albor_pipeline.definitions",
+        "--select",
+        "*",
+    ]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    peak_kb = json.loads(proc.stdout.strip().splitlines()[-1])["maxrss_kb"]
+    os.environ["DAGSTER_HOME"] = str(home)
+    with dg.DagsterInstance.get() as instance:
+        run = instance.get_runs(limit=1)[0]
+        steps = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_SUCCESS)
+        stage_s = sum(e.dagster_event.event_specific_data.duration_ms for e in steps) / 1000
+    return {
+        "wall_s": round(wall, 2),
+        "stages_s": round(stage_s, 2),
+        "overhead_pct": round(100 * (wall - stage_s) / wall, 1),
+        "peak_rss_mb": round(peak_kb / 1024, 1),
+    }
+
+
+# Runs a command and prints the peak RSS of it and its children (encode workers included).
+RSS_WRAPPER = """
+import json, resource, subprocess, sys
+rc = subprocess.run(sys.argv[1:], stdout=sys.stderr).returncode
+print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+sys.exit(rc)
+"""
+
+
+def doubled_corpus(corpora: list[Path], work: Path) -> list[Path]:
+    """A second copy of every source file with a marker line, so dedup keeps both copies."""
+    copies = []
+    for i, root in enumerate(corpora):
+        dst = work / f"copy{i}"
+        if not dst.exists():
+            for src in code_sources([root])[0:1]:
+                from albor_pipeline.core.ingest import source_files
+
+                for rel in source_files(src):
+                    target = dst / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    try:
+                        target.write_bytes(b"# albor bench copy\n" + (root / rel).read_bytes())
+                    except OSError:
+                        continue
+        copies.append(dst)
+    return corpora + copies
+
+
+def bench_scaling(corpora: list[Path], work: Path) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    for label, roots in (("1x", corpora), ("2x", doubled_corpus(corpora, work))):
+        spec = write_spec(work / f"spec_{label}.yaml", roots)
+        res[f"graph_{label}"] = run_graph(spec, work / f"graph_{label}")
+        art = work / f"graph_{label}" / "artifacts"
+        cmd = [sys.executable, __file__, "--pretokenize", str(art)]
+        out = json.loads(
+            subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        )
+        res[f"pretokenize_{label}"] = {"s": round(out["s"], 2), "peak_rss_mb": round(out["rss"] / 1024, 1)}
+    res["graph_wall_ratio"] = round(res["graph_2x"]["wall_s"] / res["graph_1x"]["wall_s"], 2)
+    res["graph_rss_ratio"] = round(res["graph_2x"]["peak_rss_mb"] / res["graph_1x"]["peak_rss_mb"], 2)
+    res["pretokenize_wall_ratio"] = round(res["pretokenize_2x"]["s"] / res["pretokenize_1x"]["s"], 2)
+    res["pretokenize_rss_ratio"] = round(res["pretokenize_2x"]["peak_rss_mb"] / res["pretokenize_1x"]["peak_rss_mb"], 2)
+    return res
+
+
+def pretokenize_once(art: Path) -> int:
+    """One pretokenize run of an artifacts dir in this fresh process: seconds and peak RSS as JSON."""
+    start = time.perf_counter()
+    build_corpus(art / "fim/train.parquet", art / "tokenizer/tokenizer.json", CorpusSpec(), art / "bench_corpus", art)
+    rss = max(resource.getrusage(r).ru_maxrss for r in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print(json.dumps({"s": time.perf_counter() - start, "rss": rss}))
+    return 0
+
+
+def table(results: dict[str, Any]) -> str:
+    s, e, sc = results["stages"], results["end_to_end"], results.get("scaling", {})
+    rows = [
+        ("corpus (text MB)", s["corpus_mb"], ""),
+        ("ingest MB/s", s["ingest_mb_s"], ""),
+        ("documents (dedup + holdout) MB/s", s["documents_mb_s"], ""),
+        ("mix MB/s", s["mix_mb_s"], ""),
+        ("FIM MB/s", s["fim_mb_s"], ""),
+        (
+            "tokenizer training s (ours / bare BpeTrainer)",
+            f"{s['tokenizer_train_s']} / {s['tokenizer_bare_train_s']} = {s['tokenizer_train_ratio']}x",
+            "<= 1.1",
+        ),
+        ("pretokenize stage MB/s", s["pretokenize_stage_mb_s"], ""),
+        (
+            "  vs bare HF encode_batch_fast",
+            f"{s['pretokenize_vs_hf']}x ({s['bare_hf_encode_batch_fast_mb_s']} MB/s)",
+            ">= 2.0x",
+        ),
+        ("  vs bare tiktoken", f"{s['pretokenize_vs_tiktoken']}x ({s['bare_tiktoken_mb_s']} MB/s)", "practical limit"),
+        ("  vs datatrove DocumentTokenizer", s.get("pretokenize_vs_datatrove", s.get("datatrove")), ">= 4x"),
+        ("end to end wall s (default spec)", e["wall_s"], ""),
+        ("  sum of stage compute s", e["stages_s"], ""),
+        ("  orchestration overhead", f"{e['overhead_pct']} %", "<= 15 %"),
+        ("  peak RSS MB", e["peak_rss_mb"], "<= 1536"),
+    ]
+    if sc:
+        rows += [
+            ("scaling 2x/1x: graph wall", sc["graph_wall_ratio"], "~2.0"),
+            ("scaling 2x/1x: graph peak RSS", sc["graph_rss_ratio"], "<= 1.3 (tokenizer aside)"),
+            ("scaling 2x/1x: pretokenize wall", sc["pretokenize_wall_ratio"], "~2.0"),
+            ("scaling 2x/1x: pretokenize peak RSS", sc["pretokenize_rss_ratio"], "<= 1.3"),
+        ]
+    lines = ["| figure | value | target |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", action="append", type=Path, help="a directory of Python sources (repeatable)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tok-chars", type=int, default=30_000_000, help="chars to train the benched tokenizer on")
+    parser.add_argument("--quick", action="store_true", help="one repeat, no scaling runs")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
+    parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
+    args = parser.parse_args()
+    if args.pretokenize:
+        return pretokenize_once(args.pretokenize)
+    corpora = [p.resolve() for p in (args.corpus or default_corpora())]
+    repeat = 1 if args.quick else args.repeat
+    with tempfile.TemporaryDirectory(prefix="albor-bench-") as tmp:
+        work = Path(tmp)
+        results: dict[str, Any] = {
+            "date": date.today().isoformat(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+            "command": " ".join(["python", "bench/run.py", *sys.argv[1:]]),
+            "corpora": [str(p) for p in corpora],
+            "repeat": repeat,
+        }
+        print("stages ...", file=sys.stderr)
+        results["stages"] = bench_stages(corpora, work / "stages", repeat, args.tok_chars)
+        print("end to end (default spec) ...", file=sys.stderr)
+        runs = [run_graph(REPO / "data" / "pipeline.yaml", work / "e2e") for _ in range(repeat)]
+        results["end_to_end"] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        if not args.quick:
+            print("scaling 1x / 2x ...", file=sys.stderr)
+            results["scaling"] = bench_scaling(corpora, work / "scaling")
+    results["self_rusage_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
+    print(f"\nresults: {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
