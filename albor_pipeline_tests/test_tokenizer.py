@@ -83,10 +83,23 @@ def test_report_roundtrips_every_val_document(trained):
     assert 2.0 < report["bytes_per_token"] < 6.0
 
 
-def test_transformers_loads_tokenizer_json_if_installed(trained):
-    transformers = pytest.importorskip("transformers")
+def test_transformers_loads_tokenizer_json(trained):
+    import transformers
+
     fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(trained[0] / "tokenizer.json"))
     assert fast.convert_tokens_to_ids("</s>") == 2
+    assert fast.convert_tokens_to_ids("<|fim_middle|>") == 2002
+    text = "def f(self):\n    return 'é🐍'\n"
+    assert fast.decode(fast(text)["input_ids"]) == text
+
+
+def test_baseline_tokenizers_are_compared(trained, corpus_files, tmp_path):
+    out, result = trained
+    spec = TokenizerSpec(vocab_size=1000, baselines=(out / "tokenizer.json",))
+    small = build_tokenizer(*corpus_files, spec, tmp_path / "t", tmp_path).report
+    baseline = small["baselines_bytes_per_token"][str(out / "tokenizer.json")]
+    assert baseline == result.report["bytes_per_token"]  # the 2000-token tokenizer, measured on the same val
+    assert small["bytes_per_token"] < baseline  # a smaller vocabulary packs fewer bytes per token
 
 
 TRAIN_SCRIPT = """

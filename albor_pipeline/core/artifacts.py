@@ -120,7 +120,7 @@ class ParquetSink:
     shorter), so the file's bytes do not depend on how callers batched their writes.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int = 1024) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int = 256) -> None:
         self.path = path
         self.schema = schema
         self.rows = 0

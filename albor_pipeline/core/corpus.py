@@ -168,48 +168,62 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes:
     return data
 
 
+def _start_workers(fim_path: Path, tokenizer_path: Path, workers: int, log_dir: Path) -> list[subprocess.Popen]:
+    """Launch encode workers early, so their start-up overlaps picking the encoder."""
+    procs = []
+    for k in range(workers):
+        cmd = [sys.executable, "-m", "albor_pipeline.core.encode_worker", str(fim_path), str(tokenizer_path)]
+        with open(log_dir / f".encode-worker-{k}.log", "wb") as log:  # stderr to a file: a full pipe can't block
+            procs.append(
+                subprocess.Popen(
+                    [*cmd, str(k), str(workers)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
+                )
+            )
+    return procs
+
+
 def _encoded_row_groups(
-    fim_path: Path, tokenizer_path: Path, encoder: Encoder, groups: int, workers: int
+    fim_path: Path, tokenizer_path: Path, encoder: Encoder, groups: int, procs: list[subprocess.Popen], log_dir: Path
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
-    """Encoded row groups in order: across worker processes when it pays off.
+    """Encoded row groups in order: across worker processes when there are any.
 
     Workers read their row groups straight from the Parquet file (no text crosses a
-    process boundary); group i goes to worker i % workers and results are read back
-    in order, so output never depends on the number of workers.
+    process boundary); group i comes from worker i % workers and results are read
+    back in order, so output never depends on the number of workers.
     """
-    if workers <= 1:
+    if not procs:
         _init_worker(str(fim_path), str(tokenizer_path), encoder.name, cpu_count(), encoder)
         for index in range(groups):
             yield _encode_row_group(index)
         return
     from albor_pipeline.core.encode_worker import HEADER
 
-    cmd = [sys.executable, "-m", "albor_pipeline.core.encode_worker", str(fim_path), str(tokenizer_path), encoder.name]
-    procs = [
-        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _ in range(workers)
-    ]
-    try:
-        for k, proc in enumerate(procs):
-            assert proc.stdin is not None
-            proc.stdin.write("".join(f"{i}\n" for i in range(k, groups, workers)).encode())
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{encoder.name}\n".encode())
+        proc.stdin.close()
+    for index in range(groups):
+        k = index % len(procs)
+        stdout = procs[k].stdout
+        assert stdout is not None
+        try:
+            n_ids, n_docs, text_bytes = HEADER.unpack(_read_exact(stdout, HEADER.size))
+            flat = np.frombuffer(_read_exact(stdout, 4 * n_ids), dtype=np.uint32)
+            lengths = np.frombuffer(_read_exact(stdout, 8 * n_docs), dtype=np.int64)
+        except EOFError:
+            procs[k].wait()
+            err = (log_dir / f".encode-worker-{k}.log").read_text(errors="replace").strip()
+            raise RuntimeError(f"encode worker {k} failed on row group {index}: {err[-2000:]}") from None
+        yield flat, lengths, text_bytes
+
+
+def _stop_workers(procs: list[subprocess.Popen], log_dir: Path) -> None:
+    for k, proc in enumerate(procs):
+        if proc.stdin and not proc.stdin.closed:
             proc.stdin.close()
-        for index in range(groups):
-            proc = procs[index % workers]
-            assert proc.stdout is not None
-            try:
-                n_ids, n_docs, text_bytes = HEADER.unpack(_read_exact(proc.stdout, HEADER.size))
-                flat = np.frombuffer(_read_exact(proc.stdout, 4 * n_ids), dtype=np.uint32)
-                lengths = np.frombuffer(_read_exact(proc.stdout, 8 * n_docs), dtype=np.int64)
-            except EOFError:
-                proc.wait()
-                err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-                raise RuntimeError(f"encode worker failed on row group {index}: {err[-2000:]}") from None
-            yield flat, lengths, text_bytes
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+        proc.kill()
+        proc.wait()
+        (log_dir / f".encode-worker-{k}.log").unlink(missing_ok=True)
 
 
 def build_corpus(
@@ -227,16 +241,36 @@ def build_corpus(
     """
     start = time.perf_counter()
     tok = Tokenizer.from_file(str(tokenizer_path))
+    pfile = pq.ParquetFile(fim_path)
+    groups = pfile.num_row_groups
+    if workers is None:
+        workers = cpu_count() if groups >= 4 else 1
+    out_dir.mkdir(parents=True, exist_ok=True)
+    procs = _start_workers(fim_path, tokenizer_path, workers, out_dir) if workers > 1 else []
+    try:
+        return _write_corpus(tok, pfile, fim_path, tokenizer_path, spec, out_dir, data_root, procs, progress, start)
+    finally:
+        _stop_workers(procs, out_dir)
+
+
+def _write_corpus(
+    tok: Tokenizer,
+    pfile: pq.ParquetFile,
+    fim_path: Path,
+    tokenizer_path: Path,
+    spec: CorpusSpec,
+    out_dir: Path,
+    data_root: Path,
+    procs: list[subprocess.Popen],
+    progress: Progress | None,
+    start: float,
+) -> CorpusResult:
     vocab = tok.get_vocab_size(with_added_tokens=True)
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
-    pfile = pq.ParquetFile(fim_path)
     groups = pfile.num_row_groups
     sample = pfile.read_row_group(0, columns=["text"]).column(0).to_pylist()[:64] if groups else []
     encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
-    if workers is None:
-        workers = cpu_count() if groups >= 4 else 1
     formats = set(spec.formats)
-    out_dir.mkdir(parents=True, exist_ok=True)
     docs = tokens = text_bytes = 0
     doc_lengths: list[np.ndarray] = []
     carry = np.zeros(0, dtype=np.uint32)
@@ -252,7 +286,7 @@ def build_corpus(
                     (stack.enter_context(open(stack.enter_context(atomic_path(out_dir / name)), "wb")), dtype)
                 )
         try:
-            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tokenizer_path, encoder, groups, workers):
+            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tokenizer_path, encoder, groups, procs, out_dir):
                 for fh, dtype in streams:
                     fh.write(flat.astype(dtype, copy=False).tobytes())
                 doc_lengths.append(lengths)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from albor_pipeline.core.artifacts import StageManifest, read_manifest, sha256_file
+from albor_pipeline.core.artifacts import read_manifest, sha256_file
+from albor_pipeline.core.markdown import markdown_table
 
 PROVENANCE_JSON = "provenance.json"
 PROVENANCE_MD = "PROVENANCE.md"
@@ -37,9 +38,7 @@ def build_provenance(root: Path, stages: list[str], spec: dict[str, Any], versio
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return [*out, ""]
+    return [markdown_table([dict(zip(header, r)) for r in rows]), ""]
 
 
 def render_markdown(prov: dict[str, Any]) -> str:
@@ -211,7 +210,3 @@ def verify(root: Path) -> list[VerifyRow]:
         path = root / art["path"]
         rows.append(VerifyRow(art["path"], art["sha256"], sha256_file(path) if path.is_file() else None))
     return rows
-
-
-def stage_manifests(root: Path, stages: list[str]) -> list[StageManifest]:
-    return [read_manifest(root, s) for s in stages]

@@ -3,11 +3,10 @@
 import dagster as dg
 
 from albor_pipeline.core.corpus import build_corpus
-from albor_pipeline.defs.automation import on_upstream_change
 from albor_pipeline.defs.config import config_class, to_spec
 from albor_pipeline.defs.fim import fim_key
-from albor_pipeline.defs.metadata import finish_stage, upstream_outputs
 from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.stage import finish_stage, stage_asset, upstream_outputs
 from albor_pipeline.defs.tokenizer import TOKENIZER
 from albor_pipeline.spec import PipelineSpec
 
@@ -19,15 +18,12 @@ def corpus_key(split: str) -> dg.AssetKey:
 def corpus_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
     Config = config_class(f"Corpus{split.title()}Config", spec.corpus)
 
-    @dg.asset(
-        key=corpus_key(split),
-        deps=[fim_key(split), TOKENIZER],
-        group_name="corpus",
-        code_version="1",
-        kinds={"parquet"},
-        automation_condition=on_upstream_change(),
-        description=f"The {split} split pretokenized: every document + </s>, concatenated and cut into "
-        "seq_len sequences (Parquet input_ids: list<uint32>), plus Megatron/nanoGPT exports on request.",
+    @stage_asset(
+        corpus_key(split),
+        [fim_key(split), TOKENIZER],
+        "corpus",
+        f"The {split} split pretokenized: every document + </s>, concatenated and cut into seq_len "
+        "sequences (Parquet input_ids: list<uint32>), plus Megatron/nanoGPT exports on request.",
     )
     def _corpus(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         corpus = to_spec(config, spec.corpus)

@@ -3,11 +3,11 @@
 import dagster as dg
 
 from albor_pipeline.core.documents import build_documents
-from albor_pipeline.defs.automation import on_upstream_change
+from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.defs.config import config_class, to_spec
 from albor_pipeline.defs.ingestion import ingested_key
-from albor_pipeline.defs.metadata import finish_stage, markdown_table, upstream_outputs
 from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.stage import finish_stage, stage_asset, upstream_outputs
 from albor_pipeline.spec import SPLITS, PipelineSpec
 
 DOCUMENTS = dg.AssetKey("documents")
@@ -17,14 +17,11 @@ def documents_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
     Config = config_class("DocumentsConfig", spec.holdout)
     names = [s.name for s in spec.sources]
 
-    @dg.asset(
-        key=DOCUMENTS,
-        deps=[ingested_key(n) for n in names],
-        group_name="mix",
-        code_version="1",
-        kinds={"parquet"},
-        automation_condition=on_upstream_change(),
-        description="Exact duplicates (same sha256) kept once, first source in spec order wins; each "
+    @stage_asset(
+        DOCUMENTS,
+        [ingested_key(n) for n in names],
+        "mix",
+        "Exact duplicates (same sha256) kept once, first source in spec order wins; each "
         "document assigned to train/val/test by a hash of its content, so splits are disjoint "
         "and stable as sources grow.",
     )

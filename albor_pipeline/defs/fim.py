@@ -3,11 +3,10 @@
 import dagster as dg
 
 from albor_pipeline.core.fim import apply_fim
-from albor_pipeline.defs.automation import on_upstream_change
 from albor_pipeline.defs.config import config_class, to_spec
-from albor_pipeline.defs.metadata import finish_stage, upstream_outputs
 from albor_pipeline.defs.mix import mixed_key
 from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.stage import finish_stage, stage_asset, upstream_outputs
 from albor_pipeline.spec import PipelineSpec
 
 
@@ -20,14 +19,11 @@ def fim_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
         f"Fim{split.title()}Config", spec.fim, exclude=("splits",), enabled=(bool, split in spec.fim.splits)
     )
 
-    @dg.asset(
-        key=fim_key(split),
-        deps=[mixed_key(split)],
-        group_name="fim",
-        code_version="1",
-        kinds={"parquet"},
-        automation_condition=on_upstream_change(),
-        description=f"Fill-in-the-Middle on the {split} mix: PSM/SPM at `rate`, segments stored as "
+    @stage_asset(
+        fim_key(split),
+        [mixed_key(split)],
+        "fim",
+        f"Fill-in-the-Middle on the {split} mix: PSM/SPM at `rate`, segments stored as "
         "columns so tokenization never parses sentinel strings out of text.",
     )
     def _fim(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]

@@ -4,10 +4,10 @@ import dagster as dg
 
 from albor_pipeline.core.files import fingerprint_files, source_root
 from albor_pipeline.core.ingest import ingest_source, source_files
-from albor_pipeline.defs.automation import on_upstream_change
+from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.defs.config import config_class, to_spec
-from albor_pipeline.defs.metadata import finish_stage, markdown_table
 from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.stage import finish_stage, stage_asset
 from albor_pipeline.spec import SourceSpec
 
 GROUP = "ingestion"
@@ -46,14 +46,11 @@ def source_observation(src: SourceSpec) -> dg.SourceAsset:
 def ingestion_asset(src: SourceSpec) -> dg.AssetsDefinition:
     Config = config_class(f"Ingest{src.name.title().replace('_', '')}Config", src, exclude=("name", "kind"))
 
-    @dg.asset(
-        key=ingested_key(src.name),
-        deps=[source_key(src.name)],
-        group_name=GROUP,
-        code_version="1",
-        kinds={"parquet"},
-        automation_condition=on_upstream_change(),
-        description=f"Documents of `{src.name}` as Parquet {{text, source, file, sha256}}; "
+    @stage_asset(
+        ingested_key(src.name),
+        [source_key(src.name)],
+        GROUP,
+        f"Documents of `{src.name}` as Parquet {{text, source, file, sha256}}; "
         "files that are not UTF-8, too short or too long are skipped and counted.",
     )
     def _ingest(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]

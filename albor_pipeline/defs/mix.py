@@ -2,12 +2,12 @@
 
 import dagster as dg
 
+from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.mix import mix_documents
-from albor_pipeline.defs.automation import on_upstream_change
 from albor_pipeline.defs.config import config_class, to_spec
 from albor_pipeline.defs.documents import DOCUMENTS
-from albor_pipeline.defs.metadata import finish_stage, markdown_table, upstream_outputs
 from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.stage import finish_stage, stage_asset, upstream_outputs
 from albor_pipeline.spec import PipelineSpec
 
 
@@ -20,14 +20,11 @@ def mix_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
     Config = config_class(f"Mix{split.title()}Config", defaults)
     order = [s.name for s in spec.sources]
 
-    @dg.asset(
-        key=mixed_key(split),
-        deps=[DOCUMENTS],
-        group_name="mix",
-        code_version="1",
-        kinds={"parquet"},
-        automation_condition=on_upstream_change(),
-        description=f"Weighted mix of the {split} split: floor(N*w/sum(w)) rows per source, whole copies "
+    @stage_asset(
+        mixed_key(split),
+        [DOCUMENTS],
+        "mix",
+        f"Weighted mix of the {split} split: floor(N*w/sum(w)) rows per source, whole copies "
         "plus a random remainder when upsampling, shuffled with the split's seed.",
     )
     def _mix(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]

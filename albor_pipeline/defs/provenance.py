@@ -4,24 +4,21 @@ import dagster as dg
 
 from albor_pipeline.core.artifacts import record, write_bytes, write_json
 from albor_pipeline.core.provenance import PROVENANCE_JSON, PROVENANCE_MD, build_provenance, render_markdown
-from albor_pipeline.defs.automation import on_upstream_change
-from albor_pipeline.defs.metadata import library_versions, stage_name
 from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.stage import library_versions, stage_asset, stage_name
 from albor_pipeline.spec import PipelineSpec
 
 PROVENANCE = dg.AssetKey("provenance")
 
 
 def provenance_asset(spec: PipelineSpec, upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
-    @dg.asset(
-        key=PROVENANCE,
-        deps=upstream,
-        group_name="provenance",
-        code_version="1",
-        kinds={"json"},
-        automation_condition=on_upstream_change(),
-        description="PROVENANCE.md and provenance.json: every artifact with its full SHA-256, the spec, "
+    @stage_asset(
+        PROVENANCE,
+        upstream,
+        "provenance",
+        "PROVENANCE.md and provenance.json: every artifact with its full SHA-256, the spec, "
         "seeds, per-source counts, mix multipliers, tokenizer facts and corpus token counts.",
+        kinds=("json",),
     )
     def provenance(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
         prov = build_provenance(

@@ -2,12 +2,12 @@
 
 import dagster as dg
 
+from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.tokenizer import build_tokenizer
-from albor_pipeline.defs.automation import on_upstream_change
 from albor_pipeline.defs.config import config_class, to_spec
-from albor_pipeline.defs.metadata import finish_stage, markdown_table, upstream_outputs
 from albor_pipeline.defs.mix import mixed_key
 from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.stage import finish_stage, stage_asset, upstream_outputs
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
 
 TOKENIZER = dg.AssetKey("tokenizer")
@@ -31,15 +31,14 @@ def tokenizer_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
     Config = config_class("TokenizerConfig", spec.tokenizer, exclude=("retrain", "baselines"))
     manual = spec.tokenizer.retrain is RetrainPolicy.manual
 
-    @dg.asset(
-        key=TOKENIZER,
-        deps=[mixed_key("train"), mixed_key("val")],
-        group_name="tokenizer",
-        code_version="1",
-        kinds={"tokenizers"},
-        automation_condition=None if manual else on_upstream_change(),
-        description="ByteLevel BPE (specials <unk> <s> </s> <pad> at 0-3, FIM sentinels appended), trained "
+    @stage_asset(
+        TOKENIZER,
+        [mixed_key("train"), mixed_key("val")],
+        "tokenizer",
+        "ByteLevel BPE (specials <unk> <s> </s> <pad> at 0-3, FIM sentinels appended), trained "
         "on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token.",
+        kinds=("tokenizers",),
+        automated=not manual,
     )
     def tokenizer(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         tok_spec = to_spec(config, spec.tokenizer)

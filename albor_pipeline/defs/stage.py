@@ -1,8 +1,9 @@
-"""One way to finish a stage: write its manifest, return metadata and a DataVersion."""
+"""One way to declare a stage asset and one way to finish it (manifest, metadata, DataVersion)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,31 @@ from typing import Any
 import dagster as dg
 
 from albor_pipeline.core.artifacts import Artifact, StageManifest, read_manifest, write_manifest
+from albor_pipeline.defs.automation import on_upstream_change
+
+CODE_VERSION = "1"
 
 LIBRARIES = ("albor-pipeline", "dagster", "polars", "pyarrow", "tokenizers", "tiktoken", "numpy", "pydantic")
+
+
+def stage_asset(
+    key: dg.AssetKey,
+    deps: list[dg.AssetKey],
+    group: str,
+    description: str,
+    kinds: tuple[str, ...] = ("parquet",),
+    automated: bool = True,
+) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
+    """`@dg.asset` with the house defaults: code version, kinds, rebuild on upstream data change."""
+    return dg.asset(
+        key=key,
+        deps=deps,
+        group_name=group,
+        description=description,
+        code_version=CODE_VERSION,
+        kinds=set(kinds),
+        automation_condition=on_upstream_change() if automated else None,
+    )
 
 
 def library_versions() -> dict[str, str]:
@@ -48,15 +72,6 @@ def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:
             ]
         ),
     )
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def finish_stage(
