@@ -112,6 +112,17 @@ def server(tmp_path_factory) -> Iterator[Server]:
         log.close()
 
 
+GROUPS = ("ingestion", "mix", "fim", "tokenizer", "corpus", "provenance")
+
+
+def expand_groups(page) -> None:
+    """The global lineage starts with groups collapsed; a double click expands one."""
+    graph = page.locator("foreignObject")
+    for group in GROUPS[:-1]:  # provenance's group holds one asset of the same name
+        graph.get_by_text(group, exact=True).first.dblclick()
+        page.wait_for_timeout(500)
+
+
 def test_materialize_all_from_the_asset_graph(server: Server) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -121,23 +132,32 @@ def test_materialize_all_from_the_asset_graph(server: Server) -> None:
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         try:
             page.goto(f"{server.url}/asset-groups", wait_until="domcontentloaded")
-            for name in ("documents", "tokenizer", "provenance"):
-                expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=60_000)
-            page.screenshot(path=str(ARTIFACTS / "ui-asset-graph.png"))
+            graph = page.locator("foreignObject")
+            for group in GROUPS:
+                expect(graph.get_by_text(group, exact=True).first).to_be_visible(timeout=60_000)
+            expand_groups(page)
+            for name in ("stdlib_async", "documents", "tokenizer", "train", "val", "test"):
+                expect(graph.get_by_text(name, exact=True).first).to_be_attached(timeout=30_000)
             page.get_by_role("button", name="Materialize all").first.click()
-            launched = page.get_by_text("Launched run", exact=False).first
-            expect(launched).to_be_visible(timeout=60_000)
+            expect(page.get_by_text("Launched run").first).to_be_visible(timeout=60_000)
             with server.instance() as instance:
                 deadline = time.monotonic() + 60
                 while not instance.get_runs(limit=1) and time.monotonic() < deadline:
                     time.sleep(0.5)
                 run_id = instance.get_runs(limit=1)[0].run_id
             assert server.wait_for_run(run_id) == dg.DagsterRunStatus.SUCCESS
+            page.reload(wait_until="domcontentloaded")  # groups stay expanded across reloads
+            expect(graph.get_by_text("documents", exact=True).first).to_be_visible(timeout=60_000)
+            for _ in range(2):  # the graph's zoom-out control (bottom right), for a whole-graph screenshot
+                page.mouse.click(1572, 851)
+                page.wait_for_timeout(400)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(ARTIFACTS / "ui-asset-graph.png"))
+
             manifest = read_manifest(server.data, "ingested/stdlib_async")
             page.goto(f"{server.url}/assets/ingested/stdlib_async", wait_until="domcontentloaded")
             expect(page.get_by_text(manifest.outputs[0].sha256).first).to_be_visible(timeout=60_000)
-            rows = f"{manifest.outputs[0].rows:,}"
-            expect(page.get_by_text(rows, exact=True).first).to_be_visible(timeout=30_000)
+            expect(page.get_by_text(f"{manifest.outputs[0].rows:,}", exact=True).first).to_be_visible(timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "ui-asset-page.png"), full_page=True)
         finally:
             browser.close()
