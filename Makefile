@@ -28,6 +28,7 @@ test: install
 	$(BIN)/python -m pytest
 
 bench: install
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python bench/run.py
 
 verify: install

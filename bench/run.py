@@ -167,7 +167,9 @@ def bench_datatrove(work: Path, tok_path: Path, texts: list[str], stage_s: float
     def run() -> None:
         out = work / "datatrove"
         shutil.rmtree(out, ignore_errors=True)
-        step = DocumentTokenizer(str(out), tokenizer_name_or_path=str(tok_path), eos_token="</s>", shuffle=False)
+        step = DocumentTokenizer(
+            str(out), tokenizer_name_or_path=str(tok_path), eos_token="</s>", shuffle_documents=False
+        )
         docs = (Document(text=t, id=str(i)) for i, t in enumerate(texts))
         step.run(docs, rank=0, world_size=1)
 
