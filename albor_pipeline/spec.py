@@ -37,9 +37,6 @@ class SourceKind(str, Enum):
     parquet = "parquet"
 
 
-DEFAULT_EXCLUDES = ("**/__pycache__/**", "**/node_modules/**", "**/venv/**", "**/.venv/**")
-
-
 class SourceSpec(_Model):
     """A local directory of Python files or a set of JSONL/CSV/Parquet data files."""
 

@@ -104,6 +104,7 @@ def test_jsonl_csv_parquet_sources(tmp_path):
         ("csv", "x.csv", b"id,body\n1,hello\n", r"x.csv:1: missing column 'text'"),
         ("csv", "x.csv", b"id,text\n1,hello\n2,a,b\n", r"x.csv:3: expected 2 fields, got 3"),
         ("csv", "x.csv", b'id,text\n1,"unterminated\n', r"x.csv:2: CSV parse error"),
+        ("csv", "x.csv", b"id,text\n1,fine\n2,caf\xe9\n3,ok\n", r"x.csv:3: not valid UTF-8"),
         ("parquet", "x.parquet", None, r"x.parquet: missing column 'text'"),
         ("parquet", "x.parquet", b"not parquet at all", r"x.parquet: not a readable Parquet file"),
     ],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ from albor_pipeline.spec import SourceKind, SourceSpec
 DOC_SCHEMA = pa.schema([("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())])
 BATCH_ROWS = 2048
 BATCH_BYTES = 32 << 20
+READ_CHUNK = 256  # code files read ahead at most
 
 Progress = Callable[[str], None]
 
@@ -60,12 +60,15 @@ def _read_code_file(path: Path) -> tuple[str | None, str | None]:
 
 
 def _code_documents(root: Path, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:
+    """Read files on a few threads, in order, a chunk at a time (memory stays bounded)."""
     with ThreadPoolExecutor(max_workers=4) as pool:
-        for rel, (text, reason) in zip(files, pool.map(lambda r: _read_code_file(root / r), files)):
-            if reason:
-                skipped[reason] += 1
-            else:
-                yield rel, text  # type: ignore[misc]
+        for start in range(0, len(files), READ_CHUNK):
+            chunk = files[start : start + READ_CHUNK]
+            for rel, (text, reason) in zip(chunk, pool.map(lambda r: _read_code_file(root / r), chunk)):
+                if reason:
+                    skipped[reason] += 1
+                else:
+                    yield rel, text  # type: ignore[misc]
 
 
 def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
@@ -96,37 +99,46 @@ def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) ->
             yield f"{rel}:{lineno}", value
 
 
+def _first_bad_utf8_line(path: Path) -> int:
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return lineno
+    return 0
+
+
 def _csv_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
     csv.field_size_limit(1 << 30)
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise IngestError(f"{path}:{line}: not valid UTF-8 ({exc.reason})") from None
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise IngestError(f"{path}:1: empty CSV file (no header)") from None
-    except csv.Error as exc:
-        raise IngestError(f"{path}:1: CSV parse error: {exc}") from None
-    if field_name not in header:
-        raise IngestError(f"{path}:1: missing column {field_name!r} (columns: {header})")
-    col = header.index(field_name)
-    while True:
-        start = reader.line_num + 1
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            raise IngestError(f"{path}:{start}: CSV parse error: {exc}") from None
-        if not row:
-            skipped["blank_line"] += 1
-            continue
-        if len(row) != len(header):
-            raise IngestError(f"{path}:{start}: expected {len(header)} fields, got {len(row)}")
-        yield f"{rel}:{start}", row[col]
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh, strict=True)
+        header: list[str] | None = None
+        col = 0
+        while True:
+            start = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                if header is None:
+                    raise IngestError(f"{path}:1: empty CSV file (no header)") from None
+                return
+            except UnicodeDecodeError as exc:  # decoding runs ahead of the parser: find the line
+                raise IngestError(f"{path}:{_first_bad_utf8_line(path)}: not valid UTF-8 ({exc.reason})") from None
+            except csv.Error as exc:
+                raise IngestError(f"{path}:{start}: CSV parse error: {exc}") from None
+            if header is None:
+                header = row
+                if field_name not in header:
+                    raise IngestError(f"{path}:1: missing column {field_name!r} (columns: {header})")
+                col = header.index(field_name)
+                continue
+            if not row:
+                skipped["blank_line"] += 1
+                continue
+            if len(row) != len(header):
+                raise IngestError(f"{path}:{start}: expected {len(header)} fields, got {len(row)}")
+            yield f"{rel}:{start}", row[col]
 
 
 def _parquet_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
