@@ -289,10 +289,9 @@ def bench_scaling(corpora: list[Path], work: Path) -> dict[str, Any]:
         spec = write_spec(work / f"spec_{label}.yaml", roots)
         res[f"graph_{label}"] = run_graph(spec, work / f"graph_{label}")
         art = work / f"graph_{label}" / "artifacts"
-        cmd = [sys.executable, __file__, "--pretokenize", str(art)]
-        out = json.loads(
-            subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        )
+        cmd = [sys.executable, "-c", RSS_WRAPPER, sys.executable, __file__, "--pretokenize", str(art)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        out = json.loads(proc.stderr.strip().splitlines()[-1]) | json.loads(proc.stdout.strip().splitlines()[-1])
         res[f"pretokenize_{label}"] = {"s": round(out["s"], 2), "peak_rss_mb": round(out["maxrss_kb"] / 1024, 1)}
     res["graph_wall_ratio"] = round(res["graph_2x"]["wall_s"] / res["graph_1x"]["wall_s"], 2)
     # The copies repeat every word, so BPE training (tokenizers' own code) sees the same
@@ -359,6 +358,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tok-chars", type=int, default=30_000_000, help="chars to train the benched tokenizer on")
     parser.add_argument("--quick", action="store_true", help="one repeat, no scaling runs")
+    parser.add_argument("--only", choices=["stages", "e2e", "scaling"], help="run one section (others kept from --out)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
     parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
     args = parser.parse_args()
@@ -366,6 +366,9 @@ def main() -> int:
         return pretokenize_once(args.pretokenize)
     corpora = [p.resolve() for p in (args.corpus or default_corpora())]
     repeat = 1 if args.quick else args.repeat
+    previous = json.loads(args.out.read_text()) if args.only and args.out.exists() else {}
+    run = {s: args.only in (None, s) for s in ("stages", "e2e", "scaling")}
+    run["scaling"] = run["scaling"] and not args.quick
     with tempfile.TemporaryDirectory(prefix="albor-bench-") as tmp:
         work = Path(tmp)
         results: dict[str, Any] = {
@@ -375,12 +378,15 @@ def main() -> int:
             "corpora": [str(p) for p in corpora],
             "repeat": repeat,
         }
-        print("stages ...", file=sys.stderr)
-        results["stages"] = bench_stages(corpora, work / "stages", repeat, args.tok_chars)
-        print("end to end (default spec) ...", file=sys.stderr)
-        runs = [run_graph(REPO / "data" / "pipeline.yaml", work / "e2e") for _ in range(repeat)]
-        results["end_to_end"] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        if not args.quick:
+        results.update({k: v for k, v in previous.items() if k in ("stages", "end_to_end", "scaling")})
+        if run["stages"]:
+            print("stages ...", file=sys.stderr)
+            results["stages"] = bench_stages(corpora, work / "stages", repeat, args.tok_chars)
+        if run["e2e"]:
+            print("end to end (default spec) ...", file=sys.stderr)
+            runs = [run_graph(REPO / "data" / "pipeline.yaml", work / "e2e") for _ in range(repeat)]
+            results["end_to_end"] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        if run["scaling"]:
             print("scaling 1x / 2x ...", file=sys.stderr)
             results["scaling"] = bench_scaling(corpora, work / "scaling")
     results["self_rusage_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
