@@ -90,6 +90,7 @@ def test_every_stage_materializes_with_provenance_metadata(built):
         }
         assert set(meta["versions"].value) >= {"dagster", "polars", "pyarrow", "tokenizers", "albor-pipeline"}
         assert isinstance(meta["config"].value, dict)
+    assert set(mats["ingested/stdlib_async"].metadata["inputs"].value) == {"source/stdlib_async"}
     assert mats["documents"].metadata["inputs"].value == {
         a.path: a.sha256 for s in spec.sources for a in read_manifest(out, f"ingested/{s.name}").outputs
     }

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.core.files import fingerprint_files, list_source_files
-from albor_pipeline.core.ingest import IngestError, ingest_source, source_files
+from albor_pipeline.core.ingest import IngestError, ingest_source, source_files, source_fingerprint
 from albor_pipeline.spec import SourceSpec
 
 from .conftest import STDLIB
@@ -161,3 +161,5 @@ def test_globs_and_fingerprint(tmp_path):
     assert fingerprint_files(root, source_files(src), cache) == first
     (root / "pkg" / "a.py").write_text("a = 2\n")
     assert fingerprint_files(root, source_files(src), cache) != first
+    assert source_fingerprint(src).sha256 == fingerprint_files(root, source_files(src))[0]
+    assert (source_fingerprint(src).rows, source_fingerprint(src).bytes) == (2, 12)

@@ -75,8 +75,8 @@ def source_root(path: Path) -> Path:
     return path.parent if path.is_file() else path
 
 
-def fingerprint_files(root: Path, files: list[str], cache_path: Path | None = None) -> str:
-    """SHA-256 over (relative path, file SHA-256) pairs: a content fingerprint.
+def fingerprint_files(root: Path, files: list[str], cache_path: Path | None = None) -> tuple[str, int]:
+    """(SHA-256 over (relative path, file SHA-256) pairs, total bytes): a content fingerprint.
 
     Per-file hashes are cached by (size, mtime_ns), so an unchanged tree is not re-read
     and touching a file without changing its bytes keeps the fingerprint.
@@ -89,6 +89,7 @@ def fingerprint_files(root: Path, files: list[str], cache_path: Path | None = No
             cache = {}
     new_cache: dict[str, list] = {}
     digest = hashlib.sha256()
+    total = 0
     for rel in files:
         path = root / rel
         try:
@@ -97,6 +98,7 @@ def fingerprint_files(root: Path, files: list[str], cache_path: Path | None = No
             digest.update(f"{rel}\0unreadable\n".encode())
             continue
         key = [st.st_size, st.st_mtime_ns]
+        total += st.st_size
         hit = cache.get(rel)
         if hit and hit[:2] == key:
             file_hash = hit[2]
@@ -107,4 +109,4 @@ def fingerprint_files(root: Path, files: list[str], cache_path: Path | None = No
         digest.update(f"{rel}\0{file_hash}\n".encode())
     if cache_path is not None and new_cache != cache:
         write_json(cache_path, new_cache)
-    return digest.hexdigest()
+    return digest.hexdigest(), total

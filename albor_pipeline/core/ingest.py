@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
-from albor_pipeline.core.files import list_source_files, source_root
+from albor_pipeline.core.files import fingerprint_files, list_source_files, source_root
 from albor_pipeline.spec import SourceKind, SourceSpec
 
 DOC_SCHEMA = pa.schema([("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())])
@@ -175,6 +175,13 @@ _DATA_READERS = {
 def source_files(src: SourceSpec) -> list[str]:
     """The files ingestion reads for `src` (also what its fingerprint covers)."""
     return list_source_files(src.path, src.include_globs, src.exclude)
+
+
+def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artifact:
+    """The source as an input artifact: content fingerprint of exactly the files ingestion reads."""
+    files = source_files(src)
+    digest, total = fingerprint_files(source_root(src.path), files, cache_path)
+    return Artifact(path=f"source/{src.name}", sha256=digest, bytes=total, rows=len(files))
 
 
 def iter_documents(src: SourceSpec, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:

@@ -1,9 +1,10 @@
 """One observable source and one ingestion asset per spec source (an asset factory)."""
 
+from pathlib import Path
+
 import dagster as dg
 
-from albor_pipeline.core.files import fingerprint_files, source_root
-from albor_pipeline.core.ingest import ingest_source, source_files
+from albor_pipeline.core.ingest import ingest_source, source_fingerprint
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.defs.config import config_class, to_spec
 from albor_pipeline.defs.resources import ArtifactStore
@@ -21,6 +22,11 @@ def ingested_key(name: str) -> dg.AssetKey:
     return dg.AssetKey(["ingested", name])
 
 
+def fingerprint_cache(store: ArtifactStore, name: str) -> Path:
+    """Per-file hashes cached by (size, mtime) so an unchanged tree is not re-read."""
+    return store.path("cache", "fingerprints", f"{name}.json")
+
+
 def source_observation(src: SourceSpec) -> dg.SourceAsset:
     @dg.observable_source_asset(
         key=source_key(src.name),
@@ -31,13 +37,10 @@ def source_observation(src: SourceSpec) -> dg.SourceAsset:
     )
     def _observe(context) -> dg.ObserveResult:
         store: ArtifactStore = context.resources.store
-        files = source_files(src)
-        fingerprint = fingerprint_files(
-            source_root(src.path), files, store.path("cache", "fingerprints", f"{src.name}.json")
-        )
+        source = source_fingerprint(src, fingerprint_cache(store, src.name))
         return dg.ObserveResult(
-            data_version=dg.DataVersion(fingerprint),
-            metadata={"files": len(files), "fingerprint": fingerprint, "path": str(src.path)},
+            data_version=dg.DataVersion(source.sha256),
+            metadata={"files": source.rows, "bytes": source.bytes, "fingerprint": source.sha256, "path": str(src.path)},
         )
 
     return _observe
@@ -55,6 +58,7 @@ def ingestion_asset(src: SourceSpec) -> dg.AssetsDefinition:
     )
     def _ingest(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         resolved = to_spec(config, src)
+        source = source_fingerprint(resolved, fingerprint_cache(store, src.name))
         result = ingest_source(
             resolved, store.path("ingested", f"{src.name}.parquet"), store.root, progress=context.log.info
         )
@@ -69,7 +73,7 @@ def ingestion_asset(src: SourceSpec) -> dg.AssetsDefinition:
             context,
             store.root,
             [result.artifact],
-            [],
+            [source],
             resolved.model_dump(mode="json"),
             summary,
             extra={
