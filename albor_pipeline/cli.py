@@ -35,11 +35,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from albor_pipeline.definitions import BUILD_JOB, build_definitions
+    from albor_pipeline.defs.progress import progress_logger
 
     spec = load_spec()
     home = ensure_dagster_home()
     defs = build_definitions(spec)
     job = defs.resolve_job_def(BUILD_JOB)
+    job = job.with_logger_defs({**job.loggers, "progress": progress_logger(len(job.graph.nodes))})
     root = data_dir()
     print(f"albor: materializing {BUILD_JOB} -> {root} (DAGSTER_HOME={home})", file=sys.stderr)
     start = time.perf_counter()
@@ -47,7 +49,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = job.execute_in_process(
             instance=instance,
             raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
+            run_config={
+                "loggers": {"progress": {}}
+                if args.log_level == "PROGRESS"
+                else {"console": {"config": {"log_level": args.log_level}}}
+            },
         )
     seconds = time.perf_counter() - start
     if not result.success:
@@ -130,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--data-dir", help="output root (default: $ALBOR_DATA_DIR or data/artifacts)")
         p.set_defaults(fn=fn)
         if name == "run":
-            p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+            p.add_argument(
+                "--log-level",
+                default="PROGRESS",
+                choices=["PROGRESS", "DEBUG", "INFO", "WARNING", "ERROR"],
+                help="PROGRESS (default): a progress bar and the stages' messages; else Dagster's console log",
+            )
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

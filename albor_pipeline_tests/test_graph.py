@@ -173,3 +173,19 @@ def test_bad_source_fails_clearly_and_keeps_earlier_artifacts(built, tmp_path):
     assert "a.jsonl:6: malformed JSON" in failure.step_failure_data.error.cause.message
     assert (out / "provenance.json").read_bytes() == before
     assert albor(["verify", "--data-dir", str(out)]) == 0
+
+
+def test_albor_run_cli_materializes_with_progress(tmp_path, monkeypatch, capsys):
+    spec = write_spec(tmp_path / "spec.yaml", small_spec_dict())
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ALBOR_SPEC", str(spec))
+    monkeypatch.setenv("ALBOR_DATA_DIR", str(tmp_path / "out"))
+    assert albor(["run", "--spec", str(spec), "--data-dir", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"\[#+\] \d+/\d+ provenance ok", captured.err)
+    assert "ingested__stdlib_async: stdlib_async:" in captured.err  # the stage's own progress message
+    assert "corpus/train:" in captured.out and "val round-trip" in captured.out
+    assert (tmp_path / "home" / "dagster.yaml").exists()  # a persistent instance was set up
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        assert instance.get_runs(limit=1)[0].status == dg.DagsterRunStatus.SUCCESS
+    assert albor(["verify", "--data-dir", str(tmp_path / "out")]) == 0

@@ -33,6 +33,7 @@ SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32()))])
 READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+PROGRESS_SECONDS = 5.0
 EXPORT_FILES = ("megatron.bin", "megatron.idx", "tokens.bin", "tokens.json")
 Progress = Callable[[str], None]
 
@@ -272,6 +273,7 @@ def _write_corpus(
     encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
     formats = set(spec.formats)
     docs = tokens = text_bytes = 0
+    last_report = start
     doc_lengths: list[np.ndarray] = []
     carry = np.zeros(0, dtype=np.uint32)
     shards = _ShardedSink(out_dir, spec.shard_sequences)
@@ -296,9 +298,14 @@ def _write_corpus(
                 if ExportFormat.parquet in formats:
                     seqs, carry = pack(carry, flat, spec.seq_len)
                     shards.write(seqs)
-                if progress:
-                    rate = text_bytes / 1e6 / (time.perf_counter() - start)
-                    progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {rate:.1f} MB/s")
+                now = time.perf_counter()
+                if progress and now - last_report >= PROGRESS_SECONDS:
+                    last_report = now
+                    progress(
+                        f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6 / (now - start):.1f} MB/s"
+                    )
+            if progress:
+                progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6:.1f} MB encoded")
             padded = dropped = 0
             if ExportFormat.parquet in formats and len(carry):
                 if spec.remainder is RemainderPolicy.pad:
