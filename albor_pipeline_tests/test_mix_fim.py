@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from albor_pipeline.core.artifacts import ParquetSink
 from albor_pipeline.core.documents import build_documents, split_of
 from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, apply_fim, fim_batch
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
-from albor_pipeline.core.mix import MixError, draw_indices, mix_documents, plan_counts
+from albor_pipeline.core.mix import MixError, draw_indices, gather, mix_documents, plan_counts
 from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
 
 from .conftest import STDLIB
@@ -145,6 +146,16 @@ def test_mix_output_counts_and_determinism(tmp_path):
         docs, SplitMixSpec(seed=10, weights=mix.weights), ["big", "small"], tmp_path / "m3.parquet", tmp_path
     )
     assert r3.artifact.sha256 != r1.artifact.sha256
+
+
+def test_external_shuffle_equals_in_memory_take(tmp_path):
+    docs = _docs_file(tmp_path, [f"doc {i} " * (i % 7 + 1) for i in range(1000)], ["s"] * 1000)
+    rng = np.random.default_rng(3)
+    order = rng.permutation(np.concatenate([np.arange(1000), np.arange(1000), rng.choice(1000, 300, replace=False)]))
+    with ParquetSink(tmp_path / "g.parquet", DOC_SCHEMA) as sink:
+        gather(docs, order, sink, bucket_rows=97)  # many buckets, rows spread across all of them
+    assert pq.read_table(tmp_path / "g.parquet").equals(pq.read_table(docs).take(order))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # temp buckets removed
 
 
 SENTINELS = [FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, "</s>", "<s>"]

@@ -3,18 +3,23 @@
 Source i gets floor(N * w_i / sum(w)) rows (N = `rows` or the total input rows), or
 round(count_i * repeat_i) with a `repeat` multiplier. Downsampling draws without
 replacement; upsampling takes whole copies plus a random remainder, so each document
-appears floor or ceil(multiplier) times. The result is shuffled with the split's seed.
+appears floor or ceil(multiplier) times. The result is shuffled with the split's seed; the
+shuffle is an external one, so memory stays bounded by a batch, not the split.
 """
 
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
@@ -96,6 +101,38 @@ def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def gather(src: Path, order_idx: np.ndarray, sink: ParquetSink, bucket_rows: int = GATHER_ROWS) -> None:
+    """Write rows `order_idx[0], order_idx[1], ...` of `src` to `sink`, in bounded memory.
+
+    A two-pass external shuffle: stream `src` once, sending each row (with its output
+    positions) to the temp bucket that holds those positions; then read the buckets
+    in order, each sorted by position. Memory is one batch plus one bucket, never the
+    split; disk is one extra copy of the output.
+    """
+    by_input = np.argsort(order_idx, kind="stable")  # output positions, ordered by input row
+    inputs = order_idx[by_input]
+    buckets = -(-len(order_idx) // bucket_rows)
+    schema = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
+    with tempfile.TemporaryDirectory(prefix=".mix-", dir=sink.path.parent) as tmp, ExitStack() as stack:
+        writers: dict[int, ipc.RecordBatchStreamWriter] = {}
+        offset = ptr = 0
+        for batch in pq.ParquetFile(src).iter_batches(batch_size=bucket_rows, columns=DOC_SCHEMA.names):
+            end = int(np.searchsorted(inputs, offset + batch.num_rows, side="left"))
+            pos = by_input[ptr:end]
+            taken = batch.take(pa.array(inputs[ptr:end] - offset)).append_column("_pos", pa.array(pos))
+            bucket_of = pos // bucket_rows
+            for b in np.unique(bucket_of):
+                if b not in writers:
+                    writers[b] = stack.enter_context(ipc.new_stream(f"{tmp}/{b}.arrow", schema))
+                writers[b].write_batch(taken.filter(pa.array(bucket_of == b)))
+            offset, ptr = offset + batch.num_rows, end
+        stack.close()
+        for b in range(buckets):
+            with ipc.open_stream(f"{tmp}/{b}.arrow") as reader:
+                table = reader.read_all()
+            sink.write(table.sort_by("_pos").drop_columns(["_pos"]))
+
+
 def mix_documents(
     split_path: Path,
     mix: SplitMixSpec,
@@ -120,10 +157,8 @@ def mix_documents(
     rng = np.random.default_rng(mix.seed)
     picked = [positions[p.source][draw_indices(p.input_rows, p.output_rows, rng)] for p in plans if p.output_rows]
     order_idx = np.concatenate(picked)[rng.permutation(sum(len(p) for p in picked))]
-    table = pq.read_table(split_path, columns=DOC_SCHEMA.names)
     with ParquetSink(out, DOC_SCHEMA) as sink:
-        for start in range(0, len(order_idx), GATHER_ROWS):
-            sink.write(table.take(order_idx[start : start + GATHER_ROWS]))
+        gather(split_path, order_idx, sink)
         if progress:
             progress(f"mix: wrote {sink.rows:,} rows to {out.name}")
         rows = sink.rows
