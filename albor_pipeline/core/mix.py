@@ -27,7 +27,8 @@ from albor_pipeline.core.ingest import DOC_SCHEMA
 from albor_pipeline.spec import SplitMixSpec
 
 Progress = Callable[[str], None]
-GATHER_ROWS = 4096
+GATHER_ROWS = 2048  # rows per shuffle bucket (one bucket is in memory at a time)
+READ_ROWS = 256
 
 
 class MixError(ValueError):
@@ -116,7 +117,7 @@ def gather(src: Path, order_idx: np.ndarray, sink: ParquetSink, bucket_rows: int
     with tempfile.TemporaryDirectory(prefix=".mix-", dir=sink.path.parent) as tmp, ExitStack() as stack:
         writers: dict[int, ipc.RecordBatchStreamWriter] = {}
         offset = ptr = 0
-        for batch in pq.ParquetFile(src).iter_batches(batch_size=bucket_rows, columns=DOC_SCHEMA.names):
+        for batch in pq.ParquetFile(src).iter_batches(batch_size=READ_ROWS, columns=DOC_SCHEMA.names):
             end = int(np.searchsorted(inputs, offset + batch.num_rows, side="left"))
             pos = by_input[ptr:end]
             taken = batch.take(pa.array(inputs[ptr:end] - offset)).append_column("_pos", pa.array(pos))
