@@ -20,13 +20,20 @@ class CheckOutcome:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def check_schema(path: Path, expected: pa.Schema) -> CheckOutcome:
-    actual = pq.read_schema(path)
-    ok = actual.names == expected.names and all(actual.field(n).type == expected.field(n).type for n in expected.names)
+def check_schema(paths: list[Path], expected: pa.Schema) -> CheckOutcome:
+    """Every Parquet file has exactly the expected column names and types."""
+    wrong = {}
+    for path in paths:
+        actual = pq.read_schema(path)
+        if actual.names != expected.names or any(
+            actual.field(n).type != expected.field(n).type for n in expected.names
+        ):
+            wrong[path.name] = str(actual)
+    ok = bool(paths) and not wrong
     return CheckOutcome(
         ok,
-        f"{path.name}: schema {'matches' if ok else 'differs from'} the stage contract",
-        {"expected": str(expected), "actual": str(actual)},
+        f"{len(paths) - len(wrong)}/{len(paths)} Parquet file(s) match the stage contract",
+        {"expected": str(expected), "mismatched": wrong},
     )
 
 

@@ -1,6 +1,7 @@
 """Asset checks: stage schemas, train/held-out leak, FIM rate, round-trip, corpus shape."""
 
 import dagster as dg
+import pyarrow as pa
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.artifacts import read_manifest
@@ -12,6 +13,7 @@ from albor_pipeline.core.checks import (
     check_schema,
     check_sequences,
 )
+from albor_pipeline.core.corpus import SEQ_SCHEMA
 from albor_pipeline.core.fim import FIM_SCHEMA
 from albor_pipeline.core.ingest import DOC_SCHEMA
 from albor_pipeline.defs.corpus import corpus_key
@@ -20,6 +22,7 @@ from albor_pipeline.defs.fim import fim_key
 from albor_pipeline.defs.ingestion import ingested_key
 from albor_pipeline.defs.mix import mixed_key
 from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.stage import stage_name
 from albor_pipeline.defs.tokenizer import TOKENIZER
 from albor_pipeline.spec import SPLITS, PipelineSpec
 
@@ -34,10 +37,11 @@ def _result(outcome: CheckOutcome) -> dg.AssetCheckResult:
     )
 
 
-def _schema_check(key: dg.AssetKey, rel: str, schema) -> dg.AssetChecksDefinition:
+def _schema_check(key: dg.AssetKey, schema: pa.Schema) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=key, name="schema", blocking=True, description="Parquet schema matches the stage contract.")
     def _check(store: ArtifactStore) -> dg.AssetCheckResult:
-        return _result(check_schema(store.path(rel), schema))
+        outputs = read_manifest(store.root, stage_name(key)).outputs
+        return _result(check_schema([store.root / a.path for a in outputs if a.path.endswith(".parquet")], schema))
 
     return _check
 
@@ -89,9 +93,11 @@ def pipeline_checks(spec: PipelineSpec) -> list[dg.AssetChecksDefinition]:
         return _result(check_roundtrip(store.path("tokenizer", "report.json")))
 
     checks = [no_train_leak, val_roundtrip]
-    checks += [_schema_check(ingested_key(s.name), f"ingested/{s.name}.parquet", DOC_SCHEMA) for s in spec.sources]
-    checks += [_schema_check(mixed_key(s), f"mixed/{s}.parquet", DOC_SCHEMA) for s in SPLITS]
-    checks += [_schema_check(fim_key(s), f"fim/{s}.parquet", FIM_SCHEMA) for s in SPLITS]
+    checks += [_schema_check(ingested_key(s.name), DOC_SCHEMA) for s in spec.sources]
+    checks += [_schema_check(DOCUMENTS, DOC_SCHEMA)]
+    checks += [_schema_check(mixed_key(s), DOC_SCHEMA) for s in SPLITS]
+    checks += [_schema_check(fim_key(s), FIM_SCHEMA) for s in SPLITS]
+    checks += [_schema_check(corpus_key(s), SEQ_SCHEMA) for s in SPLITS]
     checks += [_fim_rate_check(s) for s in SPLITS]
     checks += [_corpus_check(s) for s in SPLITS]
     return checks

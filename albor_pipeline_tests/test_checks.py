@@ -1,0 +1,75 @@
+"""The data checks fail on the defects they exist to catch (and pass on clean data)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from albor_pipeline.core.checks import (
+    check_fim_rate,
+    check_no_leak,
+    check_roundtrip,
+    check_schema,
+    check_sequences,
+)
+from albor_pipeline.core.corpus import SEQ_SCHEMA, sequences_batch
+from albor_pipeline.core.ingest import DOC_SCHEMA
+
+from .test_tokenizer import write_docs
+
+
+def test_leak_check(tmp_path):
+    train = write_docs(tmp_path / "train.parquet", ["a" * 60, "b" * 60])
+    val = write_docs(tmp_path / "val.parquet", ["c" * 60])
+    test = write_docs(tmp_path / "test.parquet", ["b" * 60])
+    assert check_no_leak(train, val).passed
+    outcome = check_no_leak(train, val, test)
+    assert not outcome.passed and outcome.metadata["shared"] == {"val": 0, "test": 1}
+
+
+def test_schema_check(tmp_path):
+    good = write_docs(tmp_path / "good.parquet", ["x" * 60])
+    assert check_schema([good], DOC_SCHEMA).passed
+    pq.write_table(pa.table({"text": ["x"], "source": ["s"], "file": ["f"]}), tmp_path / "bad.parquet")
+    outcome = check_schema([good, tmp_path / "bad.parquet"], DOC_SCHEMA)
+    assert not outcome.passed and list(outcome.metadata["mismatched"]) == ["bad.parquet"]
+    assert not check_schema([], DOC_SCHEMA).passed
+
+
+def test_sequence_check(tmp_path):
+    import numpy as np
+
+    pq.write_table(
+        pa.Table.from_batches([sequences_batch(np.arange(12, dtype=np.uint32).reshape(3, 4))]), tmp_path / "ok.parquet"
+    )
+    assert check_sequences([tmp_path / "ok.parquet"], seq_len=4, vocab_size=12).passed
+    assert not check_sequences([tmp_path / "ok.parquet"], seq_len=4, vocab_size=11).passed  # id 11 >= vocab
+    assert not check_sequences([tmp_path / "ok.parquet"], seq_len=5, vocab_size=100).passed
+    ragged = pa.table({"input_ids": pa.array([[1, 2, 3, 4], [1, 2]], pa.list_(pa.uint32()))}, schema=SEQ_SCHEMA)
+    pq.write_table(ragged, tmp_path / "ragged.parquet")
+    outcome = check_sequences([tmp_path / "ragged.parquet"], seq_len=4, vocab_size=100)
+    assert not outcome.passed and outcome.metadata["wrong_length"] == 1
+    pq.write_table(ragged.slice(0, 0), tmp_path / "empty.parquet")
+    assert not check_sequences([tmp_path / "empty.parquet"], seq_len=4, vocab_size=100).passed
+
+
+def test_fim_rate_check(tmp_path):
+    def fim_file(n_fim: int, n: int):
+        path = tmp_path / f"fim_{n_fim}.parquet"
+        pq.write_table(pa.table({"fim_format": pa.array(["psm"] * n_fim + [None] * (n - n_fim), pa.string())}), path)
+        return path
+
+    assert check_fim_rate(fim_file(500, 1000), 0.5).passed
+    assert not check_fim_rate(fim_file(0, 1000), 0.5).passed
+    assert not check_fim_rate(fim_file(900, 1000), 0.5).passed
+    assert check_fim_rate(fim_file(0, 1000), 0.0).passed
+
+
+def test_roundtrip_check(tmp_path):
+    report = {"roundtrip_ok": 9, "val_documents": 10, "roundtrip_failures_first": [3]}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    assert not check_roundtrip(tmp_path / "r.json").passed
+    (tmp_path / "r.json").write_text(json.dumps({**report, "roundtrip_ok": 10, "roundtrip_failures_first": []}))
+    assert check_roundtrip(tmp_path / "r.json").passed
