@@ -77,3 +77,26 @@ def test_sigkill_during_rewrite_keeps_previous_version(tmp_path):
             )
         )
     assert [p.name for p in out.parent.iterdir()] == ["big.parquet"]
+
+
+def test_staged_dir_replaces_a_file_set_whole_or_not_at_all(tmp_path):
+    from albor_pipeline.core.artifacts import staged_dir, write_bytes
+
+    final = tmp_path / "corpus" / "train"
+    with staged_dir(final) as stage:
+        write_bytes(stage / "part-00000.parquet", b"old 0")
+        write_bytes(stage / "part-00001.parquet", b"old 1")
+    try:
+        with staged_dir(final) as stage:
+            write_bytes(stage / "part-00000.parquet", b"new 0")
+            raise RuntimeError("the encoder died half way")
+    except RuntimeError:
+        pass
+    assert {p.name: p.read_bytes() for p in final.iterdir()} == {
+        "part-00000.parquet": b"old 0",
+        "part-00001.parquet": b"old 1",
+    }
+    with staged_dir(final) as stage:  # a smaller new set: no stale shard survives
+        write_bytes(stage / "part-00000.parquet", b"new 0")
+    assert {p.name: p.read_bytes() for p in final.iterdir()} == {"part-00000.parquet": b"new 0"}
+    assert sorted(p.name for p in final.parent.iterdir()) == ["train"]  # no staging or .old dirs left

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,6 +92,30 @@ def atomic_path(final: Path) -> Iterator[Path]:
         _fsync_dir(final.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def staged_dir(final: Path) -> Iterator[Path]:
+    """Yield an empty temp directory beside `final`; on success it replaces `final` whole.
+
+    For stages that write several files (documents, tokenizer, corpus shards): a failed
+    run leaves the previous set untouched instead of a mix of old and new files.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.*.staging"):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a killed writer
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".staging", dir=final.parent))
+    try:
+        yield tmp
+        _fsync_dir(tmp)
+        old = final.with_name(f".{final.name}.{os.getpid()}.old")
+        if final.exists():
+            os.rename(final, old)
+        os.rename(tmp, final)
+        _fsync_dir(final.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def record(path: Path, root: Path, rows: int | None = None) -> Artifact:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, write_json
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
 from albor_pipeline.core.encode import Encoder, cpu_count, make_encoder, pick_encoder
 from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline.core.tokenizer import EOS, PAD
@@ -34,7 +34,6 @@ READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 PROGRESS_SECONDS = 5.0
-EXPORT_FILES = ("megatron.bin", "megatron.idx", "tokens.bin", "tokens.json")
 Progress = Callable[[str], None]
 
 
@@ -246,12 +245,17 @@ def build_corpus(
     groups = pfile.num_row_groups
     if workers is None:
         workers = cpu_count() if groups >= 4 else 1
-    out_dir.mkdir(parents=True, exist_ok=True)
-    procs = _start_workers(fim_path, tokenizer_path, workers, out_dir) if workers > 1 else []
-    try:
-        return _write_corpus(tok, pfile, fim_path, tokenizer_path, spec, out_dir, data_root, procs, progress, start)
-    finally:
-        _stop_workers(procs, out_dir)
+    with staged_dir(out_dir) as staging:  # the split's files are replaced as one set, or not at all
+        procs = _start_workers(fim_path, tokenizer_path, workers, staging) if workers > 1 else []
+        try:
+            result = _write_corpus(
+                tok, pfile, fim_path, tokenizer_path, spec, staging, data_root, procs, progress, start
+            )
+        finally:
+            _stop_workers(procs, staging)
+    final = [(out_dir / Path(a.path).name).relative_to(data_root).as_posix() for a in result.artifacts]
+    result.artifacts = [a.model_copy(update={"path": path}) for a, path in zip(result.artifacts, final)]
+    return result
 
 
 def _write_corpus(
@@ -343,10 +347,6 @@ def _write_corpus(
             record(out_dir / "tokens.bin", data_root, rows=tokens),
             record(out_dir / "tokens.json", data_root),
         ]
-    produced = {data_root / a.path for a in artifacts}
-    for stale in [*out_dir.glob("part-*.parquet"), *(out_dir / n for n in EXPORT_FILES)]:
-        if stale.exists() and stale not in produced:
-            stale.unlink()  # left by an earlier run with more shards or other formats
     sequences = sum(shards.rows)
     return CorpusResult(
         artifacts=artifacts,

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, record, staged_dir
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.spec import SPLITS, HoldoutSpec
 
@@ -53,8 +53,8 @@ def build_documents(
     first_source: dict[bytes, str] = {}
     duplicates: Counter = Counter()
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
-    with ExitStack() as stack:
-        sinks = {s: stack.enter_context(ParquetSink(out_dir / f"{s}.parquet", DOC_SCHEMA)) for s in SPLITS}
+    with staged_dir(out_dir) as staging, ExitStack() as stack:
+        sinks = {s: stack.enter_context(ParquetSink(staging / f"{s}.parquet", DOC_SCHEMA)) for s in SPLITS}
         for name, path in inputs:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
                 labels: list[str | None] = []
@@ -75,7 +75,7 @@ def build_documents(
             if progress:
                 progress(f"documents: {name} done, {len(first_source):,} unique so far")
     return DocumentsResult(
-        artifacts={s: record(sinks[s].path, data_root, rows=sinks[s].rows) for s in SPLITS},
+        artifacts={s: record(out_dir / f"{s}.parquet", data_root, rows=sinks[s].rows) for s in SPLITS},
         rows={s: dict(rows[s]) for s in SPLITS},
         duplicates=dict(sorted(duplicates.items())),
     )

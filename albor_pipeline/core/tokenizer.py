@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from albor_pipeline.core.artifacts import Artifact, atomic_path, record, write_bytes, write_json
+from albor_pipeline.core.artifacts import Artifact, atomic_path, record, staged_dir, write_bytes, write_json
 from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline.spec import TokenizerSpec
 
@@ -227,12 +227,13 @@ def build_tokenizer(
     # The report's timing fields vary run to run; keep them out of the hashed file.
     stable = {k: v for k, v in report.items() if k not in ("train_seconds", "train_mb_per_s")}
     vocab_json, merges_txt = bpe_files(tok)
-    with atomic_path(out_dir / "tokenizer.json") as tmp:
-        tok.save(str(tmp))
-    write_bytes(out_dir / "vocab.json", vocab_json)
-    write_bytes(out_dir / "merges.txt", merges_txt)
-    with atomic_path(out_dir / "token_bytes.npy") as tmp, open(tmp, "wb") as fh:
-        np.save(fh, token_byte_lengths(tok))
-    write_json(out_dir / "report.json", stable)
+    with staged_dir(out_dir) as staging:
+        with atomic_path(staging / "tokenizer.json") as tmp:
+            tok.save(str(tmp))
+        write_bytes(staging / "vocab.json", vocab_json)
+        write_bytes(staging / "merges.txt", merges_txt)
+        with atomic_path(staging / "token_bytes.npy") as tmp, open(tmp, "wb") as fh:
+            np.save(fh, token_byte_lengths(tok))
+        write_json(staging / "report.json", stable)
     names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json")
     return TokenizerResult([record(out_dir / n, data_root) for n in names], report)
