@@ -100,3 +100,4 @@ def test_staged_dir_replaces_a_file_set_whole_or_not_at_all(tmp_path):
         write_bytes(stage / "part-00000.parquet", b"new 0")
     assert {p.name: p.read_bytes() for p in final.iterdir()} == {"part-00000.parquet": b"new 0"}
     assert sorted(p.name for p in final.parent.iterdir()) == ["train"]  # no staging or .old dirs left
+    assert final.stat().st_mode & 0o755 == 0o755  # readable by the team, like any directory

@@ -105,6 +105,7 @@ def staged_dir(final: Path) -> Iterator[Path]:
     for stale in final.parent.glob(f".{final.name}.*.staging"):
         shutil.rmtree(stale, ignore_errors=True)  # left by a killed writer
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".staging", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; artifact directories are shared
     try:
         yield tmp
         _fsync_dir(tmp)
