@@ -21,10 +21,13 @@ HEADER = struct.Struct("<qqq")
 
 def main() -> None:
     fim_path, tokenizer_path, first, step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    # Build the usual encoder while the parent checks it against HF on a sample.
+    _init_worker(fim_path, tokenizer_path, "tiktoken", 1)
     encoder_name = sys.stdin.readline().strip()
     if not encoder_name:
         return  # the parent decided not to use this worker
-    _init_worker(fim_path, tokenizer_path, encoder_name, 1)
+    if encoder_name != "tiktoken":
+        _init_worker(fim_path, tokenizer_path, encoder_name, 1)
     out = sys.stdout.buffer
     for index in range(first, _WORKER["file"].num_row_groups, step):
         flat, lengths, text_bytes = _encode_row_group(index)
