@@ -189,3 +189,23 @@ def test_albor_run_cli_materializes_with_progress(tmp_path, monkeypatch, capsys)
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         assert instance.get_runs(limit=1)[0].status == dg.DagsterRunStatus.SUCCESS
     assert albor(["verify", "--data-dir", str(tmp_path / "out")]) == 0
+
+
+@pytest.mark.slow
+def test_default_spec_builds_end_to_end(tmp_path):
+    """The shipped spec, unmodified, on this machine's own sources: what `make run` does."""
+    spec = load_spec(DEFAULT_SPEC)
+    result = materialize_all(spec, tmp_path / "out")
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks)
+    prov = json.loads((tmp_path / "out" / "provenance.json").read_text())
+    stages = prov["stages"]
+    assert stages["ingested/stdlib"]["summary"]["documents"] > 500
+    assert stages["ingested/pydoc_topics"]["summary"]["documents"] == 79
+    assert stages["tokenizer"]["summary"]["vocab_size"] == 32771
+    assert stages["tokenizer"]["summary"]["keywords_single_token"] == 8
+    assert stages["corpus/train"]["summary"]["sequences"] > 1000
+    plan = {p["source"]: p for p in stages["mixed/train"]["summary"]["plan"]}
+    assert set(plan) == {"stdlib", "site_packages", "pydoc_topics"}
+    assert float(plan["pydoc_topics"]["multiplier"].rstrip("x")) > 1  # the small source is upsampled
+    assert albor(["verify", "--data-dir", str(tmp_path / "out")]) == 0
