@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -129,7 +129,6 @@ class CorpusResult:
     text_bytes: int
     encoder: str
     seconds: float
-    summary: dict[str, Any] = field(default_factory=dict)
 
 
 # Per-process encoding state: set in encode workers at start-up, or in-process.
