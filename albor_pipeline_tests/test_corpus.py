@@ -6,12 +6,19 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.corpus import build_corpus, megatron_index, pack
-from albor_pipeline.core.encode import HFEncoder, TiktokenEncoder, pick_encoder
+from albor_pipeline.core.encode import (
+    BYTELEVEL_PATTERN,
+    FAST_BYTELEVEL_PATTERN,
+    HFEncoder,
+    TiktokenEncoder,
+    pick_encoder,
+)
 from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.tokenizer import build_tokenizer
 from albor_pipeline.dataset import TokenDataset
@@ -147,6 +154,29 @@ def test_tiktoken_ids_equal_hf_ids(pipeline, texts):
     tmp, _ = pipeline
     tok = _tok(tmp)
     assert TiktokenEncoder(tok).encode_batch(texts) == HFEncoder(tok).encode_batch(texts)
+
+
+_WHITESPACE_HEAVY = st.lists(
+    st.sampled_from(
+        [" ", "  ", "\n", "\t", "\r\n", "\u3000", "\x0b", "a", "Zé", "7", "'", "'s", "'ll", "#", "({", "\u200b"]
+    ),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=text_st | _WHITESPACE_HEAVY)
+def test_fast_pattern_splits_like_gpt2_pattern(text):
+    """The rewritten regex tiktoken runs gives exactly the GPT-2/HF pre-token splits."""
+    assert regex.findall(FAST_BYTELEVEL_PATTERN, text) == regex.findall(BYTELEVEL_PATTERN, text)
+
+
+def test_fast_pattern_splits_real_code_like_gpt2_pattern():
+    for path in [*sorted((STDLIB / "json").rglob("*.py")), STDLIB / "textwrap.py", STDLIB / "tokenize.py"]:
+        text = path.read_text(encoding="utf-8")
+        pieces = regex.findall(FAST_BYTELEVEL_PATTERN, text)
+        assert pieces == regex.findall(BYTELEVEL_PATTERN, text), path
+        assert "".join(pieces) == text
 
 
 _CACHE: dict[Path, Tokenizer] = {}

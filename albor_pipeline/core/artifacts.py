@@ -146,8 +146,9 @@ class ParquetSink:
     shorter), so the file's bytes do not depend on how callers batched their writes.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int = 256) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int = 256, **options: Any) -> None:
         self.path = path
+        self._options = {**PARQUET_OPTIONS, **options}
         self.schema = schema
         self.rows = 0
         self._row_group_size = row_group_size
@@ -158,7 +159,7 @@ class ParquetSink:
 
     def __enter__(self) -> ParquetSink:
         tmp = self._ctx.__enter__()
-        self._writer = pq.ParquetWriter(tmp, self.schema, **PARQUET_OPTIONS)
+        self._writer = pq.ParquetWriter(tmp, self.schema, **self._options)
         return self
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:

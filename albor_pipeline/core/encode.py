@@ -7,7 +7,6 @@ the test suite proves equality more broadly, including generated Unicode.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Protocol
@@ -17,8 +16,14 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.core.tokenizer import FIM_TOKENS, SPECIALS, plain_tokenizer, token_to_bytes
 
-# The regex HF's ByteLevel pre-tokenizer applies (GPT-2's).
+# The regex HF's ByteLevel pre-tokenizer applies (GPT-2's), as written in HF and GPT-2.
 BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# The same splits, written so tiktoken's fancy_regex runs ~1.8x faster: the branches without
+# look-around form one group that it hands to the regex crate's automaton in one step, so
+# only the whitespace branch runs in its backtracking VM. `\s` replaces the last `\s+`:
+# that branch is reached only by one whitespace character before a non-space.
+# Equivalence is tested (same splits on generated text and real code, same ids as HF).
+FAST_BYTELEVEL_PATTERN = r"""(?:'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+)|\s+(?!\S)|\s"""
 
 
 class Encoder(Protocol):
@@ -45,11 +50,11 @@ class HFEncoder:
 class TiktokenEncoder:
     name = "tiktoken"
 
-    def __init__(self, tok: Tokenizer, threads: int | None = None) -> None:
-        model = json.loads(tok.to_str())["model"]
+    def __init__(self, tok: Tokenizer, threads: int | None = None, pattern: str = FAST_BYTELEVEL_PATTERN) -> None:
         specials = set(SPECIALS) | set(FIM_TOKENS)
-        ranks = {token_to_bytes(t): i for t, i in model["vocab"].items() if t not in specials}
-        self._enc = tiktoken.Encoding(name="albor", pat_str=BYTELEVEL_PATTERN, mergeable_ranks=ranks, special_tokens={})
+        vocab = tok.get_vocab(with_added_tokens=False)
+        ranks = {token_to_bytes(t): i for t, i in vocab.items() if t not in specials}
+        self._enc = tiktoken.Encoding(name="albor", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
         self._threads = threads or cpu_count()
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:

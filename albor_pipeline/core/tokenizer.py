@@ -47,9 +47,14 @@ def byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
+@lru_cache(maxsize=1)
+def _byte_translation() -> dict[int, int]:
+    return {ord(ch): b for ch, b in byte_decoder().items()}
+
+
 def token_to_bytes(token: str) -> bytes:
-    table = byte_decoder()
-    return bytes(table[ch] for ch in token)
+    """The bytes a ByteLevel token stands for (every char maps to one byte, so latin-1 is exact)."""
+    return token.translate(_byte_translation()).encode("latin-1")
 
 
 def iter_texts(
