@@ -36,6 +36,8 @@ verify: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf data/artifacts .dagster_home

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -170,7 +170,7 @@ def _encode_row_group(index: int) -> tuple[np.ndarray, np.ndarray, int]:
     return flat, lengths, text_bytes
 
 
-def _read_exact(stream: BinaryIO, n: int) -> bytes:
+def _read_exact(stream: IO[bytes], n: int) -> bytes:
     data = stream.read(n)
     if len(data) != n:
         raise EOFError("encode worker exited early")

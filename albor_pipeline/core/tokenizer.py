@@ -120,7 +120,7 @@ def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
     return Tokenizer.from_str(json.dumps(data))
 
 
-def special_ids(tok: Tokenizer) -> dict[str, int]:
+def special_ids(tok: Tokenizer) -> dict[str, int | None]:
     return {s: tok.token_to_id(s) for s in (*SPECIALS, *FIM_TOKENS)}
 
 

@@ -40,7 +40,7 @@ class ProgressHandler(logging.Handler):
 
 
 def progress_logger(total_steps: int) -> dg.LoggerDefinition:
-    @dg.logger(description="Progress bar and stage messages on stderr.")
+    @dg.logger(config_schema=None, description="Progress bar and stage messages on stderr.")
     def _progress(init_context: dg.InitLoggerContext) -> logging.Logger:
         log = logging.getLogger(f"albor.progress.{init_context.run_id}")
         log.setLevel(logging.DEBUG)
