@@ -140,6 +140,26 @@ def test_corpus_is_deterministic_and_independent_of_worker_processes(pipeline):
     assert runs[0].dropped_tokens == runs[0].tokens - runs[0].sequences * 100
 
 
+def test_failed_encode_worker_names_the_row_group_and_keeps_the_previous_corpus(pipeline):
+    tmp, _ = pipeline
+    table = pq.read_table(tmp / "fim.parquet")
+    good, bad = tmp / "fim_groups.parquet", tmp / "fim_bad_group.parquet"
+    pq.write_table(table, good, row_group_size=7, compression="zstd")
+    tok = tmp / "tok" / "tokenizer.json"
+    out = tmp / "d_kept"
+    build_corpus(good, tok, CorpusSpec(seq_len=100), out, tmp, workers=2)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    # Garble the page header of row group 3's text: only the worker that reads it fails.
+    data = bytearray(good.read_bytes())
+    start = pq.ParquetFile(good).metadata.row_group(3).column(0).data_page_offset
+    data[start : start + 16] = b"\xff" * 16
+    bad.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match=r"encode worker 1 failed on row group 3"):
+        build_corpus(bad, tok, CorpusSpec(seq_len=100), out, tmp, workers=2)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".d_kept")) == []
+
+
 text_st = st.text(st.characters(codec="utf-8"), max_size=200) | st.lists(
     st.sampled_from(
         ["def", " self", "\n    ", "\r\n", "  ", "'s", "'ll", "</s>", "<|fim_prefix|>", "é", "🐍", "123", "\t", "x"]
