@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import dagster as dg
+import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.cli import main as albor
@@ -173,6 +175,28 @@ def test_bad_source_fails_clearly_and_keeps_earlier_artifacts(built, tmp_path):
     assert "a.jsonl:6: malformed JSON" in failure.step_failure_data.error.cause.message
     assert (out / "provenance.json").read_bytes() == before
     assert albor(["verify", "--data-dir", str(out)]) == 0
+
+
+def test_changed_input_stops_the_stage_and_keeps_its_outputs(built, tmp_path):
+    """A stage re-hashes its inputs first: an edited upstream file is a clear error, not lineage."""
+    spec, out, _ = built
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    fim = copy / "fim" / "train.parquet"
+    pq.write_table(pq.read_table(fim), fim, compression="snappy")  # same rows, other bytes
+    corpus_before = {p.name: p.read_bytes() for p in (copy / "corpus" / "train").iterdir()}
+    job = build_definitions(spec, copy).resolve_job_def(BUILD_JOB)
+    result = job.execute_in_process(asset_selection=[dg.AssetKey(["corpus", "train"])], raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    message = failure.step_failure_data.error.cause.message
+    assert "input fim/train.parquet was changed since it was materialized" in message
+    assert read_manifest(out, "fim/train").outputs[0].sha256 in message
+    assert {p.name: p.read_bytes() for p in (copy / "corpus" / "train").iterdir()} == corpus_before
+    fim.unlink()
+    result = job.execute_in_process(asset_selection=[dg.AssetKey(["corpus", "train"])], raise_on_error=False)
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "input fim/train.parquet is missing" in failure.step_failure_data.error.cause.message
 
 
 def test_albor_run_cli_materializes_with_progress(tmp_path, monkeypatch, capsys):

@@ -129,6 +129,31 @@ def record(path: Path, root: Path, rows: int | None = None) -> Artifact:
     )
 
 
+class StaleInputError(RuntimeError):
+    """An input file no longer matches what the stage that wrote it recorded."""
+
+
+def check_recorded(root: Path, artifacts: list[Artifact]) -> list[Artifact]:
+    """`artifacts` if every file under `root` still has its recorded size and SHA-256.
+
+    A stage checks its inputs before reading them, so it never builds on (and records as
+    its lineage) a file that was edited, truncated or replaced after its producer ran.
+    """
+    for art in artifacts:
+        path = root / art.path
+        if not path.is_file():
+            problem = "is missing"
+        elif path.stat().st_size != art.bytes or sha256_file(path) != art.sha256:
+            problem = "was changed"
+        else:
+            continue
+        raise StaleInputError(
+            f"input {art.path} {problem} since it was materialized (recorded sha256 {art.sha256}); "
+            "re-materialize the stage that writes it"
+        )
+    return artifacts
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)

@@ -27,6 +27,7 @@ def corpus_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
     )
     def _corpus(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         corpus = to_spec(config, spec.corpus)
+        inputs = upstream_outputs(store.root, f"fim/{split}", "tokenizer")
         result = build_corpus(
             store.path("fim", f"{split}.parquet"),
             store.path("tokenizer", "tokenizer.json"),
@@ -47,7 +48,7 @@ def corpus_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
             context,
             store.root,
             result.artifacts,
-            upstream_outputs(store.root, f"fim/{split}", "tokenizer"),
+            inputs,
             corpus.model_dump(mode="json"),
             summary,
             row_count=result.sequences,

@@ -27,14 +27,15 @@ def documents_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
     )
     def documents(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         holdout = to_spec(config, spec.holdout)
-        inputs = [(n, store.path("ingested", f"{n}.parquet")) for n in names]
-        result = build_documents(inputs, holdout, store.path("documents"), store.root, progress=context.log.info)
+        inputs = upstream_outputs(store.root, *(f"ingested/{n}" for n in names))
+        sources = [(n, store.path("ingested", f"{n}.parquet")) for n in names]
+        result = build_documents(sources, holdout, store.path("documents"), store.root, progress=context.log.info)
         table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
         return finish_stage(
             context,
             store.root,
             [result.artifacts[s] for s in SPLITS],
-            upstream_outputs(store.root, *(f"ingested/{n}" for n in names)),
+            inputs,
             holdout.model_dump(mode="json"),
             {"rows": result.rows, "duplicates": result.duplicates},
             extra={

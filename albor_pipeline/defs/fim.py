@@ -28,6 +28,7 @@ def fim_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
     )
     def _fim(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         fim = to_spec(config, spec.fim)
+        inputs = upstream_outputs(store.root, f"mixed/{split}")
         enabled = bool(config.enabled)  # type: ignore[attr-defined]
         result = apply_fim(
             store.path("mixed", f"{split}.parquet"),
@@ -48,7 +49,7 @@ def fim_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
             context,
             store.root,
             [result.artifact],
-            upstream_outputs(store.root, f"mixed/{split}"),
+            inputs,
             {**fim.model_dump(mode="json"), "enabled": enabled},
             summary,
             extra={

@@ -29,6 +29,7 @@ def mix_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
     )
     def _mix(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         mix = to_spec(config, defaults)
+        inputs = upstream_outputs(store.root, "documents", suffix=f"/{split}.parquet")
         result = mix_documents(
             store.path("documents", f"{split}.parquet"),
             mix,
@@ -50,14 +51,11 @@ def mix_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
             for p in result.plan
         ]
         human = ", ".join(f"{p.source} {p.multiplier:.1f}x" for p in result.plan)
-        documents_inputs = [
-            a for a in upstream_outputs(store.root, "documents") if a.path.endswith(f"/{split}.parquet")
-        ]
         return finish_stage(
             context,
             store.root,
             [result.artifact],
-            documents_inputs,
+            inputs,
             mix.model_dump(mode="json"),
             {"plan": rows, "warnings": result.warnings},
             extra={

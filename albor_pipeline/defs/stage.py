@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import Artifact, StageManifest, read_manifest, write_manifest
+from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorded, read_manifest, write_manifest
 from albor_pipeline.defs.automation import on_upstream_change
 
 CODE_VERSION = "1"
@@ -52,9 +52,11 @@ def stage_name(key: dg.AssetKey) -> str:
     return "/".join(key.path)
 
 
-def upstream_outputs(root: Path, *stages: str) -> list[Artifact]:
-    """Input artifacts as their producers recorded them (never re-hashed from memory)."""
-    return [art for stage in stages for art in read_manifest(root, stage).outputs]
+def upstream_outputs(root: Path, *stages: str, suffix: str = "") -> list[Artifact]:
+    """Input artifacts (paths ending in `suffix`) as their producers recorded them,
+    checked against the files on disk. Call it before reading the inputs."""
+    arts = [a for stage in stages for a in read_manifest(root, stage).outputs if a.path.endswith(suffix)]
+    return check_recorded(root, arts)
 
 
 def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:

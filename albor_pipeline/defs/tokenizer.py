@@ -42,6 +42,7 @@ def tokenizer_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
     )
     def tokenizer(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
         tok_spec = to_spec(config, spec.tokenizer)
+        inputs = upstream_outputs(store.root, "mixed/train", "mixed/val")
         result = build_tokenizer(
             store.path("mixed", "train.parquet"),
             store.path("mixed", "val.parquet"),
@@ -56,7 +57,7 @@ def tokenizer_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
             context,
             store.root,
             result.artifacts,
-            upstream_outputs(store.root, "mixed/train", "mixed/val"),
+            inputs,
             tok_spec.model_dump(mode="json", exclude={"retrain"}),
             stable,
             row_count=report["vocab_size"],
