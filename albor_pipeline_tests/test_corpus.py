@@ -208,6 +208,25 @@ def _tok(tmp: Path) -> Tokenizer:
     return _CACHE[tmp]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        " " * 20000 + "x",
+        ("\n" + " " * 50) * 400 + "y",
+        "'" * 20000,
+        "'s  \t\n x1 é" * 2000,
+        "a" * 20000,
+        "\t \n" * 5000,
+    ],
+    ids=["spaces", "indented-lines", "quotes", "mixed", "one-long-word", "whitespace-only"],
+)
+def test_tiktoken_equals_hf_on_long_runs(pipeline, text):
+    """Long runs are where a rewritten split regex would backtrack differently."""
+    tmp, _ = pipeline
+    tok = _tok(tmp)
+    assert TiktokenEncoder(tok, threads=1).encode_batch([text]) == HFEncoder(tok).encode_batch([text])
+
+
 def test_tiktoken_equals_hf_on_real_code(pipeline):
     tmp, docs = pipeline
     tok = _tok(tmp)
