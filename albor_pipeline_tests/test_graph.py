@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
+from pathlib import Path
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -16,7 +19,7 @@ from albor_pipeline.definitions import BUILD_JOB, build_definitions
 from albor_pipeline.defs.automation import AUTOMATION_SENSOR, OBSERVE_JOB, OBSERVE_SCHEDULE
 from albor_pipeline.spec import DEFAULT_SPEC, load_spec
 
-from .conftest import materialize_all, small_spec_dict, write_spec
+from .conftest import STDLIB, materialize_all, small_spec_dict, write_spec
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -197,6 +200,51 @@ def test_changed_input_stops_the_stage_and_keeps_its_outputs(built, tmp_path):
     result = job.execute_in_process(asset_selection=[dg.AssetKey(["corpus", "train"])], raise_on_error=False)
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert "input fim/train.parquet is missing" in failure.step_failure_data.error.cause.message
+
+
+def test_non_default_settings_build_end_to_end(tmp_path):
+    """CSV and Parquet sources, a repeat mix, FIM on train only, a capped tokenizer, the HF
+    encoder and padding: every stage and check passes and the settings show in the outputs."""
+    data = tmp_path / "data"
+    data.mkdir()
+    docs = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "json").glob("*.py"))]
+    pq.write_table(pa.table({"body": docs}), data / "json_pkg.parquet")
+    with open(data / "notes.csv", "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([["id", "text"], *[[i, f"note {i}: " + "x = 1\n" * (i + 10)] for i in range(40)]])
+    raw = small_spec_dict(
+        [
+            {"name": "json_pkg", "kind": "parquet", "path": str(data / "json_pkg.parquet"), "text_field": "body"},
+            {"name": "notes", "kind": "csv", "path": str(data / "notes.csv")},
+        ],
+        mix={
+            "train": {"seed": 1, "repeat": {"stdlib_json_email": 1, "stdlib_async": 1, "json_pkg": 3, "notes": 0.5}},
+            "val": {"seed": 2, "rows": 30, "upsample": False},
+            "test": {"seed": 3, "rows": 10, "upsample": False},
+        },
+        fim={"rate": 0.5, "format": "spm", "seed": 5, "splits": ["train"]},
+        tokenizer={"vocab_size": 600, "max_chars": 400_000, "doc_cap": 5_000},
+        corpus={"seq_len": 128, "remainder": "pad", "formats": ["parquet"], "encoder": "hf"},
+    )
+    out = tmp_path / "out"
+    result = materialize_all(load_spec(write_spec(tmp_path / "spec.yaml", raw)), out)
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) >= 20 and all(c.passed for c in checks)
+    corpus_meta = next(
+        e.step_materialization_data.materialization.metadata
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey(["corpus", "train"])
+    )
+    assert corpus_meta["encoder"].value == "hf (configured)"
+    plan = {row["source"]: row for row in read_manifest(out, "mixed/train").summary["plan"]}
+    assert plan["json_pkg"]["output rows"] == 3 * plan["json_pkg"]["input rows"]
+    assert read_manifest(out, "fim/val").summary["transformed"] == 0
+    assert read_manifest(out, "fim/train").summary["spm"] == read_manifest(out, "fim/train").summary["transformed"] > 0
+    assert read_manifest(out, "corpus/train").summary["padded_tokens"] > 0
+    corpus = {Path(a.path).name for a in read_manifest(out, "corpus/train").outputs}
+    assert corpus == {"part-00000.parquet"}
+    ids = pq.read_table(out / "corpus/train/part-00000.parquet").column("input_ids").to_pylist()
+    assert {len(s) for s in ids} == {128}
+    assert albor(["verify", "--data-dir", str(out)]) == 0
 
 
 def test_albor_run_cli_materializes_with_progress(tmp_path, monkeypatch, capsys):
