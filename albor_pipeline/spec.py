@@ -7,6 +7,7 @@ tests all start from a validated `PipelineSpec`.
 from __future__ import annotations
 
 import os
+import re
 import site
 import sysconfig
 from enum import Enum
@@ -159,8 +160,22 @@ class CorpusSpec(_Model):
     encoder: str = Field("auto", pattern="^(auto|hf|tiktoken)$")
 
 
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")
+
+
 class AutomationSpec(_Model):
     observe_cron: str = "0 * * * *"
+    # How often the automation sensor evaluates; a change advances one stage per tick
+    # (each stage waits for its parents' new data versions).
+    sensor_interval_seconds: int = Field(30, ge=5, le=86400)
+
+    @field_validator("observe_cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        fields = value.split()
+        if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+            raise ValueError(f"must be a 5-field cron string like '0 * * * *', got {value!r}")
+        return value
 
 
 class PipelineSpec(_Model):

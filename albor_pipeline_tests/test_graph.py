@@ -54,7 +54,7 @@ def test_default_definitions_load_with_expected_keys():
         assert node.automation_condition is not None, key
     assert defs.resolve_job_def(BUILD_JOB) and defs.resolve_job_def(OBSERVE_JOB)
     sensor = defs.resolve_sensor_def(AUTOMATION_SENSOR)
-    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING and sensor.minimum_interval_seconds == 30
     schedule = defs.resolve_schedule_def(OBSERVE_SCHEDULE)
     assert schedule.cron_schedule == "0 * * * *" and schedule.job_name == OBSERVE_JOB
     check_keys = {c.to_user_string() for c in graph.asset_check_keys}

@@ -63,6 +63,11 @@ def test_relative_path_resolves_against_spec_file(tmp_path):
             "fim.splits: unknown split(s) ['dev']",
         ),
         (lambda r: r["corpus"].update(remainder="wrap"), "corpus.remainder"),
+        (
+            lambda r: r.update(automation={"observe_cron": "every hour"}),
+            "automation.observe_cron: must be a 5-field cron string",
+        ),
+        (lambda r: r.update(automation={"sensor_interval_seconds": 1}), "automation.sensor_interval_seconds"),
     ],
 )
 def test_bad_spec_names_the_key(tmp_path, mutate, message):

@@ -43,6 +43,7 @@ def automation_defs(spec: PipelineSpec, source_keys: Sequence[dg.AssetKey]) -> d
     sensor = dg.AutomationConditionSensorDefinition(
         AUTOMATION_SENSOR,
         target=dg.AssetSelection.all(),
+        minimum_interval_seconds=spec.automation.sensor_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
     )
     return {"jobs": [observe], "schedules": [schedule], "sensors": [sensor]}
