@@ -9,7 +9,7 @@ import pytest
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, pre_tokenizers
 
 from albor_pipeline.core.corpus import build_corpus, megatron_index, pack
 from albor_pipeline.core.encode import (
@@ -234,3 +234,13 @@ def test_tiktoken_equals_hf_on_real_code(pipeline):
     assert TiktokenEncoder(tok).encode_batch(texts) == HFEncoder(tok).encode_batch(texts)
     encoder, why = pick_encoder(tok, "auto", texts[:10])
     assert encoder.name == "tiktoken" and "matched" in why
+
+
+def test_auto_falls_back_to_hf_when_tiktoken_disagrees(pipeline):
+    """A tokenizer whose pre-tokenizer tiktoken does not mirror (here: a prefix space)."""
+    tmp, docs = pipeline
+    tok = Tokenizer.from_str(_tok(tmp).to_str())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    encoder, why = pick_encoder(tok, "auto", docs[:8])
+    assert encoder.name == "hf" and why.startswith("hf (tiktoken disagreed")
+    assert encoder.encode_batch(docs[:2]) == [e.ids for e in tok.encode_batch(docs[:2], add_special_tokens=False)]

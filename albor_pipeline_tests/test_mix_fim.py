@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from albor_pipeline.core.artifacts import ParquetSink
 from albor_pipeline.core.documents import build_documents, split_of
-from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, apply_fim, fim_batch
+from albor_pipeline.core.fim import apply_fim, fim_batch
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
 from albor_pipeline.core.mix import MixError, draw_indices, gather, mix_documents, plan_counts
+from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
 
 from .conftest import STDLIB

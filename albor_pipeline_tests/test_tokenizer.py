@@ -13,7 +13,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.ingest import DOC_SCHEMA, text_sha256
-from albor_pipeline.core.tokenizer import TokenizerError, build_tokenizer, token_to_bytes
+from albor_pipeline.core.tokenizer import TokenizerError, build_tokenizer
+from albor_pipeline.core.vocab import token_to_bytes
 from albor_pipeline.spec import TokenizerSpec
 
 from .conftest import STDLIB

@@ -39,7 +39,8 @@ from albor_pipeline.core.encode import TiktokenEncoder  # noqa: E402
 from albor_pipeline.core.fim import apply_fim  # noqa: E402
 from albor_pipeline.core.ingest import ingest_source  # noqa: E402
 from albor_pipeline.core.mix import mix_documents  # noqa: E402
-from albor_pipeline.core.tokenizer import SPECIALS, build_tokenizer, iter_texts, plain_tokenizer  # noqa: E402
+from albor_pipeline.core.tokenizer import build_tokenizer, iter_texts  # noqa: E402
+from albor_pipeline.core.vocab import SPECIALS, plain_tokenizer  # noqa: E402
 from albor_pipeline.spec import (  # noqa: E402
     CorpusSpec,
     FimSpec,

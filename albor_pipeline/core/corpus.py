@@ -11,27 +11,24 @@ import struct
 import subprocess
 import sys
 import time
-from array import array
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, BinaryIO
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
-from albor_pipeline.core.encode import Encoder, cpu_count, make_encoder, pick_encoder
-from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
-from albor_pipeline.core.tokenizer import EOS, PAD
+from albor_pipeline.core.encode import Encoder, cpu_count, pick_encoder
+from albor_pipeline.core.encode_worker import HEADER, encode_row_group, init_worker
+from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.spec import CorpusSpec, ExportFormat, RemainderPolicy
 
 SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32()))])
-READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 PROGRESS_SECONDS = 5.0
@@ -43,39 +40,6 @@ def token_dtype(vocab_size: int, signed: bool = False) -> np.dtype:
     if vocab_size <= 65536:
         return np.dtype(np.uint16)
     return np.dtype(np.int32 if signed else np.uint32)
-
-
-def encode_rows(rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(flat uint32 ids with EOS after each document, each document's length incl. EOS).
-
-    Plain rows encode as one text, FIM rows as three segments with the sentinel ids
-    between them; all in one encoder batch. Ids go straight into a C array: no list per
-    document, no Python int list for the whole batch.
-    """
-    pieces: list[str] = []
-    for i, fmt in enumerate(rows["fim_format"]):
-        if fmt is None:
-            pieces.append(rows["text"][i])
-        else:
-            pieces += (rows["fim_prefix"][i], rows["fim_suffix"][i], rows["fim_middle"][i])
-    encoded = iter(encoder.encode_batch(pieces))
-    p_id, s_id, m_id, eos = ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE], ids[EOS]
-    flat, lengths = array("I"), array("q")
-    for fmt in rows["fim_format"]:
-        start = len(flat)
-        if fmt is None:
-            flat.extend(next(encoded))
-        else:
-            pre, suf, mid = next(encoded), next(encoded), next(encoded)
-            order = ((p_id, pre), (s_id, suf)) if fmt == "psm" else ((s_id, suf), (p_id, pre))
-            for sentinel, seg in order:
-                flat.append(sentinel)
-                flat.extend(seg)
-            flat.append(m_id)
-            flat.extend(mid)
-        flat.append(eos)
-        lengths.append(len(flat) - start)
-    return np.frombuffer(flat, dtype=np.uint32), np.frombuffer(lengths, dtype=np.int64)
 
 
 def pack(carry: np.ndarray, flat: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -147,29 +111,6 @@ class CorpusResult:
     seconds: float
 
 
-# Per-process encoding state: set in encode workers at start-up, or in-process.
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(
-    fim_path: str, tokenizer_path: str, encoder_name: str, threads: int, encoder: Encoder | None = None
-) -> None:
-    tok = Tokenizer.from_file(tokenizer_path)
-    _WORKER.update(
-        file=pq.ParquetFile(fim_path),
-        encoder=encoder or make_encoder(tok, encoder_name, threads),
-        ids={t: tok.token_to_id(t) for t in (EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)},
-    )
-
-
-def _encode_row_group(index: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(flat ids with EOS after each document, per-document lengths, text bytes) of one row group."""
-    table = _WORKER["file"].read_row_group(index, columns=READ_COLUMNS)
-    flat, lengths = encode_rows(table.to_pydict(), _WORKER["encoder"], _WORKER["ids"])
-    text_bytes = pc.sum(pc.binary_length(table.column("text"))).as_py() or 0
-    return flat, lengths, text_bytes
-
-
 def _read_exact(stream: IO[bytes], n: int) -> bytes:
     data = stream.read(n)
     if len(data) != n:
@@ -201,12 +142,10 @@ def _encoded_row_groups(
     back in order, so output never depends on the number of workers.
     """
     if not procs:
-        _init_worker(str(fim_path), str(tokenizer_path), encoder.name, cpu_count(), encoder)
+        init_worker(str(fim_path), str(tokenizer_path), encoder.name, cpu_count(), encoder)
         for index in range(groups):
-            yield _encode_row_group(index)
+            yield encode_row_group(index)
         return
-    from albor_pipeline.core.encode_worker import HEADER
-
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write(f"{encoder.name}\n".encode())

@@ -14,7 +14,7 @@ from typing import Protocol
 import tiktoken
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.tokenizer import FIM_TOKENS, SPECIALS, plain_tokenizer, token_to_bytes
+from albor_pipeline.core.vocab import FIM_TOKENS, SPECIALS, plain_tokenizer, token_to_bytes
 
 # The regex HF's ByteLevel pre-tokenizer applies (GPT-2's), as written in HF and GPT-2.
 BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -69,18 +69,25 @@ def make_encoder(tok: Tokenizer, name: str, threads: int | None = None) -> Encod
 
 
 def pick_encoder(tok: Tokenizer, choice: str, sample: Sequence[str]) -> tuple[Encoder, str]:
-    """The encoder to use and why. `auto` takes tiktoken only if it matches HF on `sample`."""
-    hf = HFEncoder(tok)
+    """The encoder to use and why. `auto` takes tiktoken only if it matches HF on `sample`.
+
+    The check runs `tok` itself on the sample documents that contain no special-token
+    string (there `tok` and its plain copy agree), so the plain HF copy is only built
+    when HF is the encoder: that copy costs more start-up than the check.
+    """
     if choice == "hf":
-        return hf, "hf (configured)"
+        return HFEncoder(tok), "hf (configured)"
     try:
         fast = TiktokenEncoder(tok)
     except (ValueError, KeyError) as exc:  # e.g. a vocabulary tiktoken cannot represent
         if choice == "tiktoken":
             raise
-        return hf, f"hf (tiktoken unavailable: {exc})"
+        return HFEncoder(tok), f"hf (tiktoken unavailable: {exc})"
     if choice == "tiktoken":
         return fast, "tiktoken (configured)"
-    if fast.encode_batch(sample) != hf.encode_batch(sample):
-        return hf, f"hf (tiktoken disagreed with HF on a {len(sample)}-document sample)"
-    return fast, f"tiktoken (matched HF on a {len(sample)}-document sample)"
+    specials = (*SPECIALS, *FIM_TOKENS)
+    checked = [t for t in sample if not any(s in t for s in specials)]
+    expected = [e.ids for e in tok.encode_batch_fast(checked, add_special_tokens=False)]
+    if fast.encode_batch(checked) != expected:
+        return HFEncoder(tok), f"hf (tiktoken disagreed with HF on a {len(checked)}-document sample)"
+    return fast, f"tiktoken (matched HF on a {len(checked)}-document sample)"

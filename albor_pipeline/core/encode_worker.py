@@ -13,24 +13,89 @@ from __future__ import annotations
 
 import struct
 import sys
+from array import array
+from typing import Any
 
-from albor_pipeline.core.corpus import _WORKER, _encode_row_group, _init_worker
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer
+
+from albor_pipeline.core.encode import Encoder, make_encoder
+from albor_pipeline.core.vocab import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 
 HEADER = struct.Struct("<qqq")
+READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
+
+
+def encode_rows(rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(flat uint32 ids with EOS after each document, each document's length incl. EOS).
+
+    Plain rows encode as one text, FIM rows as three segments with the sentinel ids
+    between them; all in one encoder batch. Ids go straight into a C array: no list per
+    document, no Python int list for the whole batch.
+    """
+    pieces: list[str] = []
+    for i, fmt in enumerate(rows["fim_format"]):
+        if fmt is None:
+            pieces.append(rows["text"][i])
+        else:
+            pieces += (rows["fim_prefix"][i], rows["fim_suffix"][i], rows["fim_middle"][i])
+    encoded = iter(encoder.encode_batch(pieces))
+    p_id, s_id, m_id, eos = ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE], ids[EOS]
+    flat, lengths = array("I"), array("q")
+    for fmt in rows["fim_format"]:
+        start = len(flat)
+        if fmt is None:
+            flat.extend(next(encoded))
+        else:
+            pre, suf, mid = next(encoded), next(encoded), next(encoded)
+            order = ((p_id, pre), (s_id, suf)) if fmt == "psm" else ((s_id, suf), (p_id, pre))
+            for sentinel, seg in order:
+                flat.append(sentinel)
+                flat.extend(seg)
+            flat.append(m_id)
+            flat.extend(mid)
+        flat.append(eos)
+        lengths.append(len(flat) - start)
+    return np.frombuffer(flat, dtype=np.uint32), np.frombuffer(lengths, dtype=np.int64)
+
+
+# Per-process encoding state: set in encode workers at start-up, or in-process.
+_WORKER: dict[str, Any] = {}
+
+
+def init_worker(
+    fim_path: str, tokenizer_path: str, encoder_name: str, threads: int, encoder: Encoder | None = None
+) -> None:
+    tok = Tokenizer.from_file(tokenizer_path)
+    _WORKER.update(
+        file=pq.ParquetFile(fim_path),
+        encoder=encoder or make_encoder(tok, encoder_name, threads),
+        ids={t: tok.token_to_id(t) for t in (EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)},
+    )
+
+
+def encode_row_group(index: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(flat ids with EOS after each document, per-document lengths, text bytes) of one row group."""
+    table = _WORKER["file"].read_row_group(index, columns=READ_COLUMNS)
+    flat, lengths = encode_rows(table.to_pydict(), _WORKER["encoder"], _WORKER["ids"])
+    text_bytes = pc.sum(pc.binary_length(table.column("text"))).as_py() or 0
+    return flat, lengths, text_bytes
 
 
 def main() -> None:
     fim_path, tokenizer_path, first, step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     # Build the usual encoder while the parent checks it against HF on a sample.
-    _init_worker(fim_path, tokenizer_path, "tiktoken", 1)
+    init_worker(fim_path, tokenizer_path, "tiktoken", 1)
     encoder_name = sys.stdin.readline().strip()
     if not encoder_name:
         return  # the parent decided not to use this worker
     if encoder_name != "tiktoken":
-        _init_worker(fim_path, tokenizer_path, encoder_name, 1)
+        init_worker(fim_path, tokenizer_path, encoder_name, 1)
     out = sys.stdout.buffer
     for index in range(first, _WORKER["file"].num_row_groups, step):
-        flat, lengths, text_bytes = _encode_row_group(index)
+        flat, lengths, text_bytes = encode_row_group(index)
         out.write(HEADER.pack(len(flat), len(lengths), text_bytes))
         out.write(flat.tobytes())
         out.write(lengths.tobytes())

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline.spec import FimFormat, FimSpec
 
-FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
 FIM_SCHEMA = pa.schema(
     [
         *DOC_SCHEMA,

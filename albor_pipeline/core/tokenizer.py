@@ -10,7 +10,6 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,42 +18,15 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from albor_pipeline.core.artifacts import Artifact, atomic_path, record, staged_dir, write_bytes, write_json
-from albor_pipeline.core.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from albor_pipeline.core.vocab import FIM_TOKENS, SPECIALS, plain_tokenizer, token_to_bytes
 from albor_pipeline.spec import TokenizerSpec
 
-SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
-FIM_TOKENS = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
-EOS, PAD = "</s>", "<pad>"
 PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
 Progress = Callable[[str], None]
 
 
 class TokenizerError(ValueError):
     """A tokenizer that cannot be trained as configured."""
-
-
-@lru_cache(maxsize=1)
-def byte_decoder() -> dict[str, int]:
-    """GPT-2's printable-character -> byte map used by ByteLevel."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
-@lru_cache(maxsize=1)
-def _byte_translation() -> dict[int, int]:
-    return {ord(ch): b for ch, b in byte_decoder().items()}
-
-
-def token_to_bytes(token: str) -> bytes:
-    """The bytes a ByteLevel token stands for (every char maps to one byte, so latin-1 is exact)."""
-    return token.translate(_byte_translation()).encode("latin-1")
 
 
 def iter_texts(
@@ -107,17 +79,6 @@ def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
     tok.train_from_iterator(batches, trainer=trainer)
     tok.add_special_tokens(list(FIM_TOKENS))
     return tok
-
-
-def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
-    """A copy that treats special-token strings in text as ordinary text.
-
-    HF tokenizers split added tokens out of raw text even with add_special_tokens=False;
-    without the added-token table, `</s>` in a document is just bytes.
-    """
-    data = json.loads(tok.to_str())
-    data["added_tokens"] = []
-    return Tokenizer.from_str(json.dumps(data))
 
 
 def special_ids(tok: Tokenizer) -> dict[str, int | None]:
