@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install run dev test bench verify lint clean
+.PHONY: install system-deps run dev test bench verify lint clean
 
 install: $(VENV)/.installed
 
@@ -24,7 +24,13 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
-test: install
+# Debian packages the tests drive for real (command:package), installed when missing.
+SYSTEM_DEPS := chromium:chromium
+
+system-deps:
+	scripts/system-deps $(SYSTEM_DEPS)
+
+test: install system-deps
 	$(BIN)/python -m pytest
 
 bench: install
@@ -38,6 +44,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/dg check defs
 
 clean:
 	rm -rf data/artifacts .dagster_home

@@ -8,9 +8,11 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
-from albor_pipeline.spec import REPO_ROOT, SpecError, data_dir, load_spec
+from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage
+from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec
 
 
 def _use(args: argparse.Namespace) -> None:
@@ -32,9 +34,11 @@ def ensure_dagster_home() -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     _use(args)
+    warnings.filterwarnings("ignore", message=".*is currently in beta")  # observable sources: not for run output
     import dagster as dg
 
-    from albor_pipeline.definitions import BUILD_JOB, build_definitions
+    from albor_pipeline.definitions import build_definitions
+    from albor_pipeline.defs.automation import BUILD_JOB
     from albor_pipeline.defs.progress import progress_logger
 
     spec = load_spec()
@@ -71,23 +75,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_summary(args: argparse.Namespace) -> int:
     _use(args)
-    root = data_dir()
-    path = root / "provenance.json"
-    if not path.exists():
-        print(f"albor: nothing materialized yet under {root}", file=sys.stderr)
+    layout = Layout(data_dir())
+    if not layout.provenance_json.exists():
+        print(f"albor: nothing materialized yet under {layout.root}", file=sys.stderr)
         return 1
-    prov = json.loads(path.read_text(encoding="utf-8"))
+    prov = json.loads(layout.provenance_json.read_text(encoding="utf-8"))
     stages = prov["stages"]
-    print(f"Artifacts: {root}")
-    print(f"Provenance: {root / 'PROVENANCE.md'}")
-    for split in ("train", "val", "test"):
-        s = stages.get(f"corpus/{split}", {}).get("summary")
+    print(f"Artifacts: {layout.root}")
+    print(f"Provenance: {layout.provenance_md}")
+    for split in SPLITS:
+        s = stages.get(corpus_stage(split), {}).get("summary")
         if s:
             print(
                 f"  corpus/{split}: {s['sequences']:,} sequences, {s['tokens']:,} tokens "
                 f"from {s['documents']:,} documents"
             )
-    tok = stages.get("tokenizer", {}).get("summary")
+    tok = stages.get(TOKENIZER, {}).get("summary")
     if tok:
         print(
             f"  tokenizer: vocab {tok['vocab_size']:,}, val round-trip {tok['roundtrip_ok']}/{tok['val_documents']}, "

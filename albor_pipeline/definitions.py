@@ -1,63 +1,45 @@
-"""The Definitions object: an asset graph built from the pipeline spec.
+"""The Definitions object: every stage's declaration, merged.
 
-`ALBOR_SPEC` selects the spec and `ALBOR_DATA_DIR` the output root.
+`ALBOR_SPEC` selects the spec and `ALBOR_DATA_DIR` the output root; both are read when
+Dagster loads the definitions (`defs`), not when this module is imported.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
-from albor_pipeline.defs.automation import automation_defs
-from albor_pipeline.defs.checks import pipeline_checks
-from albor_pipeline.defs.corpus import corpus_asset, corpus_key
-from albor_pipeline.defs.documents import DOCUMENTS, documents_asset
-from albor_pipeline.defs.fim import fim_asset, fim_key
-from albor_pipeline.defs.ingestion import ingested_key, ingestion_asset, source_key, source_observation
-from albor_pipeline.defs.mix import mix_asset, mixed_key
-from albor_pipeline.defs.provenance import provenance_asset
+from albor_pipeline.core.layout import source_stage
+from albor_pipeline.defs import corpus, documents, fim, ingestion, mix, tokenizer
+from albor_pipeline.defs.automation import automation_definitions
+from albor_pipeline.defs.provenance import provenance_stage
 from albor_pipeline.defs.resources import ArtifactStore
-from albor_pipeline.defs.tokenizer import TOKENIZER, tokenizer_asset
-from albor_pipeline.spec import SPLITS, PipelineSpec, data_dir, load_spec
+from albor_pipeline.defs.stage import Stage, stage_definitions
+from albor_pipeline.spec import PipelineSpec, data_dir, load_spec
 
-BUILD_JOB = "build_corpora"
+STAGE_MODULES = (ingestion, documents, mix, fim, tokenizer, corpus)
+
+
+def pipeline_stages(spec: PipelineSpec) -> list[Stage[Any]]:
+    """Every stage in graph order, provenance last (it reads every other stage)."""
+    stages: list[Stage[Any]] = [stage for module in STAGE_MODULES for stage in module.stages(spec)]
+    return [*stages, provenance_stage(spec, tuple(s.name for s in stages))]
 
 
 def build_definitions(spec: PipelineSpec, output_dir: Path | None = None) -> dg.Definitions:
-    sources = [source_observation(s) for s in spec.sources]
-    assets = [
-        *(ingestion_asset(s) for s in spec.sources),
-        documents_asset(spec),
-        *(mix_asset(spec, split) for split in SPLITS),
-        *(fim_asset(spec, split) for split in SPLITS),
-        tokenizer_asset(spec),
-        *(corpus_asset(spec, split) for split in SPLITS),
-    ]
-    stage_keys = [
-        *(ingested_key(s.name) for s in spec.sources),
-        DOCUMENTS,
-        *(mixed_key(s) for s in SPLITS),
-        *(fim_key(s) for s in SPLITS),
-        TOKENIZER,
-        *(corpus_key(s) for s in SPLITS),
-    ]
-    assets.append(provenance_asset(spec, stage_keys))
-    build = dg.define_asset_job(
-        BUILD_JOB,
-        selection=dg.AssetSelection.all() - dg.AssetSelection.assets(*(source_key(s.name) for s in spec.sources)),
-        description="Materialize every stage: ingestion through pretokenized corpora and provenance.",
-    )
-    automation = automation_defs(spec, [source_key(s.name) for s in spec.sources])
-    return dg.Definitions(
-        assets=[*sources, *assets],
-        asset_checks=pipeline_checks(spec),
-        jobs=[build, *automation["jobs"]],
-        schedules=automation["schedules"],
-        sensors=automation["sensors"],
-        resources={"store": ArtifactStore(data_dir=str(data_dir(output_dir)))},
-        executor=dg.in_process_executor,
+    stages = pipeline_stages(spec)
+    return dg.Definitions.merge(
+        ingestion.source_definitions(spec),
+        *(stage_definitions(stage) for stage in stages),
+        automation_definitions(spec, stages, [source_stage(s.name) for s in spec.sources]),
+        dg.Definitions(
+            resources={"store": ArtifactStore(data_dir=str(data_dir(output_dir)))}, executor=dg.in_process_executor
+        ),
     )
 
 
-defs = build_definitions(load_spec())
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions(load_spec())

@@ -12,10 +12,12 @@ import site
 import sysconfig
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from albor_pipeline.core.vocab import SPECIALS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO_ROOT / "data" / "pipeline.yaml"
@@ -25,6 +27,9 @@ SPLITS = ("train", "val", "test")
 
 class SpecError(ValueError):
     """A spec that cannot be used; the message names the offending key."""
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Model(BaseModel):
@@ -132,8 +137,15 @@ class RetrainPolicy(str, Enum):
     manual = "manual"
 
 
+MIN_VOCAB_SIZE = 256 + len(SPECIALS)  # the byte alphabet + the specials at ids 0-3
+
+
 class TokenizerSpec(_Model):
-    vocab_size: int = 32_768
+    vocab_size: int = Field(
+        32_768,
+        ge=MIN_VOCAB_SIZE,
+        description=f"learned vocabulary incl. specials; at least the 256-byte alphabet + {len(SPECIALS)} specials",
+    )
     min_frequency: int = Field(2, ge=0)
     max_chars: int | None = Field(None, gt=0)
     doc_cap: int | None = Field(None, gt=0)
@@ -233,6 +245,15 @@ def _format_error(err: ValidationError) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         lines.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(lines)
+
+
+def apply_overrides(section: M, overrides: dict[str, Any], where: str) -> M:
+    """`section` with `overrides` (e.g. run config) applied, validated by the same model,
+    so a bad override fails with the message a bad spec would give."""
+    try:
+        return type(section).model_validate({**section.model_dump(), **overrides})
+    except ValidationError as err:
+        raise SpecError(f"{where}: {_format_error(err)}") from None
 
 
 def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:

@@ -10,11 +10,11 @@ import pytest
 
 from albor_pipeline.core.documents import split_of
 from albor_pipeline.core.ingest import text_sha256
-from albor_pipeline.definitions import BUILD_JOB, build_definitions
-from albor_pipeline.defs.automation import OBSERVE_JOB
+from albor_pipeline.definitions import build_definitions
+from albor_pipeline.defs.automation import BUILD_JOB, OBSERVE_JOB
 from albor_pipeline.spec import HoldoutSpec, load_spec
 
-from .conftest import STDLIB, small_spec_dict, write_spec
+from .support import STDLIB, small_spec_dict, write_spec
 
 
 def requested(defs: dg.Definitions, instance: dg.DagsterInstance, cursor) -> tuple[set[str], object]:

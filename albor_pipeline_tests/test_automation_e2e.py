@@ -8,24 +8,18 @@ other source's ingestion is left alone.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from albor_pipeline.definitions import BUILD_JOB, build_definitions
-from albor_pipeline.defs.automation import AUTOMATION_SENSOR, OBSERVE_JOB
-from albor_pipeline.spec import REPO_ROOT, load_spec
+from albor_pipeline.definitions import build_definitions
+from albor_pipeline.defs.automation import AUTOMATION_SENSOR, BUILD_JOB, OBSERVE_JOB
+from albor_pipeline.spec import load_spec
 
-from .conftest import STDLIB, small_spec_dict, write_spec
-from .test_ui_e2e import Server, free_port, wait_for
+from .support import STDLIB, Server, instance_home, small_spec_dict, write_spec
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +32,7 @@ def latest_run_id(instance: dg.DagsterInstance, key: list[str]) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory) -> Iterator[tuple[Server, Path]]:
+def deployment(tmp_path_factory, dagster_dev) -> tuple[Server, Path]:
     """Two sources, fully built and observed in-process, then served by `dagster dev`."""
     tmp = tmp_path_factory.mktemp("auto")
     src = tmp / "src"
@@ -52,31 +46,13 @@ def deployment(tmp_path_factory) -> Iterator[tuple[Server, Path]]:
     raw["tokenizer"] = {"vocab_size": 600}
     raw["automation"] = {"sensor_interval_seconds": TICK}
     spec_path = write_spec(tmp / "spec.yaml", raw)
-    home, out = tmp / "dagster_home", tmp / "out"
-    home.mkdir()
-    shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    home, out = instance_home(tmp / "dagster_home"), tmp / "out"
     defs = build_definitions(load_spec(spec_path), out)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance).success
         assert defs.resolve_job_def(BUILD_JOB).execute_in_process(instance=instance).success
 
-    port = free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_SPEC": str(spec_path), "ALBOR_DATA_DIR": str(out)}
-    log = open(tmp / "dagster_dev.log", "wb")  # noqa: SIM115 - closed in teardown
-    cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port)]
-    cmd += ["-w", str(REPO_ROOT / "workspace.yaml")]
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for(f"http://127.0.0.1:{port}/server_info", 180, proc)
-        yield Server(port, home, out), src
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+    return dagster_dev(spec_path, home, out), src
 
 
 def test_daemon_rebuilds_only_what_an_edited_source_feeds(deployment) -> None:

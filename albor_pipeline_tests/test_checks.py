@@ -17,7 +17,7 @@ from albor_pipeline.core.checks import (
 from albor_pipeline.core.corpus import SEQ_SCHEMA, sequences_batch
 from albor_pipeline.core.ingest import DOC_SCHEMA
 
-from .test_tokenizer import write_docs
+from .support import write_docs
 
 
 def test_leak_check(tmp_path):

@@ -24,8 +24,7 @@ from albor_pipeline.core.tokenizer import build_tokenizer
 from albor_pipeline.dataset import TokenDataset
 from albor_pipeline.spec import CorpusSpec, FimSpec, TokenizerSpec
 
-from .conftest import STDLIB
-from .test_tokenizer import LITERAL, write_docs
+from .support import LITERAL, STDLIB, write_docs
 
 
 def test_pack_arithmetic():

@@ -15,11 +15,12 @@ import pytest
 
 from albor_pipeline.cli import main as albor
 from albor_pipeline.core.artifacts import read_manifest
-from albor_pipeline.definitions import BUILD_JOB, build_definitions
-from albor_pipeline.defs.automation import AUTOMATION_SENSOR, OBSERVE_JOB, OBSERVE_SCHEDULE
+from albor_pipeline.core.layout import Layout
+from albor_pipeline.definitions import build_definitions
+from albor_pipeline.defs.automation import AUTOMATION_SENSOR, BUILD_JOB, OBSERVE_JOB, OBSERVE_SCHEDULE
 from albor_pipeline.spec import DEFAULT_SPEC, load_spec
 
-from .conftest import STDLIB, materialize_all, small_spec_dict, write_spec
+from .support import STDLIB, materialize_all, small_spec_dict, write_spec
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -88,7 +89,7 @@ def test_every_stage_materializes_with_provenance_metadata(built):
         assert HEX64.match(meta["sha256"].value), key
         if key == "provenance":
             continue
-        manifest = read_manifest(out, key)
+        manifest = read_manifest(Layout(out), key)
         assert mat.tags["dagster/data_version"] == manifest.data_version
         assert {r.data["path"]: r.data["sha256"] for r in meta["outputs"].value.records} == {
             a.path: a.sha256 for a in manifest.outputs
@@ -97,7 +98,7 @@ def test_every_stage_materializes_with_provenance_metadata(built):
         assert isinstance(meta["config"].value, dict)
     assert set(mats["ingested/stdlib_async"].metadata["inputs"].value) == {"source/stdlib_async"}
     assert mats["documents"].metadata["inputs"].value == {
-        a.path: a.sha256 for s in spec.sources for a in read_manifest(out, f"ingested/{s.name}").outputs
+        a.path: a.sha256 for s in spec.sources for a in read_manifest(Layout(out), f"ingested/{s.name}").outputs
     }
     assert "x" in mats["mixed/train"].metadata["summary"].value
     checks = result.get_asset_check_evaluations()
@@ -194,7 +195,7 @@ def test_changed_input_stops_the_stage_and_keeps_its_outputs(built, tmp_path):
     failure = next(e for e in result.all_events if e.is_step_failure)
     message = failure.step_failure_data.error.cause.message
     assert "input fim/train.parquet was changed since it was materialized" in message
-    assert read_manifest(out, "fim/train").outputs[0].sha256 in message
+    assert read_manifest(Layout(out), "fim/train").outputs[0].sha256 in message
     assert {p.name: p.read_bytes() for p in (copy / "corpus" / "train").iterdir()} == corpus_before
     fim.unlink()
     result = job.execute_in_process(asset_selection=[dg.AssetKey(["corpus", "train"])], raise_on_error=False)
@@ -235,12 +236,13 @@ def test_non_default_settings_build_end_to_end(tmp_path):
         if e.asset_key == dg.AssetKey(["corpus", "train"])
     )
     assert corpus_meta["encoder"].value == "hf (configured)"
-    plan = {row["source"]: row for row in read_manifest(out, "mixed/train").summary["plan"]}
+    plan = {row["source"]: row for row in read_manifest(Layout(out), "mixed/train").summary["plan"]}
     assert plan["json_pkg"]["output rows"] == 3 * plan["json_pkg"]["input rows"]
-    assert read_manifest(out, "fim/val").summary["transformed"] == 0
-    assert read_manifest(out, "fim/train").summary["spm"] == read_manifest(out, "fim/train").summary["transformed"] > 0
-    assert read_manifest(out, "corpus/train").summary["padded_tokens"] > 0
-    corpus = {Path(a.path).name for a in read_manifest(out, "corpus/train").outputs}
+    assert read_manifest(Layout(out), "fim/val").summary["transformed"] == 0
+    fim_train = read_manifest(Layout(out), "fim/train").summary
+    assert fim_train["spm"] == fim_train["transformed"] > 0
+    assert read_manifest(Layout(out), "corpus/train").summary["padded_tokens"] > 0
+    corpus = {Path(a.path).name for a in read_manifest(Layout(out), "corpus/train").outputs}
     assert corpus == {"part-00000.parquet"}
     ids = pq.read_table(out / "corpus/train/part-00000.parquet").column("input_ids").to_pylist()
     assert {len(s) for s in ids} == {128}

@@ -13,7 +13,7 @@ from albor_pipeline.core.files import fingerprint_files, list_source_files
 from albor_pipeline.core.ingest import IngestError, ingest_source, source_files, source_fingerprint
 from albor_pipeline.spec import SourceSpec
 
-from .conftest import STDLIB
+from .support import STDLIB
 
 
 def ingest(tmp_path: Path, **kw) -> tuple:

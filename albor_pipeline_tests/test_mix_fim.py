@@ -18,7 +18,7 @@ from albor_pipeline.core.mix import MixError, draw_indices, gather, mix_document
 from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
 
-from .conftest import STDLIB
+from .support import STDLIB
 
 
 def test_seed_000_arithmetic():

@@ -7,7 +7,7 @@ import pytest
 
 from albor_pipeline.spec import DEFAULT_SPEC, SpecError, data_dir, load_spec, parse_spec
 
-from .conftest import small_spec_dict, write_spec
+from .support import small_spec_dict, write_spec
 
 
 def test_default_spec_loads_and_resolves_placeholders():
@@ -53,6 +53,10 @@ def test_relative_path_resolves_against_spec_file(tmp_path):
             "holdout: val_fraction + test_fraction must be < 1",
         ),
         (lambda r: r["sources"][1].update(kind="xml"), "sources[1].kind"),
+        (
+            lambda r: r.update(tokenizer={"vocab_size": 200}),
+            "tokenizer.vocab_size: Input should be greater than or equal to 260",
+        ),
         (lambda r: r["sources"][1].update(min_chars=10, max_chars=5), "sources[1]: min_chars must be <= max_chars"),
         (lambda r: r["sources"].append(dict(r["sources"][0])), "sources: duplicate name(s) ['stdlib_json_email']"),
         (lambda r: r["sources"][0].update(path="{nowhere}/x"), "sources[0].path: unknown placeholder"),

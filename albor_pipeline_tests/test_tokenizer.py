@@ -7,35 +7,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.ingest import DOC_SCHEMA, text_sha256
 from albor_pipeline.core.tokenizer import TokenizerError, build_tokenizer
 from albor_pipeline.core.vocab import token_to_bytes
 from albor_pipeline.spec import TokenizerSpec
 
-from .conftest import STDLIB
-
-LITERAL = "x = '</s>' + '<|fim_prefix|>' + '<s>' + '<pad>'\n"
-
-
-def write_docs(path: Path, texts: list[str]) -> Path:
-    pq.write_table(
-        pa.table(
-            {
-                "text": texts,
-                "source": ["s"] * len(texts),
-                "file": ["f"] * len(texts),
-                "sha256": [text_sha256(t) for t in texts],
-            },
-            schema=DOC_SCHEMA,
-        ),
-        path,
-    )
-    return path
+from .support import LITERAL, STDLIB, write_docs
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +100,7 @@ def test_training_is_byte_identical_across_runs_and_thread_counts(trained, corpu
         assert (tmp_path / name).read_bytes() == (trained[0] / name).read_bytes(), name
 
 
-def test_bad_tokenizer_config(corpus_files, tmp_path):
-    with pytest.raises(TokenizerError, match=r"vocab_size: 200 is smaller than the 256-byte alphabet \+ 4"):
-        build_tokenizer(*corpus_files, TokenizerSpec(vocab_size=200), tmp_path / "t", tmp_path)
+def test_empty_train_split_is_a_clear_error(corpus_files, tmp_path):
     empty = write_docs(tmp_path / "empty.parquet", [])
     with pytest.raises(TokenizerError, match="train split is empty"):
         build_tokenizer(empty, corpus_files[1], TokenizerSpec(vocab_size=1000), tmp_path / "t", tmp_path)

@@ -1,21 +1,13 @@
 """The web UI end to end: `dagster dev` on loopback, driven by Debian's Chromium via Playwright.
 
 Also launches a run through `DagsterGraphQLClient`, the way scripts and CI talk to a
-deployment. Needs /usr/bin/chromium (`.ci/run` installs it); no browser is downloaded.
+deployment. Needs /usr/bin/chromium (`make test` installs it); no browser is downloaded.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -24,7 +16,7 @@ import pytest
 from albor_pipeline.core.artifacts import read_manifest
 from albor_pipeline.spec import REPO_ROOT
 
-from .conftest import small_spec_dict, write_spec
+from .support import Server, instance_home, small_spec_dict, write_spec
 
 pytestmark = pytest.mark.e2e
 
@@ -41,75 +33,14 @@ CHROMIUM_ARGS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(url: str, timeout: float, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"dagster dev exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise TimeoutError(f"{url} did not come up in {timeout}s")
-
-
-class Server:
-    def __init__(self, port: int, home: Path, data: Path) -> None:
-        self.port, self.home, self.data = port, home, data
-        self.url = f"http://127.0.0.1:{port}"
-
-    def instance(self) -> dg.DagsterInstance:
-        return dg.DagsterInstance.from_config(str(self.home))
-
-    def wait_for_run(self, run_id: str, timeout: float = 300) -> dg.DagsterRunStatus:
-        from dagster_graphql import DagsterGraphQLClient
-
-        client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = client.get_run_status(run_id)
-            if status in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
-                return status
-            time.sleep(1)
-        raise TimeoutError(f"run {run_id} did not finish in {timeout}s")
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
+def server(tmp_path_factory, dagster_dev) -> Server:
     if not CHROMIUM.exists():
-        pytest.fail("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
+        pytest.fail("Debian's chromium is not installed: `make test` installs it (apt-get install chromium)")
     tmp = tmp_path_factory.mktemp("ui")
     raw = small_spec_dict()
     raw["tokenizer"] = {"vocab_size": 600}
-    spec = write_spec(tmp / "spec.yaml", raw)
-    home = tmp / "dagster_home"
-    home.mkdir()
-    shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
-    port = free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_SPEC": str(spec), "ALBOR_DATA_DIR": str(tmp / "out")}
-    log = open(tmp / "dagster_dev.log", "wb")  # noqa: SIM115 - closed in teardown
-    cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port)]
-    cmd += ["-w", str(REPO_ROOT / "workspace.yaml")]
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for(f"http://127.0.0.1:{port}/server_info", 180, proc)
-        yield Server(port, home, tmp / "out")
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+    return dagster_dev(write_spec(tmp / "spec.yaml", raw), instance_home(tmp / "dagster_home"), tmp / "out")
 
 
 GROUPS = ("ingestion", "mix", "fim", "tokenizer", "corpus", "provenance")
@@ -154,7 +85,7 @@ def test_materialize_all_from_the_asset_graph(server: Server) -> None:
             page.wait_for_timeout(1500)
             page.screenshot(path=str(ARTIFACTS / "ui-asset-graph.png"))
 
-            manifest = read_manifest(server.data, "ingested/stdlib_async")
+            manifest = read_manifest(server.layout, "ingested/stdlib_async")
             page.goto(f"{server.url}/assets/ingested/stdlib_async", wait_until="domcontentloaded")
             expect(page.get_by_text(manifest.outputs[0].sha256).first).to_be_visible(timeout=60_000)
             expect(page.get_by_text(f"{manifest.outputs[0].rows:,}", exact=True).first).to_be_visible(timeout=30_000)
@@ -188,5 +119,5 @@ def test_graphql_client_launch_reaches_the_asset_config(server: Server) -> None:
         meta = event.asset_materialization.metadata
     assert meta["config"].value["rate"] == 0.25 and meta["config"].value["seed"] == 7
     assert 0 < meta["observed_rate"].value < 0.5
-    manifest = json.loads((server.data / "manifests" / "fim__train.json").read_text())
+    manifest = json.loads(server.layout.manifest("fim/train").read_text())
     assert manifest["config"]["rate"] == 0.25

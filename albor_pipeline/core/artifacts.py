@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-MANIFEST_DIR = "manifests"
+from albor_pipeline.core.layout import Layout
+
 PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_statistics": True}
 
 
@@ -223,24 +224,15 @@ class ParquetSink:
             self._ctx.__exit__(exc_type, exc, tb)
 
 
-def manifest_path(root: Path, stage: str) -> Path:
-    return root / MANIFEST_DIR / f"{stage.replace('/', '__')}.json"
-
-
-def write_manifest(root: Path, manifest: StageManifest) -> Path:
-    path = manifest_path(root, manifest.stage)
+def write_manifest(layout: Layout, manifest: StageManifest) -> Path:
+    path = layout.manifest(manifest.stage)
     write_json(path, manifest.model_dump(mode="json"))
     return path
 
 
-def read_manifest(root: Path, stage: str) -> StageManifest:
+def read_manifest(layout: Layout, stage: str) -> StageManifest:
     """The manifest an upstream stage wrote; a clear error if it has not run."""
-    path = manifest_path(root, stage)
+    path = layout.manifest(stage)
     if not path.exists():
-        raise FileNotFoundError(f"stage {stage!r} has not been materialized under {root} (no {path})")
+        raise FileNotFoundError(f"stage {stage!r} has not been materialized under {layout.root} (no {path})")
     return StageManifest.model_validate_json(path.read_text(encoding="utf-8"))
-
-
-def iter_manifests(root: Path) -> Iterator[StageManifest]:
-    for path in sorted((root / MANIFEST_DIR).glob("*.json")):
-        yield StageManifest.model_validate_json(path.read_text(encoding="utf-8"))

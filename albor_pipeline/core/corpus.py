@@ -11,7 +11,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,8 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
 from albor_pipeline.core.encode import Encoder, cpu_count, pick_encoder
-from albor_pipeline.core.encode_worker import HEADER, encode_row_group, init_worker
+from albor_pipeline.core.encode_worker import HEADER, RowGroupEncoder
+from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.spec import CorpusSpec, ExportFormat, RemainderPolicy
 
@@ -32,7 +33,6 @@ SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32()))])
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 PROGRESS_SECONDS = 5.0
-Progress = Callable[[str], None]
 
 
 def token_dtype(vocab_size: int, signed: bool = False) -> np.dtype:
@@ -133,7 +133,7 @@ def _start_workers(fim_path: Path, tokenizer_path: Path, workers: int, log_dir: 
 
 
 def _encoded_row_groups(
-    fim_path: Path, tokenizer_path: Path, encoder: Encoder, groups: int, procs: list[subprocess.Popen], log_dir: Path
+    fim_path: Path, tok: Tokenizer, encoder: Encoder, groups: int, procs: list[subprocess.Popen], log_dir: Path
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """Encoded row groups in order: across worker processes when there are any.
 
@@ -142,9 +142,9 @@ def _encoded_row_groups(
     back in order, so output never depends on the number of workers.
     """
     if not procs:
-        init_worker(str(fim_path), str(tokenizer_path), encoder.name, cpu_count(), encoder)
+        local = RowGroupEncoder(str(fim_path), tok, encoder)
         for index in range(groups):
-            yield encode_row_group(index)
+            yield local.encode(index)
         return
     for proc in procs:
         assert proc.stdin is not None
@@ -196,9 +196,7 @@ def build_corpus(
     with staged_dir(out_dir) as staging:  # the split's files are replaced as one set, or not at all
         procs = _start_workers(fim_path, tokenizer_path, workers, staging) if workers > 1 else []
         try:
-            result = _write_corpus(
-                tok, pfile, fim_path, tokenizer_path, spec, staging, data_root, procs, progress, start
-            )
+            result = _write_corpus(tok, pfile, fim_path, spec, staging, data_root, procs, progress, start)
         finally:
             _stop_workers(procs, staging)
     final = [(out_dir / Path(a.path).name).relative_to(data_root).as_posix() for a in result.artifacts]
@@ -210,7 +208,6 @@ def _write_corpus(
     tok: Tokenizer,
     pfile: pq.ParquetFile,
     fim_path: Path,
-    tokenizer_path: Path,
     spec: CorpusSpec,
     out_dir: Path,
     data_root: Path,
@@ -241,7 +238,7 @@ def _write_corpus(
                     (stack.enter_context(open(stack.enter_context(atomic_path(out_dir / name)), "wb")), dtype)
                 )
         try:
-            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tokenizer_path, encoder, groups, procs, out_dir):
+            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tok, encoder, groups, procs, out_dir):
                 for fh, dtype in streams:
                     fh.write(flat.astype(dtype, copy=False).tobytes())
                 doc_lengths.append(lengths)

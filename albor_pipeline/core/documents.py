@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +18,8 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record, staged_dir
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec
-
-Progress = Callable[[str], None]
 
 
 def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:

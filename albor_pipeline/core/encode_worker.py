@@ -61,41 +61,44 @@ def encode_rows(rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int
     return np.frombuffer(flat, dtype=np.uint32), np.frombuffer(lengths, dtype=np.int64)
 
 
-# Per-process encoding state: set in encode workers at start-up, or in-process.
-_WORKER: dict[str, Any] = {}
+class RowGroupEncoder:
+    """Encodes row groups of one FIM Parquet file (in a worker process, or in-process)."""
 
+    def __init__(self, fim_path: str, tok: Tokenizer, encoder: Encoder) -> None:
+        self.file = pq.ParquetFile(fim_path)
+        self.encoder = encoder
+        ids = {t: tok.token_to_id(t) for t in (EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
+        missing = [t for t, i in ids.items() if i is None]
+        if missing:
+            raise ValueError(f"tokenizer has no id for {missing}")
+        self.ids: dict[str, int] = {t: i for t, i in ids.items() if i is not None}
 
-def init_worker(
-    fim_path: str, tokenizer_path: str, encoder_name: str, threads: int, encoder: Encoder | None = None
-) -> None:
-    tok = Tokenizer.from_file(tokenizer_path)
-    _WORKER.update(
-        file=pq.ParquetFile(fim_path),
-        encoder=encoder or make_encoder(tok, encoder_name, threads),
-        ids={t: tok.token_to_id(t) for t in (EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)},
-    )
+    @classmethod
+    def load(cls, fim_path: str, tokenizer_path: str, encoder_name: str) -> RowGroupEncoder:
+        """A single-threaded encoder of `encoder_name`, as a worker process builds it."""
+        tok = Tokenizer.from_file(tokenizer_path)
+        return cls(fim_path, tok, make_encoder(tok, encoder_name, threads=1))
 
-
-def encode_row_group(index: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(flat ids with EOS after each document, per-document lengths, text bytes) of one row group."""
-    table = _WORKER["file"].read_row_group(index, columns=READ_COLUMNS)
-    flat, lengths = encode_rows(table.to_pydict(), _WORKER["encoder"], _WORKER["ids"])
-    text_bytes = pc.sum(pc.binary_length(table.column("text"))).as_py() or 0
-    return flat, lengths, text_bytes
+    def encode(self, index: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """(flat ids with EOS after each document, per-document lengths, text bytes) of one row group."""
+        table = self.file.read_row_group(index, columns=READ_COLUMNS)
+        flat, lengths = encode_rows(table.to_pydict(), self.encoder, self.ids)
+        text_bytes = pc.sum(pc.binary_length(table.column("text"))).as_py() or 0
+        return flat, lengths, text_bytes
 
 
 def main() -> None:
     fim_path, tokenizer_path, first, step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     # Build the usual encoder while the parent checks it against HF on a sample.
-    init_worker(fim_path, tokenizer_path, "tiktoken", 1)
+    worker = RowGroupEncoder.load(fim_path, tokenizer_path, "tiktoken")
     encoder_name = sys.stdin.readline().strip()
     if not encoder_name:
         return  # the parent decided not to use this worker
     if encoder_name != "tiktoken":
-        init_worker(fim_path, tokenizer_path, encoder_name, 1)
+        worker = RowGroupEncoder.load(fim_path, tokenizer_path, encoder_name)
     out = sys.stdout.buffer
-    for index in range(first, _WORKER["file"].num_row_groups, step):
-        flat, lengths, text_bytes = encode_row_group(index)
+    for index in range(first, worker.file.num_row_groups, step):
+        flat, lengths, text_bytes = worker.encode(index)
         out.write(HEADER.pack(len(flat), len(lengths), text_bytes))
         out.write(flat.tobytes())
         out.write(lengths.tobytes())

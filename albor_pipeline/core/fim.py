@@ -7,7 +7,6 @@ as joined into `text`, so tokenization never has to parse sentinels out of text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline.spec import FimFormat, FimSpec
 
@@ -29,7 +29,6 @@ FIM_SCHEMA = pa.schema(
         ("fim_suffix", pa.string()),
     ]
 )
-Progress = Callable[[str], None]
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -11,7 +11,7 @@ import csv
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +21,13 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
 from albor_pipeline.core.files import fingerprint_files, list_source_files, source_root
+from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SourceKind, SourceSpec
 
 DOC_SCHEMA = pa.schema([("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())])
 BATCH_ROWS = 2048
 BATCH_BYTES = 32 << 20
 READ_CHUNK = 256  # code files read ahead at most
-
-Progress = Callable[[str], None]
 
 
 class IngestError(ValueError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +23,9 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
 from albor_pipeline.core.ingest import DOC_SCHEMA
+from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SplitMixSpec
 
-Progress = Callable[[str], None]
 GATHER_ROWS = 2048  # rows per shuffle bucket (one bucket is in memory at a time)
 READ_ROWS = 256
 
@@ -58,11 +57,8 @@ def plan_counts(counts: dict[str, int], mix: SplitMixSpec, order: list[str]) -> 
     """Rows per source for one split (pure arithmetic, no data)."""
     warnings: list[str] = []
     repeat = dict(mix.repeat)
-    if mix.weights:
+    if mix.weights:  # the spec guarantees every source has a weight or a repeat
         weights = dict(mix.weights)
-        missing = [s for s in order if s not in weights and s not in repeat]
-        if missing:
-            raise MixError(f"weights: no weight or repeat given for source(s) {missing}")
     elif repeat:
         weights = {}
         repeat.update({s: 1.0 for s in order if s not in repeat})

@@ -13,14 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from albor_pipeline.core.artifacts import read_manifest, sha256_file
+from albor_pipeline.core.layout import (
+    DOCUMENTS,
+    TOKENIZER,
+    Layout,
+    corpus_stage,
+    fim_stage,
+    ingested_stage,
+    mixed_stage,
+)
 from albor_pipeline.core.markdown import markdown_table
+from albor_pipeline.core.tokenizer import report_rows
+from albor_pipeline.spec import SPLITS
 
-PROVENANCE_JSON = "provenance.json"
-PROVENANCE_MD = "PROVENANCE.md"
 
-
-def build_provenance(root: Path, stages: list[str], spec: dict[str, Any], versions: dict[str, str]) -> dict[str, Any]:
-    manifests = [read_manifest(root, s) for s in stages]
+def build_provenance(
+    layout: Layout, stages: list[str], spec: dict[str, Any], versions: dict[str, str]
+) -> dict[str, Any]:
+    manifests = [read_manifest(layout, s) for s in stages]
     return {
         "spec": spec,
         "versions": versions,
@@ -51,7 +61,7 @@ def render_markdown(prov: dict[str, Any]) -> str:
     ]
     src_rows = []
     for src in prov["spec"]["sources"]:
-        summary = stages.get(f"ingested/{src['name']}", {}).get("summary", {})
+        summary = stages.get(ingested_stage(src["name"]), {}).get("summary", {})
         skipped = ", ".join(f"{k} {v}" for k, v in summary.get("skipped", {}).items()) or "none"
         src_rows.append(
             [
@@ -69,9 +79,9 @@ def render_markdown(prov: dict[str, Any]) -> str:
         "",
         *_table(["source", "kind", "path", "files", "documents", "text bytes", "skipped"], src_rows),
     ]
-    docs = stages.get("documents", {}).get("summary", {})
+    docs = stages.get(DOCUMENTS, {}).get("summary", {})
     if docs:
-        holdout = stages["documents"]["config"]
+        holdout = stages[DOCUMENTS]["config"]
         lines += [
             "## Splits",
             "",
@@ -88,8 +98,8 @@ def render_markdown(prov: dict[str, Any]) -> str:
             ],
         )
     mix_rows = []
-    for split in ("train", "val", "test"):
-        stage = stages.get(f"mixed/{split}")
+    for split in SPLITS:
+        stage = stages.get(mixed_stage(split))
         if stage:
             for p in stage["summary"]["plan"]:
                 mix_rows.append(
@@ -119,8 +129,8 @@ def render_markdown(prov: dict[str, Any]) -> str:
             s["summary"]["transformed"],
             s["summary"]["rows"],
         ]
-        for split in ("train", "val", "test")
-        if (s := stages.get(f"fim/{split}"))
+        for split in SPLITS
+        if (s := stages.get(fim_stage(split)))
     ]
     if fim_rows:
         lines += [
@@ -128,24 +138,9 @@ def render_markdown(prov: dict[str, Any]) -> str:
             "",
             *_table(["split", "enabled", "rate", "format", "seed", "FIM rows", "rows"], fim_rows),
         ]
-    tok = stages.get("tokenizer", {}).get("summary")
+    tok = stages.get(TOKENIZER, {}).get("summary")
     if tok:
-        lines += [
-            "## Tokenizer",
-            "",
-            *_table(
-                ["fact", "value"],
-                [
-                    ["vocab size", tok["vocab_size"]],
-                    ["merges", tok["merges"]],
-                    ["special ids", ", ".join(f"`{k}`={v}" for k, v in tok["special_ids"].items())],
-                    ["val round-trip", f"{tok['roundtrip_ok']}/{tok['val_documents']}"],
-                    ["keywords single-token", f"{tok['keywords_single_token']}/8"],
-                    ["bytes/token (val)", tok["bytes_per_token"]],
-                    ["train documents", tok["train_documents"]],
-                ],
-            ),
-        ]
+        lines += ["## Tokenizer", "", markdown_table(report_rows(tok)), ""]
     corpus_rows = [
         [
             split,
@@ -156,8 +151,8 @@ def render_markdown(prov: dict[str, Any]) -> str:
             s["summary"]["dropped_tokens"],
             s["summary"]["padded_tokens"],
         ]
-        for split in ("train", "val", "test")
-        if (s := stages.get(f"corpus/{split}"))
+        for split in SPLITS
+        if (s := stages.get(corpus_stage(split)))
     ]
     if corpus_rows:
         lines += [
@@ -201,9 +196,9 @@ class VerifyRow:
 
 def verify(root: Path) -> list[VerifyRow]:
     """Re-hash every artifact in `provenance.json` under `root`."""
-    manifest = root / PROVENANCE_JSON
+    manifest = Layout(root).provenance_json
     if not manifest.exists():
-        raise FileNotFoundError(f"no {PROVENANCE_JSON} under {root}; materialize the provenance asset first")
+        raise FileNotFoundError(f"no {manifest.name} under {root}; materialize the provenance asset first")
     prov = json.loads(manifest.read_text(encoding="utf-8"))
     rows = []
     for art in prov["artifacts"]:

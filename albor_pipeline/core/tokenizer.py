@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from albor_pipeline.core.artifacts import Artifact, atomic_path, record, staged_dir, write_bytes, write_json
+from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import FIM_TOKENS, SPECIALS, plain_tokenizer, token_to_bytes
 from albor_pipeline.spec import TokenizerSpec
 
 PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
-Progress = Callable[[str], None]
 
 
 class TokenizerError(ValueError):
@@ -54,18 +54,8 @@ def iter_texts(
             return
 
 
-def check_vocab_size(vocab_size: int) -> None:
-    minimum = 256 + len(SPECIALS)
-    if vocab_size < minimum:
-        raise TokenizerError(
-            f"tokenizer.vocab_size: {vocab_size} is smaller than the 256-byte alphabet + {len(SPECIALS)} "
-            f"special tokens ({minimum})"
-        )
-
-
 def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
     """Train a ByteLevel BPE; deterministic for the same input."""
-    check_vocab_size(spec.vocab_size)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -141,6 +131,22 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], baselines: tuple[Pa
     }
 
 
+def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report as (fact, value) rows: one table for the asset page and PROVENANCE.md."""
+    rows = [
+        ("vocab size (with FIM sentinels)", report["vocab_size"]),
+        ("merges", report["merges"]),
+        ("special ids", ", ".join(f"`{k}`={v}" for k, v in report["special_ids"].items())),
+        ("val round-trip", f"{report['roundtrip_ok']}/{report['val_documents']}"),
+        ("keywords single-token", f"{report['keywords_single_token']}/{len(PYTHON_KEYWORDS)}"),
+        ("bytes/token (val)", report["bytes_per_token"]),
+        ("train documents", report["train_documents"]),
+        *((f"baseline bytes/token: {k}", v) for k, v in report["baselines_bytes_per_token"].items()),
+        *((f"training {k}", report[f"train_{k}"]) for k in ("seconds", "mb_per_s") if f"train_{k}" in report),
+    ]
+    return [{"fact": fact, "value": value} for fact, value in rows]
+
+
 @dataclass
 class TokenizerResult:
     artifacts: list[Artifact]
@@ -156,7 +162,6 @@ def build_tokenizer(
     progress: Progress | None = None,
 ) -> TokenizerResult:
     """Train on `train_path` text, write tokenizer files and report.json into `out_dir`."""
-    check_vocab_size(spec.vocab_size)
     seen = {"docs": 0, "chars": 0}
 
     def counted() -> Iterator[list[str]]:

@@ -1,37 +1,36 @@
-"""Declarative automation: rebuild when an upstream *data version* changes.
+"""What runs when: the build job, the source observation job, its schedule, the automation sensor.
 
-A parent re-materialized with identical bytes keeps its DataVersion, so nothing below
-it runs again; a touched-but-unchanged source keeps its fingerprint, so nothing runs.
+Stages rebuild when an upstream data version changes (`stage.on_upstream_change`); the
+sensor evaluates those conditions and the schedule fingerprints the sources.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import dagster as dg
 
+from albor_pipeline.defs.stage import Stage, asset_key
 from albor_pipeline.spec import PipelineSpec
 
+BUILD_JOB = "build_corpora"
 AUTOMATION_SENSOR = "albor_automation"
 OBSERVE_JOB = "observe_sources"
 OBSERVE_SCHEDULE = "observe_sources_schedule"
 
 
-def on_upstream_change() -> dg.AutomationCondition:
-    AC = dg.AutomationCondition
-    changed = AC.any_deps_match(AC.data_version_changed()).since_last_handled()
-    # Wait while a parent is missing, running, or about to run in this tick: a stage
-    # with many parents (provenance) then runs once after the wave, not once per parent.
-    blocked = (
-        AC.any_deps_missing() | AC.any_deps_in_progress() | AC.in_progress() | AC.any_deps_match(AC.will_be_requested())
+def automation_definitions(spec: PipelineSpec, stages: Sequence[Stage[Any]], sources: Sequence[str]) -> dg.Definitions:
+    build = dg.define_asset_job(
+        BUILD_JOB,
+        selection=dg.AssetSelection.assets(*(s.key for s in stages)),
+        description="Materialize every stage: ingestion through pretokenized corpora and provenance.",
+        # The spec's values, so the launchpad shows (and lets a run override) them.
+        config=dg.RunConfig(ops={s.key.to_python_identifier(): s.defaults for s in stages}),
     )
-    return (changed & ~blocked).with_label("upstream data version changed")
-
-
-def automation_defs(spec: PipelineSpec, source_keys: Sequence[dg.AssetKey]) -> dict[str, list]:
     observe = dg.define_asset_job(
         OBSERVE_JOB,
-        selection=dg.AssetSelection.assets(*source_keys),
+        selection=dg.AssetSelection.assets(*(asset_key(s) for s in sources)),
         description="Fingerprint every source; changed sources trigger rebuilds.",
     )
     schedule = dg.ScheduleDefinition(
@@ -46,4 +45,4 @@ def automation_defs(spec: PipelineSpec, source_keys: Sequence[dg.AssetKey]) -> d
         minimum_interval_seconds=spec.automation.sensor_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
     )
-    return {"jobs": [observe], "schedules": [schedule], "sensors": [sensor]}
+    return dg.Definitions(jobs=[build, observe], schedules=[schedule], sensors=[sensor])

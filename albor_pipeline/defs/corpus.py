@@ -1,63 +1,89 @@
 """Pretokenized corpora: EOS-separated, packed into seq_len sequences, optional exports."""
 
+from __future__ import annotations
+
+from functools import partial
+
 import dagster as dg
+from tokenizers import Tokenizer
 
-from albor_pipeline.core.corpus import build_corpus
-from albor_pipeline.defs.config import config_class, to_spec
-from albor_pipeline.defs.fim import fim_key
-from albor_pipeline.defs.resources import ArtifactStore
-from albor_pipeline.defs.stage import finish_stage, stage_asset, upstream_outputs
-from albor_pipeline.defs.tokenizer import TOKENIZER
-from albor_pipeline.spec import PipelineSpec
-
-
-def corpus_key(split: str) -> dg.AssetKey:
-    return dg.AssetKey(["corpus", split])
+from albor_pipeline.core.artifacts import StageManifest
+from albor_pipeline.core.checks import CheckOutcome, check_sequences
+from albor_pipeline.core.corpus import SEQ_SCHEMA, build_corpus
+from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage, fim_stage
+from albor_pipeline.core.stage import StageOutput
+from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
+from albor_pipeline.spec import SPLITS, PipelineSpec
 
 
-def corpus_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
-    Config = config_class(f"Corpus{split.title()}Config", spec.corpus)
+class CorpusConfig(dg.Config):
+    """Run overrides of the spec's `corpus`; a field left unset keeps the spec's value."""
 
-    @stage_asset(
-        corpus_key(split),
-        [fim_key(split), TOKENIZER],
-        "corpus",
-        f"The {split} split pretokenized: every document + </s>, concatenated and cut into seq_len "
-        "sequences (Parquet input_ids: list<uint32>), plus Megatron/nanoGPT exports on request.",
+    seq_len: int | None = None
+    remainder: str | None = None
+    formats: list[str] | None = None
+    shard_sequences: int | None = None
+    encoder: str | None = None
+
+
+def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConfig) -> StageOutput:
+    settings = resolve(spec.corpus, config, f"{corpus_stage(split)} run config")
+    layout = ctx.layout
+    result = build_corpus(
+        layout.fim(split),
+        layout.tokenizer_json,
+        settings,
+        layout.corpus_dir(split),
+        layout.root,
+        progress=ctx.log.info,
     )
-    def _corpus(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
-        corpus = to_spec(config, spec.corpus)
-        inputs = upstream_outputs(store.root, f"fim/{split}", "tokenizer")
-        result = build_corpus(
-            store.path("fim", f"{split}.parquet"),
-            store.path("tokenizer", "tokenizer.json"),
-            corpus,
-            store.path("corpus", split),
-            store.root,
-            progress=context.log.info,
-        )
-        bpt = result.text_bytes / result.tokens if result.tokens else 0.0
-        summary = {
-            "documents": result.documents,
-            "sequences": result.sequences,
-            "tokens": result.tokens,
-            "dropped_tokens": result.dropped_tokens,
-            "padded_tokens": result.padded_tokens,
-        }
-        return finish_stage(
-            context,
-            store.root,
-            result.artifacts,
-            inputs,
-            corpus.model_dump(mode="json"),
-            summary,
-            row_count=result.sequences,
-            extra={
-                **summary,
-                "bytes_per_token": round(bpt, 4),
-                "encoder": result.encoder,
-                "tokens_per_s": round(result.tokens / result.seconds) if result.seconds else 0,
-            },
-        )
+    summary = {
+        "documents": result.documents,
+        "sequences": result.sequences,
+        "tokens": result.tokens,
+        "dropped_tokens": result.dropped_tokens,
+        "padded_tokens": result.padded_tokens,
+    }
+    bytes_per_token = result.text_bytes / result.tokens if result.tokens else 0.0
+    return StageOutput(
+        artifacts=result.artifacts,
+        config=settings.model_dump(mode="json"),
+        summary=summary,
+        row_count=result.sequences,
+        metadata={
+            **summary,
+            "bytes_per_token": round(bytes_per_token, 4),
+            "encoder": result.encoder,
+            "tokens_per_s": round(result.tokens / result.seconds) if result.seconds else 0,
+        },
+    )
 
-    return _corpus
+
+def _sequences(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    vocab = Tokenizer.from_file(str(layout.tokenizer_json)).get_vocab_size()
+    return check_sequences(parquet_outputs(layout, manifest), manifest.config["seq_len"], vocab)
+
+
+def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig]]:
+    return [
+        Stage(
+            name=corpus_stage(split),
+            group="corpus",
+            description=f"The {split} split pretokenized: every document + `</s>`, concatenated and cut into "
+            "`seq_len` sequences (Parquet `input_ids: list<uint32>`), plus Megatron/nanoGPT exports on request.",
+            config=CorpusConfig,
+            defaults=spec_defaults(CorpusConfig, spec.corpus),
+            work=partial(corpus, spec, split),
+            deps=(fim_stage(split), TOKENIZER),
+            checks=(
+                schema_check(SEQ_SCHEMA),
+                Check(
+                    "sequences",
+                    "Every sequence has `seq_len` ids, every id < vocab size, at least one sequence.",
+                    _sequences,
+                    blocking=True,
+                ),
+            ),
+        )
+        for split in SPLITS
+    ]

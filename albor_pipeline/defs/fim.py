@@ -1,63 +1,79 @@
 """Fill-in-the-Middle per split (document-level, Unicode code points)."""
 
+from __future__ import annotations
+
+from functools import partial
+
 import dagster as dg
 
-from albor_pipeline.core.fim import apply_fim
-from albor_pipeline.defs.config import config_class, to_spec
-from albor_pipeline.defs.mix import mixed_key
-from albor_pipeline.defs.resources import ArtifactStore
-from albor_pipeline.defs.stage import finish_stage, stage_asset, upstream_outputs
-from albor_pipeline.spec import PipelineSpec
+from albor_pipeline.core.artifacts import StageManifest
+from albor_pipeline.core.checks import CheckOutcome, check_fim_rate
+from albor_pipeline.core.fim import FIM_SCHEMA, apply_fim
+from albor_pipeline.core.layout import Layout, fim_stage, mixed_stage
+from albor_pipeline.core.stage import StageOutput
+from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
+from albor_pipeline.spec import SPLITS, PipelineSpec
 
 
-def fim_key(split: str) -> dg.AssetKey:
-    return dg.AssetKey(["fim", split])
+class FimConfig(dg.Config):
+    """Run overrides of the spec's `fim`; a field left unset keeps the spec's value.
+    `enabled` defaults to whether the split is in `fim.splits`."""
+
+    enabled: bool | None = None
+    rate: float | None = None
+    format: str | None = None
+    spm_rate: float | None = None
+    seed: int | None = None
+    min_chars: int | None = None
 
 
-def fim_asset(spec: PipelineSpec, split: str) -> dg.AssetsDefinition:
-    Config = config_class(
-        f"Fim{split.title()}Config", spec.fim, exclude=("splits",), enabled=(bool, split in spec.fim.splits)
+def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) -> StageOutput:
+    settings = resolve(spec.fim, config, f"{fim_stage(split)} run config")
+    enabled = split in spec.fim.splits if config.enabled is None else config.enabled
+    layout = ctx.layout
+    result = apply_fim(
+        layout.mixed(split), settings, layout.fim(split), layout.root, enabled=enabled, progress=ctx.log.info
+    )
+    observed = result.transformed / result.rows if result.rows else 0.0
+    summary = {
+        "rows": result.rows,
+        "transformed": result.transformed,
+        "spm": result.spm,
+        "observed_rate": round(observed, 6),
+    }
+    return StageOutput(
+        artifacts=[result.artifact],
+        config={**settings.model_dump(mode="json"), "enabled": enabled},
+        summary=summary,
+        metadata={
+            "fim_rows": result.transformed,
+            "spm_rows": result.spm,
+            "observed_rate": observed,
+            "text_mb": round(result.text_bytes / 1e6, 3),
+        },
     )
 
-    @stage_asset(
-        fim_key(split),
-        [mixed_key(split)],
-        "fim",
-        f"Fill-in-the-Middle on the {split} mix: PSM/SPM at `rate`, segments stored as "
-        "columns so tokenization never parses sentinel strings out of text.",
-    )
-    def _fim(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
-        fim = to_spec(config, spec.fim)
-        inputs = upstream_outputs(store.root, f"mixed/{split}")
-        enabled = bool(config.enabled)  # type: ignore[attr-defined]
-        result = apply_fim(
-            store.path("mixed", f"{split}.parquet"),
-            fim,
-            store.path("fim", f"{split}.parquet"),
-            store.root,
-            enabled=enabled,
-            progress=context.log.info,
-        )
-        observed = result.transformed / result.rows if result.rows else 0.0
-        summary = {
-            "rows": result.rows,
-            "transformed": result.transformed,
-            "spm": result.spm,
-            "observed_rate": round(observed, 6),
-        }
-        return finish_stage(
-            context,
-            store.root,
-            [result.artifact],
-            inputs,
-            {**fim.model_dump(mode="json"), "enabled": enabled},
-            summary,
-            extra={
-                "fim_rows": result.transformed,
-                "spm_rows": result.spm,
-                "observed_rate": observed,
-                "text_mb": round(result.text_bytes / 1e6, 3),
-            },
-        )
 
-    return _fim
+def _rate_within_bounds(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    rate = manifest.config["rate"] if manifest.config["enabled"] else 0.0
+    return check_fim_rate(parquet_outputs(layout, manifest)[0], rate)
+
+
+def stages(spec: PipelineSpec) -> list[Stage[FimConfig]]:
+    return [
+        Stage(
+            name=fim_stage(split),
+            group="fim",
+            description=f"Fill-in-the-Middle on the {split} mix: PSM/SPM at `rate`, segments stored as "
+            "columns so tokenization never parses sentinel strings out of text.",
+            config=FimConfig,
+            defaults=spec_defaults(FimConfig, spec.fim, enabled=split in spec.fim.splits),
+            work=partial(fim, spec, split),
+            deps=(mixed_stage(split),),
+            checks=(
+                schema_check(FIM_SCHEMA),
+                Check("fim_rate", "Observed FIM share within 5 sigma of `rate`.", _rate_within_bounds),
+            ),
+        )
+        for split in SPLITS
+    ]

@@ -1,43 +1,42 @@
-"""One observable source and one ingestion asset per spec source (an asset factory)."""
+"""Sources: one observable source and one ingestion stage per spec source."""
 
-from pathlib import Path
+from __future__ import annotations
+
+from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.ingest import ingest_source, source_fingerprint
+from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, source_fingerprint
+from albor_pipeline.core.layout import ingested_stage, source_stage
 from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.defs.config import config_class, to_spec
+from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.resources import ArtifactStore
-from albor_pipeline.defs.stage import finish_stage, stage_asset
-from albor_pipeline.spec import SourceSpec
+from albor_pipeline.defs.stage import Stage, StageContext, asset_key, resolve, schema_check, spec_defaults
+from albor_pipeline.spec import PipelineSpec, SourceSpec
 
 GROUP = "ingestion"
 
 
-def source_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(["source", name])
+class IngestConfig(dg.Config):
+    """Run overrides of the source's spec entry; a field left unset keeps the spec's value."""
+
+    path: str | None = None
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    text_field: str | None = None
+    min_chars: int | None = None
+    max_chars: int | None = None
 
 
-def ingested_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(["ingested", name])
-
-
-def fingerprint_cache(store: ArtifactStore, name: str) -> Path:
-    """Per-file hashes cached by (size, mtime) so an unchanged tree is not re-read."""
-    return store.path("cache", "fingerprints", f"{name}.json")
-
-
-def source_observation(src: SourceSpec) -> dg.SourceAsset:
+def _observation(src: SourceSpec) -> dg.SourceAsset:
     @dg.observable_source_asset(
-        key=source_key(src.name),
+        key=asset_key(source_stage(src.name)),
         group_name=GROUP,
-        required_resource_keys={"store"},
-        description=f"Files of source `{src.name}` ({src.kind.value}) under {src.path}; "
+        description=f"Files of source `{src.name}` ({src.kind.value}) under `{src.path}`; "
         "its data version is a content fingerprint of exactly the files ingestion reads.",
     )
-    def _observe(context) -> dg.ObserveResult:
-        store: ArtifactStore = context.resources.store
-        source = source_fingerprint(src, fingerprint_cache(store, src.name))
+    def _observe(store: ArtifactStore) -> dg.ObserveResult:
+        source = source_fingerprint(src, store.layout.fingerprint_cache(src.name))
         return dg.ObserveResult(
             data_version=dg.DataVersion(source.sha256),
             metadata={"files": source.rows, "bytes": source.bytes, "fingerprint": source.sha256, "path": str(src.path)},
@@ -46,44 +45,48 @@ def source_observation(src: SourceSpec) -> dg.SourceAsset:
     return _observe
 
 
-def ingestion_asset(src: SourceSpec) -> dg.AssetsDefinition:
-    Config = config_class(f"Ingest{src.name.title().replace('_', '')}Config", src, exclude=("name", "kind"))
-
-    @stage_asset(
-        ingested_key(src.name),
-        [source_key(src.name)],
-        GROUP,
-        f"Documents of `{src.name}` as Parquet {{text, source, file, sha256}}; "
-        "files that are not UTF-8, too short or too long are skipped and counted.",
-    )
-    def _ingest(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
-        resolved = to_spec(config, src)
-        source = source_fingerprint(resolved, fingerprint_cache(store, src.name))
-        result = ingest_source(
-            resolved, store.path("ingested", f"{src.name}.parquet"), store.root, progress=context.log.info
-        )
-        skipped = sum(result.skipped.values())
-        summary = {
+def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOutput:
+    resolved = resolve(src, config, f"{ingested_stage(src.name)} run config")
+    layout = ctx.layout
+    source = source_fingerprint(resolved, layout.fingerprint_cache(src.name))
+    result = ingest_source(resolved, layout.ingested(src.name), layout.root, progress=ctx.log.info)
+    summary = {
+        "files": result.files,
+        "documents": result.artifact.rows,
+        "text_bytes": result.text_bytes,
+        "skipped": result.skipped,
+    }
+    skipped = markdown_table([{"reason": k, "files": v} for k, v in result.skipped.items()])
+    return StageOutput(
+        artifacts=[result.artifact],
+        config=resolved.model_dump(mode="json"),
+        summary=summary,
+        inputs=[source],
+        metadata={
             "files": result.files,
-            "documents": result.artifact.rows,
             "text_bytes": result.text_bytes,
-            "skipped": result.skipped,
-        }
-        return finish_stage(
-            context,
-            store.root,
-            [result.artifact],
-            [source],
-            resolved.model_dump(mode="json"),
-            summary,
-            extra={
-                "files": result.files,
-                "text_bytes": result.text_bytes,
-                "skipped_total": skipped,
-                "skipped": dg.MetadataValue.md(
-                    markdown_table([{"reason": k, "files": v} for k, v in result.skipped.items()]) or "nothing skipped"
-                ),
-            },
-        )
+            "skipped_total": sum(result.skipped.values()),
+            "skipped": dg.MetadataValue.md(skipped or "nothing skipped"),
+        },
+    )
 
-    return _ingest
+
+def source_definitions(spec: PipelineSpec) -> dg.Definitions:
+    return dg.Definitions(assets=[_observation(src) for src in spec.sources])
+
+
+def stages(spec: PipelineSpec) -> list[Stage[IngestConfig]]:
+    return [
+        Stage(
+            name=ingested_stage(src.name),
+            group=GROUP,
+            description=f"Documents of `{src.name}` as Parquet `{{text, source, file, sha256}}`; "
+            "files that are not UTF-8, too short or too long are skipped and counted.",
+            config=IngestConfig,
+            defaults=spec_defaults(IngestConfig, src),
+            work=partial(ingest, src),
+            observes=(source_stage(src.name),),
+            checks=(schema_check(DOC_SCHEMA),),
+        )
+        for src in spec.sources
+    ]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from albor_pipeline.spec import data_dir
+from albor_pipeline.core.layout import Layout
 
 
 class ArtifactStore(dg.ConfigurableResource):
@@ -15,12 +15,5 @@ class ArtifactStore(dg.ConfigurableResource):
     data_dir: str
 
     @property
-    def root(self) -> Path:
-        return Path(self.data_dir)
-
-    def path(self, *parts: str) -> Path:
-        return self.root.joinpath(*parts)
-
-
-def default_store() -> ArtifactStore:
-    return ArtifactStore(data_dir=str(data_dir()))
+    def layout(self) -> Layout:
+        return Layout(Path(self.data_dir))

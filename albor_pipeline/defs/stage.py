@@ -1,41 +1,107 @@
-"""One way to declare a stage asset and one way to finish it (manifest, metadata, DataVersion)."""
+"""One declaration per stage, and the one factory that turns it into Dagster definitions.
 
-from __future__ import annotations
+A `Stage` says everything about a stage once: its name (= asset key), the stages it
+reads, its static run config and the spec's values for it, the work (a call into
+`core/`), and its checks. `stage_definitions` makes the asset and its checks; every
+stage runs through `core.stage.run_stage`, which verifies inputs and writes the manifest.
+"""
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import dagster as dg
+import pyarrow as pa
+from pydantic import BaseModel
 
-from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorded, read_manifest, write_manifest
-from albor_pipeline.defs.automation import on_upstream_change
+from albor_pipeline.core.artifacts import Artifact, StageManifest, read_manifest
+from albor_pipeline.core.checks import CheckOutcome, check_schema
+from albor_pipeline.core.layout import Layout
+from albor_pipeline.core.stage import Inputs, StageOutput, run_stage
+from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.spec import M, apply_overrides
 
 CODE_VERSION = "1"
-
 LIBRARIES = ("albor-pipeline", "dagster", "polars", "pyarrow", "tokenizers", "tiktoken", "numpy", "pydantic")
 
+C = TypeVar("C", bound=dg.Config)
 
-def stage_asset(
-    key: dg.AssetKey,
-    deps: list[dg.AssetKey],
-    group: str,
-    description: str,
-    kinds: tuple[str, ...] = ("parquet",),
-    automated: bool = True,
-) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
-    """`@dg.asset` with the house defaults: code version, kinds, rebuild on upstream data change."""
-    return dg.asset(
-        key=key,
-        deps=deps,
-        group_name=group,
-        description=description,
-        code_version=CODE_VERSION,
-        kinds=set(kinds),
-        automation_condition=on_upstream_change() if automated else None,
+
+def on_upstream_change() -> dg.AutomationCondition:
+    """Rebuild when a parent's *data version* changes, never while a parent is missing or running.
+
+    A parent re-materialized with identical bytes keeps its DataVersion, so nothing below
+    it runs again; a touched-but-unchanged source keeps its fingerprint, so nothing runs.
+    """
+    AC = dg.AutomationCondition
+    changed = AC.any_deps_match(AC.data_version_changed()).since_last_handled()
+    # Wait while a parent is missing, running, or about to run in this tick: a stage
+    # with many parents (provenance) then runs once after the wave, not once per parent.
+    blocked = (
+        AC.any_deps_missing() | AC.any_deps_in_progress() | AC.in_progress() | AC.any_deps_match(AC.will_be_requested())
     )
+    return (changed & ~blocked).with_label("upstream data version changed")
+
+
+def asset_key(stage: str) -> dg.AssetKey:
+    return dg.AssetKey(stage.split("/"))
+
+
+class NoConfig(dg.Config):
+    """For stages with nothing to override."""
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage's work gets: where files live, its verified inputs, the run's log."""
+
+    layout: Layout
+    inputs: Inputs
+    log: dg.DagsterLogManager
+
+
+@dataclass(frozen=True)
+class Check:
+    """An asset check beside its stage: a core check over the stage's recorded outputs."""
+
+    name: str
+    description: str
+    run: Callable[[Layout, StageManifest], CheckOutcome]
+    blocking: bool = False
+
+
+@dataclass(frozen=True)
+class Stage(Generic[C]):
+    name: str
+    group: str
+    description: str
+    config: type[C]
+    defaults: C  # the spec's values: the build job's launchpad shows them
+    work: Callable[[StageContext, C], StageOutput]
+    deps: tuple[str, ...] = ()  # upstream stages: verified, and recorded as inputs
+    observes: tuple[str, ...] = ()  # upstream observable sources: lineage only
+    checks: tuple[Check, ...] = ()
+    kinds: tuple[str, ...] = ("parquet",)
+    automated: bool = True
+
+    @property
+    def key(self) -> dg.AssetKey:
+        return asset_key(self.name)
+
+
+def spec_defaults(config: type[C], section: BaseModel, **values: Any) -> C:
+    """`config` holding the spec section's values (JSON form) for the fields it has."""
+    dumped = section.model_dump(mode="json")
+    return config(**{name: dumped[name] for name in config.model_fields if name in dumped}, **values)
+
+
+def resolve(section: M, config: dg.Config, where: str) -> M:
+    """The spec section with the run's overrides (fields left unset keep the spec's value)."""
+    overrides = {k: v for k, v in config.model_dump(exclude_none=True).items() if k in type(section).model_fields}
+    return apply_overrides(section, overrides, where)
 
 
 def library_versions() -> dict[str, str]:
@@ -48,60 +114,88 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def stage_name(key: dg.AssetKey) -> str:
-    return "/".join(key.path)
-
-
-def upstream_outputs(root: Path, *stages: str, suffix: str = "") -> list[Artifact]:
-    """Input artifacts (paths ending in `suffix`) as their producers recorded them,
-    checked against the files on disk. Call it before reading the inputs."""
-    arts = [a for stage in stages for a in read_manifest(root, stage).outputs if a.path.endswith(suffix)]
-    return check_recorded(root, arts)
-
-
 def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:
+    columns = {"path": "string", "sha256": "string", "bytes": "int", "rows": "int"}
     return dg.MetadataValue.table(
         records=[
             dg.TableRecord({"path": a.path, "sha256": a.sha256, "bytes": a.bytes, "rows": a.rows or 0})
             for a in artifacts
         ],
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn("path", "string"),
-                dg.TableColumn("sha256", "string"),
-                dg.TableColumn("bytes", "int"),
-                dg.TableColumn("rows", "int"),
-            ]
-        ),
+        schema=dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in columns.items()]),
     )
 
 
-def finish_stage(
-    context: dg.AssetExecutionContext,
-    root: Path,
-    outputs: list[Artifact],
-    inputs: list[Artifact],
-    config: dict[str, Any],
-    summary: dict[str, Any],
-    extra: dict[str, Any] | None = None,
-    row_count: int | None = None,
-) -> dg.MaterializeResult:
-    """Record the manifest (deterministic facts only) and build the materialization."""
-    stage = stage_name(context.asset_key)
-    manifest = StageManifest(stage=stage, outputs=outputs, inputs=inputs, config=config, summary=summary)
-    write_manifest(root, manifest)
-    rows = row_count if row_count is not None else sum(a.rows or 0 for a in outputs)
+def materialize_result(layout: Layout, manifest: StageManifest, out: StageOutput) -> dg.MaterializeResult:
+    """The owner-facing metadata of a finished stage; its DataVersion is the hash over its outputs."""
+    outputs = manifest.outputs
+    rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs)
+    first = layout.root / outputs[0].path
     meta: dict[str, Any] = {
         "dagster/row_count": rows,
-        "dagster/uri": dg.MetadataValue.path(
-            str(root / outputs[0].path) if len(outputs) == 1 else str((root / outputs[0].path).parent)
-        ),
+        "dagster/uri": dg.MetadataValue.path(str(first if len(outputs) == 1 else first.parent)),
         "sha256": outputs[0].sha256 if len(outputs) == 1 else manifest.data_version,
         "bytes": sum(a.bytes for a in outputs),
         "outputs": outputs_table(outputs),
-        "inputs": dg.MetadataValue.json({a.path: a.sha256 for a in inputs}),
-        "config": dg.MetadataValue.json(json.loads(json.dumps(config, default=str))),
+        "inputs": dg.MetadataValue.json({a.path: a.sha256 for a in manifest.inputs}),
+        "config": dg.MetadataValue.json(json.loads(json.dumps(manifest.config, default=str))),
         "versions": dg.MetadataValue.json(library_versions()),
-        **(extra or {}),
+        **out.metadata,
     }
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
+
+
+def _check_result(outcome: CheckOutcome) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        passed=outcome.passed,
+        description=outcome.description,
+        metadata={
+            k: dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else v for k, v in outcome.metadata.items()
+        },
+    )
+
+
+def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=stage.key, name=check.name, blocking=check.blocking, description=check.description)
+    def _check(store: ArtifactStore) -> dg.AssetCheckResult:
+        return _check_result(check.run(store.layout, read_manifest(store.layout, stage.name)))
+
+    return _check
+
+
+def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
+    """The asset of `stage` (config typed by its static class) and its checks."""
+
+    @dg.asset(
+        key=stage.key,
+        deps=[asset_key(d) for d in (*stage.observes, *stage.deps)],
+        group_name=stage.group,
+        description=stage.description,
+        code_version=CODE_VERSION,
+        kinds=set(stage.kinds),
+        automation_condition=on_upstream_change() if stage.automated else None,
+        config_schema=stage.config.to_config_schema(),
+    )
+    def _asset(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+        config = stage.config(**context.op_execution_context.op_config)
+        layout = store.layout
+        manifest, out = run_stage(
+            layout, stage.name, stage.deps, lambda inputs: stage.work(StageContext(layout, inputs, context.log), config)
+        )
+        return materialize_result(layout, manifest, out)
+
+    return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c) for c in stage.checks])
+
+
+def parquet_outputs(layout: Layout, manifest: StageManifest) -> list[Path]:
+    """The Parquet files a stage recorded."""
+    return [layout.root / a.path for a in manifest.outputs if a.path.endswith(".parquet")]
+
+
+def schema_check(schema: pa.Schema) -> Check:
+    """Blocking: every Parquet file the stage wrote has the stage contract's schema."""
+    return Check(
+        "schema",
+        "Parquet schema matches the stage contract.",
+        lambda layout, manifest: check_schema(parquet_outputs(layout, manifest), schema),
+        blocking=True,
+    )

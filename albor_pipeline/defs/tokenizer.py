@@ -1,73 +1,73 @@
 """ByteLevel BPE tokenizer trained on the train split's pre-FIM text."""
 
+from __future__ import annotations
+
+from functools import partial
+
 import dagster as dg
 
+from albor_pipeline.core.artifacts import StageManifest
+from albor_pipeline.core.checks import CheckOutcome, check_roundtrip
+from albor_pipeline.core.layout import TOKENIZER, Layout, mixed_stage
 from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.tokenizer import build_tokenizer
-from albor_pipeline.defs.config import config_class, to_spec
-from albor_pipeline.defs.mix import mixed_key
-from albor_pipeline.defs.resources import ArtifactStore
-from albor_pipeline.defs.stage import finish_stage, stage_asset, upstream_outputs
+from albor_pipeline.core.stage import StageOutput
+from albor_pipeline.core.tokenizer import build_tokenizer, report_rows
+from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, spec_defaults
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
 
-TOKENIZER = dg.AssetKey("tokenizer")
+TIMING = ("train_seconds", "train_mb_per_s")  # vary run to run: metadata only, never hashed
 
 
-def report_markdown(report: dict) -> str:
-    rows = [
-        {"fact": "vocab size (with FIM sentinels)", "value": report["vocab_size"]},
-        {"fact": "merges", "value": report["merges"]},
-        {"fact": "val round-trip", "value": f"{report['roundtrip_ok']}/{report['val_documents']}"},
-        {"fact": "keywords single-token", "value": f"{report['keywords_single_token']}/8"},
-        {"fact": "bytes/token (val)", "value": report["bytes_per_token"]},
-        {"fact": "training seconds", "value": report["train_seconds"]},
-        {"fact": "training MB/s", "value": report["train_mb_per_s"]},
-    ]
-    rows += [{"fact": f"baseline bytes/token: {k}", "value": v} for k, v in report["baselines_bytes_per_token"].items()]
-    return markdown_table(rows)
+class TokenizerConfig(dg.Config):
+    """Run overrides of the spec's `tokenizer`; a field left unset keeps the spec's value."""
+
+    vocab_size: int | None = None
+    min_frequency: int | None = None
+    max_chars: int | None = None
+    doc_cap: int | None = None
 
 
-def tokenizer_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
-    Config = config_class("TokenizerConfig", spec.tokenizer, exclude=("retrain", "baselines"))
-    manual = spec.tokenizer.retrain is RetrainPolicy.manual
-
-    @stage_asset(
-        TOKENIZER,
-        [mixed_key("train"), mixed_key("val")],
-        "tokenizer",
-        "ByteLevel BPE (specials <unk> <s> </s> <pad> at 0-3, FIM sentinels appended), trained "
-        "on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token.",
-        kinds=("tokenizers",),
-        automated=not manual,
+def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) -> StageOutput:
+    settings = resolve(spec.tokenizer, config, f"{TOKENIZER} run config")
+    layout = ctx.layout
+    result = build_tokenizer(
+        layout.mixed("train"), layout.mixed("val"), settings, layout.tokenizer_dir, layout.root, progress=ctx.log.info
     )
-    def tokenizer(context: dg.AssetExecutionContext, config: Config, store: ArtifactStore) -> dg.MaterializeResult:  # type: ignore[valid-type]
-        tok_spec = to_spec(config, spec.tokenizer)
-        inputs = upstream_outputs(store.root, "mixed/train", "mixed/val")
-        result = build_tokenizer(
-            store.path("mixed", "train.parquet"),
-            store.path("mixed", "val.parquet"),
-            tok_spec,
-            store.path("tokenizer"),
-            store.root,
-            progress=context.log.info,
-        )
-        report = result.report
-        stable = {k: v for k, v in report.items() if k not in ("train_seconds", "train_mb_per_s")}
-        return finish_stage(
-            context,
-            store.root,
-            result.artifacts,
-            inputs,
-            tok_spec.model_dump(mode="json", exclude={"retrain"}),
-            stable,
-            row_count=report["vocab_size"],
-            extra={
-                "report": dg.MetadataValue.md(report_markdown(report)),
-                "roundtrip_ok": report["roundtrip_ok"],
-                "val_documents": report["val_documents"],
-                "bytes_per_token": report["bytes_per_token"],
-                "train_seconds": report["train_seconds"],
-            },
-        )
+    report = result.report
+    return StageOutput(
+        artifacts=result.artifacts,
+        config=settings.model_dump(mode="json", exclude={"retrain"}),
+        summary={k: v for k, v in report.items() if k not in TIMING},
+        row_count=report["vocab_size"],
+        metadata={
+            "report": dg.MetadataValue.md(markdown_table(report_rows(report))),
+            "roundtrip_ok": report["roundtrip_ok"],
+            "val_documents": report["val_documents"],
+            "bytes_per_token": report["bytes_per_token"],
+            "train_seconds": report["train_seconds"],
+        },
+    )
 
-    return tokenizer
+
+def _val_roundtrip(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    return check_roundtrip(layout.tokenizer_report)
+
+
+def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
+    return [
+        Stage(
+            name=TOKENIZER,
+            group="tokenizer",
+            description="ByteLevel BPE (specials `<unk> <s> </s> <pad>` at ids 0-3, FIM sentinels appended), "
+            "trained on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token.",
+            config=TokenizerConfig,
+            defaults=spec_defaults(TokenizerConfig, spec.tokenizer),
+            work=partial(tokenizer, spec),
+            deps=(mixed_stage("train"), mixed_stage("val")),
+            checks=(
+                Check("val_roundtrip", "Every val document decodes back to its exact text.", _val_roundtrip, True),
+            ),
+            kinds=("tokenizers",),
+            automated=spec.tokenizer.retrain is not RetrainPolicy.manual,
+        )
+    ]

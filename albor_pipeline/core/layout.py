@@ -1,0 +1,93 @@
+"""Stage names and where every stage's files live under the data dir.
+
+The one map from a stage to its files: a producer writes where `Layout` says and a
+consumer reads where it says, so no module retypes another stage's paths or names.
+A stage's name is its asset key joined by "/" (`fim/train`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DOCUMENTS = "documents"
+TOKENIZER = "tokenizer"
+PROVENANCE = "provenance"
+
+
+def source_stage(name: str) -> str:
+    """The observable source (its data version is the files' content fingerprint)."""
+    return f"source/{name}"
+
+
+def ingested_stage(name: str) -> str:
+    return f"ingested/{name}"
+
+
+def mixed_stage(split: str) -> str:
+    return f"mixed/{split}"
+
+
+def fim_stage(split: str) -> str:
+    return f"fim/{split}"
+
+
+def corpus_stage(split: str) -> str:
+    return f"corpus/{split}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of every stage's outputs, manifests and caches under one data dir."""
+
+    root: Path
+
+    def ingested(self, source: str) -> Path:
+        return self.root / "ingested" / f"{source}.parquet"
+
+    @property
+    def documents_dir(self) -> Path:
+        return self.root / DOCUMENTS
+
+    def documents(self, split: str) -> Path:
+        return self.documents_dir / f"{split}.parquet"
+
+    def mixed(self, split: str) -> Path:
+        return self.root / "mixed" / f"{split}.parquet"
+
+    def fim(self, split: str) -> Path:
+        return self.root / "fim" / f"{split}.parquet"
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.root / TOKENIZER
+
+    @property
+    def tokenizer_json(self) -> Path:
+        return self.tokenizer_dir / "tokenizer.json"
+
+    @property
+    def tokenizer_report(self) -> Path:
+        return self.tokenizer_dir / "report.json"
+
+    def corpus_dir(self, split: str) -> Path:
+        return self.root / "corpus" / split
+
+    @property
+    def provenance_json(self) -> Path:
+        return self.root / "provenance.json"
+
+    @property
+    def provenance_md(self) -> Path:
+        return self.root / "PROVENANCE.md"
+
+    @property
+    def manifests_dir(self) -> Path:
+        return self.root / "manifests"
+
+    def manifest(self, stage: str) -> Path:
+        return self.manifests_dir / f"{stage.replace('/', '__')}.json"
+
+    def fingerprint_cache(self, source: str) -> Path:
+        """Per-file hashes of a source, cached by (size, mtime)."""
+        return self.root / "cache" / "fingerprints" / f"{source}.json"

@@ -1,0 +1,60 @@
+"""Running one stage: verify its inputs, do the work, record the manifest.
+
+Every stage, provenance included, goes through `run_stage`, so "what a stage read"
+and "what it wrote" mean the same thing everywhere: lineage in the manifests,
+`albor verify`, and the metadata the Dagster layer shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorded, read_manifest, write_manifest
+from albor_pipeline.core.layout import Layout
+
+Progress = Callable[[str], None]
+"""Receives human progress lines (rows, MB, rate) from long stages."""
+
+
+@dataclass
+class StageOutput:
+    """What a stage's work returns: its files and the facts worth keeping."""
+
+    artifacts: list[Artifact]
+    config: dict[str, Any]  # the resolved settings, as JSON
+    summary: dict[str, Any] = field(default_factory=dict)  # deterministic facts: manifest and provenance
+    metadata: dict[str, Any] = field(default_factory=dict)  # extra facts for people (may vary run to run)
+    inputs: list[Artifact] = field(default_factory=list)  # inputs that are no stage's outputs (a source)
+    row_count: int | None = None  # default: the outputs' rows
+
+
+Inputs = Mapping[str, list[Artifact]]
+"""Each upstream stage's outputs, as it recorded them and checked against the files."""
+
+
+def verified_inputs(layout: Layout, stages: Sequence[str]) -> dict[str, list[Artifact]]:
+    """The recorded outputs of `stages`, each file re-hashed against its record first."""
+    return {stage: check_recorded(layout.root, read_manifest(layout, stage).outputs) for stage in stages}
+
+
+def run_stage(
+    layout: Layout, stage: str, upstream: Sequence[str], work: Callable[[Inputs], StageOutput]
+) -> tuple[StageManifest, StageOutput]:
+    """Verify `upstream`'s files, run `work` on them, then record the stage's manifest.
+
+    The manifest is written only after `work` succeeded, so a failed stage leaves its
+    previous record (and files) as they were.
+    """
+    inputs = verified_inputs(layout, upstream)
+    out = work(inputs)
+    manifest = StageManifest(
+        stage=stage,
+        outputs=out.artifacts,
+        inputs=[*out.inputs, *(art for arts in inputs.values() for art in arts)],
+        config=out.config,
+        summary=out.summary,
+    )
+    write_manifest(layout, manifest)
+    return manifest, out

@@ -1,0 +1,183 @@
+"""Helpers shared by the tests: real sources from this machine, small specs, a served Dagster.
+
+Fixtures live in `conftest.py`; plain helpers live here, so no test module imports another.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from albor_pipeline.core.ingest import DOC_SCHEMA, text_sha256
+from albor_pipeline.core.layout import Layout
+from albor_pipeline.spec import REPO_ROOT, PipelineSpec
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+# Real code nobody here wrote: a few standard-library packages, ~1-2 MB of Python.
+STDLIB_PACKAGES = ("json", "email", "asyncio", "importlib", "concurrent", "logging", "urllib")
+# Special-token strings written literally in a document: must come out as ordinary text.
+LITERAL = "x = '</s>' + '<|fim_prefix|>' + '<s>' + '<pad>'\n"
+
+
+def write_spec(path: Path, raw: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def small_spec_dict(extra_sources: list[dict[str, Any]] | None = None, **overrides: Any) -> dict[str, Any]:
+    """A spec over a slice of the stdlib, sized for tests (small vocab, short sequences)."""
+    raw: dict[str, Any] = {
+        "sources": [
+            {
+                "name": "stdlib_json_email",
+                "kind": "code",
+                "path": str(STDLIB),
+                "include": [f"{p}/**/*.py" for p in STDLIB_PACKAGES[:2]],
+                "exclude": ["**/test*/**"],
+            },
+            {
+                "name": "stdlib_async",
+                "kind": "code",
+                "path": str(STDLIB),
+                "include": [f"{p}/**/*.py" for p in STDLIB_PACKAGES[2:]],
+                "exclude": ["**/test*/**"],
+            },
+            *(extra_sources or []),
+        ],
+        "holdout": {"val_fraction": 0.1, "test_fraction": 0.05, "seed": 0},
+        "mix": {
+            "train": {"seed": 42},
+            "val": {"seed": 123, "rows": 40, "upsample": False},
+            "test": {"seed": 456, "rows": 20, "upsample": False},
+        },
+        "tokenizer": {"vocab_size": 1024},
+        "corpus": {"seq_len": 256, "formats": ["parquet", "megatron", "nanogpt"]},
+    }
+    raw.update(overrides)
+    return raw
+
+
+def materialize_all(
+    spec: PipelineSpec,
+    out: Path,
+    instance: dg.DagsterInstance | None = None,
+    run_config: dict | None = None,
+    raise_on_error: bool = True,
+) -> dg.ExecuteInProcessResult:
+    """Run the build job (every stage and its checks) of `spec` into `out`, in process."""
+    from albor_pipeline.definitions import build_definitions
+    from albor_pipeline.defs.automation import BUILD_JOB
+
+    job = build_definitions(spec, out).resolve_job_def(BUILD_JOB)
+    result = job.execute_in_process(instance=instance, run_config=run_config or {}, raise_on_error=raise_on_error)
+    assert result.success or not raise_on_error
+    return result
+
+
+def write_docs(path: Path, texts: list[str]) -> Path:
+    """A Parquet file with the ingestion schema holding `texts`."""
+    table = pa.table(
+        {
+            "text": texts,
+            "source": ["s"] * len(texts),
+            "file": ["f"] * len(texts),
+            "sha256": [text_sha256(t) for t in texts],
+        },
+        schema=DOC_SCHEMA,
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(url: str, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"dagster dev exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError(f"{url} did not come up in {timeout}s")
+
+
+class Server:
+    """A running `dagster dev`: its port, instance home and data dir."""
+
+    def __init__(self, port: int, home: Path, data: Path, proc: subprocess.Popen) -> None:
+        self.port, self.home, self.data, self.proc = port, home, data, proc
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.data)
+
+    def instance(self) -> dg.DagsterInstance:
+        return dg.DagsterInstance.from_config(str(self.home))
+
+    def wait_for_run(self, run_id: str, timeout: float = 300) -> dg.DagsterRunStatus:
+        from dagster_graphql import DagsterGraphQLClient
+
+        client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = client.get_run_status(run_id)
+            if status in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+                return status
+            time.sleep(1)
+        raise TimeoutError(f"run {run_id} did not finish in {timeout}s")
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def instance_home(path: Path) -> Path:
+    """A DAGSTER_HOME with the repo's dagster.yaml, as `make run`/`make dev` set it up."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "dagster.yaml").write_bytes((REPO_ROOT / "dagster.yaml").read_bytes())
+    return path
+
+
+def start_dagster_dev(spec: Path, home: Path, data: Path, log: Path) -> Server:
+    """`dagster dev` on a free loopback port over `spec`, as `make dev` starts it."""
+    port = free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_SPEC": str(spec), "ALBOR_DATA_DIR": str(data)}
+    cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port)]
+    cmd += ["-w", str(REPO_ROOT / "workspace.yaml")]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    server = Server(port, home, data, proc)
+    try:
+        wait_for(f"{server.url}/server_info", 180, proc)
+    except BaseException:
+        server.stop()
+        raise
+    return server

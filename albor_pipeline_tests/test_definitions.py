@@ -1,0 +1,77 @@
+"""A fast snapshot of the Dagster definitions: keys, deps, groups, checks, jobs, sensors, schedules.
+
+A change to the graph's shape shows up here as a reviewable diff of
+`snapshots/definitions.json`. After an intended change, regenerate it with
+`ALBOR_UPDATE_SNAPSHOTS=1 .venv/bin/python -m pytest albor_pipeline_tests/test_definitions.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from albor_pipeline.definitions import build_definitions, pipeline_stages
+from albor_pipeline.defs.automation import BUILD_JOB
+from albor_pipeline.spec import parse_spec
+
+from .support import small_spec_dict
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.json"
+
+
+def describe(defs: dg.Definitions) -> dict[str, Any]:
+    graph = defs.resolve_asset_graph()
+    assets = {}
+    for key in sorted(graph.get_all_asset_keys()):
+        node = graph.get(key)
+        assets[key.to_user_string()] = {
+            "group": node.group_name,
+            "deps": sorted(k.to_user_string() for k in node.parent_keys),
+            "kinds": sorted(node.kinds),
+            "observable": node.is_observable,
+            "automated": node.automation_condition is not None,
+            "code_version": node.code_version,
+        }
+    checks = sorted(
+        f"{k.asset_key.to_user_string()}:{k.name}{' (blocking)' if graph.get_check_spec(k).blocking else ''}"
+        for k in graph.asset_check_keys
+    )
+    repo = defs.get_repository_def()
+    jobs = {
+        job.name: sorted(k.to_user_string() for k in job.asset_layer.selected_asset_keys)
+        for job in repo.get_all_jobs()
+        if not job.name.startswith("__")
+    }
+    sensors = {
+        s.name: {"interval_s": s.minimum_interval_seconds, "default": s.default_status.value} for s in repo.sensor_defs
+    }
+    schedules = {
+        s.name: {"cron": s.cron_schedule, "job": s.job_name, "default": s.default_status.value}
+        for s in repo.schedule_defs
+    }
+    return {"assets": assets, "checks": checks, "jobs": jobs, "sensors": sensors, "schedules": schedules}
+
+
+def test_definitions_match_the_snapshot() -> None:
+    defs = build_definitions(parse_spec(small_spec_dict(), Path(".")))
+    actual = describe(defs)
+    if os.environ.get("ALBOR_UPDATE_SNAPSHOTS"):
+        SNAPSHOT.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    assert actual == json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+
+
+def test_build_job_launchpad_defaults_are_the_spec_values() -> None:
+    raw = small_spec_dict()
+    raw["fim"] = {"rate": 0.3, "seed": 9, "splits": ["train"]}
+    spec = parse_spec(raw, Path("."))
+    ops = build_definitions(spec).resolve_job_def(BUILD_JOB).run_config["ops"]
+    assert ops["fim__train"]["config"]["rate"] == 0.3 and ops["fim__train"]["config"]["seed"] == 9
+    assert ops["fim__train"]["config"]["enabled"] is True and ops["fim__val"]["config"]["enabled"] is False
+    assert ops["tokenizer"]["config"]["vocab_size"] == 1024
+    assert ops["ingested__stdlib_async"]["config"]["include"] == raw["sources"][1]["include"]
+    # Every stage has its spec values there, so the launchpad never starts from an empty form.
+    assert set(ops) == {s.key.to_python_identifier() for s in pipeline_stages(spec)}
