@@ -11,7 +11,9 @@ import time
 import warnings
 from pathlib import Path
 
-from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage
+from albor_pipeline.core.artifacts import iter_manifests
+from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_stage
+from albor_pipeline.core.provenance import stale_stages, verify
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec
 
 
@@ -64,8 +66,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for event in result.all_events:
             if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
                 error = event.step_failure_data.error
-                while error.cause is not None:  # the user-code error, not Dagster's wrapper
-                    error = error.cause
+                while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+                    error = error.cause  # the user-code error, not Dagster's wrapper around it
                 print(f"albor: step {event.step_key} failed: {error.message.strip()}", file=sys.stderr)
         print(f"albor: run {result.run_id} FAILED after {seconds:.1f}s", file=sys.stderr)
         return 1
@@ -96,27 +98,42 @@ def cmd_summary(args: argparse.Namespace) -> int:
             f"  tokenizer: vocab {tok['vocab_size']:,}, val round-trip {tok['roundtrip_ok']}/{tok['val_documents']}, "
             f"{tok['bytes_per_token']} bytes/token"
         )
+    rebuilt = stale_stages(list(iter_manifests(layout))).get(PROVENANCE)
+    if rebuilt:
+        print(f"  (this is the last complete build; rebuilt since: {', '.join(rebuilt)})")
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when every recorded file matches (stale stages are listed, not failures)."""
     _use(args)
-    from albor_pipeline.core.provenance import verify
 
     root = data_dir()
     try:
-        rows = verify(root)
+        report = verify(root)
     except FileNotFoundError as exc:
         print(f"albor verify: {exc}", file=sys.stderr)
         return 2
-    width = max((len(r.path) for r in rows), default=4)
-    for r in rows:
-        print(f"{r.status:8} {r.path:{width}} {r.expected}")
-    bad = [r for r in rows if r.status != "ok"]
-    for r in bad:
-        print(f"albor verify: {r.status}: {r.path}", file=sys.stderr)
-    print(f"{len(rows) - len(bad)} ok, {len(bad)} failed", file=sys.stderr)
-    return 1 if bad else 0
+    width = max((len(r.path) for r in report.files), default=4)
+    for r in report.files:
+        print(f"{r.status:10} {r.path:{width}} {r.expected}")
+    for path in report.unrecorded:
+        print(f"{'UNRECORDED':10} {path}")
+    for stage, rebuilt in report.stale.items():
+        print(f"{'stale':10} {stage} (rebuilt after it: {', '.join(rebuilt)})")
+    if PROVENANCE in report.stale:
+        print(
+            f"albor verify: {Layout(root).provenance_md.name} describes the last complete build; "
+            f"stages rebuilt since: {', '.join(report.stale[PROVENANCE])}",
+            file=sys.stderr,
+        )
+    if report.temps:
+        print(f"albor verify: {len(report.temps)} temp file(s) of runs that died (the next run removes them)")
+    for line in report.failed:
+        print(f"albor verify: {line}", file=sys.stderr)
+    ok = len(report.files) - sum(r.status != "ok" for r in report.files)
+    print(f"{ok} ok, {len(report.failed)} failed, {len(report.stale)} stale stage(s)", file=sys.stderr)
+    return 1 if report.failed else 0
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
@@ -130,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, text in (
         ("run", cmd_run, "materialize every stage on the spec"),
-        ("verify", cmd_verify, "re-hash every artifact in provenance.json"),
+        ("verify", cmd_verify, "re-hash every artifact the stages recorded; list stale stages"),
         ("summary", cmd_summary, "print what the last run produced"),
         ("spec", cmd_spec, "print the resolved, validated spec"),
     ):

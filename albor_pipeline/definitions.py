@@ -35,7 +35,8 @@ def build_definitions(spec: PipelineSpec, output_dir: Path | None = None) -> dg.
         *(stage_definitions(stage) for stage in stages),
         automation_definitions(spec, stages, [source_stage(s.name) for s in spec.sources]),
         dg.Definitions(
-            resources={"store": ArtifactStore(data_dir=str(data_dir(output_dir)))}, executor=dg.in_process_executor
+            resources={"store": ArtifactStore(data_dir=str(data_dir(output_dir)), on_busy=spec.locking.on_busy.value)},
+            executor=dg.in_process_executor,
         ),
     )
 

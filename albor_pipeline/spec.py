@@ -54,6 +54,8 @@ class SourceSpec(_Model):
     text_field: str = "text"
     min_chars: int = Field(50, ge=0)
     max_chars: int = Field(100_000, gt=0)
+    # A file symlink that resolves outside `path` is skipped (counted as outside_root) unless set.
+    follow_symlinks: bool = False
 
     @model_validator(mode="after")
     def _check_bounds(self) -> SourceSpec:
@@ -65,7 +67,11 @@ class SourceSpec(_Model):
     def include_globs(self) -> tuple[str, ...]:
         if self.include:
             return self.include
-        return ("**/*.py",) if self.kind is SourceKind.code else (f"**/*.{self.kind.value}",)
+        if self.kind is SourceKind.code:
+            return ("**/*.py",)
+        if self.kind is SourceKind.parquet:
+            return ("**/*.parquet",)
+        return tuple(f"**/*.{self.kind.value}{suffix}" for suffix in ("", ".gz", ".zst"))
 
 
 class HoldoutSpec(_Model):
@@ -190,6 +196,17 @@ class AutomationSpec(_Model):
         return value
 
 
+class OnBusy(str, Enum):
+    wait = "wait"
+    fail = "fail"
+
+
+class LockingSpec(_Model):
+    """One run per data dir: a second run waits for the first (default) or fails at once."""
+
+    on_busy: OnBusy = OnBusy.wait
+
+
 class PipelineSpec(_Model):
     sources: tuple[SourceSpec, ...] = Field(min_length=1)
     holdout: HoldoutSpec = HoldoutSpec()
@@ -198,6 +215,7 @@ class PipelineSpec(_Model):
     tokenizer: TokenizerSpec = TokenizerSpec()
     corpus: CorpusSpec = CorpusSpec()
     automation: AutomationSpec = AutomationSpec()
+    locking: LockingSpec = LockingSpec()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineSpec:

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from albor_pipeline.core.layout import Layout
+from albor_pipeline.core.lock import data_dir_lock
+
 WRITER = """
 import sys, pyarrow as pa
 from pathlib import Path
@@ -69,13 +72,17 @@ def test_sigkill_during_rewrite_keeps_previous_version(tmp_path):
     _kill_mid_write(out)
     assert out.read_bytes() == before
     assert pq.read_table(out).column("text").to_pylist() == ["old"]
-    assert list(out.parent.glob(".*.tmp"))
-    with ParquetSink(out, DOC_SCHEMA) as sink:  # the next write cleans up the killed writer's temp file
+    leftover = list(out.parent.glob(".*.tmp"))
+    assert leftover
+    with ParquetSink(out, DOC_SCHEMA) as sink:  # another writer never touches a temp file it did not make
         sink.write(
             pa.RecordBatch.from_pydict(
                 {"text": ["new"], "source": ["s"], "file": ["f"], "sha256": ["1" * 64]}, schema=DOC_SCHEMA
             )
         )
+    assert all(p.exists() for p in leftover)
+    with data_dir_lock(Layout(tmp_path), "test") as removed:  # the next lock holder removes it
+        assert removed == leftover
     assert [p.name for p in out.parent.iterdir()] == ["big.parquet"]
 
 
@@ -99,5 +106,5 @@ def test_staged_dir_replaces_a_file_set_whole_or_not_at_all(tmp_path):
     with staged_dir(final) as stage:  # a smaller new set: no stale shard survives
         write_bytes(stage / "part-00000.parquet", b"new 0")
     assert {p.name: p.read_bytes() for p in final.iterdir()} == {"part-00000.parquet": b"new 0"}
-    assert sorted(p.name for p in final.parent.iterdir()) == ["train"]  # no staging or .old dirs left
+    assert sorted(p.name for p in final.parent.iterdir()) == ["train"]  # no staging or old dirs left
     assert final.stat().st_mode & 0o755 == 0o755  # readable by the team, like any directory

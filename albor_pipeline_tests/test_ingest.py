@@ -149,17 +149,17 @@ def test_globs_and_fingerprint(tmp_path):
     (root / "pkg" / "a.py").write_text("a = 1\n")
     (root / "pkg" / "tests" / "t.py").write_text("t = 1\n")
     (root / "b.py").write_text("b = 1\n")
-    assert list_source_files(root, ["**/*.py"]) == ["b.py", "pkg/a.py", "pkg/tests/t.py"]
-    assert list_source_files(root, ["**/*.py"], ["**/tests/**"]) == ["b.py", "pkg/a.py"]
-    assert list_source_files(root, ["pkg/*.py"]) == ["pkg/a.py"]
+    assert list_source_files(root, ["**/*.py"]).files == ["b.py", "pkg/a.py", "pkg/tests/t.py"]
+    assert list_source_files(root, ["**/*.py"], ["**/tests/**"]).files == ["b.py", "pkg/a.py"]
+    assert list_source_files(root, ["pkg/*.py"]).files == ["pkg/a.py"]
     src = SourceSpec(name="s", kind="code", path=root, exclude=("**/tests/**",))
     cache = tmp_path / "cache.json"
-    first = fingerprint_files(root, source_files(src), cache)
+    first = fingerprint_files(root, source_files(src).files, cache)
     os.utime(root / "pkg" / "a.py", (1, 1))  # touched, same bytes
-    assert fingerprint_files(root, source_files(src), cache) == first
+    assert fingerprint_files(root, source_files(src).files, cache) == first
     (root / "pkg" / "tests" / "t.py").write_text("t = 2\n")  # excluded file
-    assert fingerprint_files(root, source_files(src), cache) == first
+    assert fingerprint_files(root, source_files(src).files, cache) == first
     (root / "pkg" / "a.py").write_text("a = 2\n")
-    assert fingerprint_files(root, source_files(src), cache) != first
-    assert source_fingerprint(src).sha256 == fingerprint_files(root, source_files(src))[0]
+    assert fingerprint_files(root, source_files(src).files, cache) != first
+    assert source_fingerprint(src).sha256 == fingerprint_files(root, source_files(src).files)[0]
     assert (source_fingerprint(src).rows, source_fingerprint(src).bytes) == (2, 12)

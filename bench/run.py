@@ -279,7 +279,7 @@ def doubled_corpus(corpora: list[Path], work: Path) -> list[Path]:
             for src in code_sources([root])[0:1]:
                 from albor_pipeline.core.ingest import source_files
 
-                for rel in source_files(src):
+                for rel in source_files(src).files:
                     target = dst / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
                     try:

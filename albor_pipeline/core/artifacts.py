@@ -7,13 +7,14 @@ which the provenance stage and `albor verify` use.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -75,24 +76,51 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+TEMP_SUFFIX = ".tmp"
+"""Every temp file or directory this package creates is hidden (leading dot) and ends in
+`.tmp`, beside its final name: `remove_temps` finds what a killed run left behind."""
+
+# Errors that mean "the disk cannot take this write": named with the file being written.
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+class ArtifactWriteError(OSError):
+    """A write that could not complete; the message names the file. Nothing was committed."""
+
+
+@contextmanager
+def _naming_write_errors(final: Path) -> Iterator[None]:
+    try:
+        yield
+    except ArtifactWriteError:
+        raise
+    except OSError as err:
+        if err.errno not in _NO_ROOM:
+            raise
+        raise ArtifactWriteError(err.errno, f"cannot write {final}: {err.strerror or err}") from err
+
+
 @contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temp path beside `final`; on success fsync it and rename it into place."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.*.tmp"):
-        stale.unlink(missing_ok=True)  # left by a writer that was killed (one writer per artifact)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; artifacts are shared files
-    try:
-        yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-        _fsync_dir(final.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Yield a temp path beside `final`; if the block succeeds, fsync it and rename it into place.
+
+    If anything fails (the block, the fsync, the rename) the temp file is removed and
+    `final` keeps its previous bytes.
+    """
+    with _naming_write_errors(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=TEMP_SUFFIX, dir=final.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; artifacts are shared files
+            yield tmp
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+            _fsync_dir(final.parent)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -102,22 +130,66 @@ def staged_dir(final: Path) -> Iterator[Path]:
     For stages that write several files (documents, tokenizer, corpus shards): a failed
     run leaves the previous set untouched instead of a mix of old and new files.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.*.staging"):
-        shutil.rmtree(stale, ignore_errors=True)  # left by a killed writer
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".staging", dir=final.parent))
-    os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; artifact directories are shared
-    try:
-        yield tmp
-        _fsync_dir(tmp)
-        old = final.with_name(f".{final.name}.{os.getpid()}.old")
-        if final.exists():
-            os.rename(final, old)
-        os.rename(tmp, final)
-        _fsync_dir(final.parent)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with _naming_write_errors(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=f".staging{TEMP_SUFFIX}", dir=final.parent))
+        try:
+            os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; artifact directories are shared
+            yield tmp
+            _fsync_dir(tmp)
+            old = final.with_name(f".{final.name}.{os.getpid()}.old{TEMP_SUFFIX}")
+            if final.exists():
+                os.rename(final, old)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if old.exists():
+                    os.rename(old, final)  # put the previous set back
+                raise
+            _fsync_dir(final.parent)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def reserved_write(final: Path, size: int) -> Iterator[list[bytes]]:
+    """Take `size` bytes of disk for `final` now; at the end of the block, write (atomically)
+    the bytes the block appended to the yielded list.
+
+    For a small record written after a big write (a stage's manifest after its outputs):
+    a disk the big write just filled cannot then leave the outputs committed but unrecorded.
+    """
+    with atomic_path(final) as tmp:
+        with open(tmp, "r+b") as fh:
+            os.posix_fallocate(fh.fileno(), 0, size)
+        content: list[bytes] = []
+        yield content
+        data = b"".join(content)
+        with open(tmp, "r+b") as fh:
+            fh.write(data)
+            fh.truncate(len(data))
+
+
+def remove_temps(root: Path) -> list[Path]:
+    """Remove every temp file and directory under `root` (those of runs that died).
+
+    Only safe while holding the data dir's lock: then no other writer is alive.
+    """
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+                path = Path(dirpath) / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+                removed.append(path)
+        dirnames[:] = [d for d in dirnames if not (d.startswith(".") and d.endswith(TEMP_SUFFIX))]
+    return removed
 
 
 def record(path: Path, root: Path, rows: int | None = None) -> Artifact:
@@ -160,9 +232,13 @@ def write_bytes(path: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def json_bytes(obj: Any) -> bytes:
+    """Deterministic JSON: sorted keys, trailing newline."""
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
 def write_json(path: Path, obj: Any) -> None:
-    """Deterministic JSON (sorted keys, trailing newline), written atomically."""
-    write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+    write_bytes(path, json_bytes(obj))
 
 
 class ParquetSink:
@@ -215,19 +291,20 @@ class ParquetSink:
         self._pending_rows = rest.num_rows
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """Commit the file only if every write, the last flush and the close succeeded."""
         assert self._writer is not None
+        failure: BaseException | None = exc
         try:
-            if exc_type is None:
+            if failure is None:
                 self._flush(final=True)
-        finally:
             self._writer.close()
-            self._ctx.__exit__(exc_type, exc, tb)
-
-
-def write_manifest(layout: Layout, manifest: StageManifest) -> Path:
-    path = layout.manifest(manifest.stage)
-    write_json(path, manifest.model_dump(mode="json"))
-    return path
+        except BaseException as err:
+            failure = failure or err
+            with suppress(Exception):
+                self._writer.close()
+            raise
+        finally:
+            self._ctx.__exit__(type(failure) if failure else None, failure, failure.__traceback__ if failure else None)
 
 
 def read_manifest(layout: Layout, stage: str) -> StageManifest:
@@ -236,3 +313,9 @@ def read_manifest(layout: Layout, stage: str) -> StageManifest:
     if not path.exists():
         raise FileNotFoundError(f"stage {stage!r} has not been materialized under {layout.root} (no {path})")
     return StageManifest.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def iter_manifests(layout: Layout) -> Iterator[StageManifest]:
+    """Every stage manifest under the data dir, in file-name order."""
+    for path in sorted(layout.manifests_dir.glob("*.json")):
+        yield StageManifest.model_validate_json(path.read_text(encoding="utf-8"))

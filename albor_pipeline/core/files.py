@@ -6,7 +6,9 @@ import hashlib
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,18 +45,39 @@ def matches(relpath: str, patterns: Iterable[str]) -> bool:
     return any(_glob_regex(p).match(relpath) for p in patterns)
 
 
-def list_source_files(root: Path, include: Iterable[str], exclude: Iterable[str] = ()) -> list[str]:
-    """Sorted POSIX paths relative to `root` that match `include` and not `exclude`.
+@dataclass
+class SourceListing:
+    """The files a source reads (sorted POSIX paths relative to its root) and what was left out."""
+
+    files: list[str]
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> files
+
+
+def _inside(path: str, root_real: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def list_source_files(
+    root: Path, include: Iterable[str], exclude: Iterable[str] = (), follow_symlinks: bool = False
+) -> SourceListing:
+    """The files under `root` that match `include` and not `exclude`.
 
     Hidden files and directories, `__pycache__`, `node_modules` and virtualenvs are
-    skipped; directory symlinks are not followed, so a symlink loop cannot recurse.
-    `root` may also be a single file.
+    skipped; directory symlinks are not followed, so a symlink loop cannot recurse. A
+    file symlink that resolves outside `root` is left out and counted (`outside_root`)
+    unless `follow_symlinks`. `root` may also be a single file.
     """
     include, exclude = tuple(include), tuple(exclude)
+    skipped: Counter[str] = Counter()
     if root.is_file():
-        return [root.name]
+        parent = os.path.realpath(root.parent)
+        if not follow_symlinks and root.is_symlink() and not _inside(str(root), parent):
+            return SourceListing([], {"outside_root": 1})
+        return SourceListing([root.name])
     if not root.is_dir():
         raise FileNotFoundError(f"source path does not exist or is not a directory: {root}")
+    root_real = os.path.realpath(root)
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in PRUNED_DIRS)
@@ -65,9 +88,13 @@ def list_source_files(root: Path, include: Iterable[str], exclude: Iterable[str]
                 continue
             rel = prefix + name
             if matches(rel, include) and not matches(rel, exclude):
+                path = os.path.join(dirpath, name)
+                if not follow_symlinks and os.path.islink(path) and not _inside(path, root_real):
+                    skipped["outside_root"] += 1
+                    continue
                 found.append(rel)
     found.sort()
-    return found
+    return SourceListing(found, dict(skipped))
 
 
 def source_root(path: Path) -> Path:

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
-from albor_pipeline.core.files import fingerprint_files, list_source_files, source_root
+from albor_pipeline.core.files import SourceListing, fingerprint_files, list_source_files, source_root
+from albor_pipeline.core.layout import source_stage
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SourceKind, SourceSpec
 
@@ -70,8 +74,40 @@ def _code_documents(root: Path, files: list[str], skipped: Counter) -> Iterator[
                     yield rel, text  # type: ignore[misc]
 
 
+COMPRESSION = {".gz": "gzip", ".zst": "zstd"}  # data files read transparently by suffix
+
+
+def open_data_file(path: Path) -> IO[bytes]:
+    """`path` as a binary stream, decompressed when it ends in .gz or .zst."""
+    codec = COMPRESSION.get(path.suffix)
+    if codec is None:
+        return open(path, "rb")
+    return io.BufferedReader(pa.input_stream(str(path), compression=codec))
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[IO[bytes]]:
+    """Open a data file; a corrupt compressed stream is an `IngestError` naming the file."""
+    try:
+        with open_data_file(path) as fh:
+            yield fh
+    except IngestError:
+        raise
+    except OSError as exc:
+        if path.suffix not in COMPRESSION:
+            raise
+        raise IngestError(f"{path}: not a readable {COMPRESSION[path.suffix]} file: {exc}") from None
+
+
+def _is_empty(fh: IO[bytes]) -> bool:
+    return not fh.peek(1) if isinstance(fh, io.BufferedReader) else False
+
+
 def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
-    with open(path, "rb") as fh:
+    with _reading(path) as fh:
+        if _is_empty(fh):
+            skipped["empty_file"] += 1
+            return
         for lineno, raw in enumerate(fh, start=1):
             where = f"{path}:{lineno}"
             try:
@@ -99,7 +135,7 @@ def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) ->
 
 
 def _first_bad_utf8_line(path: Path) -> int:
-    with open(path, "rb") as fh:
+    with _reading(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             try:
                 raw.decode("utf-8")
@@ -110,7 +146,11 @@ def _first_bad_utf8_line(path: Path) -> int:
 
 def _csv_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
     csv.field_size_limit(1 << 30)
-    with open(path, encoding="utf-8-sig", newline="") as fh:
+    with _reading(path) as raw:
+        if _is_empty(raw):
+            skipped["empty_file"] += 1
+            return
+        fh = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         reader = csv.reader(fh, strict=True)
         header: list[str] | None = None
         col = 0
@@ -171,16 +211,16 @@ _DATA_READERS = {
 }
 
 
-def source_files(src: SourceSpec) -> list[str]:
+def source_files(src: SourceSpec) -> SourceListing:
     """The files ingestion reads for `src` (also what its fingerprint covers)."""
-    return list_source_files(src.path, src.include_globs, src.exclude)
+    return list_source_files(src.path, src.include_globs, src.exclude, src.follow_symlinks)
 
 
 def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artifact:
     """The source as an input artifact: content fingerprint of exactly the files ingestion reads."""
-    files = source_files(src)
+    files = source_files(src).files
     digest, total = fingerprint_files(source_root(src.path), files, cache_path)
-    return Artifact(path=f"source/{src.name}", sha256=digest, bytes=total, rows=len(files))
+    return Artifact(path=source_stage(src.name), sha256=digest, bytes=total, rows=len(files))
 
 
 def iter_documents(src: SourceSpec, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:
@@ -196,8 +236,9 @@ def iter_documents(src: SourceSpec, files: list[str], skipped: Counter) -> Itera
 
 def ingest_source(src: SourceSpec, out: Path, data_root: Path, progress: Progress | None = None) -> IngestResult:
     """Write `src` as Parquet at `out`; raise on an empty source (nothing is replaced)."""
-    skipped: Counter = Counter()
-    files = source_files(src)
+    listing = source_files(src)
+    files = listing.files
+    skipped: Counter = Counter(listing.skipped)
     text_bytes = 0
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
     pending = 0

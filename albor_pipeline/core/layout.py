@@ -88,6 +88,11 @@ class Layout:
     def manifest(self, stage: str) -> Path:
         return self.manifests_dir / f"{stage.replace('/', '__')}.json"
 
+    @property
+    def lock_file(self) -> Path:
+        """Held by the one run writing this data dir (`core/lock.py`)."""
+        return self.root / ".albor.lock"
+
     def fingerprint_cache(self, source: str) -> Path:
         """Per-file hashes of a source, cached by (size, mtime)."""
         return self.root / "cache" / "fingerprints" / f"{source}.json"

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, record
 from albor_pipeline.core.ingest import DOC_SCHEMA
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SplitMixSpec
@@ -110,7 +110,10 @@ def gather(src: Path, order_idx: np.ndarray, sink: ParquetSink, bucket_rows: int
     inputs = order_idx[by_input]
     buckets = -(-len(order_idx) // bucket_rows)
     schema = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
-    with tempfile.TemporaryDirectory(prefix=".mix-", dir=sink.path.parent) as tmp, ExitStack() as stack:
+    with (
+        tempfile.TemporaryDirectory(prefix=".mix-", suffix=TEMP_SUFFIX, dir=sink.path.parent) as tmp,
+        ExitStack() as stack,
+    ):
         writers: dict[int, ipc.RecordBatchStreamWriter] = {}
         offset = ptr = 0
         for batch in pq.ParquetFile(src).iter_batches(batch_size=READ_ROWS, columns=DOC_SCHEMA.names):

@@ -7,12 +7,11 @@ says the same for people, with full hashes. `verify` re-hashes every listed file
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from albor_pipeline.core.artifacts import read_manifest, sha256_file
+from albor_pipeline.core.artifacts import TEMP_SUFFIX, StageManifest, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.core.layout import (
     DOCUMENTS,
     TOKENIZER,
@@ -56,7 +55,8 @@ def render_markdown(prov: dict[str, Any]) -> str:
     lines = [
         "# Provenance",
         "",
-        "Every artifact of this pipeline run with its full SHA-256. Re-check with `albor verify`.",
+        "Every artifact of the last complete build with its full SHA-256. `albor verify` re-checks "
+        "them and lists any stage rebuilt since (stale here).",
         "",
     ]
     src_rows = []
@@ -194,14 +194,62 @@ class VerifyRow:
         return "ok" if self.actual == self.expected else "CHANGED"
 
 
-def verify(root: Path) -> list[VerifyRow]:
-    """Re-hash every artifact in `provenance.json` under `root`."""
-    manifest = Layout(root).provenance_json
-    if not manifest.exists():
-        raise FileNotFoundError(f"no {manifest.name} under {root}; materialize the provenance asset first")
-    prov = json.loads(manifest.read_text(encoding="utf-8"))
+@dataclass
+class VerifyReport:
+    """What the stages recorded, checked against the files (see `verify`)."""
+
+    files: list[VerifyRow]
+    unrecorded: list[str]  # files under the data dir that no stage recorded
+    stale: dict[str, list[str]]  # stage -> upstream stages rebuilt after it ran
+    temps: list[str]  # left by runs that died; the next run removes them
+
+    @property
+    def failed(self) -> list[str]:
+        return [f"{r.status}: {r.path}" for r in self.files if r.status != "ok"] + [
+            f"UNRECORDED: {p}" for p in self.unrecorded
+        ]
+
+
+_NOT_ARTIFACTS = ("manifests", "cache")  # bookkeeping under the data dir, not stage outputs
+
+
+def verify(root: Path) -> VerifyReport:
+    """Re-hash every output each stage recorded in its manifest, and find stale stages.
+
+    Checks what the stages actually recorded (so it holds after a failed or killed run,
+    when provenance.json describes an older build). A stage is stale when an input it
+    recorded no longer matches what its producer recorded last: the producer was rebuilt
+    after it, as Dagster would mark it.
+    """
+    layout = Layout(root)
+    manifests = list(iter_manifests(layout))
+    if not manifests:
+        raise FileNotFoundError(f"nothing materialized under {root} (no stage manifests in {layout.manifests_dir})")
     rows = []
-    for art in prov["artifacts"]:
-        path = root / art["path"]
-        rows.append(VerifyRow(art["path"], art["sha256"], sha256_file(path) if path.is_file() else None))
-    return rows
+    recorded = set()
+    for m in manifests:
+        for art in m.outputs:
+            path = root / art.path
+            rows.append(VerifyRow(art.path, art.sha256, sha256_file(path) if path.is_file() else None))
+            recorded.add(art.path)
+    unrecorded, temps = [], []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root)
+        if rel.parts[0] in _NOT_ARTIFACTS or path == layout.lock_file:
+            continue
+        if any(part.startswith(".") and part.endswith(TEMP_SUFFIX) for part in rel.parts):
+            temps.append(rel.as_posix())
+        elif rel.as_posix() not in recorded:
+            unrecorded.append(rel.as_posix())
+    return VerifyReport(rows, unrecorded, stale_stages(manifests), temps)
+
+
+def stale_stages(manifests: list[StageManifest]) -> dict[str, list[str]]:
+    """Stage -> the upstream stages whose current outputs differ from what it read."""
+    producer = {art.path: (m.stage, art.sha256) for m in manifests for art in m.outputs}
+    stale = {}
+    for m in manifests:
+        rebuilt = {producer[a.path][0] for a in m.inputs if a.path in producer and producer[a.path][1] != a.sha256}
+        if rebuilt:
+            stale[m.stage] = sorted(rebuilt)
+    return stale

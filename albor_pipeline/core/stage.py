@@ -11,7 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorded, read_manifest, write_manifest
+from albor_pipeline.core.artifacts import (
+    Artifact,
+    StageManifest,
+    check_recorded,
+    json_bytes,
+    read_manifest,
+    reserved_write,
+)
 from albor_pipeline.core.layout import Layout
 
 Progress = Callable[[str], None]
@@ -30,6 +37,13 @@ class StageOutput:
     row_count: int | None = None  # default: the outputs' rows
 
 
+MANIFEST_ROOM = 1 << 20  # disk taken for a stage's manifest before its work starts
+
+
+class StageIOError(OSError):
+    """An I/O failure (full disk, unreadable input) in a stage; the message names the stage."""
+
+
 Inputs = Mapping[str, list[Artifact]]
 """Each upstream stage's outputs, as it recorded them and checked against the files."""
 
@@ -44,17 +58,27 @@ def run_stage(
 ) -> tuple[StageManifest, StageOutput]:
     """Verify `upstream`'s files, run `work` on them, then record the stage's manifest.
 
-    The manifest is written only after `work` succeeded, so a failed stage leaves its
-    previous record (and files) as they were.
+    The manifest's disk space is taken before the work and the manifest is written only
+    after the work succeeded, so a failed stage leaves its previous record (and files)
+    as they were, and a stage whose outputs were committed is always recorded.
     """
-    inputs = verified_inputs(layout, upstream)
-    out = work(inputs)
-    manifest = StageManifest(
-        stage=stage,
-        outputs=out.artifacts,
-        inputs=[*out.inputs, *(art for arts in inputs.values() for art in arts)],
-        config=out.config,
-        summary=out.summary,
-    )
-    write_manifest(layout, manifest)
+    try:
+        with reserved_write(layout.manifest(stage), MANIFEST_ROOM) as record:
+            inputs = verified_inputs(layout, upstream)
+            out = work(inputs)
+            manifest = StageManifest(
+                stage=stage,
+                outputs=out.artifacts,
+                inputs=[*out.inputs, *(art for arts in inputs.values() for art in arts)],
+                config=out.config,
+                summary=out.summary,
+            )
+            record.append(json_bytes(manifest.model_dump(mode="json")))
+    except StageIOError:
+        raise
+    except OSError as err:
+        if err.errno is None or err.strerror is None:
+            raise StageIOError(f"stage {stage}: {err}") from err
+        where = f": {err.filename}" if err.filename else ""
+        raise StageIOError(err.errno, f"stage {stage}: {err.strerror}{where}") from err
     return manifest, out

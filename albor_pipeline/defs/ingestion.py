@@ -26,6 +26,7 @@ class IngestConfig(dg.Config):
     text_field: str | None = None
     min_chars: int | None = None
     max_chars: int | None = None
+    follow_symlinks: bool | None = None
 
 
 def _observation(src: SourceSpec) -> dg.SourceAsset:
