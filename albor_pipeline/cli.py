@@ -10,9 +10,11 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from albor_pipeline.core.artifacts import iter_manifests
 from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_stage
+from albor_pipeline.core.lock import exclusive
 from albor_pipeline.core.provenance import stale_stages, verify
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec
 
@@ -51,7 +53,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     root = data_dir()
     print(f"albor: materializing {BUILD_JOB} -> {root} (DAGSTER_HOME={home})", file=sys.stderr)
     start = time.perf_counter()
-    with dg.DagsterInstance.get() as instance:
+    # Two runs starting together on a fresh DAGSTER_HOME would both create its SQLite schema.
+    with exclusive(home / ".albor-instance.lock", f"pid {os.getpid()}", log=lambda _: None):
+        instance = dg.DagsterInstance.get()
+    with instance:
         result = job.execute_in_process(
             instance=instance,
             raise_on_error=False,
@@ -63,16 +68,50 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     seconds = time.perf_counter() - start
     if not result.success:
-        for event in result.all_events:
-            if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-                error = event.step_failure_data.error
-                while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
-                    error = error.cause  # the user-code error, not Dagster's wrapper around it
-                print(f"albor: step {event.step_key} failed: {error.message.strip()}", file=sys.stderr)
+        for line in run_failures(result.all_events):
+            print(f"albor: {line}", file=sys.stderr)
         print(f"albor: run {result.run_id} FAILED after {seconds:.1f}s", file=sys.stderr)
         return 1
     print(f"albor: run {result.run_id} succeeded in {seconds:.1f}s", file=sys.stderr)
-    return cmd_summary(args)
+    # From this run's own materializations: another run may hold the data dir by now.
+    facts = {
+        "/".join(event.asset_key.path): {k: v.value for k, v in event.materialization.metadata.items()}
+        for event in result.get_asset_materialization_events()
+        if event.asset_key is not None
+    }
+    layout = Layout(root)
+    print("\n".join([f"Artifacts: {layout.root}", f"Provenance: {layout.provenance_md}", *summary_lines(facts)]))
+    return 0
+
+
+def run_failures(events: Any) -> list[str]:
+    """Each failed step (of a run's events) with the error raised in our code, not Dagster's wrapper."""
+    lines = []
+    for event in events:
+        if (event.is_step_failure or event.is_run_failure) and event.event_specific_data:
+            error = getattr(event.event_specific_data, "error", None)
+            while error is not None and error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+                error = error.cause
+            if error is not None:
+                lines.append(f"step {event.step_key or 'run'} failed: {error.message.strip()}")
+    return lines
+
+
+def summary_lines(stages: dict[str, Any]) -> list[str]:
+    """Corpus and tokenizer facts, from provenance.json's stage summaries or a run's metadata."""
+    lines = []
+    for split in SPLITS:
+        s = stages.get(corpus_stage(split))
+        if s:
+            counts = f"{s['sequences']:,} sequences, {s['tokens']:,} tokens from {s['documents']:,} documents"
+            lines.append(f"  corpus/{split}: {counts}")
+    tok = stages.get(TOKENIZER)
+    if tok:
+        lines.append(
+            f"  tokenizer: vocab {tok['vocab_size']:,}, val round-trip {tok['roundtrip_ok']}/{tok['val_documents']}, "
+            f"{tok['bytes_per_token']} bytes/token"
+        )
+    return lines
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -82,22 +121,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
         print(f"albor: nothing materialized yet under {layout.root}", file=sys.stderr)
         return 1
     prov = json.loads(layout.provenance_json.read_text(encoding="utf-8"))
-    stages = prov["stages"]
-    print(f"Artifacts: {layout.root}")
-    print(f"Provenance: {layout.provenance_md}")
-    for split in SPLITS:
-        s = stages.get(corpus_stage(split), {}).get("summary")
-        if s:
-            print(
-                f"  corpus/{split}: {s['sequences']:,} sequences, {s['tokens']:,} tokens "
-                f"from {s['documents']:,} documents"
-            )
-    tok = stages.get(TOKENIZER, {}).get("summary")
-    if tok:
-        print(
-            f"  tokenizer: vocab {tok['vocab_size']:,}, val round-trip {tok['roundtrip_ok']}/{tok['val_documents']}, "
-            f"{tok['bytes_per_token']} bytes/token"
-        )
+    stages = {name: stage["summary"] for name, stage in prov["stages"].items()}
+    print("\n".join([f"Artifacts: {layout.root}", f"Provenance: {layout.provenance_md}", *summary_lines(stages)]))
     rebuilt = stale_stages(list(iter_manifests(layout))).get(PROVENANCE)
     if rebuilt:
         print(f"  (this is the last complete build; rebuilt since: {', '.join(rebuilt)})")

@@ -123,10 +123,10 @@ def wait_for(url: str, timeout: float, proc: subprocess.Popen) -> None:
 
 
 class Server:
-    """A running `dagster dev`: its port, instance home and data dir."""
+    """A running `dagster dev`: its port, spec, instance home and data dir."""
 
-    def __init__(self, port: int, home: Path, data: Path, proc: subprocess.Popen) -> None:
-        self.port, self.home, self.data, self.proc = port, home, data, proc
+    def __init__(self, port: int, spec: Path, home: Path, data: Path, proc: subprocess.Popen) -> None:
+        self.port, self.spec, self.home, self.data, self.proc = port, spec, home, data, proc
         self.url = f"http://127.0.0.1:{port}"
 
     @property
@@ -174,7 +174,7 @@ def start_dagster_dev(spec: Path, home: Path, data: Path, log: Path) -> Server:
         proc = subprocess.Popen(
             cmd, env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    server = Server(port, home, data, proc)
+    server = Server(port, spec, home, data, proc)
     try:
         wait_for(f"{server.url}/server_info", 180, proc)
     except BaseException:

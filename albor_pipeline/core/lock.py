@@ -29,13 +29,13 @@ def _holder(fd: int) -> str:
 
 
 @contextmanager
-def data_dir_lock(layout: Layout, holder: str, wait: bool = True, log: Progress = print) -> Iterator[list[Path]]:
-    """Hold `layout`'s data dir for the block; yields the dead runs' temp paths it removed.
+def exclusive(path: Path, holder: str, wait: bool = True, log: Progress = print) -> Iterator[None]:
+    """Hold an flock on `path` for the block, recording `holder` in it while held.
 
-    `wait`: block until the other run ends (logging who holds it), else raise `DataDirBusy`.
+    `wait`: block until the current holder is done (logging who it is), else raise `DataDirBusy`.
     """
-    layout.root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(layout.lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -43,15 +43,22 @@ def data_dir_lock(layout: Layout, holder: str, wait: bool = True, log: Progress 
             other = _holder(fd)
             if not wait:
                 raise DataDirBusy(
-                    f"data dir {layout.root} is in use by {other}; one run per data dir "
+                    f"data dir {path.parent} is in use by {other}; one run per data dir "
                     "(set locking.on_busy: wait to queue behind it)"
                 ) from None
-            log(f"waiting for data dir {layout.root}: in use by {other}")
+            log(f"waiting for data dir {path.parent}: in use by {other}")
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, holder.encode(), 0)
-        yield remove_temps(layout.root)
+        yield
     finally:
         with suppress(OSError):
             os.ftruncate(fd, 0)
         os.close(fd)  # releases the lock
+
+
+@contextmanager
+def data_dir_lock(layout: Layout, holder: str, wait: bool = True, log: Progress = print) -> Iterator[list[Path]]:
+    """Hold `layout`'s data dir for the block; yields the dead runs' temp paths it removed."""
+    with exclusive(layout.lock_file, holder, wait, log):
+        yield remove_temps(layout.root)

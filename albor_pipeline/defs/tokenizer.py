@@ -41,6 +41,7 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
         row_count=report["vocab_size"],
         metadata={
             "report": dg.MetadataValue.md(markdown_table(report_rows(report))),
+            "vocab_size": report["vocab_size"],
             "roundtrip_ok": report["roundtrip_ok"],
             "val_documents": report["val_documents"],
             "bytes_per_token": report["bytes_per_token"],

@@ -1,0 +1,252 @@
+"""Faults that must never lose, corrupt or mix what was already materialized.
+
+Full disks (a real tmpfs), concurrent runs on one data dir, killed runs, symlinks out of
+a source, compressed and empty data files. Each case was a failure before the fix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from albor_pipeline.cli import main as albor
+from albor_pipeline.cli import run_failures
+from albor_pipeline.core.artifacts import read_manifest, sha256_file
+from albor_pipeline.core.ingest import IngestError, ingest_source
+from albor_pipeline.core.layout import Layout
+from albor_pipeline.core.lock import data_dir_lock
+from albor_pipeline.core.stage import MANIFEST_ROOM
+from albor_pipeline.spec import REPO_ROOT, load_spec
+
+from .support import STDLIB, materialize_all, small_spec_dict, write_spec
+
+ALBOR = str(Path(sys.executable).parent / "albor")
+
+
+def tiny_spec(**overrides) -> dict:
+    """Two small stdlib sources, a 600-token vocab: a whole build in a few seconds."""
+    raw = small_spec_dict(tokenizer={"vocab_size": 600}, **overrides)
+    raw["sources"][0]["include"] = ["json/**/*.py"]
+    raw["sources"][1]["include"] = ["email/**/*.py", "concurrent/**/*.py"]
+    return raw
+
+
+def artifact_bytes(root: Path) -> dict[str, str]:
+    """SHA-256 of every non-hidden file under `root` (artifacts, manifests, caches)."""
+    return {
+        p.relative_to(root).as_posix(): sha256_file(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    }
+
+
+# --- 1. a full disk -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("mounting a 30 MB tmpfs needs root (CI and make test run as root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("left", [150_000, MANIFEST_ROOM + 150_000], ids=["150KB", "room-for-manifest-only"])
+def test_full_disk_fails_naming_stage_and_file_and_keeps_earlier_artifacts(small_disk, tmp_path, left, capsys):
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", tiny_spec()))
+    out = small_disk / "out"
+    materialize_all(spec, out)
+    before = artifact_bytes(out)
+    st = os.statvfs(small_disk)
+    with open(small_disk / "filler", "wb") as fh:
+        os.posix_fallocate(fh.fileno(), 0, st.f_bavail * st.f_frsize - left)
+
+    result = materialize_all(spec, out, raise_on_error=False)
+
+    assert not result.success
+    message = "\n".join(run_failures(result.all_events))
+    assert "No space left on device" in message, message
+    assert re.search(r"stage [\w/]+: cannot write " + re.escape(str(out)), message), message
+    (small_disk / "filler").unlink()
+    assert artifact_bytes(out) == before  # nothing earlier replaced, truncated or half-written
+    assert albor(["verify", "--data-dir", str(out)]) == 0
+    assert "0 failed" in capsys.readouterr().err
+
+
+# --- 2. concurrent runs on one data dir ------------------------------------------------------
+
+
+def _summary(stdout: str) -> dict[str, int]:
+    found = re.search(r"corpus/train: ([\d,]+) sequences, ([\d,]+) tokens from ([\d,]+) documents", stdout)
+    assert found, stdout
+    sequences, tokens, documents = (int(g.replace(",", "")) for g in found.groups())
+    return {"sequences": sequences, "tokens": tokens, "documents": documents}
+
+
+def test_concurrent_runs_on_one_data_dir_wait_or_fail_and_never_mix(tmp_path):
+    specs = {
+        "a": write_spec(tmp_path / "a.yaml", tiny_spec()),
+        "b": write_spec(tmp_path / "b.yaml", tiny_spec(fim={"rate": 0.9, "seed": 3})),
+        "c": write_spec(tmp_path / "c.yaml", tiny_spec(locking={"on_busy": "fail"})),
+    }
+    out = tmp_path / "shared"
+    env = {**os.environ, "ALBOR_DATA_DIR": str(out), "DAGSTER_HOME": str(tmp_path / "home")}
+    logs = {name: tmp_path / f"{name}.err" for name in specs}
+
+    def start(name: str) -> subprocess.Popen:
+        with open(logs[name], "w") as err:
+            cmd = [ALBOR, "run", "--spec", str(specs[name])]
+            return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+
+    # This test holds the data dir first, so both runs certainly overlap with a holder.
+    with data_dir_lock(Layout(out), f"pid {os.getpid()}, run pytest"):
+        runs = {name: start(name) for name in ("a", "b")}
+        busy = start("c")
+        assert busy.wait(timeout=120) == 1
+        deadline = time.monotonic() + 120
+        while not all("waiting for data dir" in logs[n].read_text() for n in runs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    printed = {name: run.communicate(timeout=300)[0] for name, run in runs.items()}
+
+    assert f"is in use by pid {os.getpid()}, run pytest" in logs["c"].read_text()
+    for name, run in runs.items():
+        assert run.returncode == 0, logs[name].read_text()
+        assert f"waiting for data dir {out}: in use by pid {os.getpid()}" in logs[name].read_text()
+    # Each run reports its own spec's corpus, and the data dir holds one whole run, not a mix.
+    cold = {}
+    for name in runs:
+        cold[name] = tmp_path / f"cold-{name}"
+        materialize_all(load_spec(specs[name]), cold[name])
+        summary = read_manifest(Layout(cold[name]), "corpus/train").summary
+        assert _summary(printed[name]) == {k: summary[k] for k in ("sequences", "tokens", "documents")}
+    final = artifact_bytes(out)
+    assert any(
+        all(final[path] == digest for path, digest in artifact_bytes(c).items() if not path.startswith("cache/"))
+        for c in cold.values()
+    )
+    assert albor(["verify", "--data-dir", str(out)]) == 0
+
+
+# --- 4. symlinks leaving the source root ---------------------------------------------------------
+
+
+def test_file_symlink_outside_the_source_is_skipped_unless_followed(tmp_path, make_spec):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "real.py").write_text((STDLIB / "json" / "decoder.py").read_text())
+    outside = tmp_path / "secret.py"
+    outside.write_text("root:x:0:0:root:/root:/bin/bash\n" * 10)
+    (code / "passwd.py").symlink_to(outside)
+    (code / "alias.py").symlink_to(code / "real.py")  # inside the root: kept
+    raw = small_spec_dict([{"name": "code", "kind": "code", "path": str(code)}])
+    src = make_spec(raw).source("code")
+
+    result = ingest_source(src, tmp_path / "a.parquet", tmp_path)
+    table = pa.parquet.read_table(tmp_path / "a.parquet")
+    assert sorted(table.column("file").to_pylist()) == ["alias.py", "real.py"]
+    assert result.skipped == {"outside_root": 1}
+    assert not any("root:x:0:0" in t for t in table.column("text").to_pylist())
+
+    followed = src.model_copy(update={"follow_symlinks": True})
+    ingest_source(followed, tmp_path / "b.parquet", tmp_path)
+    assert "passwd.py" in pa.parquet.read_table(tmp_path / "b.parquet").column("file").to_pylist()
+
+
+# --- 5 and 6. a killed run: verify holds, stale stages named, temps removed by the next run ------
+
+
+def test_killed_run_after_a_spec_change_verifies_and_the_next_run_cleans_up(tmp_path, capsys):
+    out = tmp_path / "out"
+    env = {**os.environ, "ALBOR_DATA_DIR": str(out), "DAGSTER_HOME": str(tmp_path / "home")}
+    first = write_spec(tmp_path / "a.yaml", tiny_spec())
+    materialize_all(load_spec(first), out)
+    changed = write_spec(tmp_path / "b.yaml", tiny_spec(mix={"train": {"seed": 7}, "val": {"rows": 30}}))
+    mixed = Layout(out).manifest("mixed/train")
+    recorded = mixed.read_bytes()
+    run = subprocess.Popen([ALBOR, "run", "--spec", str(changed)], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while mixed.read_bytes() == recorded and time.monotonic() < deadline:
+        time.sleep(0.02)
+    run.send_signal(signal.SIGKILL)  # mid-graph: mixed/* rebuilt, later stages not (yet)
+    run.wait()
+    (out / "fim" / ".mix-left-by-a-dead-run.tmp").mkdir()  # what a kill inside the mix leaves
+
+    capsys.readouterr()
+    assert albor(["verify", "--data-dir", str(out)]) == 0  # what the stages recorded still holds
+    printed = capsys.readouterr()
+    assert re.search(r"stale\s+provenance \(rebuilt after it: .*mixed/train", printed.out), printed.out
+    assert "PROVENANCE.md describes the last complete build" in printed.err
+
+    assert albor(["run", "--spec", str(changed), "--data-dir", str(out)]) == 0
+    assert not [p for p in out.rglob("*.tmp")]  # the next run to hold the data dir removed them
+    capsys.readouterr()
+    assert albor(["verify", "--data-dir", str(out)]) == 0
+    assert "0 failed, 0 stale" in capsys.readouterr().err
+
+
+# --- 7. compressed and empty data files ----------------------------------------------------------
+
+
+def test_compressed_jsonl_and_csv_are_read_transparently(tmp_path, make_spec):
+    data = tmp_path / "data"
+    data.mkdir()
+    texts = [p.read_text() for p in sorted((STDLIB / "json").glob("*.py"))]
+    lines = "".join(f'{{"text": {__import__("json").dumps(t)}}}\n' for t in texts)
+    (data / "a.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    with pa.output_stream(str(data / "b.jsonl.zst"), compression="zstd") as fh:
+        fh.write(lines.encode())
+    (data / "empty.jsonl").write_bytes(b"")
+    raw = small_spec_dict([{"name": "docs", "kind": "jsonl", "path": str(data)}])
+    result = ingest_source(make_spec(raw).source("docs"), tmp_path / "docs.parquet", tmp_path)
+    table = pa.parquet.read_table(tmp_path / "docs.parquet")
+    assert table.column("text").to_pylist() == texts + texts
+    assert table.column("file").to_pylist()[0] == "a.jsonl.gz:1"
+    assert result.files == 3 and result.skipped == {"empty_file": 1}
+
+    csv_dir = tmp_path / "csv"
+    csv_dir.mkdir()
+    (csv_dir / "rows.csv.gz").write_bytes(gzip.compress(b'id,text\n1,"hello, world"\n2,second\n'))
+    raw = small_spec_dict([{"name": "rows", "kind": "csv", "path": str(csv_dir), "min_chars": 1}])
+    ingest_source(make_spec(raw, "csv.yaml").source("rows"), tmp_path / "rows.parquet", tmp_path)
+    assert pa.parquet.read_table(tmp_path / "rows.parquet").column("text").to_pylist() == ["hello, world", "second"]
+
+
+def test_corrupt_compressed_and_empty_sources_say_why(tmp_path, make_spec):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.jsonl.gz").write_bytes(b"this is not gzip\n")
+    raw = small_spec_dict([{"name": "bad", "kind": "jsonl", "path": str(bad)}])
+    with pytest.raises(IngestError, match=r"x\.jsonl\.gz: not a readable gzip file"):
+        ingest_source(make_spec(raw).source("bad"), tmp_path / "bad.parquet", tmp_path)
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    raw = small_spec_dict([{"name": "empty", "kind": "jsonl", "path": str(empty)}])
+    with pytest.raises(IngestError, match=r"0 documents from 1 file\(s\) .*\(empty_file=1\)"):
+        ingest_source(make_spec(raw, "e.yaml").source("empty"), tmp_path / "e.parquet", tmp_path)
+    assert not (tmp_path / "e.parquet").exists()
+
+
+def test_repo_dagster_yaml_monitors_runs_with_a_worker_health_check(tmp_path):
+    import dagster as dg
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes((REPO_ROOT / "dagster.yaml").read_bytes())
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.run_monitoring_enabled
+        assert instance.run_launcher.supports_check_run_worker_health
+        assert instance.run_monitoring_settings["max_resume_run_attempts"] == 0
