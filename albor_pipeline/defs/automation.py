@@ -44,5 +44,6 @@ def automation_definitions(spec: PipelineSpec, stages: Sequence[Stage[Any]], sou
         target=dg.AssetSelection.all(),
         minimum_interval_seconds=spec.automation.sensor_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
+        use_user_code_server=True,  # stage.InputsChanged reads the instance from Python
     )
     return dg.Definitions(jobs=[build, observe], schedules=[schedule], sensors=[sensor])

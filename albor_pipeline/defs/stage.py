@@ -30,20 +30,61 @@ LIBRARIES = ("albor-pipeline", "dagster", "polars", "pyarrow", "tokenizers", "ti
 C = TypeVar("C", bound=dg.Config)
 
 
+DATA_VERSION_TAG = "dagster/data_version"
+INPUT_VERSION_TAG = "dagster/input_data_version/"
+
+
+def _data_version(entry: dg.EventLogEntry) -> str | None:
+    event = entry.asset_materialization or entry.asset_observation
+    return event.tags.get(DATA_VERSION_TAG) if event and event.tags else None
+
+
+class InputsChanged(dg.AutomationCondition):
+    """A parent's current data version differs from the one this asset last consumed.
+
+    Dagster records each input's data version on a materialization; this compares them
+    with the parents' latest. It is a state, not an event: an upstream update that lands
+    in the same sensor tick as this asset's own (older-input) update cannot be lost, as
+    it is with `data_version_changed().since_last_handled()`.
+    """
+
+    @property
+    def description(self) -> str:
+        return "a parent's data version differs from the one this asset last consumed"
+
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
+        instance = context.asset_graph_view.instance
+        latest = instance.get_latest_materialization_event(context.key)
+        consumed = latest.asset_materialization.tags if latest and latest.asset_materialization else None
+        if consumed is None:  # never built: a build job, not automation, makes it first
+            return dg.AutomationResult(context=context, true_subset=context.get_empty_subset())
+        for parent in context.asset_graph.get(context.key).parent_keys:
+            record = instance.get_latest_data_version_record(parent)
+            current = _data_version(record.event_log_entry) if record else None
+            if current is not None and consumed.get(INPUT_VERSION_TAG + parent.to_user_string()) != current:
+                return dg.AutomationResult(context=context, true_subset=context.candidate_subset)
+        return dg.AutomationResult(context=context, true_subset=context.get_empty_subset())
+
+
 def on_upstream_change() -> dg.AutomationCondition:
-    """Rebuild when a parent's *data version* changes, never while a parent is missing or running.
+    """Rebuild when a parent's *data version* is not the one this asset consumed; never while a
+    parent is missing, running or about to run, and not again after a failure until a parent updates.
 
     A parent re-materialized with identical bytes keeps its DataVersion, so nothing below
     it runs again; a touched-but-unchanged source keeps its fingerprint, so nothing runs.
     """
     AC = dg.AutomationCondition
-    changed = AC.any_deps_match(AC.data_version_changed()).since_last_handled()
     # Wait while a parent is missing, running, or about to run in this tick: a stage
     # with many parents (provenance) then runs once after the wave, not once per parent.
     blocked = (
-        AC.any_deps_missing() | AC.any_deps_in_progress() | AC.in_progress() | AC.any_deps_match(AC.will_be_requested())
+        AC.any_deps_missing()
+        | AC.any_deps_in_progress()
+        | AC.in_progress()
+        | AC.newly_requested()
+        | AC.any_deps_match(AC.will_be_requested())
     )
-    return (changed & ~blocked).with_label("upstream data version changed")
+    gave_up = AC.execution_failed() & ~AC.any_deps_updated()  # no retry loop on a persistent failure
+    return (InputsChanged() & ~blocked & ~gave_up).with_label("upstream data version changed")
 
 
 def asset_key(stage: str) -> dg.AssetKey:
