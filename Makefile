@@ -44,7 +44,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/dg check defs
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/dg check defs
 
 clean:
 	rm -rf data/artifacts .dagster_home
