@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from albor_pipeline.core.artifacts import remove_temps
@@ -52,8 +52,8 @@ def exclusive(path: Path, holder: str, wait: bool = True, log: Progress = print)
         os.pwrite(fd, holder.encode(), 0)
         yield
     finally:
-        with suppress(OSError):
-            os.ftruncate(fd, 0)
+        # The holder text stays until the next holder overwrites it: a run that finds the
+        # lock taken at the moment of a hand-over still reads a name, not an empty file.
         os.close(fd)  # releases the lock
 
 
