@@ -176,6 +176,7 @@ class CorpusSpec(_Model):
     formats: tuple[ExportFormat, ...] = (ExportFormat.parquet,)
     shard_sequences: int = Field(50_000, gt=0)
     encoder: str = Field("auto", pattern="^(auto|hf|tiktoken)$")
+    bos: bool = False  # prepend <s> to every document (nanochat); </s> after every document always
 
 
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")

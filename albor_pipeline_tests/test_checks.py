@@ -8,13 +8,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.checks import (
+    check_doc_lens,
     check_fim_rate,
     check_no_leak,
     check_roundtrip,
     check_schema,
     check_sequences,
 )
-from albor_pipeline.core.corpus import SEQ_SCHEMA, sequences_batch
+from albor_pipeline.core.corpus import SEQ_SCHEMA, Packed, sequences_batch
 from albor_pipeline.core.ingest import DOC_SCHEMA
 
 from .support import write_docs
@@ -38,21 +39,42 @@ def test_schema_check(tmp_path):
     assert not check_schema([], DOC_SCHEMA).passed
 
 
+def _packed(seqs: list[list[int]], doc_lens: list[list[int]]) -> pa.Table:
+    return pa.table(
+        {"input_ids": pa.array(seqs, pa.list_(pa.uint32())), "doc_lens": pa.array(doc_lens, pa.list_(pa.uint32()))},
+        schema=SEQ_SCHEMA,
+    )
+
+
 def test_sequence_check(tmp_path):
     import numpy as np
 
-    pq.write_table(
-        pa.Table.from_batches([sequences_batch(np.arange(12, dtype=np.uint32).reshape(3, 4))]), tmp_path / "ok.parquet"
-    )
+    ids = np.arange(12, dtype=np.uint32).reshape(3, 4)
+    packed = Packed(ids, np.full(3, 4, dtype=np.uint32), np.ones(3, dtype=np.int64))
+    pq.write_table(pa.Table.from_batches([sequences_batch(packed)]), tmp_path / "ok.parquet")
     assert check_sequences([tmp_path / "ok.parquet"], seq_len=4, vocab_size=12).passed
     assert not check_sequences([tmp_path / "ok.parquet"], seq_len=4, vocab_size=11).passed  # id 11 >= vocab
     assert not check_sequences([tmp_path / "ok.parquet"], seq_len=5, vocab_size=100).passed
-    ragged = pa.table({"input_ids": pa.array([[1, 2, 3, 4], [1, 2]], pa.list_(pa.uint32()))}, schema=SEQ_SCHEMA)
+    ragged = _packed([[1, 2, 3, 4], [1, 2]], [[4], [2]])
     pq.write_table(ragged, tmp_path / "ragged.parquet")
     outcome = check_sequences([tmp_path / "ragged.parquet"], seq_len=4, vocab_size=100)
     assert not outcome.passed and outcome.metadata["wrong_length"] == 1
     pq.write_table(ragged.slice(0, 0), tmp_path / "empty.parquet")
     assert not check_sequences([tmp_path / "empty.parquet"], seq_len=4, vocab_size=100).passed
+
+
+def test_doc_lens_check(tmp_path):
+    eos, pad = 2, 3
+    good = _packed([[5, 5, 2, 6], [6, 2, 7, 2], [8, 2, 3, 3]], [[3, 1], [2, 2], [2]])
+    pq.write_table(good, tmp_path / "good.parquet")
+    assert check_doc_lens([tmp_path / "good.parquet"], 4, eos, pad).passed
+    for name, table in {
+        "short": _packed([[5, 5, 2, 6]], [[3]]),  # pieces do not cover the sequence
+        "moved": _packed([[5, 2, 5, 6]], [[3, 1]]),  # an EOS that is no piece end
+        "merged": _packed([[5, 2, 6, 2]], [[4]]),  # two documents recorded as one piece
+    }.items():
+        pq.write_table(table, tmp_path / f"{name}.parquet")
+        assert not check_doc_lens([tmp_path / f"{name}.parquet"], 4, eos, pad).passed, name
 
 
 def test_fim_rate_check(tmp_path):

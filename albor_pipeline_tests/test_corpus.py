@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, pre_tokenizers
 
-from albor_pipeline.core.corpus import build_corpus, megatron_index, pack
+from albor_pipeline.core.checks import check_doc_lens
+from albor_pipeline.core.corpus import ConcatPacker, build_corpus, megatron_index
 from albor_pipeline.core.encode import (
     BYTELEVEL_PATTERN,
     FAST_BYTELEVEL_PATTERN,
@@ -27,13 +28,59 @@ from albor_pipeline.spec import CorpusSpec, FimSpec, TokenizerSpec
 from .support import LITERAL, STDLIB, write_docs
 
 
-def test_pack_arithmetic():
-    carry = np.array([1, 2, 3], dtype=np.uint32)
-    seqs, rest = pack(carry, np.arange(10, 20, dtype=np.uint32), 4)
-    assert seqs.tolist() == [[1, 2, 3, 10], [11, 12, 13, 14], [15, 16, 17, 18]]
-    assert rest.tolist() == [19]
-    seqs, rest = pack(np.zeros(0, np.uint32), np.array([5, 6], dtype=np.uint32), 4)
-    assert seqs.shape == (0, 4) and rest.tolist() == [5, 6]
+def glue(stream: np.ndarray, pieces: np.ndarray, eos: int) -> list[int]:
+    """Document lengths from document pieces: a piece continues the previous document
+    unless the previous piece ended in EOS (a sequence edge cut it)."""
+    glued: list[int] = []
+    pos = 0
+    for piece in pieces.tolist():
+        if glued and stream[pos - 1] != eos:
+            glued[-1] += piece
+        else:
+            glued.append(piece)
+        pos += piece
+    return glued
+
+
+def test_concat_packing_records_document_pieces():
+    packer = ConcatPacker(4)
+    # Documents of 3, 5 and 2 tokens (EOS = 9 ends each), in two batches.
+    first = packer.add(np.array([1, 1, 9, 2, 2, 2, 2, 9], dtype=np.uint32), np.array([3, 5]))
+    assert first.seqs.tolist() == [[1, 1, 9, 2], [2, 2, 2, 9]]
+    assert first.pieces.tolist() == [3, 1, 4] and first.counts.tolist() == [2, 1]
+    assert packer.cut_documents == 1  # the 5-token document spans the first edge
+    second = packer.add(np.array([3, 9], dtype=np.uint32), np.array([2]))
+    assert second.seqs.shape == (0, 4) and packer.ids.tolist() == [3, 9] and packer.lens.tolist() == [2]
+    last = packer.finish(pad_id=0)
+    assert last.seqs.tolist() == [[3, 9, 0, 0]] and last.pieces.tolist() == [2] and last.counts.tolist() == [1]
+
+
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=60), st.integers(1, 7), st.integers(2, 16))
+@settings(max_examples=300, deadline=None)
+def test_concat_packing_pieces_rebuild_the_documents(doc_lengths, batches, seq_len):
+    """However documents arrive in batches: every full sequence's pieces sum to seq_len,
+    and gluing pieces back across cuts gives exactly the documents' lengths."""
+    lengths = np.array(doc_lengths, dtype=np.int64)
+    ids = np.concatenate([np.r_[np.full(n - 1, 1, np.uint32), 9] for n in lengths])
+    packer, pieces, counts, seqs = ConcatPacker(seq_len), [], [], []
+    doc_ends = np.cumsum(lengths)
+    for part in np.array_split(np.arange(len(lengths)), batches):
+        if not len(part):
+            continue
+        lo, hi = (doc_ends[part[0]] - lengths[part[0]]), doc_ends[part[-1]]
+        packed = packer.add(ids[lo:hi], lengths[part])
+        pieces.append(packed.pieces), counts.append(packed.counts), seqs.append(packed.seqs)
+    tail = packer.finish(pad_id=0)
+    pieces.append(tail.pieces), counts.append(tail.counts)
+    all_pieces, all_counts = np.concatenate(pieces).astype(np.int64), np.concatenate(counts)
+    full = int(sum(len(s) for s in seqs))
+    per_seq = np.add.reduceat(all_pieces, np.r_[0, np.cumsum(all_counts)[:-1]]) if len(all_counts) else []
+    assert all(total == seq_len for total in per_seq[:full])
+    assert all_pieces.sum() == lengths.sum()
+    stream = np.concatenate([*(s.reshape(-1) for s in seqs), tail.seqs.reshape(-1)])
+    assert glue(stream, all_pieces, eos=9) == doc_lengths
+    expected_cut = sum(1 for end, n in zip(doc_ends, lengths) if (end - n) // seq_len != (end - 1) // seq_len)
+    assert packer.cut_documents == expected_cut
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +131,32 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     literal_row = next(i for i, r in enumerate(fim_rows) if r["text"] == LITERAL)
     lo = 0 if literal_row == 0 else ends[literal_row - 1] + 1
     assert not set(stream[lo : ends[literal_row]].tolist()) & {0, 1, 2, 3, 1500, 1501, 1502}
+
+
+def _megatron_lengths(out: Path) -> np.ndarray:
+    raw = (out / "megatron.idx").read_bytes()
+    n_seq = int(np.frombuffer(raw[18:26], "<u8")[0])
+    return np.frombuffer(raw, "<i4", count=n_seq, offset=34)
+
+
+@pytest.mark.parametrize(("bos", "workers"), [(False, 1), (True, 2)])
+def test_doc_lens_rebuild_the_documents_and_bos_starts_each(pipeline, bos, workers):
+    tmp, _ = pipeline
+    out = tmp / f"doclens_{bos}"
+    spec = CorpusSpec(seq_len=64, remainder="pad", bos=bos, formats=["parquet", "megatron"])
+    result = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp, workers=workers)
+    shards = sorted(out.glob("part-*.parquet"))
+    assert check_doc_lens(shards, 64, eos_id=2, pad_id=3).passed
+    table = pq.read_table(shards)
+    stream = np.concatenate(table.column("input_ids").to_numpy(zero_copy_only=False))
+    pieces = np.concatenate(table.column("doc_lens").to_numpy(zero_copy_only=False)).astype(np.int64)
+    glued = glue(stream, pieces, eos=2)
+    documents = _megatron_lengths(out)
+    assert glued == documents.tolist() and len(documents) == result.documents
+    starts = np.r_[0, np.cumsum(documents)[:-1]]
+    assert (stream[starts] == 1).all() if bos else not (stream[starts] == 1).any()
+    ends = np.cumsum(documents)
+    assert result.cut_documents == int(np.count_nonzero((ends - documents) // 64 != (ends - 1) // 64))
 
 
 def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):

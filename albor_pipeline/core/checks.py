@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -95,4 +96,36 @@ def check_roundtrip(report_path: Path) -> CheckOutcome:
         ok,
         f"{report['roundtrip_ok']}/{report['val_documents']} val documents round-trip exactly",
         {"failures_first": report["roundtrip_failures_first"]},
+    )
+
+
+def check_doc_lens(paths: list[Path], seq_len: int, eos_id: int, pad_id: int) -> CheckOutcome:
+    """`doc_lens` agrees with the tokens: pieces sum to the non-pad length, every piece but a
+    sequence's last ends in EOS, and EOS appears nowhere else."""
+    sequences = bad_sum = bad_eos = 0
+    for path in paths:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["input_ids", "doc_lens"]):
+            ids = batch.column("input_ids").flatten().to_numpy(zero_copy_only=False)
+            lens_col = batch.column("doc_lens")
+            pieces = lens_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+            counts = pc.list_value_length(lens_col).to_numpy(zero_copy_only=False).astype(np.int64)
+            n = len(counts)
+            sequences += n
+            seq_of_piece = np.repeat(np.arange(n), counts)
+            sums = np.bincount(seq_of_piece, weights=pieces, minlength=n)
+            pads = np.bincount(np.arange(len(ids)) // seq_len, weights=ids == pad_id, minlength=n)
+            bad_sum += int(np.count_nonzero(sums + pads != seq_len))
+            # End position (in the batch's flat ids) of every piece.
+            first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            within = np.cumsum(pieces) - np.repeat(np.concatenate([[0], np.cumsum(pieces)])[first], counts)
+            ends = np.repeat(np.arange(n) * seq_len, counts) + within - 1
+            last = np.zeros(len(pieces), dtype=bool)
+            last[np.cumsum(counts)[counts > 0] - 1] = True
+            eos_at = np.flatnonzero(ids == eos_id)
+            bad_eos += int(np.count_nonzero(ids[ends[~last]] != eos_id)) + int(np.count_nonzero(~np.isin(eos_at, ends)))
+    ok = sequences > 0 and bad_sum == 0 and bad_eos == 0
+    return CheckOutcome(
+        ok,
+        f"{sequences} sequences; {bad_sum} with doc_lens not summing to the non-pad length, {bad_eos} EOS mismatches",
+        {"sequences": sequences, "bad_sums": bad_sum, "eos_mismatches": bad_eos},
     )

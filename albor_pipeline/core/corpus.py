@@ -29,7 +29,9 @@ from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.spec import CorpusSpec, ExportFormat, RemainderPolicy
 
-SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32()))])
+SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32())), ("doc_lens", pa.list_(pa.uint32()))])
+"""`doc_lens`: the lengths of the document pieces in a sequence, in order, summing to its
+non-pad length; a trainer builds position-id resets or `cu_seqlens` from it."""
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 PROGRESS_SECONDS = 5.0
@@ -42,18 +44,76 @@ def token_dtype(vocab_size: int, signed: bool = False) -> np.dtype:
     return np.dtype(np.int32 if signed else np.uint32)
 
 
-def pack(carry: np.ndarray, flat: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(full sequences as an (n, seq_len) array, the leftover tokens)."""
-    stream = np.concatenate([carry, flat]) if len(carry) else flat
-    n = len(stream) // seq_len
-    return stream[: n * seq_len].reshape(n, seq_len), stream[n * seq_len :]
+@dataclass
+class Packed:
+    """Full sequences and the document pieces of each (piece lengths, sequence after sequence)."""
+
+    seqs: np.ndarray  # (n, seq_len) uint32
+    pieces: np.ndarray  # uint32 lengths of the document pieces
+    counts: np.ndarray  # pieces per sequence
+
+    def split(self, k: int) -> tuple[Packed, Packed]:
+        """(the first k sequences, the rest)."""
+        at = int(self.counts[:k].sum())
+        return (
+            Packed(self.seqs[:k], self.pieces[:at], self.counts[:k]),
+            Packed(self.seqs[k:], self.pieces[at:], self.counts[k:]),
+        )
 
 
-def sequences_batch(seqs: np.ndarray) -> pa.RecordBatch:
-    n, seq_len = seqs.shape
-    offsets = pa.array(np.arange(0, (n + 1) * seq_len, seq_len, dtype=np.int32))
-    values = pa.array(seqs.reshape(-1).astype(np.uint32, copy=False))
-    return pa.RecordBatch.from_arrays([pa.ListArray.from_arrays(offsets, values)], schema=SEQ_SCHEMA)
+class ConcatPacker:
+    """Concatenates EOS-terminated documents and cuts the stream every `seq_len` tokens.
+
+    Keeps the leftover tokens (and their piece lengths) for the next call, so sequences do
+    not depend on how the documents arrive in batches, and counts the documents a sequence
+    edge cuts.
+    """
+
+    def __init__(self, seq_len: int) -> None:
+        self.seq_len = seq_len
+        self.ids = np.zeros(0, dtype=np.uint32)
+        self.lens = np.zeros(0, dtype=np.int64)  # piece lengths of the leftover, summing to len(ids)
+        self.cut_documents = 0
+
+    def add(self, flat: np.ndarray, lengths: np.ndarray) -> Packed:
+        """Pack `flat` (documents of `lengths` tokens) after the leftover; return the full sequences."""
+        L = self.seq_len
+        continued = len(self.ids) > 0  # the leftover's first piece continues a document already cut
+        ids = np.concatenate([self.ids, flat]) if continued else flat
+        lens = np.concatenate([self.lens, lengths.astype(np.int64)]) if continued else lengths.astype(np.int64)
+        n = len(ids) // L
+        cut = n * L
+        ends = np.cumsum(lens)
+        edges = np.arange(L, cut + 1, L, dtype=np.int64)
+        cutting = edges[~np.isin(edges, ends)]  # sequence edges inside a document
+        cut_docs = np.unique(np.searchsorted(ends, cutting, side="right"))
+        self.cut_documents += int(len(cut_docs) - (continued and len(cut_docs) > 0 and cut_docs[0] == 0))
+        bounds = np.union1d(ends[ends < cut], edges)
+        starts = np.concatenate([[0], bounds[:-1]])
+        pieces = (bounds - starts).astype(np.uint32)
+        counts = np.bincount(starts // L, minlength=n) if n else np.zeros(0, dtype=np.int64)
+        self.ids = ids[cut:]
+        self.lens = np.diff(np.concatenate([[cut], ends[ends > cut]]))
+        return Packed(ids[:cut].reshape(n, L), pieces, counts)
+
+    def finish(self, pad_id: int) -> Packed:
+        """The leftover as one sequence padded with `pad_id` (empty if nothing is left)."""
+        if not len(self.ids):
+            return Packed(np.zeros((0, self.seq_len), dtype=np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.int64))
+        padded = np.concatenate([self.ids, np.full(self.seq_len - len(self.ids), pad_id, dtype=np.uint32)])
+        return Packed(padded.reshape(1, self.seq_len), self.lens.astype(np.uint32), np.array([len(self.lens)]))
+
+
+def _list_array(values: np.ndarray, counts: np.ndarray) -> pa.ListArray:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.uint32, copy=False)))
+
+
+def sequences_batch(packed: Packed) -> pa.RecordBatch:
+    n, seq_len = packed.seqs.shape
+    ids = _list_array(packed.seqs.reshape(-1), np.full(n, seq_len))
+    return pa.RecordBatch.from_arrays([ids, _list_array(packed.pieces, packed.counts)], schema=SEQ_SCHEMA)
 
 
 def megatron_index(lengths: np.ndarray, dtype: np.dtype) -> bytes:
@@ -77,8 +137,8 @@ class _ShardedSink:
         self.rows: list[int] = []
         self._sink: ParquetSink | None = None
 
-    def write(self, seqs: np.ndarray) -> None:
-        while len(seqs):
+    def write(self, packed: Packed) -> None:
+        while len(packed.seqs):
             if self._sink is None or self._sink.rows >= self.per_shard:
                 self.close()
                 # No dictionary: ~32k distinct ids per row group make it cost time and bytes (+23 %).
@@ -87,9 +147,8 @@ class _ShardedSink:
                 )
                 self._sink.__enter__()
                 self.paths.append(self._sink.path)
-            room = self.per_shard - self._sink.rows
-            self._sink.write(sequences_batch(seqs[:room]))
-            seqs = seqs[room:]
+            head, packed = packed.split(self.per_shard - self._sink.rows)
+            self._sink.write(sequences_batch(head))
 
     def close(self, exc: BaseException | None = None) -> None:
         if self._sink is not None:
@@ -106,6 +165,7 @@ class CorpusResult:
     tokens: int
     dropped_tokens: int
     padded_tokens: int
+    cut_documents: int  # documents split across two or more sequences
     text_bytes: int
     encoder: str
     seconds: float
@@ -118,7 +178,9 @@ def _read_exact(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
-def _start_workers(fim_path: Path, tokenizer_path: Path, workers: int, log_dir: Path) -> list[subprocess.Popen]:
+def _start_workers(
+    fim_path: Path, tokenizer_path: Path, workers: int, log_dir: Path, bos: bool
+) -> list[subprocess.Popen]:
     """Launch encode workers early, so their start-up overlaps picking the encoder."""
     procs = []
     for k in range(workers):
@@ -126,14 +188,23 @@ def _start_workers(fim_path: Path, tokenizer_path: Path, workers: int, log_dir: 
         with open(log_dir / f".encode-worker-{k}.log", "wb") as log:  # stderr to a file: a full pipe can't block
             procs.append(
                 subprocess.Popen(
-                    [*cmd, str(k), str(workers)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
+                    [*cmd, str(k), str(workers), "bos" if bos else "eos"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
                 )
             )
     return procs
 
 
 def _encoded_row_groups(
-    fim_path: Path, tok: Tokenizer, encoder: Encoder, groups: int, procs: list[subprocess.Popen], log_dir: Path
+    fim_path: Path,
+    tok: Tokenizer,
+    encoder: Encoder,
+    groups: int,
+    procs: list[subprocess.Popen],
+    log_dir: Path,
+    bos: bool,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """Encoded row groups in order: across worker processes when there are any.
 
@@ -142,7 +213,7 @@ def _encoded_row_groups(
     back in order, so output never depends on the number of workers.
     """
     if not procs:
-        local = RowGroupEncoder(str(fim_path), tok, encoder)
+        local = RowGroupEncoder(str(fim_path), tok, encoder, bos)
         for index in range(groups):
             yield local.encode(index)
         return
@@ -194,7 +265,7 @@ def build_corpus(
     if workers is None:
         workers = cpu_count() if groups >= 4 else 1
     with staged_dir(out_dir) as staging:  # the split's files are replaced as one set, or not at all
-        procs = _start_workers(fim_path, tokenizer_path, workers, staging) if workers > 1 else []
+        procs = _start_workers(fim_path, tokenizer_path, workers, staging, spec.bos) if workers > 1 else []
         try:
             result = _write_corpus(tok, pfile, fim_path, spec, staging, data_root, procs, progress, start)
         finally:
@@ -217,6 +288,8 @@ def _write_corpus(
 ) -> CorpusResult:
     vocab = tok.get_vocab_size(with_added_tokens=True)
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
+    if eos is None or pad is None:
+        raise ValueError(f"{EOS} and {PAD} must be tokens of the tokenizer")
     groups = pfile.num_row_groups
     # A quick guard on this data (the test suite proves id equality broadly): 32 documents, 8k chars each.
     sample = [t[:8192] for t in pfile.read_row_group(0, columns=["text"]).column(0).to_pylist()[:32]] if groups else []
@@ -225,7 +298,7 @@ def _write_corpus(
     docs = tokens = text_bytes = 0
     last_report = start
     doc_lengths: list[np.ndarray] = []
-    carry = np.zeros(0, dtype=np.uint32)
+    packer = ConcatPacker(spec.seq_len)
     shards = _ShardedSink(out_dir, spec.shard_sequences)
     with ExitStack() as stack:
         streams: list[tuple[BinaryIO, np.dtype]] = []
@@ -238,7 +311,7 @@ def _write_corpus(
                     (stack.enter_context(open(stack.enter_context(atomic_path(out_dir / name)), "wb")), dtype)
                 )
         try:
-            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tok, encoder, groups, procs, out_dir):
+            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tok, encoder, groups, procs, out_dir, spec.bos):
                 for fh, dtype in streams:
                     fh.write(flat.astype(dtype, copy=False).tobytes())
                 doc_lengths.append(lengths)
@@ -246,8 +319,7 @@ def _write_corpus(
                 tokens += len(flat)
                 text_bytes += nbytes
                 if ExportFormat.parquet in formats:
-                    seqs, carry = pack(carry, flat, spec.seq_len)
-                    shards.write(seqs)
+                    shards.write(packer.add(flat, lengths))
                 now = time.perf_counter()
                 if progress and now - last_report >= PROGRESS_SECONDS:
                     last_report = now
@@ -257,13 +329,12 @@ def _write_corpus(
             if progress:
                 progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6:.1f} MB encoded")
             padded = dropped = 0
-            if ExportFormat.parquet in formats and len(carry):
+            if ExportFormat.parquet in formats and len(packer.ids):
                 if spec.remainder is RemainderPolicy.pad:
-                    padded = spec.seq_len - len(carry)
-                    last = np.concatenate([carry, np.full(padded, pad, dtype=np.uint32)])
-                    shards.write(last.reshape(1, spec.seq_len))
+                    padded = spec.seq_len - len(packer.ids)
+                    shards.write(packer.finish(pad))
                 else:
-                    dropped = len(carry)
+                    dropped = len(packer.ids)
         except BaseException as exc:
             shards.close(exc)
             raise
@@ -301,6 +372,7 @@ def _write_corpus(
         tokens=tokens,
         dropped_tokens=dropped,
         padded_tokens=padded,
+        cut_documents=packer.cut_documents,
         text_bytes=text_bytes,
         encoder=encoder_note,
         seconds=time.perf_counter() - start,

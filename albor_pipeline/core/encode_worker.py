@@ -1,6 +1,6 @@
 """A worker process that encodes row groups of a FIM Parquet file.
 
-Started as `python -m albor_pipeline.core.encode_worker FIM TOKENIZER K N` (a fresh
+Started as `python -m albor_pipeline.core.encode_worker FIM TOKENIZER K N bos|eos` (a fresh
 interpreter: no fork of a threaded parent, no re-import of the caller's script), so
 it can load while the parent picks the encoder. It reads the encoder's name from
 stdin, then encodes row groups K, K+N, K+2N, ... and writes for each a frame to
@@ -22,14 +22,17 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.encode import Encoder, make_encoder
-from albor_pipeline.core.vocab import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from albor_pipeline.core.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 
 HEADER = struct.Struct("<qqq")
 READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 
 
-def encode_rows(rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(flat uint32 ids with EOS after each document, each document's length incl. EOS).
+def encode_rows(
+    rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int], bos: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(flat uint32 ids with EOS after each document, each document's length incl. EOS),
+    with `<s>` before each document when `bos`.
 
     Plain rows encode as one text, FIM rows as three segments with the sentinel ids
     between them; all in one encoder batch. Ids go straight into a C array: no list per
@@ -46,6 +49,8 @@ def encode_rows(rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int
     flat, lengths = array("I"), array("q")
     for fmt in rows["fim_format"]:
         start = len(flat)
+        if bos:
+            flat.append(ids[BOS])
         if fmt is None:
             flat.extend(next(encoded))
         else:
@@ -64,38 +69,39 @@ def encode_rows(rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int
 class RowGroupEncoder:
     """Encodes row groups of one FIM Parquet file (in a worker process, or in-process)."""
 
-    def __init__(self, fim_path: str, tok: Tokenizer, encoder: Encoder) -> None:
+    def __init__(self, fim_path: str, tok: Tokenizer, encoder: Encoder, bos: bool = False) -> None:
         self.file = pq.ParquetFile(fim_path)
-        self.encoder = encoder
-        ids = {t: tok.token_to_id(t) for t in (EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
+        self.encoder, self.bos = encoder, bos
+        ids = {t: tok.token_to_id(t) for t in (BOS, EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
         missing = [t for t, i in ids.items() if i is None]
         if missing:
             raise ValueError(f"tokenizer has no id for {missing}")
         self.ids: dict[str, int] = {t: i for t, i in ids.items() if i is not None}
 
     @classmethod
-    def load(cls, fim_path: str, tokenizer_path: str, encoder_name: str) -> RowGroupEncoder:
+    def load(cls, fim_path: str, tokenizer_path: str, encoder_name: str, bos: bool) -> RowGroupEncoder:
         """A single-threaded encoder of `encoder_name`, as a worker process builds it."""
         tok = Tokenizer.from_file(tokenizer_path)
-        return cls(fim_path, tok, make_encoder(tok, encoder_name, threads=1))
+        return cls(fim_path, tok, make_encoder(tok, encoder_name, threads=1), bos)
 
     def encode(self, index: int) -> tuple[np.ndarray, np.ndarray, int]:
         """(flat ids with EOS after each document, per-document lengths, text bytes) of one row group."""
         table = self.file.read_row_group(index, columns=READ_COLUMNS)
-        flat, lengths = encode_rows(table.to_pydict(), self.encoder, self.ids)
+        flat, lengths = encode_rows(table.to_pydict(), self.encoder, self.ids, self.bos)
         text_bytes = pc.sum(pc.binary_length(table.column("text"))).as_py() or 0
         return flat, lengths, text_bytes
 
 
 def main() -> None:
     fim_path, tokenizer_path, first, step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    bos = sys.argv[5] == "bos"
     # Build the usual encoder while the parent checks it against HF on a sample.
-    worker = RowGroupEncoder.load(fim_path, tokenizer_path, "tiktoken")
+    worker = RowGroupEncoder.load(fim_path, tokenizer_path, "tiktoken", bos)
     encoder_name = sys.stdin.readline().strip()
     if not encoder_name:
         return  # the parent decided not to use this worker
     if encoder_name != "tiktoken":
-        worker = RowGroupEncoder.load(fim_path, tokenizer_path, encoder_name)
+        worker = RowGroupEncoder.load(fim_path, tokenizer_path, encoder_name, bos)
     out = sys.stdout.buffer
     for index in range(first, worker.file.num_row_groups, step):
         flat, lengths, text_bytes = worker.encode(index)

@@ -150,6 +150,8 @@ def render_markdown(prov: dict[str, Any]) -> str:
             s["summary"]["tokens"],
             s["summary"]["dropped_tokens"],
             s["summary"]["padded_tokens"],
+            s["summary"].get("cut_fraction", ""),
+            s["summary"].get("pad_fraction", ""),
         ]
         for split in SPLITS
         if (s := stages.get(corpus_stage(split)))
@@ -158,7 +160,20 @@ def render_markdown(prov: dict[str, Any]) -> str:
         lines += [
             "## Corpora",
             "",
-            *_table(["split", "seq_len", "documents", "sequences", "tokens", "dropped", "padded"], corpus_rows),
+            *_table(
+                [
+                    "split",
+                    "seq_len",
+                    "documents",
+                    "sequences",
+                    "tokens",
+                    "dropped",
+                    "padded",
+                    "docs cut",
+                    "pad fraction",
+                ],
+                corpus_rows,
+            ),
         ]
     lines += [
         "## Artifacts",

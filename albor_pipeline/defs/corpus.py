@@ -7,11 +7,12 @@ from functools import partial
 import dagster as dg
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.artifacts import StageManifest
-from albor_pipeline.core.checks import CheckOutcome, check_sequences
+from albor_pipeline.core.artifacts import StageManifest, read_manifest
+from albor_pipeline.core.checks import CheckOutcome, check_doc_lens, check_sequences
 from albor_pipeline.core.corpus import SEQ_SCHEMA, build_corpus
 from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage, fim_stage
 from albor_pipeline.core.stage import StageOutput
+from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
 from albor_pipeline.spec import SPLITS, PipelineSpec
 
@@ -24,6 +25,7 @@ class CorpusConfig(dg.Config):
     formats: list[str] | None = None
     shard_sequences: int | None = None
     encoder: str | None = None
+    bos: bool | None = None
 
 
 def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConfig) -> StageOutput:
@@ -43,6 +45,12 @@ def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConf
         "tokens": result.tokens,
         "dropped_tokens": result.dropped_tokens,
         "padded_tokens": result.padded_tokens,
+        # Boundary-aware training cares how often packing splits a document and pads.
+        "cut_documents": result.cut_documents,
+        "cut_fraction": round(result.cut_documents / result.documents, 6) if result.documents else 0.0,
+        "pad_fraction": round(result.padded_tokens / (result.sequences * settings.seq_len), 6)
+        if result.sequences
+        else 0.0,
     }
     bytes_per_token = result.text_bytes / result.tokens if result.tokens else 0.0
     return StageOutput(
@@ -59,6 +67,11 @@ def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConf
     )
 
 
+def _doc_lens(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    ids = read_manifest(layout, TOKENIZER).summary["special_ids"]
+    return check_doc_lens(parquet_outputs(layout, manifest), manifest.config["seq_len"], ids[EOS], ids[PAD])
+
+
 def _sequences(layout: Layout, manifest: StageManifest) -> CheckOutcome:
     vocab = Tokenizer.from_file(str(layout.tokenizer_json)).get_vocab_size()
     return check_sequences(parquet_outputs(layout, manifest), manifest.config["seq_len"], vocab)
@@ -70,7 +83,8 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig]]:
             name=corpus_stage(split),
             group="corpus",
             description=f"The {split} split pretokenized: every document + `</s>`, concatenated and cut into "
-            "`seq_len` sequences (Parquet `input_ids: list<uint32>`), plus Megatron/nanoGPT exports on request.",
+            "`seq_len` sequences (Parquet `input_ids: list<uint32>` with each sequence's document pieces in "
+            "`doc_lens: list<uint32>`), plus Megatron/nanoGPT exports on request.",
             config=CorpusConfig,
             defaults=spec_defaults(CorpusConfig, spec.corpus),
             work=partial(corpus, spec, split),
@@ -81,6 +95,12 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig]]:
                     "sequences",
                     "Every sequence has `seq_len` ids, every id < vocab size, at least one sequence.",
                     _sequences,
+                    blocking=True,
+                ),
+                Check(
+                    "doc_lens",
+                    "`doc_lens` sums to each sequence's non-pad length; its pieces end exactly at the EOS tokens.",
+                    _doc_lens,
                     blocking=True,
                 ),
             ),
