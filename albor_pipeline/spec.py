@@ -170,6 +170,11 @@ class ExportFormat(str, Enum):
     nanogpt = "nanogpt"
 
 
+class Packing(str, Enum):
+    concat = "concat"  # documents back to back, cut every seq_len tokens (seed 000)
+    best_fit = "best_fit"  # whole documents into seq_len bins, padded; only longer ones are split
+
+
 class CorpusSpec(_Model):
     seq_len: int = Field(2048, gt=1)
     remainder: RemainderPolicy = RemainderPolicy.drop
@@ -177,6 +182,8 @@ class CorpusSpec(_Model):
     shard_sequences: int = Field(50_000, gt=0)
     encoder: str = Field("auto", pattern="^(auto|hf|tiktoken)$")
     bos: bool = False  # prepend <s> to every document (nanochat); </s> after every document always
+    packing: Packing = Packing.concat
+    best_fit_window: int = Field(1024, gt=0)  # documents packed together by best_fit (bounds memory)
 
 
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")

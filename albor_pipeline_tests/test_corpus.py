@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, pre_tokenizers
 
-from albor_pipeline.core.checks import check_doc_lens
-from albor_pipeline.core.corpus import ConcatPacker, build_corpus, megatron_index
+from albor_pipeline.core.checks import check_doc_lens, check_no_short_splits
+from albor_pipeline.core.corpus import BestFitPacker, ConcatPacker, build_corpus, megatron_index
 from albor_pipeline.core.encode import (
     BYTELEVEL_PATTERN,
     FAST_BYTELEVEL_PATTERN,
@@ -43,7 +43,7 @@ def glue(stream: np.ndarray, pieces: np.ndarray, eos: int) -> list[int]:
 
 
 def test_concat_packing_records_document_pieces():
-    packer = ConcatPacker(4)
+    packer = ConcatPacker(4, pad_id=0, pad_remainder=True)
     # Documents of 3, 5 and 2 tokens (EOS = 9 ends each), in two batches.
     first = packer.add(np.array([1, 1, 9, 2, 2, 2, 2, 9], dtype=np.uint32), np.array([3, 5]))
     assert first.seqs.tolist() == [[1, 1, 9, 2], [2, 2, 2, 9]]
@@ -51,8 +51,9 @@ def test_concat_packing_records_document_pieces():
     assert packer.cut_documents == 1  # the 5-token document spans the first edge
     second = packer.add(np.array([3, 9], dtype=np.uint32), np.array([2]))
     assert second.seqs.shape == (0, 4) and packer.ids.tolist() == [3, 9] and packer.lens.tolist() == [2]
-    last = packer.finish(pad_id=0)
+    last = packer.finish()
     assert last.seqs.tolist() == [[3, 9, 0, 0]] and last.pieces.tolist() == [2] and last.counts.tolist() == [1]
+    assert packer.padded == 2 and packer.dropped == 0
 
 
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=60), st.integers(1, 7), st.integers(2, 16))
@@ -62,7 +63,7 @@ def test_concat_packing_pieces_rebuild_the_documents(doc_lengths, batches, seq_l
     and gluing pieces back across cuts gives exactly the documents' lengths."""
     lengths = np.array(doc_lengths, dtype=np.int64)
     ids = np.concatenate([np.r_[np.full(n - 1, 1, np.uint32), 9] for n in lengths])
-    packer, pieces, counts, seqs = ConcatPacker(seq_len), [], [], []
+    packer, pieces, counts, seqs = ConcatPacker(seq_len, pad_id=0, pad_remainder=True), [], [], []
     doc_ends = np.cumsum(lengths)
     for part in np.array_split(np.arange(len(lengths)), batches):
         if not len(part):
@@ -70,7 +71,7 @@ def test_concat_packing_pieces_rebuild_the_documents(doc_lengths, batches, seq_l
         lo, hi = (doc_ends[part[0]] - lengths[part[0]]), doc_ends[part[-1]]
         packed = packer.add(ids[lo:hi], lengths[part])
         pieces.append(packed.pieces), counts.append(packed.counts), seqs.append(packed.seqs)
-    tail = packer.finish(pad_id=0)
+    tail = packer.finish()
     pieces.append(tail.pieces), counts.append(tail.counts)
     all_pieces, all_counts = np.concatenate(pieces).astype(np.int64), np.concatenate(counts)
     full = int(sum(len(s) for s in seqs))
@@ -131,6 +132,62 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     literal_row = next(i for i, r in enumerate(fim_rows) if r["text"] == LITERAL)
     lo = 0 if literal_row == 0 else ends[literal_row - 1] + 1
     assert not set(stream[lo : ends[literal_row]].tolist()) & {0, 1, 2, 3, 1500, 1501, 1502}
+
+
+def test_best_fit_packs_whole_documents_and_splits_only_long_ones():
+    packer = BestFitPacker(8, pad_id=0, window=10)
+    docs = [np.r_[np.full(n - 1, k, np.uint32), 9] for k, n in enumerate([5, 3, 6, 2, 19], start=1)]
+    head = packer.add(np.concatenate(docs), np.array([5, 3, 6, 2, 19]))
+    assert head.seqs.tolist() == [[5] * 8, [5] * 8]  # the 19-token document's full chunks
+    tail = packer.finish()
+    # best-fit decreasing over (6, 5, 3, 3 [19's tail], 2): bins [6, 2], [5, 3], [3]
+    assert tail.counts.tolist() == [2, 2, 1] and tail.pieces.tolist() == [6, 2, 5, 3, 3]
+    assert tail.seqs[2].tolist() == [5, 5, 9, 0, 0, 0, 0, 0]
+    assert packer.cut_documents == 1 and packer.padded == 5
+
+
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=80), st.integers(1, 9), st.integers(2, 16), st.integers(1, 5))
+@settings(max_examples=300, deadline=None)
+def test_best_fit_keeps_every_short_document_whole(doc_lengths, window, seq_len, batches):
+    lengths = np.array(doc_lengths, dtype=np.int64)
+    ids = np.concatenate([np.r_[np.full(n - 1, i % 7 + 10, np.uint32), 9] for i, n in enumerate(lengths)])
+    ends = np.cumsum(lengths)
+    runs = []
+    for parts in (1, batches):  # the output does not depend on how documents arrive
+        packer, out = BestFitPacker(seq_len, pad_id=0, window=window), []
+        for part in np.array_split(np.arange(len(lengths)), parts):
+            if len(part):
+                out.append(packer.add(ids[ends[part[0]] - lengths[part[0]] : ends[part[-1]]], lengths[part]))
+        out.append(packer.finish())
+        runs.append(out)
+    flat = [np.concatenate([p.seqs.reshape(-1) for p in out]) for out in runs]
+    assert np.array_equal(flat[0], flat[1])
+    seqs = np.concatenate([p.seqs for p in runs[0]])
+    pieces = np.concatenate([p.pieces for p in runs[0]]).astype(np.int64)
+    # Exactly: every document up to seq_len whole; a longer one as full chunks plus its tail.
+    expected = [n for n in doc_lengths if n <= seq_len]
+    for n in (n for n in doc_lengths if n > seq_len):
+        expected += [seq_len] * (n // seq_len) + ([n % seq_len] if n % seq_len else [])
+    assert sorted(pieces.tolist()) == sorted(expected)
+    assert int((seqs == 0).sum()) == packer.padded == len(seqs) * seq_len - lengths.sum()
+    assert packer.cut_documents == int((lengths > seq_len).sum())
+
+
+def test_best_fit_corpus_passes_its_checks_and_beats_concat_on_cuts(pipeline):
+    tmp, _ = pipeline
+    results = {}
+    for packing in ("concat", "best_fit"):
+        out = tmp / f"packing_{packing}"
+        spec = CorpusSpec(
+            seq_len=256, remainder="pad", packing=packing, best_fit_window=64, formats=["parquet", "megatron"]
+        )
+        results[packing] = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+        shards = sorted(out.glob("part-*.parquet"))
+        assert check_doc_lens(shards, 256, eos_id=2, pad_id=3).passed
+        assert check_no_short_splits(shards, 256, eos_id=2).passed == (packing == "best_fit")
+    lengths = _megatron_lengths(tmp / "packing_best_fit")
+    assert results["best_fit"].cut_documents == int((lengths > 256).sum()) < results["concat"].cut_documents
+    assert results["best_fit"].padded_tokens > 0 and results["best_fit"].tokens == results["concat"].tokens
 
 
 def _megatron_lengths(out: Path) -> np.ndarray:

@@ -75,3 +75,12 @@ def test_build_job_launchpad_defaults_are_the_spec_values() -> None:
     assert ops["ingested__stdlib_async"]["config"]["include"] == raw["sources"][1]["include"]
     # Every stage has its spec values there, so the launchpad never starts from an empty form.
     assert set(ops) == {s.key.to_python_identifier() for s in pipeline_stages(spec)}
+
+
+def test_best_fit_packing_adds_its_blocking_check() -> None:
+    raw = small_spec_dict()
+    raw["corpus"] = {"seq_len": 256, "packing": "best_fit", "best_fit_window": 64}
+    graph = build_definitions(parse_spec(raw, Path("."))).resolve_asset_graph()
+    checks = {k.to_user_string(): graph.get_check_spec(k).blocking for k in graph.asset_check_keys}
+    assert all(checks[f"corpus/{split}:no_short_splits"] for split in ("train", "val", "test"))
+    assert "corpus/train:no_short_splits" not in json.loads(SNAPSHOT.read_text())["checks"]  # concat: none

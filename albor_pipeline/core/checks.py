@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,33 +100,59 @@ def check_roundtrip(report_path: Path) -> CheckOutcome:
     )
 
 
+def _packed_batches(paths: list[Path]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(flat ids, piece lengths, pieces per sequence) of each record batch of corpus shards."""
+    for path in paths:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["input_ids", "doc_lens"]):
+            lens = batch.column("doc_lens")
+            yield (
+                batch.column("input_ids").flatten().to_numpy(zero_copy_only=False),
+                lens.flatten().to_numpy(zero_copy_only=False).astype(np.int64),
+                pc.list_value_length(lens).to_numpy(zero_copy_only=False).astype(np.int64),
+            )
+
+
+def _piece_ends(pieces: np.ndarray, counts: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(flat position of each piece's last token, whether it is its sequence's last piece)."""
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    within = np.cumsum(pieces) - np.repeat(np.concatenate([[0], np.cumsum(pieces)])[first], counts)
+    ends = np.repeat(np.arange(len(counts)) * seq_len, counts) + within - 1
+    last = np.zeros(len(pieces), dtype=bool)
+    last[np.cumsum(counts)[counts > 0] - 1] = True
+    return ends, last
+
+
 def check_doc_lens(paths: list[Path], seq_len: int, eos_id: int, pad_id: int) -> CheckOutcome:
     """`doc_lens` agrees with the tokens: pieces sum to the non-pad length, every piece but a
     sequence's last ends in EOS, and EOS appears nowhere else."""
     sequences = bad_sum = bad_eos = 0
-    for path in paths:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["input_ids", "doc_lens"]):
-            ids = batch.column("input_ids").flatten().to_numpy(zero_copy_only=False)
-            lens_col = batch.column("doc_lens")
-            pieces = lens_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-            counts = pc.list_value_length(lens_col).to_numpy(zero_copy_only=False).astype(np.int64)
-            n = len(counts)
-            sequences += n
-            seq_of_piece = np.repeat(np.arange(n), counts)
-            sums = np.bincount(seq_of_piece, weights=pieces, minlength=n)
-            pads = np.bincount(np.arange(len(ids)) // seq_len, weights=ids == pad_id, minlength=n)
-            bad_sum += int(np.count_nonzero(sums + pads != seq_len))
-            # End position (in the batch's flat ids) of every piece.
-            first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-            within = np.cumsum(pieces) - np.repeat(np.concatenate([[0], np.cumsum(pieces)])[first], counts)
-            ends = np.repeat(np.arange(n) * seq_len, counts) + within - 1
-            last = np.zeros(len(pieces), dtype=bool)
-            last[np.cumsum(counts)[counts > 0] - 1] = True
-            eos_at = np.flatnonzero(ids == eos_id)
-            bad_eos += int(np.count_nonzero(ids[ends[~last]] != eos_id)) + int(np.count_nonzero(~np.isin(eos_at, ends)))
+    for ids, pieces, counts in _packed_batches(paths):
+        n = len(counts)
+        sequences += n
+        sums = np.bincount(np.repeat(np.arange(n), counts), weights=pieces, minlength=n)
+        pads = np.bincount(np.arange(len(ids)) // seq_len, weights=ids == pad_id, minlength=n)
+        bad_sum += int(np.count_nonzero(sums + pads != seq_len))
+        ends, last = _piece_ends(pieces, counts, seq_len)
+        eos_at = np.flatnonzero(ids == eos_id)
+        bad_eos += int(np.count_nonzero(ids[ends[~last]] != eos_id)) + int(np.count_nonzero(~np.isin(eos_at, ends)))
     ok = sequences > 0 and bad_sum == 0 and bad_eos == 0
     return CheckOutcome(
         ok,
         f"{sequences} sequences; {bad_sum} with doc_lens not summing to the non-pad length, {bad_eos} EOS mismatches",
         {"sequences": sequences, "bad_sums": bad_sum, "eos_mismatches": bad_eos},
+    )
+
+
+def check_no_short_splits(paths: list[Path], seq_len: int, eos_id: int) -> CheckOutcome:
+    """best_fit: a piece that does not end a document is a full `seq_len` chunk of a longer one,
+    so no document shorter than `seq_len` was split."""
+    pieces_seen = split = 0
+    for ids, pieces, counts in _packed_batches(paths):
+        ends, _ = _piece_ends(pieces, counts, seq_len)
+        pieces_seen += len(pieces)
+        split += int(np.count_nonzero((ids[ends] != eos_id) & (pieces != seq_len)))
+    return CheckOutcome(
+        pieces_seen > 0 and split == 0,
+        f"{split} of {pieces_seen} document pieces are parts of a document shorter than seq_len",
+        {"pieces": pieces_seen, "short_splits": split},
     )

@@ -7,6 +7,7 @@ flat nanoGPT-style token `.bin` with a JSON sidecar. Memory is bounded by the ba
 
 from __future__ import annotations
 
+import bisect
 import struct
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from albor_pipeline.core.encode import Encoder, cpu_count, pick_encoder
 from albor_pipeline.core.encode_worker import HEADER, RowGroupEncoder
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import EOS, PAD
-from albor_pipeline.spec import CorpusSpec, ExportFormat, RemainderPolicy
+from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy
 
 SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32())), ("doc_lens", pa.list_(pa.uint32()))])
 """`doc_lens`: the lengths of the document pieces in a sequence, in order, summing to its
@@ -61,19 +62,33 @@ class Packed:
         )
 
 
+def _empty(seq_len: int) -> Packed:
+    return Packed(np.zeros((0, seq_len), dtype=np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.int64))
+
+
+def _concat(parts: list[Packed], seq_len: int) -> Packed:
+    if not parts:
+        return _empty(seq_len)
+    return Packed(
+        np.concatenate([p.seqs for p in parts]),
+        np.concatenate([p.pieces for p in parts]),
+        np.concatenate([p.counts for p in parts]),
+    )
+
+
 class ConcatPacker:
     """Concatenates EOS-terminated documents and cuts the stream every `seq_len` tokens.
 
     Keeps the leftover tokens (and their piece lengths) for the next call, so sequences do
     not depend on how the documents arrive in batches, and counts the documents a sequence
-    edge cuts.
+    edge cuts. The final leftover is padded (`pad`) or dropped.
     """
 
-    def __init__(self, seq_len: int) -> None:
-        self.seq_len = seq_len
+    def __init__(self, seq_len: int, pad_id: int, pad_remainder: bool = False) -> None:
+        self.seq_len, self.pad_id, self.pad_remainder = seq_len, pad_id, pad_remainder
         self.ids = np.zeros(0, dtype=np.uint32)
         self.lens = np.zeros(0, dtype=np.int64)  # piece lengths of the leftover, summing to len(ids)
-        self.cut_documents = 0
+        self.cut_documents = self.padded = self.dropped = 0
 
     def add(self, flat: np.ndarray, lengths: np.ndarray) -> Packed:
         """Pack `flat` (documents of `lengths` tokens) after the leftover; return the full sequences."""
@@ -96,12 +111,84 @@ class ConcatPacker:
         self.lens = np.diff(np.concatenate([[cut], ends[ends > cut]]))
         return Packed(ids[:cut].reshape(n, L), pieces, counts)
 
-    def finish(self, pad_id: int) -> Packed:
-        """The leftover as one sequence padded with `pad_id` (empty if nothing is left)."""
+    def finish(self) -> Packed:
+        """The leftover as one padded sequence (`pad_remainder`), else nothing (it is dropped)."""
         if not len(self.ids):
-            return Packed(np.zeros((0, self.seq_len), dtype=np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.int64))
-        padded = np.concatenate([self.ids, np.full(self.seq_len - len(self.ids), pad_id, dtype=np.uint32)])
+            return _empty(self.seq_len)
+        if not self.pad_remainder:
+            self.dropped = len(self.ids)
+            return _empty(self.seq_len)
+        self.padded = self.seq_len - len(self.ids)
+        padded = np.concatenate([self.ids, np.full(self.padded, self.pad_id, dtype=np.uint32)])
         return Packed(padded.reshape(1, self.seq_len), self.lens.astype(np.uint32), np.array([len(self.lens)]))
+
+
+class BestFitPacker:
+    """Whole documents into `seq_len` bins, best-fit decreasing over a window of documents.
+
+    A document longer than `seq_len` is the only one ever split: its full `seq_len` chunks
+    become sequences of their own and its tail is packed like a document. Each window of
+    `window` documents is packed into its own bins, padded with `pad_id`, so memory is
+    bounded by the window and the output depends only on the documents' order.
+    """
+
+    def __init__(self, seq_len: int, pad_id: int, window: int) -> None:
+        self.seq_len, self.pad_id, self.window = seq_len, pad_id, window
+        self.docs: list[np.ndarray] = []
+        self.cut_documents = self.padded = self.dropped = 0
+
+    def add(self, flat: np.ndarray, lengths: np.ndarray) -> Packed:
+        L, out = self.seq_len, []
+        for doc in np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []:
+            if len(doc) > L:
+                self.cut_documents += 1
+                full = len(doc) // L * L
+                chunks = doc[:full].reshape(-1, L)
+                out.append(Packed(chunks, np.full(len(chunks), L, np.uint32), np.ones(len(chunks), np.int64)))
+                doc = doc[full:]
+            if len(doc):
+                self.docs.append(doc)
+            if len(self.docs) >= self.window:
+                out.append(self._pack_window())
+        return _concat(out, L)
+
+    def finish(self) -> Packed:
+        return self._pack_window()
+
+    def _pack_window(self) -> Packed:
+        L, docs = self.seq_len, self.docs
+        self.docs = []
+        bins: list[list[int]] = []
+        room: list[tuple[int, int]] = []  # (free tokens, bin), sorted: the best fit is the first that fits
+        for i in sorted(range(len(docs)), key=lambda i: (-len(docs[i]), i)):
+            n = len(docs[i])
+            at = bisect.bisect_left(room, (n, -1))
+            if at < len(room):
+                free, b = room.pop(at)
+                bins[b].append(i)
+            else:
+                free, b = L, len(bins)
+                bins.append([i])
+            bisect.insort(room, (free - n, b))
+        if not bins:
+            return _empty(L)
+        seqs = np.full((len(bins), L), self.pad_id, dtype=np.uint32)
+        pieces = []
+        for row, members in enumerate(bins):
+            tokens = np.concatenate([docs[i] for i in members])
+            seqs[row, : len(tokens)] = tokens
+            self.padded += L - len(tokens)
+            pieces += [len(docs[i]) for i in members]
+        return Packed(seqs, np.array(pieces, dtype=np.uint32), np.array([len(m) for m in bins], dtype=np.int64))
+
+
+Packer = ConcatPacker | BestFitPacker
+
+
+def make_packer(spec: CorpusSpec, pad_id: int) -> Packer:
+    if spec.packing is Packing.best_fit:
+        return BestFitPacker(spec.seq_len, pad_id, spec.best_fit_window)
+    return ConcatPacker(spec.seq_len, pad_id, pad_remainder=spec.remainder is RemainderPolicy.pad)
 
 
 def _list_array(values: np.ndarray, counts: np.ndarray) -> pa.ListArray:
@@ -298,7 +385,7 @@ def _write_corpus(
     docs = tokens = text_bytes = 0
     last_report = start
     doc_lengths: list[np.ndarray] = []
-    packer = ConcatPacker(spec.seq_len)
+    packer = make_packer(spec, pad)
     shards = _ShardedSink(out_dir, spec.shard_sequences)
     with ExitStack() as stack:
         streams: list[tuple[BinaryIO, np.dtype]] = []
@@ -328,13 +415,9 @@ def _write_corpus(
                     )
             if progress:
                 progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6:.1f} MB encoded")
-            padded = dropped = 0
-            if ExportFormat.parquet in formats and len(packer.ids):
-                if spec.remainder is RemainderPolicy.pad:
-                    padded = spec.seq_len - len(packer.ids)
-                    shards.write(packer.finish(pad))
-                else:
-                    dropped = len(packer.ids)
+            if ExportFormat.parquet in formats:
+                shards.write(packer.finish())
+            padded, dropped = packer.padded, packer.dropped
         except BaseException as exc:
             shards.close(exc)
             raise

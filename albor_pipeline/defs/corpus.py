@@ -8,13 +8,13 @@ import dagster as dg
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.artifacts import StageManifest, read_manifest
-from albor_pipeline.core.checks import CheckOutcome, check_doc_lens, check_sequences
+from albor_pipeline.core.checks import CheckOutcome, check_doc_lens, check_no_short_splits, check_sequences
 from albor_pipeline.core.corpus import SEQ_SCHEMA, build_corpus
 from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage, fim_stage
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
-from albor_pipeline.spec import SPLITS, PipelineSpec
+from albor_pipeline.spec import SPLITS, Packing, PipelineSpec
 
 
 class CorpusConfig(dg.Config):
@@ -26,6 +26,8 @@ class CorpusConfig(dg.Config):
     shard_sequences: int | None = None
     encoder: str | None = None
     bos: bool | None = None
+    packing: str | None = None
+    best_fit_window: int | None = None
 
 
 def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConfig) -> StageOutput:
@@ -72,6 +74,11 @@ def _doc_lens(layout: Layout, manifest: StageManifest) -> CheckOutcome:
     return check_doc_lens(parquet_outputs(layout, manifest), manifest.config["seq_len"], ids[EOS], ids[PAD])
 
 
+def _no_short_splits(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    eos = read_manifest(layout, TOKENIZER).summary["special_ids"][EOS]
+    return check_no_short_splits(parquet_outputs(layout, manifest), manifest.config["seq_len"], eos)
+
+
 def _sequences(layout: Layout, manifest: StageManifest) -> CheckOutcome:
     vocab = Tokenizer.from_file(str(layout.tokenizer_json)).get_vocab_size()
     return check_sequences(parquet_outputs(layout, manifest), manifest.config["seq_len"], vocab)
@@ -102,6 +109,18 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig]]:
                     "`doc_lens` sums to each sequence's non-pad length; its pieces end exactly at the EOS tokens.",
                     _doc_lens,
                     blocking=True,
+                ),
+                *(
+                    [
+                        Check(
+                            "no_short_splits",
+                            "best_fit packing split no document shorter than `seq_len`.",
+                            _no_short_splits,
+                            blocking=True,
+                        )
+                    ]
+                    if spec.corpus.packing is Packing.best_fit
+                    else []
                 ),
             ),
         )
