@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import regex
@@ -22,6 +23,7 @@ from albor_pipeline.core.encode import (
 )
 from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.tokenizer import build_tokenizer
+from albor_pipeline.core.vocab import plain_tokenizer
 from albor_pipeline.dataset import TokenDataset
 from albor_pipeline.spec import CorpusSpec, FimSpec, TokenizerSpec
 
@@ -188,6 +190,26 @@ def test_best_fit_corpus_passes_its_checks_and_beats_concat_on_cuts(pipeline):
     lengths = _megatron_lengths(tmp / "packing_best_fit")
     assert results["best_fit"].cut_documents == int((lengths > 256).sum()) < results["concat"].cut_documents
     assert results["best_fit"].padded_tokens > 0 and results["best_fit"].tokens == results["concat"].tokens
+
+
+def test_per_source_accounting_counts_repeats_tokens_and_epochs(pipeline):
+    tmp, docs = pipeline
+    x, y, z = docs[0], docs[1], docs[2]
+    rows = [("a", x), ("b", z), ("a", x), ("a", y), ("b", z), ("a", x)]
+    table = pq.read_table(write_docs(tmp / "acct.parquet", [t for _, t in rows]))
+    table = table.set_column(1, "source", pa.array([s for s, _ in rows]))
+    pq.write_table(table, tmp / "acct_src.parquet")
+    apply_fim(tmp / "acct_src.parquet", FimSpec(rate=0.0), tmp / "acct_fim.parquet", tmp, enabled=False)
+    spec = CorpusSpec(seq_len=64, formats=["parquet"])
+    result = build_corpus(tmp / "acct_fim.parquet", tmp / "tok" / "tokenizer.json", spec, tmp / "acct_out", tmp)
+    tok = plain_tokenizer(Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json")))
+    n = {t: len(tok.encode(t, add_special_tokens=False).ids) + 1 for t in (x, y, z)}  # + EOS
+    a, b = result.sources["a"], result.sources["b"]
+    assert (a["documents"], a["unique_documents"], a["max_repeat"], a["mean_repeat"]) == (4, 2, 3, 2.0)
+    assert a["tokens"] == 3 * n[x] + n[y] and a["epochs"] == round(a["tokens"] / (n[x] + n[y]), 4)
+    assert (b["documents"], b["unique_documents"], b["max_repeat"], b["epochs"]) == (2, 1, 2, 2.0)
+    assert a["token_share"] + b["token_share"] == pytest.approx(1.0, abs=1e-5)
+    assert a["tokens"] + b["tokens"] == result.tokens
 
 
 def _megatron_lengths(out: Path) -> np.ndarray:

@@ -120,7 +120,13 @@ def test_provenance_files_and_verify(built, capsys):
     md = (out / "PROVENANCE.md").read_text()
     for art in prov["artifacts"]:
         assert art["sha256"] in md  # full hashes, never truncated
-    assert "## Mix" in md and "## Tokenizer" in md and "## Corpora" in md
+    assert "## Mix" in md and "## Tokenizer" in md and "## Corpora" in md and "## Corpora by source" in md
+    for split in ("train", "val", "test"):  # per-source accounting adds up to the split's corpus
+        summary = prov["stages"][f"corpus/{split}"]["summary"]
+        sources = summary["sources"].values()
+        assert sum(s["documents"] for s in sources) == summary["documents"]
+        assert sum(s["tokens"] for s in sources) == summary["tokens"]
+        assert all(s["epochs"] >= 1 and s["unique_documents"] <= s["documents"] for s in sources)
     assert albor(["verify", "--data-dir", str(out)]) == 0
     victim = out / "corpus" / "val" / "megatron.bin"
     original = victim.read_bytes()

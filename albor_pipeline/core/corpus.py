@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -191,6 +192,47 @@ def make_packer(spec: CorpusSpec, pad_id: int) -> Packer:
     return ConcatPacker(spec.seq_len, pad_id, pad_remainder=spec.remainder is RemainderPolicy.pad)
 
 
+class SourceAccounting:
+    """Per source: documents, unique documents, repeats, tokens, token share and epochs.
+
+    The mix can repeat a source's documents many times while its share of tokens stays
+    small; this says both. Epochs = the source's tokens / the tokens of its unique documents
+    (a repeated document counts its first occurrence's tokens once). Memory: one 32-byte key
+    per unique document.
+    """
+
+    def __init__(self) -> None:
+        self.documents: Counter[str] = Counter()
+        self.tokens: Counter[str] = Counter()
+        self.unique_tokens: Counter[str] = Counter()
+        self.copies: dict[str, Counter[bytes]] = defaultdict(Counter)
+
+    def add(self, sources: list[str], sha256s: list[str], lengths: np.ndarray) -> None:
+        for source, sha, n in zip(sources, sha256s, lengths.tolist()):
+            copies = self.copies[source]
+            key = bytes.fromhex(sha)
+            copies[key] += 1
+            if copies[key] == 1:
+                self.unique_tokens[source] += n
+            self.documents[source] += 1
+            self.tokens[source] += n
+
+    def summary(self) -> dict[str, dict[str, float | int]]:
+        total = sum(self.tokens.values())
+        return {
+            source: {
+                "documents": self.documents[source],
+                "unique_documents": len(copies),
+                "max_repeat": max(copies.values()),
+                "mean_repeat": round(self.documents[source] / len(copies), 4),
+                "tokens": self.tokens[source],
+                "token_share": round(self.tokens[source] / total, 6) if total else 0.0,
+                "epochs": round(self.tokens[source] / self.unique_tokens[source], 4),
+            }
+            for source, copies in sorted(self.copies.items())
+        }
+
+
 def _list_array(values: np.ndarray, counts: np.ndarray) -> pa.ListArray:
     offsets = np.zeros(len(counts) + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
@@ -253,6 +295,7 @@ class CorpusResult:
     dropped_tokens: int
     padded_tokens: int
     cut_documents: int  # documents split across two or more sequences
+    sources: dict[str, dict[str, float | int]]  # SourceAccounting.summary()
     text_bytes: int
     encoder: str
     seconds: float
@@ -386,6 +429,7 @@ def _write_corpus(
     last_report = start
     doc_lengths: list[np.ndarray] = []
     packer = make_packer(spec, pad)
+    accounting = SourceAccounting()
     shards = _ShardedSink(out_dir, spec.shard_sequences)
     with ExitStack() as stack:
         streams: list[tuple[BinaryIO, np.dtype]] = []
@@ -398,7 +442,10 @@ def _write_corpus(
                     (stack.enter_context(open(stack.enter_context(atomic_path(out_dir / name)), "wb")), dtype)
                 )
         try:
-            for flat, lengths, nbytes in _encoded_row_groups(fim_path, tok, encoder, groups, procs, out_dir, spec.bos):
+            encoded = _encoded_row_groups(fim_path, tok, encoder, groups, procs, out_dir, spec.bos)
+            for index, (flat, lengths, nbytes) in enumerate(encoded):
+                meta = pfile.read_row_group(index, columns=["source", "sha256"])
+                accounting.add(meta.column("source").to_pylist(), meta.column("sha256").to_pylist(), lengths)
                 for fh, dtype in streams:
                     fh.write(flat.astype(dtype, copy=False).tobytes())
                 doc_lengths.append(lengths)
@@ -456,6 +503,7 @@ def _write_corpus(
         dropped_tokens=dropped,
         padded_tokens=padded,
         cut_documents=packer.cut_documents,
+        sources=accounting.summary(),
         text_bytes=text_bytes,
         encoder=encoder_note,
         seconds=time.perf_counter() - start,

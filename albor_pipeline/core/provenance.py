@@ -175,6 +175,22 @@ def render_markdown(prov: dict[str, Any]) -> str:
                 corpus_rows,
             ),
         ]
+    keys = ("documents", "unique_documents", "max_repeat", "mean_repeat", "tokens", "token_share", "epochs")
+    source_rows = [
+        [split, name, *(facts[k] for k in keys)]
+        for split in SPLITS
+        if (s := stages.get(corpus_stage(split)))
+        for name, facts in s["summary"].get("sources", {}).items()
+    ]
+    if source_rows:
+        header = ["documents", "unique", "max repeat", "mean repeat", "tokens", "token share", "epochs"]
+        lines += [
+            "## Corpora by source",
+            "",
+            "Epochs: a source's tokens over the tokens of its unique documents.",
+            "",
+            *_table(["split", "source", *header], source_rows),
+        ]
     lines += [
         "## Artifacts",
         "",

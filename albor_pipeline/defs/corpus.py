@@ -11,6 +11,7 @@ from albor_pipeline.core.artifacts import StageManifest, read_manifest
 from albor_pipeline.core.checks import CheckOutcome, check_doc_lens, check_no_short_splits, check_sequences
 from albor_pipeline.core.corpus import SEQ_SCHEMA, build_corpus
 from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage, fim_stage
+from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
@@ -53,6 +54,7 @@ def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConf
         "pad_fraction": round(result.padded_tokens / (result.sequences * settings.seq_len), 6)
         if result.sequences
         else 0.0,
+        "sources": result.sources,
     }
     bytes_per_token = result.text_bytes / result.tokens if result.tokens else 0.0
     return StageOutput(
@@ -61,7 +63,8 @@ def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConf
         summary=summary,
         row_count=result.sequences,
         metadata={
-            **summary,
+            **{k: v for k, v in summary.items() if k != "sources"},
+            "sources": dg.MetadataValue.md(markdown_table([{"source": k, **v} for k, v in result.sources.items()])),
             "bytes_per_token": round(bytes_per_token, 4),
             "encoder": result.encoder,
             "tokens_per_s": round(result.tokens / result.seconds) if result.seconds else 0,
