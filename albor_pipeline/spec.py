@@ -88,6 +88,11 @@ class HoldoutSpec(_Model):
         return self
 
 
+class MixUnit(str, Enum):
+    rows = "rows"  # weights are shares of rows: the seed's `alimentar mix` counting
+    chars = "chars"  # weights are shares of characters: long and short documents weigh by size
+
+
 class SplitMixSpec(_Model):
     """Weighted mix of one split. `weights` empty means equal weights over all sources."""
 
@@ -96,6 +101,7 @@ class SplitMixSpec(_Model):
     weights: dict[str, float] = {}
     repeat: dict[str, float] = {}
     upsample: bool = True
+    unit: MixUnit = MixUnit.rows
 
     @field_validator("weights", "repeat")
     @classmethod

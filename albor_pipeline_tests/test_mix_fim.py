@@ -31,6 +31,30 @@ def test_seed_000_arithmetic():
     assert warnings == []
 
 
+def test_weights_as_shares_of_characters():
+    counts, chars = {"long": 100, "short": 100}, {"long": 100 * 1000, "short": 100 * 100}
+    by_rows = SplitMixSpec(weights={"long": 0.5, "short": 0.5})
+    assert [p.output_rows for p in plan_counts(counts, by_rows, list(counts))[0]] == [100, 100]
+    by_chars = SplitMixSpec(weights={"long": 0.5, "short": 0.5}, unit="chars")
+    plans, _ = plan_counts(counts, by_chars, list(counts), chars)
+    # 200 rows at the split's mean of 550 chars = 110,000 chars, half per source
+    assert [p.output_rows for p in plans] == [55, 550] and plans[0].rule == "weight 0.5 of chars"
+    with pytest.raises(MixError, match="needs the characters"):
+        plan_counts(counts, by_chars, list(counts))
+
+
+def test_chars_mix_gives_each_source_its_share_of_text(tmp_path):
+    texts = ["x" * 2000 + str(i) for i in range(40)] + [f"short {i:04d}" for i in range(200)]
+    docs = _docs_file(tmp_path, texts, ["long"] * 40 + ["short"] * 200)
+    mix = SplitMixSpec(seed=3, weights={"long": 0.5, "short": 0.5}, unit="chars")
+    result = mix_documents(docs, mix, ["long", "short"], tmp_path / "chars.parquet", tmp_path)
+    out = Counter()
+    for row in pq.read_table(tmp_path / "chars.parquet").to_pylist():
+        out[row["source"]] += len(row["text"])
+    assert abs(out["long"] - out["short"]) <= 2010  # equal shares, within one long document
+    assert {p.source: p.rule for p in result.plan} == {"long": "weight 0.5 of chars", "short": "weight 0.5 of chars"}
+
+
 def test_repeat_rows_and_no_upsample_cap():
     counts = {"tier1": 100, "tier2": 50}
     plans, _ = plan_counts(counts, SplitMixSpec(repeat={"tier1": 10}), list(counts))

@@ -18,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, record
 from albor_pipeline.core.ingest import DOC_SCHEMA
 from albor_pipeline.core.stage import Progress
-from albor_pipeline.spec import SplitMixSpec
+from albor_pipeline.spec import MixUnit, SplitMixSpec
 
 GATHER_ROWS = 2048  # rows per shuffle bucket (one bucket is in memory at a time)
 READ_ROWS = 256
@@ -53,8 +54,15 @@ class MixResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def plan_counts(counts: dict[str, int], mix: SplitMixSpec, order: list[str]) -> tuple[list[SourcePlan], list[str]]:
-    """Rows per source for one split (pure arithmetic, no data)."""
+def plan_counts(
+    counts: dict[str, int], mix: SplitMixSpec, order: list[str], chars: dict[str, int] | None = None
+) -> tuple[list[SourcePlan], list[str]]:
+    """Rows per source for one split (pure arithmetic, no data).
+
+    With `unit: chars` (needs each source's characters in `chars`), the target is N rows
+    at the split's mean length, and source i gets the rows that carry w_i/sum(w) of those
+    characters at its own mean length.
+    """
     warnings: list[str] = []
     repeat = dict(mix.repeat)
     if mix.weights:  # the spec guarantees every source has a weight or a repeat
@@ -71,11 +79,21 @@ def plan_counts(counts: dict[str, int], mix: SplitMixSpec, order: list[str]) -> 
     weighted = [s for s in weighted if counts.get(s, 0) > 0]
     total_w = sum(weights[s] for s in weighted)
     n_target = mix.rows if mix.rows is not None else sum(counts.get(s, 0) for s in weighted)
+    by_chars = mix.unit == MixUnit.chars
+    chars_of, target_chars = chars or {}, 0.0
+    if by_chars:
+        if chars is None:
+            raise MixError("unit: chars needs the characters of each source")
+        weighted_rows = sum(counts[s] for s in weighted)
+        target_chars = n_target * sum(chars_of[s] for s in weighted) / weighted_rows if weighted_rows else 0
     plans = []
     for s in order:
         count = counts.get(s, 0)
         if s in repeat:
             n, rule = round(count * repeat[s]), f"repeat {repeat[s]:g}x"
+        elif s in weighted and by_chars:
+            mean = chars_of[s] / count
+            n, rule = math.floor(target_chars * weights[s] / total_w / mean), f"weight {weights[s]:g} of chars"
         elif s in weighted:
             n, rule = math.floor(n_target * weights[s] / total_w), f"weight {weights[s]:g}"
         else:
@@ -153,7 +171,17 @@ def mix_documents(
         for name, idx in zip(grouped.get_column("source"), grouped.get_column("i"))
     }
     counts = {name: len(pos) for name, pos in positions.items()}
-    plans, warnings = plan_counts(counts, mix, order)
+    chars = None
+    if mix.unit == MixUnit.chars:  # one int per row, read batch by batch (no text held)
+        lengths = np.concatenate(
+            [
+                pc.utf8_length(batch.column(0)).to_numpy(zero_copy_only=False)
+                for batch in pq.ParquetFile(split_path).iter_batches(batch_size=GATHER_ROWS, columns=["text"])
+            ]
+            or [np.zeros(0, dtype=np.int64)]
+        )
+        chars = {name: int(lengths[pos].sum()) for name, pos in positions.items()}
+    plans, warnings = plan_counts(counts, mix, order, chars)
     rng = np.random.default_rng(mix.seed)
     picked = [positions[p.source][draw_indices(p.input_rows, p.output_rows, rng)] for p in plans if p.output_rows]
     order_idx = np.concatenate(picked)[rng.permutation(sum(len(p) for p in picked))]

@@ -23,6 +23,7 @@ class MixConfig(dg.Config):
     weights: dict[str, float] | None = None
     repeat: dict[str, float] | None = None
     upsample: bool | None = None
+    unit: str | None = None
 
 
 def mix(spec: PipelineSpec, split: str, ctx: StageContext, config: MixConfig) -> StageOutput:
