@@ -270,6 +270,15 @@ def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
     )
     with pytest.raises(IndexError):
         ds[len(ds)]
+    assert ds[0].dtype == np.int64  # what torch.nn.Embedding takes (the file's uint16 is not)
+    assert TokenDataset(out, seq_len=64, dtype=np.uint16)[0].dtype == np.uint16
+    # (x, y) windows: the Parquet sequences as inputs, their next tokens as targets.
+    pairs = TokenDataset(out, seq_len=64, xy=True)
+    assert len(pairs) == (len(data) - 1) // 64
+    parquet = pq.read_table(sorted(out.glob("part-*.parquet"))).column("input_ids").to_pylist()
+    for i in (0, 5, len(pairs) - 1):
+        x, y = pairs[i]
+        assert x.tolist() == parquet[i] and y.tolist() == data[i * 64 + 1 : i * 64 + 65].tolist()
 
 
 def test_megatron_index_small_case():
