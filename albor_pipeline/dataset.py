@@ -1,49 +1,365 @@
-"""Random access to an exported token stream (nanoGPT-style `tokens.bin` + `tokens.json`).
+"""Training-side readers of a corpus dir (`corpus/<split>`, `corpus/long_<split>`).
 
-`TokenDataset(dir, seq_len)[i]` is sequence i, read from a numpy memmap in O(1): a
-map-style dataset (len + getitem) that a PyTorch DataLoader accepts without this
-module importing torch. Ids come as int64 by default (what `torch.nn.Embedding` takes;
-the file's uint16 does not), and `xy=True` gives nanoGPT's (input, target) windows.
+- `Sequences(dir)`: map-style, O(1) random access through the corpus stage's `index.json`,
+  over the Parquet shards or the token-stream exports. Item i is a dict of numpy arrays:
+  `input_ids`, `position_ids` (restarting at every document, so attention can be kept
+  inside documents), and with `xy=True` `targets` (the next tokens, `IGNORE_INDEX` where
+  the next token is padding or unknown). `chunk_len` serves `seq_len / chunk_len` chunks
+  of every sequence (a 4k stage from 32k sequences) with no re-tokenization.
+- `Batches(sequences, batch_size, seed, rank, world_size)`: one rank's batches of a
+  seeded per-epoch shuffle, disjoint from and together complete with the other ranks'.
+  Item b is batch b, so a plain `torch.utils.data.DataLoader(batches, batch_size=None)`
+  yields the same batches for any number of workers, and `state_dict()` /
+  `load_state_dict()` resume exactly after any batch.
+
+torch is optional: nothing here imports it until `Batches.loader()` is called.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow.parquet as pq
+
+from albor_pipeline.core.corpus import INDEX_FILE, INDEX_FORMAT
+
+IGNORE_INDEX = -100  # torch.nn.functional.cross_entropy's default ignore_index
+SOURCES = ("parquet", "tokens", "megatron")  # the Parquet shards, the nanoGPT and Megatron streams
+STREAM_FILES = {"tokens": "tokens.bin", "megatron": "megatron.bin"}
 
 
-class TokenDataset:
-    """Non-overlapping `seq_len` windows over the token stream of one split.
+class _ParquetSequences:
+    """Sequence i of the Parquet shards: one row-group read (32 sequences), a few cached."""
 
-    `xy`: item i is `(x, y)` with `x = tokens[i*L : i*L+L]` and `y` the same window one
-    token later (seq_len + 1 tokens read), so every window has its next-token targets.
+    CACHE = 8  # row groups kept per process: sequential reads decode each group once
+
+    def __init__(self, directory: Path, index: dict[str, Any]) -> None:
+        parquet = index["parquet"]
+        self.directory, self.seq_len = directory, int(index["seq_len"])
+        self.shards = [(s["file"], int(s["sequences"])) for s in parquet["shards"]]
+        self.per_shard, self.per_group = int(parquet["shard_sequences"]), int(parquet["row_group_sequences"])
+        self.sequences = int(parquet["sequences"])
+        self.pad = int(index["special_ids"]["pad"])
+        self.contiguous = index["packing"] == "concat"  # sequence i + 1 continues sequence i
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._files: dict[int, pq.ParquetFile] = {}
+        self._groups: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:  # DataLoader workers (spawn) open their own files
+        return {k: v for k, v in self.__dict__.items() if k not in ("_files", "_groups")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def _file(self, shard: int) -> pq.ParquetFile:
+        if os.getpid() != self._pid:  # a forked worker: never share the parent's open files
+            self._reset()
+        if shard not in self._files:
+            name, rows = self.shards[shard]
+            handle = pq.ParquetFile(self.directory / name)
+            if handle.metadata.num_rows != rows:
+                raise ValueError(
+                    f"{self.directory / name}: {handle.metadata.num_rows} sequences, {INDEX_FILE} says {rows}; "
+                    "the corpus dir mixes two builds"
+                )
+            self._files[shard] = handle
+        return self._files[shard]
+
+    def _group(self, shard: int, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids as rows x seq_len, all doc_lens, each row's offset into them) of one row group."""
+        key = (shard, group)
+        if key in self._groups:
+            self._groups.move_to_end(key)
+            return self._groups[key]
+        table = self._file(shard).read_row_group(group, columns=["input_ids", "doc_lens"], use_threads=False)
+        ids = table.column("input_ids").combine_chunks()
+        lens = table.column("doc_lens").combine_chunks()
+        value = (
+            ids.values.to_numpy().reshape(len(ids), self.seq_len),
+            lens.values.to_numpy(),
+            lens.offsets.to_numpy(),
+        )
+        self._groups[key] = value
+        if len(self._groups) > self.CACHE:
+            self._groups.popitem(last=False)
+        return value
+
+    def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, doc_lens) of sequence i."""
+        shard, row = divmod(i, self.per_shard)
+        group, row = divmod(row, self.per_group)
+        ids, lens, offsets = self._group(shard, group)
+        return ids[row], lens[offsets[row] : offsets[row + 1]].astype(np.int64)
+
+    def next_token(self, i: int) -> int | None:
+        if not self.contiguous or i + 1 >= self.sequences:
+            return None
+        token = int(self.read(i + 1)[0][0])
+        return None if token == self.pad else token
+
+
+class _StreamSequences:
+    """Sequence i of a token stream: tokens [i * seq_len, (i + 1) * seq_len) of a memmap.
+
+    Documents end at EOS (the stream has no padding and no other EOS: a literal `</s>` in
+    text is ordinary tokens), so a window's doc_lens come from its EOS positions.
+    """
+
+    contiguous = True
+
+    def __init__(self, directory: Path, index: dict[str, Any], source: str) -> None:
+        name = STREAM_FILES[source]
+        stream = index["streams"].get(name)
+        if stream is None:
+            raise ValueError(f"{directory}: no {name} (add `{source}` to corpus.formats)")
+        self.path, self.seq_len = directory / name, int(index["seq_len"])
+        self.tokens = int(stream["tokens"])
+        size = self.path.stat().st_size
+        if size != self.tokens * np.dtype(stream["dtype"]).itemsize:
+            raise ValueError(f"{self.path}: {size} bytes, {INDEX_FILE} says {self.tokens} {stream['dtype']} tokens")
+        self.dtype, self.eos = np.dtype(stream["dtype"]), int(index["special_ids"]["eos"])
+        self.sequences = self.tokens // self.seq_len
+        self._map: np.memmap | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_map": None}
+
+    @property
+    def _tokens(self) -> np.memmap:
+        if self._map is None:
+            self._map = np.memmap(self.path, dtype=self.dtype, mode="r")
+        return self._map
+
+    def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.asarray(self._tokens[i * self.seq_len : (i + 1) * self.seq_len])
+        ends = np.flatnonzero(ids == self.eos) + 1
+        if not len(ends) or ends[-1] != len(ids):
+            ends = np.append(ends, len(ids))  # the last piece goes on in the next window
+        return ids, np.diff(ends, prepend=0)
+
+    def next_token(self, i: int) -> int | None:
+        at = (i + 1) * self.seq_len
+        return int(self._tokens[at]) if at < self.tokens else None
+
+
+def read_index(directory: str | Path) -> dict[str, Any]:
+    """A corpus dir's `index.json`, with an error that says what is wrong."""
+    path = Path(directory) / INDEX_FILE
+    try:
+        index: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: not found; is {directory} a corpus dir (corpus/<split>)?") from None
+    if index.get("format") != INDEX_FORMAT:
+        raise ValueError(f"{path}: format {index.get('format')!r}, expected {INDEX_FORMAT!r}")
+    return index
+
+
+class Sequences:
+    """Random access to the sequences (or `chunk_len` chunks of them) of one corpus dir.
+
+    `source`: "parquet" (the shards, with their stored doc_lens), "tokens" or "megatron"
+    (the stream exports, cut every seq_len). `dtype`: of `input_ids` (int64 by default:
+    what `torch.nn.Embedding` takes). `xy`: add `targets`, the next token at every
+    position; past a chunk's end that is the next chunk's first token, or the next
+    sequence's where packing is contiguous (concat), else `IGNORE_INDEX`.
     """
 
     def __init__(
-        self, directory: str | Path, seq_len: int | None = None, dtype: npt.DTypeLike = np.int64, xy: bool = False
+        self,
+        directory: str | Path,
+        *,
+        source: str = "parquet",
+        chunk_len: int | None = None,
+        xy: bool = False,
+        dtype: npt.DTypeLike = np.int64,
     ) -> None:
         directory = Path(directory)
-        self.meta = json.loads((directory / "tokens.json").read_text(encoding="utf-8"))
-        self.seq_len = int(seq_len or self.meta["seq_len"])
-        self.dtype, self.xy = np.dtype(dtype), xy
-        self.tokens = np.memmap(directory / "tokens.bin", dtype=np.dtype(self.meta["dtype"]), mode="r")
-        if len(self.tokens) != self.meta["tokens"]:
-            raise ValueError(
-                f"{directory}: tokens.bin holds {len(self.tokens)} tokens, tokens.json says {self.meta['tokens']}"
-            )
+        self.index = read_index(directory)
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+        if source == "parquet" and self.index["parquet"] is None:
+            raise ValueError(f"{directory}: no Parquet shards (add `parquet` to corpus.formats)")
+        self.backend = (
+            _ParquetSequences(directory, self.index)
+            if source == "parquet"
+            else _StreamSequences(directory, self.index, source)
+        )
+        self.seq_len = self.backend.seq_len
+        self.chunk_len = chunk_len or self.seq_len
+        if self.chunk_len <= 0 or self.seq_len % self.chunk_len:
+            raise ValueError(f"chunk_len {chunk_len} must divide seq_len {self.seq_len}")
+        self.chunks = self.seq_len // self.chunk_len
+        self.xy, self.dtype = xy, np.dtype(dtype)
+        self.pad = int(self.index["special_ids"]["pad"])
 
     def __len__(self) -> int:
-        return (len(self.tokens) - self.xy) // self.seq_len  # x/y windows need one token past the last
+        return self.backend.sequences * self.chunks
 
-    def __getitem__(self, index: int) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    def _locate(self, index: int) -> tuple[int, int]:
         n = len(self)
         if index < 0:
             index += n
         if not 0 <= index < n:
-            raise IndexError(f"sequence {index} out of range for {n} sequences")
-        start = index * self.seq_len
-        window = np.asarray(self.tokens[start : start + self.seq_len + self.xy], dtype=self.dtype)
-        return (window[:-1], window[1:]) if self.xy else window
+            raise IndexError(f"item {index} out of range for {n} items")
+        return divmod(index, self.chunks)
+
+    def doc_lens(self, index: int) -> np.ndarray:
+        """The document pieces of item `index`, in order, summing to its non-pad length."""
+        seq, chunk = self._locate(index)
+        return _recut(self.backend.read(seq)[1], chunk * self.chunk_len, self.chunk_len)
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        seq, chunk = self._locate(index)
+        ids, lens = self.backend.read(seq)
+        start, length = chunk * self.chunk_len, self.chunk_len
+        x = ids[start : start + length]
+        pieces = _recut(lens, start, length)
+        segments = np.append(pieces, length - pieces.sum()) if pieces.sum() < length else pieces
+        item = {
+            "input_ids": x.astype(self.dtype),
+            "position_ids": np.arange(length) - np.repeat(np.cumsum(segments) - segments, segments),
+        }
+        if self.xy:
+            after = int(ids[start + length]) if start + length < self.seq_len else self.backend.next_token(seq)
+            targets = np.empty(length, dtype=np.int64)
+            targets[:-1] = x[1:]
+            targets[-1] = IGNORE_INDEX if after is None else after
+            targets[targets == self.pad] = IGNORE_INDEX
+            item["targets"] = targets
+        return item
+
+
+def _recut(lens: np.ndarray, start: int, length: int) -> np.ndarray:
+    """The document pieces inside [start, start + length) of a sequence with pieces `lens`."""
+    ends = np.cumsum(lens)
+    stop = min(start + length, int(ends[-1]) if len(ends) else 0)
+    if stop <= start:
+        return np.zeros(0, dtype=np.int64)
+    inner = ends[(ends > start) & (ends < stop)]
+    return np.diff(np.concatenate([[start], inner, [stop]])).astype(np.int64)
+
+
+@dataclass
+class _Position:
+    epoch: int = 0
+    batch: int = 0  # batches of `epoch` already consumed
+
+
+class Batches:
+    """One rank's batches of `sequences`, reshuffled every epoch, resumable after any batch.
+
+    Epoch e's order is a permutation seeded by (seed, e); rank r takes items r, r + W,
+    r + 2W, ... of it (W = world_size), so ranks are disjoint and together complete
+    (`drop_last` trims every rank to the same number of full batches). Item b is a dict
+    of stacked arrays plus `cu_seqlens` (int32 segment starts over the flattened batch,
+    for varlen attention) and `index` (the items it holds). Iterating, or `loader()`,
+    runs the rest of the current epoch and moves the position past every batch it yields.
+    """
+
+    def __init__(
+        self,
+        sequences: Sequences,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ) -> None:
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be > 0, got {batch_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        self.sequences, self.batch_size = sequences, batch_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.shuffle, self.drop_last = shuffle, drop_last
+        self.position = _Position()
+        self._order: tuple[int, np.ndarray] | None = None
+
+    def order(self, epoch: int | None = None) -> np.ndarray:
+        """This rank's items of `epoch` (default: the current one), in batch order."""
+        epoch = self.position.epoch if epoch is None else epoch
+        if self._order is None or self._order[0] != epoch:
+            n = len(self.sequences)
+            every = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
+            mine = every[self.rank :: self.world_size]
+            if self.drop_last:
+                mine = mine[: n // self.world_size // self.batch_size * self.batch_size]
+            self._order = (epoch, mine)
+        return self._order[1]
+
+    def __len__(self) -> int:
+        return -(-len(self.order()) // self.batch_size)
+
+    def __getitem__(self, batch: int) -> dict[str, np.ndarray]:
+        if not 0 <= batch < len(self):
+            raise IndexError(f"batch {batch} out of range for {len(self)} batches")
+        chosen = self.order()[batch * self.batch_size : (batch + 1) * self.batch_size]
+        items = [self.sequences[int(i)] for i in chosen]
+        out = {key: np.stack([item[key] for item in items]) for key in items[0]}
+        starts = np.flatnonzero(out["position_ids"].reshape(-1) == 0)
+        out["cu_seqlens"] = np.append(starts, out["position_ids"].size).astype(np.int32)
+        out["index"] = chosen.astype(np.int64)
+        return out
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its first batch."""
+        self.position = _Position(epoch, 0)
+
+    def _advance(self) -> None:
+        self.position.batch += 1
+        if self.position.batch >= len(self):
+            self.position = _Position(self.position.epoch + 1, 0)
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        for batch in range(self.position.batch, len(self)):
+            item = self[batch]
+            self._advance()
+            yield item
+
+    def loader(self, **dataloader_kwargs: Any) -> Iterator[Any]:
+        """The rest of the current epoch through a plain `torch.utils.data.DataLoader`
+        (`num_workers`, `pin_memory`, ... pass through); batches come as tensors, in the
+        same order for any number of workers."""
+        from torch.utils.data import DataLoader
+
+        start = self.position.batch
+        loader = DataLoader(self, batch_size=None, sampler=range(start, len(self)), **dataloader_kwargs)
+        for batch in loader:
+            self._advance()
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the next batch comes from, and what the order depends on (checked on load)."""
+        return {
+            "epoch": self.position.epoch,
+            "batch": self.position.batch,
+            "seed": self.seed,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "items": len(self.sequences),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where `state` was taken: the next batch is the one an uninterrupted run yields next."""
+        mine = self.state_dict()
+        differ = {k: (state.get(k), mine[k]) for k in mine if k not in ("epoch", "batch") and state.get(k) != mine[k]}
+        if differ:
+            detail = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in differ.items())
+            raise ValueError(f"cannot resume a different batch order ({detail})")
+        self.position = _Position(int(state["epoch"]), int(state["batch"]))

@@ -181,6 +181,14 @@ class Packing(str, Enum):
     best_fit = "best_fit"  # whole documents into seq_len bins, padded; only longer ones are split
 
 
+class LongSpec(_Model):
+    """Length staging (seed 003): documents of at least `min_chars` characters, packed again at
+    their own `seq_len` into `corpus/long_<split>`; the reader cuts any corpus into shorter chunks."""
+
+    min_chars: int = Field(32_000, gt=0)  # the document's characters before FIM (seed 003's filter)
+    seq_len: int = Field(32_768, gt=1)
+
+
 class CorpusSpec(_Model):
     seq_len: int = Field(2048, gt=1)
     remainder: RemainderPolicy = RemainderPolicy.drop
@@ -190,6 +198,7 @@ class CorpusSpec(_Model):
     bos: bool = False  # prepend <s> to every document (nanochat); </s> after every document always
     packing: Packing = Packing.concat
     best_fit_window: int = Field(1024, gt=0)  # documents packed together by best_fit (bounds memory)
+    long: LongSpec | None = None  # also build corpus/long_<split> (length staging)
 
 
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from albor_pipeline.spec import PipelineSpec, load_spec
+from albor_pipeline.core.fim import apply_fim
+from albor_pipeline.core.tokenizer import build_tokenizer
+from albor_pipeline.spec import FimSpec, PipelineSpec, TokenizerSpec, load_spec
 
-from .support import STDLIB, Server, small_spec_dict, start_dagster_dev, write_spec
+from .support import LITERAL, STDLIB, Server, small_spec_dict, start_dagster_dev, write_docs, write_spec
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +41,17 @@ def dagster_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[
     yield _start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """Tokenizer trained on real stdlib code; FIM'd documents ready to pretokenize."""
+    tmp = tmp_path_factory.mktemp("corpus")
+    train_texts = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "asyncio").rglob("*.py"))]
+    docs = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    docs += [LITERAL, "<|fim_middle|>" + LITERAL + "</s>", "tiny"]
+    train = write_docs(tmp / "train.parquet", train_texts)
+    build_tokenizer(train, write_docs(tmp / "val.parquet", docs[:5]), TokenizerSpec(vocab_size=1500), tmp / "tok", tmp)
+    src = write_docs(tmp / "docs.parquet", docs)
+    apply_fim(src, FimSpec(rate=0.5, format="mixed", seed=1, min_chars=0), tmp / "fim.parquet", tmp)
+    return tmp, docs

@@ -22,10 +22,8 @@ from albor_pipeline.core.encode import (
     pick_encoder,
 )
 from albor_pipeline.core.fim import apply_fim
-from albor_pipeline.core.tokenizer import build_tokenizer
 from albor_pipeline.core.vocab import plain_tokenizer
-from albor_pipeline.dataset import TokenDataset
-from albor_pipeline.spec import CorpusSpec, FimSpec, TokenizerSpec
+from albor_pipeline.spec import CorpusSpec, FimSpec
 
 from .support import LITERAL, STDLIB, write_docs
 
@@ -84,20 +82,6 @@ def test_concat_packing_pieces_rebuild_the_documents(doc_lengths, batches, seq_l
     assert glue(stream, all_pieces, eos=9) == doc_lengths
     expected_cut = sum(1 for end, n in zip(doc_ends, lengths) if (end - n) // seq_len != (end - 1) // seq_len)
     assert packer.cut_documents == expected_cut
-
-
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    """Tokenizer trained on real stdlib code; FIM'd documents ready to pretokenize."""
-    tmp = tmp_path_factory.mktemp("corpus")
-    train_texts = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "asyncio").rglob("*.py"))]
-    docs = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
-    docs += [LITERAL, "<|fim_middle|>" + LITERAL + "</s>", "tiny"]
-    train = write_docs(tmp / "train.parquet", train_texts)
-    build_tokenizer(train, write_docs(tmp / "val.parquet", docs[:5]), TokenizerSpec(vocab_size=1500), tmp / "tok", tmp)
-    src = write_docs(tmp / "docs.parquet", docs)
-    apply_fim(src, FimSpec(rate=0.5, format="mixed", seed=1, min_chars=0), tmp / "fim.parquet", tmp)
-    return tmp, docs
 
 
 def _flat_tokens(out: Path) -> np.ndarray:
@@ -263,22 +247,6 @@ def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
     assert (data[: len(packed)] == packed).all() and len(data) - len(packed) == result.dropped_tokens
     meta = json.loads((out / "tokens.json").read_text())
     assert meta["dtype"] == "uint16" and meta["tokens"] == len(data) and meta["eos_id"] == eos
-    ds = TokenDataset(out, seq_len=64)
-    assert len(ds) == len(data) // 64
-    assert (
-        ds[3].tolist() == data[192:256].tolist() and ds[-1].tolist() == data[(len(ds) - 1) * 64 : len(ds) * 64].tolist()
-    )
-    with pytest.raises(IndexError):
-        ds[len(ds)]
-    assert ds[0].dtype == np.int64  # what torch.nn.Embedding takes (the file's uint16 is not)
-    assert TokenDataset(out, seq_len=64, dtype=np.uint16)[0].dtype == np.uint16
-    # (x, y) windows: the Parquet sequences as inputs, their next tokens as targets.
-    pairs = TokenDataset(out, seq_len=64, xy=True)
-    assert len(pairs) == (len(data) - 1) // 64
-    parquet = pq.read_table(sorted(out.glob("part-*.parquet"))).column("input_ids").to_pylist()
-    for i in (0, 5, len(pairs) - 1):
-        x, y = pairs[i]
-        assert x.tolist() == parquet[i] and y.tolist() == data[i * 64 + 1 : i * 64 + 65].tolist()
 
 
 def test_megatron_index_small_case():

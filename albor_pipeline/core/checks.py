@@ -13,6 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from tokenizers import Tokenizer
+
+from albor_pipeline.core.vocab import EOS, PAD
 
 
 @dataclass
@@ -155,4 +158,32 @@ def check_no_short_splits(paths: list[Path], seq_len: int, eos_id: int) -> Check
         pieces_seen > 0 and split == 0,
         f"{split} of {pieces_seen} document pieces are parts of a document shorter than seq_len",
         {"pieces": pieces_seen, "short_splits": split},
+    )
+
+
+def check_min_chars(paths: list[Path], tokenizer_path: Path, min_chars: int) -> CheckOutcome:
+    """Length staging: every whole document in the sequences has at least `min_chars`
+    characters before FIM, counted on the text decoded from its tokens (the text between
+    special tokens, so FIM sentinels and BOS/EOS do not count; their literal text does)."""
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    special = np.array(sorted(tok.get_added_tokens_decoder()), dtype=np.int64)
+    eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
+    documents = short = 0
+    shortest: int | None = None
+    pending = np.zeros(0, dtype=np.int64)  # the tokens of a document continued in the next sequence
+    for ids, _, _ in _packed_batches(paths):
+        stream = np.concatenate([pending, ids[ids != pad].astype(np.int64)])
+        ends = np.flatnonzero(stream == eos) + 1
+        for doc in np.split(stream[: ends[-1]], ends[:-1]) if len(ends) else []:
+            cuts = np.flatnonzero(np.isin(doc, special))
+            segments = [s.tolist() for s in np.split(doc, cuts) if len(s)]
+            chars = sum(len(text) for text in tok.decode_batch(segments, skip_special_tokens=True))
+            documents += 1
+            short += chars < min_chars
+            shortest = chars if shortest is None else min(shortest, chars)
+        pending = stream[ends[-1] :] if len(ends) else stream
+    return CheckOutcome(
+        documents > 0 and short == 0,
+        f"{short} of {documents} whole documents have fewer than {min_chars} characters (shortest {shortest})",
+        {"documents": documents, "short": short, "shortest_chars": shortest or 0, "min_chars": min_chars},
     )

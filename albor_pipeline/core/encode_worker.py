@@ -1,12 +1,13 @@
 """A worker process that encodes row groups of a FIM Parquet file.
 
-Started as `python -m albor_pipeline.core.encode_worker FIM TOKENIZER K N bos|eos` (a fresh
-interpreter: no fork of a threaded parent, no re-import of the caller's script), so
-it can load while the parent picks the encoder. It reads the encoder's name from
+Started as `python -m albor_pipeline.core.encode_worker FIM TOKENIZER K N bos|eos MIN_CHARS`
+(a fresh interpreter: no fork of a threaded parent, no re-import of the caller's script),
+so it can load while the parent picks the encoder. It reads the encoder's name from
 stdin, then encodes row groups K, K+N, K+2N, ... and writes for each a frame to
-stdout: three little-endian int64 (ids, documents, text bytes), then the uint32 ids
-and the int64 document lengths. A blocked stdout pipe is the back-pressure that
-bounds memory.
+stdout: three little-endian int64 (ids, documents, text bytes), then the uint32 ids,
+the int64 document lengths and the int64 row numbers (in the row group) of the
+documents encoded: those of at least MIN_CHARS characters. A blocked stdout pipe is
+the back-pressure that bounds memory.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.core.encode import Encoder, make_encoder
 from albor_pipeline.core.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+
+SENTINEL_CHARS = len(FIM_PREFIX) + len(FIM_SUFFIX) + len(FIM_MIDDLE)  # what FIM adds to a text
 
 HEADER = struct.Struct("<qqq")
 READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
@@ -69,9 +72,9 @@ def encode_rows(
 class RowGroupEncoder:
     """Encodes row groups of one FIM Parquet file (in a worker process, or in-process)."""
 
-    def __init__(self, fim_path: str, tok: Tokenizer, encoder: Encoder, bos: bool = False) -> None:
+    def __init__(self, fim_path: str, tok: Tokenizer, encoder: Encoder, bos: bool = False, min_chars: int = 0) -> None:
         self.file = pq.ParquetFile(fim_path)
-        self.encoder, self.bos = encoder, bos
+        self.encoder, self.bos, self.min_chars = encoder, bos, min_chars
         ids = {t: tok.token_to_id(t) for t in (BOS, EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
         missing = [t for t, i in ids.items() if i is None]
         if missing:
@@ -79,35 +82,45 @@ class RowGroupEncoder:
         self.ids: dict[str, int] = {t: i for t, i in ids.items() if i is not None}
 
     @classmethod
-    def load(cls, fim_path: str, tokenizer_path: str, encoder_name: str, bos: bool) -> RowGroupEncoder:
+    def load(cls, fim_path: str, tokenizer_path: str, encoder_name: str, bos: bool, min_chars: int) -> RowGroupEncoder:
         """A single-threaded encoder of `encoder_name`, as a worker process builds it."""
         tok = Tokenizer.from_file(tokenizer_path)
-        return cls(fim_path, tok, make_encoder(tok, encoder_name, threads=1), bos)
+        return cls(fim_path, tok, make_encoder(tok, encoder_name, threads=1), bos, min_chars)
 
-    def encode(self, index: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """(flat ids with EOS after each document, per-document lengths, text bytes) of one row group."""
+    def encode(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(flat ids with EOS after each document, per-document lengths, the documents' rows in
+        the row group, text bytes) of one row group's documents of at least `min_chars` characters."""
         table = self.file.read_row_group(index, columns=READ_COLUMNS)
+        rows = np.arange(table.num_rows, dtype=np.int64)
+        if self.min_chars:
+            # Characters before FIM: a FIM'd text carries the three sentinels on top.
+            fim = pc.if_else(pc.is_null(table.column("fim_format")), 0, SENTINEL_CHARS)
+            chars = pc.subtract(pc.utf8_length(table.column("text")), fim)
+            keep = pc.greater_equal(chars, self.min_chars)
+            rows = rows[keep.to_numpy(zero_copy_only=False)]
+            table = table.filter(keep)
         flat, lengths = encode_rows(table.to_pydict(), self.encoder, self.ids, self.bos)
         text_bytes = pc.sum(pc.binary_length(table.column("text"))).as_py() or 0
-        return flat, lengths, text_bytes
+        return flat, lengths, rows, text_bytes
 
 
 def main() -> None:
     fim_path, tokenizer_path, first, step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    bos = sys.argv[5] == "bos"
+    bos, min_chars = sys.argv[5] == "bos", int(sys.argv[6])
     # Build the usual encoder while the parent checks it against HF on a sample.
-    worker = RowGroupEncoder.load(fim_path, tokenizer_path, "tiktoken", bos)
+    worker = RowGroupEncoder.load(fim_path, tokenizer_path, "tiktoken", bos, min_chars)
     encoder_name = sys.stdin.readline().strip()
     if not encoder_name:
         return  # the parent decided not to use this worker
     if encoder_name != "tiktoken":
-        worker = RowGroupEncoder.load(fim_path, tokenizer_path, encoder_name, bos)
+        worker = RowGroupEncoder.load(fim_path, tokenizer_path, encoder_name, bos, min_chars)
     out = sys.stdout.buffer
     for index in range(first, worker.file.num_row_groups, step):
-        flat, lengths, text_bytes = worker.encode(index)
+        flat, lengths, rows, text_bytes = worker.encode(index)
         out.write(HEADER.pack(len(flat), len(lengths), text_bytes))
         out.write(flat.tobytes())
         out.write(lengths.tobytes())
+        out.write(rows.tobytes())
         out.flush()
 
 

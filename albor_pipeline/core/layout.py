@@ -36,6 +36,11 @@ def corpus_stage(split: str) -> str:
     return f"corpus/{split}"
 
 
+def long_split(split: str) -> str:
+    """The length-staged subset of a split: `corpus/long_<split>`, files in `corpus/long_<split>/`."""
+    return f"long_{split}"
+
+
 @dataclass(frozen=True)
 class Layout:
     """Paths of every stage's outputs, manifests and caches under one data dir."""

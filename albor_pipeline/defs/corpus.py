@@ -1,4 +1,5 @@
-"""Pretokenized corpora: EOS-separated, packed into seq_len sequences, optional exports."""
+"""Pretokenized corpora: EOS-separated, packed into seq_len sequences, optional exports;
+with `corpus.long`, the long documents again at their own seq_len (length staging)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ import dagster as dg
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.artifacts import StageManifest, read_manifest
-from albor_pipeline.core.checks import CheckOutcome, check_doc_lens, check_no_short_splits, check_sequences
+from albor_pipeline.core.checks import (
+    CheckOutcome,
+    check_doc_lens,
+    check_min_chars,
+    check_no_short_splits,
+    check_sequences,
+)
 from albor_pipeline.core.corpus import SEQ_SCHEMA, build_corpus
-from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage, fim_stage
+from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
-from albor_pipeline.spec import SPLITS, Packing, PipelineSpec
+from albor_pipeline.spec import SPLITS, CorpusSpec, LongSpec, Packing, PipelineSpec
 
 
 class CorpusConfig(dg.Config):
@@ -31,16 +38,24 @@ class CorpusConfig(dg.Config):
     best_fit_window: int | None = None
 
 
-def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConfig) -> StageOutput:
-    settings = resolve(spec.corpus, config, f"{corpus_stage(split)} run config")
+class LongCorpusConfig(dg.Config):
+    """Run overrides of the spec's `corpus.long`; the rest of `corpus` applies as to corpus/<split>."""
+
+    min_chars: int | None = None
+    seq_len: int | None = None
+
+
+def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_chars: int = 0) -> StageOutput:
+    """Pretokenize fim/<split> into corpus/<out> with `settings`; the summary and metadata."""
     layout = ctx.layout
     result = build_corpus(
         layout.fim(split),
         layout.tokenizer_json,
         settings,
-        layout.corpus_dir(split),
+        layout.corpus_dir(out),
         layout.root,
         progress=ctx.log.info,
+        min_chars=min_chars,
     )
     summary = {
         "documents": result.documents,
@@ -72,6 +87,19 @@ def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConf
     )
 
 
+def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConfig) -> StageOutput:
+    return pack(ctx, split, split, resolve(spec.corpus, config, f"{corpus_stage(split)} run config"))
+
+
+def long_corpus(
+    long: LongSpec, spec: PipelineSpec, split: str, ctx: StageContext, config: LongCorpusConfig
+) -> StageOutput:
+    where = f"{corpus_stage(long_split(split))} run config"
+    settings = resolve(long, config, where)
+    corpus_settings = spec.corpus.model_copy(update={"seq_len": settings.seq_len, "long": settings})
+    return pack(ctx, split, long_split(split), corpus_settings, min_chars=settings.min_chars)
+
+
 def _doc_lens(layout: Layout, manifest: StageManifest) -> CheckOutcome:
     ids = read_manifest(layout, TOKENIZER).summary["special_ids"]
     return check_doc_lens(parquet_outputs(layout, manifest), manifest.config["seq_len"], ids[EOS], ids[PAD])
@@ -87,43 +115,79 @@ def _sequences(layout: Layout, manifest: StageManifest) -> CheckOutcome:
     return check_sequences(parquet_outputs(layout, manifest), manifest.config["seq_len"], vocab)
 
 
-def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig]]:
-    return [
+def _min_chars(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    min_chars = manifest.config["long"]["min_chars"]
+    return check_min_chars(parquet_outputs(layout, manifest), layout.tokenizer_json, min_chars)
+
+
+def _checks(spec: PipelineSpec) -> tuple[Check, ...]:
+    """The checks of every packed corpus (corpus/<split> and corpus/long_<split>)."""
+    return (
+        schema_check(SEQ_SCHEMA),
+        Check(
+            "sequences",
+            "Every sequence has `seq_len` ids, every id < vocab size, at least one sequence.",
+            _sequences,
+            blocking=True,
+        ),
+        Check(
+            "doc_lens",
+            "`doc_lens` sums to each sequence's non-pad length; its pieces end exactly at the EOS tokens.",
+            _doc_lens,
+            blocking=True,
+        ),
+        *(
+            [
+                Check(
+                    "no_short_splits",
+                    "best_fit packing split no document shorter than `seq_len`.",
+                    _no_short_splits,
+                    blocking=True,
+                )
+            ]
+            if spec.corpus.packing is Packing.best_fit
+            else []
+        ),
+    )
+
+
+def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusConfig]]:
+    out: list[Stage[CorpusConfig] | Stage[LongCorpusConfig]] = [
         Stage(
             name=corpus_stage(split),
             group="corpus",
             description=f"The {split} split pretokenized: every document + `</s>`, concatenated and cut into "
             "`seq_len` sequences (Parquet `input_ids: list<uint32>` with each sequence's document pieces in "
-            "`doc_lens: list<uint32>`), plus Megatron/nanoGPT exports on request.",
+            "`doc_lens: list<uint32>`, and `index.json` for random access), plus Megatron/nanoGPT exports on request.",
             config=CorpusConfig,
             defaults=spec_defaults(CorpusConfig, spec.corpus),
             work=partial(corpus, spec, split),
             deps=(fim_stage(split), TOKENIZER),
+            checks=_checks(spec),
+        )
+        for split in SPLITS
+    ]
+    long = spec.corpus.long
+    if long is None:
+        return out
+    return out + [
+        Stage(
+            name=corpus_stage(long_split(split)),
+            group="corpus",
+            description=f"Length staging: the {split} split's documents of at least `min_chars` characters, "
+            "packed like corpus/<split> at their own `seq_len`; `albor_pipeline.dataset` serves any corpus "
+            "in shorter chunks without re-tokenizing.",
+            config=LongCorpusConfig,
+            defaults=spec_defaults(LongCorpusConfig, long),
+            work=partial(long_corpus, long, spec, split),
+            deps=(fim_stage(split), TOKENIZER),
             checks=(
-                schema_check(SEQ_SCHEMA),
+                *_checks(spec),
                 Check(
-                    "sequences",
-                    "Every sequence has `seq_len` ids, every id < vocab size, at least one sequence.",
-                    _sequences,
+                    "min_chars",
+                    "Every whole document in the long subset has at least `min_chars` characters.",
+                    _min_chars,
                     blocking=True,
-                ),
-                Check(
-                    "doc_lens",
-                    "`doc_lens` sums to each sequence's non-pad length; its pieces end exactly at the EOS tokens.",
-                    _doc_lens,
-                    blocking=True,
-                ),
-                *(
-                    [
-                        Check(
-                            "no_short_splits",
-                            "best_fit packing split no document shorter than `seq_len`.",
-                            _no_short_splits,
-                            blocking=True,
-                        )
-                    ]
-                    if spec.corpus.packing is Packing.best_fit
-                    else []
                 ),
             ),
         )
