@@ -30,7 +30,14 @@ SYSTEM_DEPS := chromium:chromium
 system-deps:
 	scripts/system-deps $(SYSTEM_DEPS)
 
-test: install system-deps
+# The loader tests run a real torch DataLoader: the CPU build (pip takes the machine's file).
+TORCH ?= torch==2.13.0
+
+$(VENV)/.torch: $(VENV)/.installed
+	$(BIN)/pip install -q '$(TORCH)'
+	touch $@
+
+test: install system-deps $(VENV)/.torch
 	$(BIN)/python -m pytest
 
 bench: install

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from albor_pipeline.core.artifacts import iter_manifests
-from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_stage
+from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage
 from albor_pipeline.core.lock import exclusive
 from albor_pipeline.core.provenance import stale_stages, verify
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec
@@ -100,11 +100,11 @@ def run_failures(events: Any) -> list[str]:
 def summary_lines(stages: dict[str, Any]) -> list[str]:
     """Corpus and tokenizer facts, from provenance.json's stage summaries or a run's metadata."""
     lines = []
-    for split in SPLITS:
-        s = stages.get(corpus_stage(split))
+    for name in map(corpus_stage, corpus_names(SPLITS)):
+        s = stages.get(name)
         if s:
             counts = f"{s['sequences']:,} sequences, {s['tokens']:,} tokens from {s['documents']:,} documents"
-            lines.append(f"  corpus/{split}: {counts}")
+            lines.append(f"  {name}: {counts}")
     tok = stages.get(TOKENIZER)
     if tok:
         lines.append(

@@ -337,7 +337,11 @@ class Batches:
         from torch.utils.data import DataLoader
 
         start = self.position.batch
-        loader = DataLoader(self, batch_size=None, sampler=range(start, len(self)), **dataloader_kwargs)
+        # Any map-style object (len + getitem) is a dataset to DataLoader; its stubs want the class.
+        dataset: Any = self
+        loader: DataLoader[Any] = DataLoader(
+            dataset, batch_size=None, sampler=range(start, len(self)), **dataloader_kwargs
+        )
         for batch in loader:
             self._advance()
             yield batch

@@ -64,7 +64,11 @@ def small_spec_dict(extra_sources: list[dict[str, Any]] | None = None, **overrid
             "test": {"seed": 456, "rows": 20, "upsample": False},
         },
         "tokenizer": {"vocab_size": 1024},
-        "corpus": {"seq_len": 256, "formats": ["parquet", "megatron", "nanogpt"]},
+        "corpus": {
+            "seq_len": 256,
+            "formats": ["parquet", "megatron", "nanogpt"],
+            "long": {"min_chars": 8000, "seq_len": 512},
+        },
     }
     raw.update(overrides)
     return raw

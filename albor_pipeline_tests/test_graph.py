@@ -16,6 +16,7 @@ import pytest
 from albor_pipeline.cli import main as albor
 from albor_pipeline.core.artifacts import read_manifest
 from albor_pipeline.core.layout import Layout
+from albor_pipeline.dataset import Sequences
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import AUTOMATION_SENSOR, BUILD_JOB, OBSERVE_JOB, OBSERVE_SCHEDULE
 from albor_pipeline.spec import DEFAULT_SPEC, load_spec
@@ -40,6 +41,7 @@ def test_default_definitions_load_with_expected_keys():
         "tokenizer",
         "provenance",
         *(f"{stage}/{s}" for stage in ("mixed", "fim", "corpus") for s in ("train", "val", "test")),
+        *(f"corpus/long_{s}" for s in ("train", "val", "test")),
     }
     assert keys == expected
     groups = {k.to_user_string(): graph.get(k).group_name for k in graph.materializable_asset_keys}
@@ -82,10 +84,10 @@ def test_every_stage_materializes_with_provenance_metadata(built):
         e.asset_key.to_user_string(): e.step_materialization_data.materialization
         for e in result.get_asset_materialization_events()
     }
-    assert len(mats) == 2 + 1 + 9 + 1 + 1
+    assert len(mats) == 2 + 1 + 9 + 3 + 1 + 1  # ... + corpus/long_<split>
     for key, mat in mats.items():
         meta = mat.metadata
-        assert meta["dagster/row_count"].value > 0, key
+        assert meta["dagster/row_count"].value > 0 or key.startswith("corpus/long_"), key
         assert HEX64.match(meta["sha256"].value), key
         if key == "provenance":
             continue
@@ -249,7 +251,7 @@ def test_non_default_settings_build_end_to_end(tmp_path):
     assert fim_train["spm"] == fim_train["transformed"] > 0
     assert read_manifest(Layout(out), "corpus/train").summary["padded_tokens"] > 0
     corpus = {Path(a.path).name for a in read_manifest(Layout(out), "corpus/train").outputs}
-    assert corpus == {"part-00000.parquet"}
+    assert corpus == {"part-00000.parquet", "index.json"}
     ids = pq.read_table(out / "corpus/train/part-00000.parquet").column("input_ids").to_pylist()
     assert {len(s) for s in ids} == {128}
     assert albor(["verify", "--data-dir", str(out)]) == 0
@@ -285,6 +287,11 @@ def test_default_spec_builds_end_to_end(tmp_path):
     assert stages["tokenizer"]["summary"]["vocab_size"] == 32771
     assert stages["tokenizer"]["summary"]["keywords_single_token"] == 8
     assert stages["corpus/train"]["summary"]["sequences"] > 1000
+    # Length staging: 32k-token sequences of 32k+-char documents, served as 4k chunks.
+    long_dir = tmp_path / "out" / "corpus" / "long_train"
+    long = Sequences(long_dir, chunk_len=4096)
+    assert stages["corpus/long_train"]["summary"]["sequences"] * 8 == len(long) > 100
+    assert long[9]["input_ids"].tolist() == Sequences(long_dir)[1]["input_ids"][4096:8192].tolist()
     plan = {p["source"]: p for p in stages["mixed/train"]["summary"]["plan"]}
     assert set(plan) == {"stdlib", "site_packages", "pydoc_topics"}
     assert float(plan["pydoc_topics"]["multiplier"].rstrip("x")) > 1  # the small source is upsampled

@@ -23,9 +23,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import date
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 import yaml
 from tiktoken_ext.openai_public import r50k_pat_str
@@ -325,6 +327,89 @@ def bench_scaling(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any
     return res
 
 
+def bench_loader(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any]:
+    """`albor_pipeline.dataset` against a bare `np.memmap` reader of the same token file:
+    sequential and shuffled sequences/s, a torch DataLoader with 2 workers, and resume cost."""
+    from albor_pipeline.dataset import Batches, Sequences
+
+    src = code_sources(corpora[:1])[0]
+    ingest_source(src, work / "ingested.parquet", work)
+    build_documents([(src.name, work / "ingested.parquet")], HoldoutSpec(), work / "documents", work)
+    apply_fim(work / "documents/train.parquet", FimSpec(), work / "fim.parquet", work)
+    tok_spec = TokenizerSpec(vocab_size=32768, max_chars=5_000_000)
+    build_tokenizer(work / "documents/train.parquet", work / "documents/val.parquet", tok_spec, work / "tok", work)
+    spec = CorpusSpec(formats=["parquet", "nanogpt"])
+    corpus = work / "corpus"
+    build_corpus(work / "fim.parquet", work / "tok/tokenizer.json", spec, corpus, work)
+    seq_len = spec.seq_len
+    tokens = np.memmap(corpus / "tokens.bin", dtype=np.uint16, mode="r")
+    n = len(tokens) // seq_len
+    order = np.random.default_rng(0).permutation(n)
+
+    def bare(indices: np.ndarray) -> None:
+        for i in indices:
+            np.asarray(tokens[i * seq_len : (i + 1) * seq_len], dtype=np.int64)
+
+    def ours(source: str, shuffle: bool) -> None:
+        for _ in Batches(Sequences(corpus, source=source, xy=True), 8, shuffle=shuffle):
+            pass
+
+    res: dict[str, Any] = {"loader_sequences": n, "loader_seq_len": seq_len}
+    timings = {
+        "bare_memmap_sequential": lambda: bare(np.arange(n)),
+        "bare_memmap_shuffled": lambda: bare(order),
+        "parquet_sequential": lambda: ours("parquet", False),
+        "parquet_shuffled": lambda: ours("parquet", True),
+        "tokens_sequential": lambda: ours("tokens", False),
+        "tokens_shuffled": lambda: ours("tokens", True),
+    }
+    for name, fn in timings.items():
+        res[f"{name}_seq_s"] = round(n / median_time(fn, repeat)[0])
+    for name in ("parquet_sequential", "parquet_shuffled", "tokens_sequential", "tokens_shuffled"):
+        bare_name = "bare_memmap_" + name.split("_")[1]
+        res[f"{name}_vs_bare"] = round(res[f"{name}_seq_s"] / res[f"{bare_name}_seq_s"], 3)
+    try:
+        import torch.utils.data as tud
+    except ImportError:
+        res["torch"] = "not installed (pip install torch)"
+        return res
+
+    class Bare:  # the plain map-style dataset a user would write over the same file
+        def __len__(self) -> int:
+            return n
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            return np.asarray(tokens[i * seq_len : (i + 1) * seq_len], dtype=np.int64)
+
+    def bare_loader() -> None:
+        dataset: Any = Bare()
+        for _ in tud.DataLoader(dataset, batch_size=8, shuffle=True, num_workers=2):
+            pass
+
+    def our_loader(source: str) -> None:
+        for _ in Batches(Sequences(corpus, source=source, xy=True), 8).loader(num_workers=2):
+            pass
+
+    res["dataloader_2_workers_bare_seq_s"] = round(n / median_time(bare_loader, repeat)[0])
+    for source in ("parquet", "tokens"):
+        res[f"dataloader_2_workers_{source}_seq_s"] = round(n / median_time(partial(our_loader, source), repeat)[0])
+        res[f"dataloader_2_workers_{source}_vs_bare"] = round(
+            res[f"dataloader_2_workers_{source}_seq_s"] / res["dataloader_2_workers_bare_seq_s"], 3
+        )
+
+    # Resume: the first batch after load_state_dict at mid-epoch vs the first batch of a fresh epoch.
+    def first_batch(state: dict[str, Any] | None) -> None:
+        batches = Batches(Sequences(corpus, xy=True), 8)
+        if state:
+            batches.load_state_dict(state)
+        next(iter(batches))
+
+    mid = {**Batches(Sequences(corpus), 8).state_dict(), "batch": n // 16}
+    res["resume_first_batch_ms"] = round(1000 * median_time(lambda: first_batch(mid), repeat)[0], 2)
+    res["fresh_first_batch_ms"] = round(1000 * median_time(lambda: first_batch(None), repeat)[0], 2)
+    return res
+
+
 def pretokenize_once(art: Path) -> int:
     """One pretokenize run of an artifacts dir in a fresh process; prints its seconds as JSON (to stderr,
     since the RSS wrapper owns stdout)."""
@@ -335,8 +420,79 @@ def pretokenize_once(art: Path) -> int:
 
 
 def table(results: dict[str, Any]) -> str:
-    s, e, sc = results["stages"], results.get("end_to_end", {}), results.get("scaling", {})
-    rows = [
+    s, e, sc = results.get("stages", {}), results.get("end_to_end", {}), results.get("scaling", {})
+    rows = []
+    if s:  # each section may be absent after `--only` without an earlier full run in --out
+        rows += _stage_rows(s)
+    if e:
+        rows += [
+            ("end to end wall s (default spec)", e["wall_s"], ""),
+            ("  sum of stage compute s", e["stages_s"], ""),
+            ("  orchestration overhead", f"{e['overhead_pct']} %", "<= 15 %"),
+            ("  peak RSS MB", e["peak_rss_mb"], "<= 1536"),
+        ]
+    if sc:
+        rows += [
+            ("scaling 2x/1x: graph wall", sc["graph_wall_ratio"], "~2.0"),
+            ("scaling 2x/1x: graph wall without tokenizer training", sc["graph_wall_ratio_without_tokenizer"], "~2.0"),
+            ("scaling 2x/1x: graph peak RSS", sc["graph_rss_ratio"], "<= 1.3 (tokenizer aside)"),
+            ("scaling 2x/1x: pretokenize wall", sc["pretokenize_wall_ratio"], "~2.0"),
+            ("scaling 2x/1x: pretokenize peak RSS", sc["pretokenize_rss_ratio"], "<= 1.3"),
+        ]
+    if lo := results.get("loader"):
+        rows += _loader_rows(lo)
+    lines = ["| figure | value | target |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def _loader_rows(lo: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    rows: list[tuple[str, Any, str]] = [
+        (f"loader: {lo['loader_sequences']:,} sequences of {lo['loader_seq_len']}", "", ""),
+        (
+            "  bare np.memmap seq/s (sequential / shuffled)",
+            f"{lo['bare_memmap_sequential_seq_s']:,} / {lo['bare_memmap_shuffled_seq_s']:,}",
+            "",
+        ),
+    ]
+    for source in ("parquet", "tokens"):
+        rows.append(
+            (
+                f"  Batches over {source} seq/s (sequential / shuffled)",
+                f"{lo[f'{source}_sequential_seq_s']:,} / {lo[f'{source}_shuffled_seq_s']:,} "
+                f"= {lo[f'{source}_sequential_vs_bare']}x / {lo[f'{source}_shuffled_vs_bare']}x bare",
+                "",
+            )
+        )
+    if "dataloader_2_workers_bare_seq_s" in lo:
+        rows.append(
+            (
+                "  torch DataLoader, 2 workers, bare memmap dataset seq/s",
+                f"{lo['dataloader_2_workers_bare_seq_s']:,}",
+                "",
+            )
+        )
+        for source in ("parquet", "tokens"):
+            rows.append(
+                (
+                    f"  torch DataLoader, 2 workers, Batches over {source} seq/s",
+                    f"{lo[f'dataloader_2_workers_{source}_seq_s']:,} "
+                    f"= {lo[f'dataloader_2_workers_{source}_vs_bare']}x bare",
+                    "",
+                )
+            )
+    rows.append(
+        (
+            "  first batch after resume at mid-epoch / fresh (ms)",
+            f"{lo['resume_first_batch_ms']} / {lo['fresh_first_batch_ms']}",
+            "",
+        )
+    )
+    return rows
+
+
+def _stage_rows(s: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    return [
         ("corpus (text MB)", s["corpus_mb"], ""),
         ("ingest MB/s", s["ingest_mb_s"], ""),
         ("documents (dedup + holdout) MB/s", s["documents_mb_s"], ""),
@@ -369,24 +525,6 @@ def table(results: dict[str, Any]) -> str:
             ">= 4x",
         ),
     ]
-    if e:  # absent after `--only stages` without an earlier full run in --out
-        rows += [
-            ("end to end wall s (default spec)", e["wall_s"], ""),
-            ("  sum of stage compute s", e["stages_s"], ""),
-            ("  orchestration overhead", f"{e['overhead_pct']} %", "<= 15 %"),
-            ("  peak RSS MB", e["peak_rss_mb"], "<= 1536"),
-        ]
-    if sc:
-        rows += [
-            ("scaling 2x/1x: graph wall", sc["graph_wall_ratio"], "~2.0"),
-            ("scaling 2x/1x: graph wall without tokenizer training", sc["graph_wall_ratio_without_tokenizer"], "~2.0"),
-            ("scaling 2x/1x: graph peak RSS", sc["graph_rss_ratio"], "<= 1.3 (tokenizer aside)"),
-            ("scaling 2x/1x: pretokenize wall", sc["pretokenize_wall_ratio"], "~2.0"),
-            ("scaling 2x/1x: pretokenize peak RSS", sc["pretokenize_rss_ratio"], "<= 1.3"),
-        ]
-    lines = ["| figure | value | target |", "|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    return "\n".join(lines)
 
 
 def main() -> int:
@@ -395,7 +533,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tok-chars", type=int, default=30_000_000, help="chars to train the benched tokenizer on")
     parser.add_argument("--quick", action="store_true", help="one repeat, no scaling runs")
-    parser.add_argument("--only", choices=["stages", "e2e", "scaling"], help="run one section (others kept from --out)")
+    parser.add_argument(
+        "--only", choices=["stages", "e2e", "scaling", "loader"], help="run one section (others kept from --out)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
     parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
     args = parser.parse_args()
@@ -404,7 +544,7 @@ def main() -> int:
     corpora = [p.resolve() for p in (args.corpus or default_corpora())]
     repeat = 1 if args.quick else args.repeat
     previous = json.loads(args.out.read_text()) if args.only and args.out.exists() else {}
-    run = {s: args.only in (None, s) for s in ("stages", "e2e", "scaling")}
+    run = {s: args.only in (None, s) for s in ("stages", "e2e", "scaling", "loader")}
     run["scaling"] = run["scaling"] and not args.quick
     with tempfile.TemporaryDirectory(prefix="albor-bench-") as tmp:
         work = Path(tmp)
@@ -415,7 +555,7 @@ def main() -> int:
             "corpora": [str(p) for p in corpora],
             "repeat": repeat,
         }
-        results.update({k: v for k, v in previous.items() if k in ("stages", "end_to_end", "scaling")})
+        results.update({k: v for k, v in previous.items() if k in ("stages", "end_to_end", "scaling", "loader")})
         if run["stages"]:
             print("stages ...", file=sys.stderr)
             results["stages"] = bench_stages(corpora, work / "stages", repeat, args.tok_chars)
@@ -426,6 +566,9 @@ def main() -> int:
         if run["scaling"]:
             print("scaling 1x / 2x ...", file=sys.stderr)
             results["scaling"] = bench_scaling(corpora, work / "scaling", repeat)
+        if run["loader"]:
+            print("loader ...", file=sys.stderr)
+            results["loader"] = bench_loader(corpora, work / "loader", repeat)
     results["self_rusage_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))

@@ -41,6 +41,11 @@ def long_split(split: str) -> str:
     return f"long_{split}"
 
 
+def corpus_names(splits: tuple[str, ...]) -> list[str]:
+    """Every corpus a spec can build, in report order: the splits, then their long subsets."""
+    return [*splits, *map(long_split, splits)]
+
+
 @dataclass(frozen=True)
 class Layout:
     """Paths of every stage's outputs, manifests and caches under one data dir."""

@@ -16,6 +16,7 @@ from albor_pipeline.core.layout import (
     DOCUMENTS,
     TOKENIZER,
     Layout,
+    corpus_names,
     corpus_stage,
     fim_stage,
     ingested_stage,
@@ -141,6 +142,7 @@ def render_markdown(prov: dict[str, Any]) -> str:
     tok = stages.get(TOKENIZER, {}).get("summary")
     if tok:
         lines += ["## Tokenizer", "", markdown_table(report_rows(tok)), ""]
+    corpora = corpus_names(SPLITS)
     corpus_rows = [
         [
             split,
@@ -153,7 +155,7 @@ def render_markdown(prov: dict[str, Any]) -> str:
             s["summary"].get("cut_fraction", ""),
             s["summary"].get("pad_fraction", ""),
         ]
-        for split in SPLITS
+        for split in corpora
         if (s := stages.get(corpus_stage(split)))
     ]
     if corpus_rows:
@@ -178,7 +180,7 @@ def render_markdown(prov: dict[str, Any]) -> str:
     keys = ("documents", "unique_documents", "max_repeat", "mean_repeat", "tokens", "token_share", "epochs")
     source_rows = [
         [split, name, *(facts[k] for k in keys)]
-        for split in SPLITS
+        for split in corpora
         if (s := stages.get(corpus_stage(split)))
         for name, facts in s["summary"].get("sources", {}).items()
     ]
