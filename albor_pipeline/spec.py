@@ -41,10 +41,28 @@ class SourceKind(str, Enum):
     jsonl = "jsonl"
     csv = "csv"
     parquet = "parquet"
+    chat = "chat"  # conversations `{messages: [{role, content}]}` in JSONL or Parquet rows
+    synthetic = "synthetic"  # seeded generated conversations (`task`) over a word list at `path`
+    mc = "mc"  # multiple-choice eval items `{question, choices, answer}` in JSONL
+
+
+DOCUMENT_KINDS = (SourceKind.code, SourceKind.jsonl, SourceKind.csv, SourceKind.parquet)
+CHAT_KINDS = (SourceKind.chat, SourceKind.synthetic)
+
+
+class OnError(str, Enum):
+    error = "error"  # a malformed row stops ingestion, naming file and line
+    skip = "skip"  # a malformed row is skipped and counted
+
+
+class SyntheticTask(str, Enum):
+    spelling_bee = "spelling_bee"  # nanochat's SpellingBee: count a letter, check with a python call
+    simple_spelling = "simple_spelling"  # nanochat's SimpleSpelling: spell a word letter by letter
 
 
 class SourceSpec(_Model):
-    """A local directory of Python files or a set of JSONL/CSV/Parquet data files."""
+    """A local directory of Python files, a set of JSONL/CSV/Parquet data files, chat or
+    multiple-choice files, or a synthetic chat task over a word list."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
     kind: SourceKind
@@ -56,6 +74,21 @@ class SourceSpec(_Model):
     max_chars: int = Field(100_000, gt=0)
     # A file symlink that resolves outside `path` is skipped (counted as outside_root) unless set.
     follow_symlinks: bool = False
+    # chat: the field holding the conversation; `<<expr=result>>` in assistant text -> python
+    # and python_output parts (nanochat's GSM8K calculator); what a malformed row does.
+    messages_field: str = "messages"
+    calculator: bool = False
+    on_error: OnError = OnError.error
+    # synthetic: the task, how many conversations and the seed (`path` is the word list).
+    task: SyntheticTask | None = None
+    rows: int = Field(1000, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check_task(self) -> SourceSpec:
+        if (self.kind is SourceKind.synthetic) != (self.task is not None):
+            raise ValueError("task: required for kind synthetic, and only for it")
+        return self
 
     @model_validator(mode="after")
     def _check_bounds(self) -> SourceSpec:
@@ -71,7 +104,13 @@ class SourceSpec(_Model):
             return ("**/*.py",)
         if self.kind is SourceKind.parquet:
             return ("**/*.parquet",)
-        return tuple(f"**/*.{self.kind.value}{suffix}" for suffix in ("", ".gz", ".zst"))
+        if self.kind is SourceKind.synthetic:
+            return ("**/*.txt",)
+        ext = self.kind.value if self.kind in (SourceKind.jsonl, SourceKind.csv) else "jsonl"
+        return (
+            *(f"**/*.{ext}{suffix}" for suffix in ("", ".gz", ".zst")),
+            *(("**/*.parquet",) if self.kind is SourceKind.chat else ()),
+        )
 
 
 class HoldoutSpec(_Model):
@@ -201,6 +240,55 @@ class CorpusSpec(_Model):
     long: LongSpec | None = None  # also build corpus/long_<split> (length staging)
 
 
+class ChatTokens(_Model):
+    """The chat special tokens (nanochat's set), appended after the FIM sentinels."""
+
+    user_start: str = "<|user_start|>"
+    user_end: str = "<|user_end|>"
+    assistant_start: str = "<|assistant_start|>"
+    assistant_end: str = "<|assistant_end|>"
+    python_start: str = "<|python_start|>"
+    python_end: str = "<|python_end|>"
+    output_start: str = "<|output_start|>"
+    output_end: str = "<|output_end|>"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ChatTokens:
+        values = list(self.model_dump().values())
+        if len(set(values)) != len(values) or any(not v.strip() for v in values):
+            raise ValueError("chat tokens must be distinct, non-blank strings")
+        return self
+
+
+class Overlong(str, Enum):
+    skip = "skip"  # a conversation longer than max_tokens is left out (counted)
+    truncate = "truncate"  # cut to max_tokens, as nanochat's render_conversation does
+
+
+class SftFormat(str, Enum):
+    parquet = "parquet"
+    nanochat = "nanochat"  # flat token .bin shards with parallel _mask.bin shards + a JSON sidecar
+
+
+class ChatSpec(_Model):
+    """Chat/SFT: how conversations render (nanochat semantics) and which sft/<split> exist."""
+
+    tokens: ChatTokens = ChatTokens()
+    max_tokens: int = Field(2048, gt=1)
+    overlong: Overlong = Overlong.skip
+    splits: tuple[str, ...] = ("train", "val")
+    formats: tuple[SftFormat, ...] = (SftFormat.parquet, SftFormat.nanochat)
+    shard_tokens: int = Field(50_000_000, gt=0)  # tokens per nanochat .bin shard
+
+    @field_validator("splits")
+    @classmethod
+    def _known_splits(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(value) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"unknown split(s) {unknown}; expected a subset of {list(SPLITS)}")
+        return value
+
+
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")
 
 
@@ -237,6 +325,7 @@ class PipelineSpec(_Model):
     fim: FimSpec = FimSpec()
     tokenizer: TokenizerSpec = TokenizerSpec()
     corpus: CorpusSpec = CorpusSpec()
+    chat: ChatSpec = ChatSpec()
     automation: AutomationSpec = AutomationSpec()
     locking: LockingSpec = LockingSpec()
 
@@ -246,16 +335,23 @@ class PipelineSpec(_Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"sources: duplicate name(s) {dupes}")
+        if not self.sources_of(*DOCUMENT_KINDS):
+            raise ValueError("sources: at least one code/jsonl/csv/parquet source (the tokenizer trains on documents)")
+        mixed = [s.name for s in self.sources if s.kind is not SourceKind.mc]  # eval sets are never mixed
         for split in SPLITS:
             mix = self.mix.for_split(split)
             for key in ("weights", "repeat"):
                 for name in getattr(mix, key):
-                    if name not in names:
-                        raise ValueError(f"mix.{split}.{key}.{name}: unknown source (known: {names})")
-            missing = [n for n in names if mix.weights and n not in mix.weights and n not in mix.repeat]
+                    if name not in mixed:
+                        raise ValueError(f"mix.{split}.{key}.{name}: unknown source (known: {mixed})")
+            missing = [n for n in mixed if mix.weights and n not in mix.weights and n not in mix.repeat]
             if missing:
                 raise ValueError(f"mix.{split}.weights: no weight or repeat given for source(s) {missing}")
         return self
+
+    def sources_of(self, *kinds: SourceKind) -> list[SourceSpec]:
+        """The sources of these kinds, in spec order (documents, chat, eval sets)."""
+        return [s for s in self.sources if s.kind in kinds]
 
     def source(self, name: str) -> SourceSpec:
         for src in self.sources:

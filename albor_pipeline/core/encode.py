@@ -14,7 +14,7 @@ from typing import Protocol
 import tiktoken
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.vocab import FIM_TOKENS, SPECIALS, plain_tokenizer, token_to_bytes
+from albor_pipeline.core.vocab import added_tokens, plain_tokenizer, token_to_bytes
 
 # The regex HF's ByteLevel pre-tokenizer applies (GPT-2's), as written in HF and GPT-2.
 BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -51,7 +51,7 @@ class TiktokenEncoder:
     name = "tiktoken"
 
     def __init__(self, tok: Tokenizer, threads: int | None = None, pattern: str = FAST_BYTELEVEL_PATTERN) -> None:
-        specials = set(SPECIALS) | set(FIM_TOKENS)
+        specials = set(added_tokens(tok))
         vocab = tok.get_vocab(with_added_tokens=False)
         ranks = {token_to_bytes(t): i for t, i in vocab.items() if t not in specials}
         self._enc = tiktoken.Encoding(name="albor", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
@@ -85,7 +85,7 @@ def pick_encoder(tok: Tokenizer, choice: str, sample: Sequence[str]) -> tuple[En
         return HFEncoder(tok), f"hf (tiktoken unavailable: {exc})"
     if choice == "tiktoken":
         return fast, "tiktoken (configured)"
-    specials = (*SPECIALS, *FIM_TOKENS)
+    specials = list(added_tokens(tok))
     checked = [t for t in sample if not any(s in t for s in specials)]
     expected = [e.ids for e in tok.encode_batch_fast(checked, add_special_tokens=False)]
     if fast.encode_batch(checked) != expected:

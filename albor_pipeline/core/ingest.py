@@ -17,16 +17,18 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.core.files import SourceListing, fingerprint_files, list_source_files, source_root
 from albor_pipeline.core.layout import source_stage
 from albor_pipeline.core.stage import Progress
-from albor_pipeline.spec import SourceKind, SourceSpec
+from albor_pipeline.core.tasks import generate, read_words
+from albor_pipeline.spec import OnError, SourceKind, SourceSpec
 
 DOC_SCHEMA = pa.schema([("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())])
 BATCH_ROWS = 2048
@@ -44,6 +46,15 @@ class IngestResult:
     files: int
     text_bytes: int
     skipped: dict[str, int] = field(default_factory=dict)
+    cleanup: dict[str, int] = field(default_factory=dict)  # chat: what cleaning changed, by action
+
+
+@dataclass
+class Counts:
+    """What ingestion left out (by reason) and, for chat, what cleaning changed (by action)."""
+
+    skipped: Counter[str] = field(default_factory=Counter)
+    cleanup: Counter[str] = field(default_factory=Counter)
 
 
 def text_sha256(text: str) -> str:
@@ -103,7 +114,8 @@ def _is_empty(fh: IO[bytes]) -> bool:
     return not fh.peek(1) if isinstance(fh, io.BufferedReader) else False
 
 
-def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+def _jsonl_objects(path: Path, skipped: Counter) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of every non-blank line; a line that is not a JSON object is an error."""
     with _reading(path) as fh:
         if _is_empty(fh):
             skipped["empty_file"] += 1
@@ -123,15 +135,21 @@ def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) ->
                 raise IngestError(f"{where}: malformed JSON: {exc.msg} (column {exc.colno})") from None
             if not isinstance(obj, dict):
                 raise IngestError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            if field_name not in obj:
-                raise IngestError(f"{where}: missing field {field_name!r} (has {sorted(obj)[:10]})")
-            value = obj[field_name]
-            if value is None:
-                skipped["null_text"] += 1
-                continue
-            if not isinstance(value, str):
-                raise IngestError(f"{where}: field {field_name!r} is {type(value).__name__}, expected a string")
-            yield f"{rel}:{lineno}", value
+            yield lineno, obj
+
+
+def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+    for lineno, obj in _jsonl_objects(path, skipped):
+        where = f"{path}:{lineno}"
+        if field_name not in obj:
+            raise IngestError(f"{where}: missing field {field_name!r} (has {sorted(obj)[:10]})")
+        value = obj[field_name]
+        if value is None:
+            skipped["null_text"] += 1
+            continue
+        if not isinstance(value, str):
+            raise IngestError(f"{where}: field {field_name!r} is {type(value).__name__}, expected a string")
+        yield f"{rel}:{lineno}", value
 
 
 def _first_bad_utf8_line(path: Path) -> int:
@@ -204,6 +222,72 @@ def _parquet_documents(path: Path, rel: str, field_name: str, skipped: Counter) 
             yield f"{rel}#{row}", value
 
 
+def _chat_rows(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str, Any]]:
+    """(where, file:row, raw messages) of a JSONL or Parquet chat file."""
+    if path.name.endswith(".parquet"):
+        try:
+            pfile = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
+        if field_name not in pfile.schema_arrow.names:
+            raise IngestError(f"{path}: missing column {field_name!r} (columns: {pfile.schema_arrow.names})")
+        row = 0
+        for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]):
+            for value in batch.column(0).to_pylist():
+                row += 1
+                if isinstance(value, str):  # a JSON string column
+                    try:
+                        value = json.loads(value)
+                    except json.JSONDecodeError as exc:
+                        raise IngestError(f"{path}#{row}: {field_name!r} is not valid JSON: {exc.msg}") from None
+                yield f"{path}#{row}", f"{rel}#{row}", value
+        return
+    for lineno, obj in _jsonl_objects(path, skipped):
+        if field_name not in obj:
+            raise IngestError(f"{path}:{lineno}: missing field {field_name!r} (has {sorted(obj)[:10]})")
+        yield f"{path}:{lineno}", f"{rel}:{lineno}", obj[field_name]
+
+
+def _conversations(src: SourceSpec, root: Path, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """(file:row, conversation JSON) of a chat source, cleaned; a malformed row is an error
+    naming file and row, or with `on_error: skip` a counted skip."""
+    for rel in files:
+        for where, file_row, raw in _chat_rows(root / rel, rel, src.messages_field, counts.skipped):
+            try:
+                messages = clean_conversation(raw, src.calculator, counts.cleanup)
+            except ChatError as exc:
+                if src.on_error is OnError.skip:
+                    counts.skipped["malformed"] += 1
+                    continue
+                raise IngestError(f"{where}: {exc}") from None
+            if messages is not None:
+                yield file_row, conversation_json(messages)
+
+
+def _synthetic(src: SourceSpec, root: Path, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """(task#i, conversation JSON) of a synthetic task over the word list file(s)."""
+    assert src.task is not None  # the spec requires it for this kind
+    words = sorted({w for rel in files for w in read_words((root / rel).read_text(encoding="utf-8"))})
+    if not words:
+        raise IngestError(f"source {src.name!r}: no usable words (lowercase a-z, one per line) in {src.path}")
+    for i, messages in enumerate(generate(src.task, words, src.rows, src.seed)):
+        yield f"{src.task.value}#{i}", conversation_json(messages)
+
+
+def _mc_items(src: SourceSpec, root: Path, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """(file:line, item JSON) of a multiple-choice file."""
+    for rel in files:
+        for lineno, obj in _jsonl_objects(root / rel, counts.skipped):
+            try:
+                item = parse_mc(obj)
+            except ChatError as exc:
+                if src.on_error is OnError.skip:
+                    counts.skipped["malformed"] += 1
+                    continue
+                raise IngestError(f"{root / rel}:{lineno}: {exc}") from None
+            yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 _DATA_READERS = {
     SourceKind.jsonl: _jsonl_documents,
     SourceKind.csv: _csv_documents,
@@ -223,22 +307,31 @@ def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artif
     return Artifact(path=source_stage(src.name), sha256=digest, bytes=total, rows=len(files))
 
 
-def iter_documents(src: SourceSpec, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:
-    """Yield (file, text) for every document of `src` before length filtering."""
+_STRUCTURED_READERS = {SourceKind.chat: _conversations, SourceKind.synthetic: _synthetic, SourceKind.mc: _mc_items}
+
+
+def iter_documents(src: SourceSpec, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """Yield (file, text) for every document of `src` before length filtering; the text of a
+    conversation or a multiple-choice item is its canonical JSON."""
     root = source_root(src.path)
     if src.kind is SourceKind.code:
-        yield from _code_documents(root, files, skipped)
+        yield from _code_documents(root, files, counts.skipped)
+        return
+    if src.kind in _STRUCTURED_READERS:
+        yield from _STRUCTURED_READERS[src.kind](src, root, files, counts)
         return
     reader = _DATA_READERS[src.kind]
     for rel in files:
-        yield from reader(root / rel, rel, src.text_field, skipped)
+        yield from reader(root / rel, rel, src.text_field, counts.skipped)
 
 
 def ingest_source(src: SourceSpec, out: Path, data_root: Path, progress: Progress | None = None) -> IngestResult:
     """Write `src` as Parquet at `out`; raise on an empty source (nothing is replaced)."""
     listing = source_files(src)
     files = listing.files
-    skipped: Counter = Counter(listing.skipped)
+    counts = Counts(Counter(listing.skipped))
+    skipped = counts.skipped
+    structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
     text_bytes = 0
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
     pending = 0
@@ -253,12 +346,12 @@ def ingest_source(src: SourceSpec, out: Path, data_root: Path, progress: Progres
             if progress:
                 progress(f"{src.name}: {sink.rows:,} documents, {text_bytes / 1e6:.1f} MB")
 
-        for rel, text in iter_documents(src, files, skipped):
+        for rel, text in iter_documents(src, files, counts):
             n = len(text)
-            if n < src.min_chars:
+            if n < src.min_chars and not structured:
                 skipped["too_short"] += 1
                 continue
-            if n > src.max_chars:
+            if n > src.max_chars and not structured:
                 skipped["too_long"] += 1
                 continue
             encoded = text.encode("utf-8")
@@ -284,4 +377,5 @@ def ingest_source(src: SourceSpec, out: Path, data_root: Path, progress: Progres
         files=len(files),
         text_bytes=text_bytes,
         skipped=dict(sorted(skipped.items())),
+        cleanup=dict(sorted(counts.cleanup.items())),
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DOCUMENTS = "documents"
+CONVERSATIONS = "conversations"
 TOKENIZER = "tokenizer"
 PROVENANCE = "provenance"
 
@@ -34,6 +35,18 @@ def fim_stage(split: str) -> str:
 
 def corpus_stage(split: str) -> str:
     return f"corpus/{split}"
+
+
+def chat_mixed_stage(split: str) -> str:
+    return f"chat_mixed/{split}"
+
+
+def sft_stage(split: str) -> str:
+    return f"sft/{split}"
+
+
+def eval_stage(name: str) -> str:
+    return f"eval/{name}"
 
 
 def long_split(split: str) -> str:
@@ -82,6 +95,22 @@ class Layout:
 
     def corpus_dir(self, split: str) -> Path:
         return self.root / "corpus" / split
+
+    @property
+    def conversations_dir(self) -> Path:
+        return self.root / CONVERSATIONS
+
+    def conversations(self, split: str) -> Path:
+        return self.conversations_dir / f"{split}.parquet"
+
+    def chat_mixed(self, split: str) -> Path:
+        return self.root / "chat_mixed" / f"{split}.parquet"
+
+    def sft_dir(self, split: str) -> Path:
+        return self.root / "sft" / split
+
+    def eval_set(self, name: str) -> Path:
+        return self.root / "eval" / f"{name}.parquet"
 
     @property
     def provenance_json(self) -> Path:

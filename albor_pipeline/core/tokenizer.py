@@ -1,7 +1,10 @@
 """ByteLevel BPE training, its exported files and a quality report.
 
 Specials `<unk> <s> </s> <pad>` take ids 0-3 and are registered before training; the
-FIM sentinels are appended after the learned vocabulary (ids vocab_size..+2).
+FIM sentinels, then the chat tokens, are appended after the learned vocabulary (ids
+vocab_size..), so adding chat tokens moves no existing id. None of them can be learned
+from text: the ByteLevel pre-tokenizer splits `<|`, letters and `|>` apart before any
+merge, and training checks that no learned token equals one.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from albor_pipeline.core.artifacts import Artifact, atomic_path, record, staged_dir, write_bytes, write_json
 from albor_pipeline.core.stage import Progress
-from albor_pipeline.core.vocab import FIM_TOKENS, SPECIALS, plain_tokenizer, token_to_bytes
+from albor_pipeline.core.vocab import FIM_TOKENS, SPECIALS, added_tokens, plain_tokenizer, token_to_bytes
 from albor_pipeline.spec import TokenizerSpec
 
 PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
@@ -54,8 +57,8 @@ def iter_texts(
             return
 
 
-def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
-    """Train a ByteLevel BPE; deterministic for the same input."""
+def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec, appended: tuple[str, ...] = FIM_TOKENS) -> Tokenizer:
+    """Train a ByteLevel BPE, then append the `appended` special tokens; deterministic for the same input."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -67,18 +70,22 @@ def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
         show_progress=False,
     )
     tok.train_from_iterator(batches, trainer=trainer)
-    tok.add_special_tokens(list(FIM_TOKENS))
+    learned = tok.get_vocab(with_added_tokens=False)
+    clash = [t for t in appended if t in learned]
+    if clash:  # it would take the learned id instead of being appended
+        raise TokenizerError(f"special token(s) {clash} were learned from the training text")
+    tok.add_special_tokens(list(appended))
     return tok
 
 
-def special_ids(tok: Tokenizer) -> dict[str, int | None]:
-    return {s: tok.token_to_id(s) for s in (*SPECIALS, *FIM_TOKENS)}
+def special_ids(tok: Tokenizer) -> dict[str, int]:
+    return added_tokens(tok)
 
 
 def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
     """UTF-8 byte length of every id (0 for specials), like nanochat's token_bytes."""
     vocab = tok.get_vocab(with_added_tokens=True)
-    specials = set(SPECIALS) | set(FIM_TOKENS)
+    specials = set(added_tokens(tok))
     lengths = np.zeros(max(vocab.values()) + 1, dtype=np.int32)
     for token, idx in vocab.items():
         if token not in specials:
@@ -134,7 +141,7 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], baselines: tuple[Pa
 def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The report as (fact, value) rows: one table for the asset page and PROVENANCE.md."""
     rows = [
-        ("vocab size (with FIM sentinels)", report["vocab_size"]),
+        ("vocab size (with FIM and chat tokens)", report["vocab_size"]),
         ("merges", report["merges"]),
         ("special ids", ", ".join(f"`{k}`={v}" for k, v in report["special_ids"].items())),
         ("val round-trip", f"{report['roundtrip_ok']}/{report['val_documents']}"),
@@ -160,8 +167,11 @@ def build_tokenizer(
     out_dir: Path,
     data_root: Path,
     progress: Progress | None = None,
+    appended: tuple[str, ...] = FIM_TOKENS,
 ) -> TokenizerResult:
-    """Train on `train_path` text, write tokenizer files and report.json into `out_dir`."""
+    """Train on `train_path` text, write tokenizer files and report.json into `out_dir`.
+
+    `appended`: special tokens after the learned vocabulary (FIM sentinels, chat tokens)."""
     seen = {"docs": 0, "chars": 0}
 
     def counted() -> Iterator[list[str]]:
@@ -173,7 +183,7 @@ def build_tokenizer(
             yield batch
 
     start = time.perf_counter()
-    tok = train_bpe(counted(), spec)
+    tok = train_bpe(counted(), spec, appended)
     seconds = time.perf_counter() - start
     if seen["docs"] == 0:
         raise TokenizerError(f"the train split is empty ({train_path}); nothing to train the tokenizer on")
@@ -192,7 +202,7 @@ def build_tokenizer(
     if learned < spec.vocab_size:
         report["warning"] = (
             f"the training text supports only {learned} tokens (< {spec.vocab_size} requested); "
-            "FIM sentinels follow the learned vocabulary"
+            "the appended special tokens follow the learned vocabulary"
         )
     report.update(evaluate(tok, iter_texts(val_path), spec.baselines))
     # The report's timing fields vary run to run; keep them out of the hashed file.

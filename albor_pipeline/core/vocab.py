@@ -40,6 +40,11 @@ def token_to_bytes(token: str) -> bytes:
     return token.translate(_byte_translation()).encode("latin-1")
 
 
+def added_tokens(tok: Tokenizer) -> dict[str, int]:
+    """Every special token of `tok` (ids 0-3, FIM sentinels, chat tokens) by string."""
+    return {t.content: i for i, t in sorted(tok.get_added_tokens_decoder().items())}
+
+
 def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
     """A copy that treats special-token strings in text as ordinary text.
 

@@ -1,8 +1,12 @@
-"""Exact dedup across sources + content-hash holdout (one Parquet per split)."""
+"""Exact dedup across sources + content-hash holdout (one Parquet per split): of the
+documents, and (with chat sources) of the conversations, keyed on the conversation."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from operator import attrgetter
+from pathlib import Path
 
 import dagster as dg
 
@@ -10,11 +14,11 @@ from albor_pipeline.core.artifacts import StageManifest
 from albor_pipeline.core.checks import CheckOutcome, check_no_leak
 from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.layout import DOCUMENTS, Layout, ingested_stage
+from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, ingested_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, schema_check, spec_defaults
-from albor_pipeline.spec import SPLITS, PipelineSpec
+from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, PipelineSpec
 
 
 class HoldoutConfig(dg.Config):
@@ -25,16 +29,21 @@ class HoldoutConfig(dg.Config):
     seed: int | None = None
 
 
-def documents(spec: PipelineSpec, ctx: StageContext, config: HoldoutConfig) -> StageOutput:
-    holdout = resolve(spec.holdout, config, f"{DOCUMENTS} run config")
-    names = [s.name for s in spec.sources]
+OUT_DIRS: dict[str, Callable[[Layout], Path]] = {
+    DOCUMENTS: attrgetter("documents_dir"),
+    CONVERSATIONS: attrgetter("conversations_dir"),
+}
+
+
+def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext, config: HoldoutConfig) -> StageOutput:
+    settings = resolve(spec.holdout, config, f"{stage} run config")
     layout = ctx.layout
     sources = [(n, layout.ingested(n)) for n in names]
-    result = build_documents(sources, holdout, layout.documents_dir, layout.root, progress=ctx.log.info)
+    result = build_documents(sources, settings, OUT_DIRS[stage](layout), layout.root, progress=ctx.log.info)
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     return StageOutput(
         artifacts=[result.artifacts[s] for s in SPLITS],
-        config=holdout.model_dump(mode="json"),
+        config=settings.model_dump(mode="json"),
         summary={"rows": result.rows, "duplicates": result.duplicates},
         metadata={
             "rows_per_split": dg.MetadataValue.md(markdown_table(table)),
@@ -45,25 +54,35 @@ def documents(spec: PipelineSpec, ctx: StageContext, config: HoldoutConfig) -> S
     )
 
 
-def _no_train_leak(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    return check_no_leak(*(layout.documents(s) for s in SPLITS))
+def _no_train_leak(stage: str, layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    return check_no_leak(*(OUT_DIRS[stage](layout) / f"{s}.parquet" for s in SPLITS))
+
+
+def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: str) -> Stage[HoldoutConfig]:
+    return Stage(
+        name=stage,
+        group=group,
+        description=f"Exact duplicate {what} (same `sha256`) kept once, first source in spec order wins; each "
+        f"assigned to train/val/test by a hash of its content, so splits are disjoint and stable as sources grow.",
+        config=HoldoutConfig,
+        defaults=spec_defaults(HoldoutConfig, spec.holdout),
+        work=partial(holdout, spec, stage, names),
+        deps=tuple(ingested_stage(n) for n in names),
+        checks=(
+            schema_check(DOC_SCHEMA),
+            Check(
+                "no_train_leak",
+                f"val and test share no {what[:-1]} (sha256) with train.",
+                partial(_no_train_leak, stage),
+                True,
+            ),
+        ),
+    )
 
 
 def stages(spec: PipelineSpec) -> list[Stage[HoldoutConfig]]:
-    return [
-        Stage(
-            name=DOCUMENTS,
-            group="mix",
-            description="Exact duplicates (same `sha256`) kept once, first source in spec order wins; each "
-            "document assigned to train/val/test by a hash of its content, so splits are disjoint "
-            "and stable as sources grow.",
-            config=HoldoutConfig,
-            defaults=spec_defaults(HoldoutConfig, spec.holdout),
-            work=partial(documents, spec),
-            deps=tuple(ingested_stage(s.name) for s in spec.sources),
-            checks=(
-                schema_check(DOC_SCHEMA),
-                Check("no_train_leak", "val and test share no document (sha256) with train.", _no_train_leak, True),
-            ),
-        )
-    ]
+    out = [_stage(spec, DOCUMENTS, [s.name for s in spec.sources_of(*DOCUMENT_KINDS)], "mix", "documents")]
+    chats = [s.name for s in spec.sources_of(*CHAT_KINDS)]
+    if chats:
+        out.append(_stage(spec, CONVERSATIONS, chats, "chat", "conversations"))
+    return out

@@ -12,9 +12,17 @@ from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.resources import ArtifactStore
 from albor_pipeline.defs.stage import Stage, StageContext, asset_key, resolve, schema_check, spec_defaults
-from albor_pipeline.spec import PipelineSpec, SourceSpec
+from albor_pipeline.spec import CHAT_KINDS, PipelineSpec, SourceKind, SourceSpec
 
 GROUP = "ingestion"
+DESCRIPTIONS = {
+    SourceKind.code: "Documents of `{name}` as Parquet `{{text, source, file, sha256}}`; files that are not "
+    "UTF-8, too short or too long are skipped and counted.",
+    SourceKind.chat: "Conversations of `{name}`, cleaned (system folded into the first user turn, trailing "
+    "user turns trimmed, no-assistant ones dropped; counted), as canonical JSON in `text`.",
+    SourceKind.synthetic: "Seeded synthetic conversations of `{name}` over its word list, as canonical JSON in `text`.",
+    SourceKind.mc: "Multiple-choice items of `{name}` `{{question, choices, answer}}`, as JSON in `text`.",
+}
 
 
 class IngestConfig(dg.Config):
@@ -27,6 +35,11 @@ class IngestConfig(dg.Config):
     min_chars: int | None = None
     max_chars: int | None = None
     follow_symlinks: bool | None = None
+    messages_field: str | None = None
+    calculator: bool | None = None
+    on_error: str | None = None
+    rows: int | None = None
+    seed: int | None = None
 
 
 def _observation(src: SourceSpec) -> dg.SourceAsset:
@@ -56,6 +69,7 @@ def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOut
         "documents": result.artifact.rows,
         "text_bytes": result.text_bytes,
         "skipped": result.skipped,
+        "cleanup": result.cleanup,
     }
     skipped = markdown_table([{"reason": k, "files": v} for k, v in result.skipped.items()])
     return StageOutput(
@@ -68,6 +82,7 @@ def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOut
             "text_bytes": result.text_bytes,
             "skipped_total": sum(result.skipped.values()),
             "skipped": dg.MetadataValue.md(skipped or "nothing skipped"),
+            **({"cleanup": dg.MetadataValue.json(result.cleanup)} if src.kind in CHAT_KINDS else {}),
         },
     )
 
@@ -81,8 +96,7 @@ def stages(spec: PipelineSpec) -> list[Stage[IngestConfig]]:
         Stage(
             name=ingested_stage(src.name),
             group=GROUP,
-            description=f"Documents of `{src.name}` as Parquet `{{text, source, file, sha256}}`; "
-            "files that are not UTF-8, too short or too long are skipped and counted.",
+            description=DESCRIPTIONS.get(src.kind, DESCRIPTIONS[SourceKind.code]).format(name=src.name),
             config=IngestConfig,
             defaults=spec_defaults(IngestConfig, src),
             work=partial(ingest, src),

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import dagster as dg
 
 from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.layout import DOCUMENTS, mixed_stage
+from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.mix import mix_documents
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Stage, StageContext, resolve, schema_check, spec_defaults
-from albor_pipeline.spec import SPLITS, PipelineSpec
+from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, PipelineSpec, SourceKind
 
 
 class MixConfig(dg.Config):
@@ -26,12 +29,32 @@ class MixConfig(dg.Config):
     unit: str | None = None
 
 
-def mix(spec: PipelineSpec, split: str, ctx: StageContext, config: MixConfig) -> StageOutput:
-    settings = resolve(spec.mix.for_split(split), config, f"{mixed_stage(split)} run config")
+@dataclass(frozen=True)
+class Pool:
+    """What a mix draws from: documents (pretraining) or conversations (SFT); the spec's
+    `mix.<split>` weights cover both, each pool normalizing over its own sources."""
+
+    stage: Callable[[str], str]
+    source: Callable[[Layout, str], Path]
+    out: Callable[[Layout, str], Path]
+    upstream: str
+    kinds: tuple[SourceKind, ...]
+    group: str
+    what: str
+
+
+DOCUMENT_POOL = Pool(mixed_stage, Layout.documents, Layout.mixed, DOCUMENTS, DOCUMENT_KINDS, "mix", "documents")
+CHAT_POOL = Pool(
+    chat_mixed_stage, Layout.conversations, Layout.chat_mixed, CONVERSATIONS, CHAT_KINDS, "chat", "conversations"
+)
+
+
+def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: MixConfig) -> StageOutput:
+    settings = resolve(spec.mix.for_split(split), config, f"{pool.stage(split)} run config")
     layout = ctx.layout
-    order = [s.name for s in spec.sources]
+    order = [s.name for s in spec.sources_of(*pool.kinds)]
     result = mix_documents(
-        layout.documents(split), settings, order, layout.mixed(split), layout.root, progress=ctx.log.info
+        pool.source(layout, split), settings, order, pool.out(layout, split), layout.root, progress=ctx.log.info
     )
     for warning in result.warnings:
         ctx.log.warning(warning)
@@ -57,18 +80,23 @@ def mix(spec: PipelineSpec, split: str, ctx: StageContext, config: MixConfig) ->
     )
 
 
-def stages(spec: PipelineSpec) -> list[Stage[MixConfig]]:
+def _stages(spec: PipelineSpec, pool: Pool, splits: tuple[str, ...]) -> list[Stage[MixConfig]]:
     return [
         Stage(
-            name=mixed_stage(split),
-            group="mix",
-            description=f"Weighted mix of the {split} split: `floor(N*w/sum(w))` rows per source, whole copies "
-            "plus a random remainder when upsampling, shuffled with the split's seed.",
+            name=pool.stage(split),
+            group=pool.group,
+            description=f"Weighted mix of the {split} split's {pool.what}: `floor(N*w/sum(w))` rows per source, "
+            "whole copies plus a random remainder when upsampling, shuffled with the split's seed.",
             config=MixConfig,
             defaults=spec_defaults(MixConfig, spec.mix.for_split(split)),
-            work=partial(mix, spec, split),
-            deps=(DOCUMENTS,),
+            work=partial(mix, spec, pool, split),
+            deps=(pool.upstream,),
             checks=(schema_check(DOC_SCHEMA),),
         )
-        for split in SPLITS
+        for split in splits
     ]
+
+
+def stages(spec: PipelineSpec) -> list[Stage[MixConfig]]:
+    chat = _stages(spec, CHAT_POOL, spec.chat.splits) if spec.sources_of(*CHAT_KINDS) else []
+    return [*_stages(spec, DOCUMENT_POOL, SPLITS), *chat]

@@ -12,6 +12,7 @@ from albor_pipeline.core.layout import TOKENIZER, Layout, mixed_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.core.tokenizer import build_tokenizer, report_rows
+from albor_pipeline.core.vocab import FIM_TOKENS
 from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, spec_defaults
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
 
@@ -30,13 +31,20 @@ class TokenizerConfig(dg.Config):
 def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) -> StageOutput:
     settings = resolve(spec.tokenizer, config, f"{TOKENIZER} run config")
     layout = ctx.layout
+    chat_tokens = tuple(spec.chat.tokens.model_dump().values())
     result = build_tokenizer(
-        layout.mixed("train"), layout.mixed("val"), settings, layout.tokenizer_dir, layout.root, progress=ctx.log.info
+        layout.mixed("train"),
+        layout.mixed("val"),
+        settings,
+        layout.tokenizer_dir,
+        layout.root,
+        progress=ctx.log.info,
+        appended=(*FIM_TOKENS, *chat_tokens),
     )
     report = result.report
     return StageOutput(
         artifacts=result.artifacts,
-        config=settings.model_dump(mode="json", exclude={"retrain"}),
+        config={**settings.model_dump(mode="json", exclude={"retrain"}), "chat_tokens": list(chat_tokens)},
         summary={k: v for k, v in report.items() if k not in TIMING},
         row_count=report["vocab_size"],
         metadata={
@@ -59,7 +67,8 @@ def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
         Stage(
             name=TOKENIZER,
             group="tokenizer",
-            description="ByteLevel BPE (specials `<unk> <s> </s> <pad>` at ids 0-3, FIM sentinels appended), "
+            description="ByteLevel BPE (specials `<unk> <s> </s> <pad>` at ids 0-3, FIM sentinels then chat "
+            "tokens appended), "
             "trained on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token.",
             config=TokenizerConfig,
             defaults=spec_defaults(TokenizerConfig, spec.tokenizer),

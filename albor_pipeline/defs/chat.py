@@ -1,0 +1,170 @@
+"""SFT data (conversations -> ids + loss mask, nanochat semantics) and chat-eval sets."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import dagster as dg
+
+from albor_pipeline.core.artifacts import StageManifest
+from albor_pipeline.core.checks import (
+    CheckOutcome,
+    check_choice_ids,
+    check_max_tokens,
+    check_sft_mask,
+    check_sft_structure,
+)
+from albor_pipeline.core.layout import TOKENIZER, Layout, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
+from albor_pipeline.core.markdown import markdown_table
+from albor_pipeline.core.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
+from albor_pipeline.core.stage import StageOutput
+from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
+from albor_pipeline.spec import CHAT_KINDS, ChatSpec, PipelineSpec, SourceKind
+
+GROUP = "chat"
+
+
+class SftConfig(dg.Config):
+    """Run overrides of the spec's `chat`; a field left unset keeps the spec's value."""
+
+    max_tokens: int | None = None
+    overlong: str | None = None
+    formats: list[str] | None = None
+    shard_tokens: int | None = None
+
+
+def sft(spec: PipelineSpec, split: str, ctx: StageContext, config: SftConfig) -> StageOutput:
+    settings = resolve(spec.chat, config, f"{sft_stage(split)} run config")
+    layout = ctx.layout
+    result = build_sft(
+        layout.chat_mixed(split),
+        layout.tokenizer_json,
+        settings,
+        spec.corpus.encoder,
+        layout.sft_dir(split),
+        layout.root,
+        progress=ctx.log.info,
+    )
+    sources = {
+        name: {**facts, "trained_fraction": round(facts["trained_tokens"] / facts["tokens"], 4)}
+        for name, facts in result.sources.items()
+    }
+    summary = {
+        "conversations": result.conversations,
+        "tokens": result.tokens,
+        "trained_tokens": result.trained_tokens,
+        "trained_fraction": round(result.trained_tokens / result.tokens, 4) if result.tokens else 0.0,
+        "skipped_overlong": result.skipped_overlong,
+        "truncated": result.truncated,
+        "sources": sources,
+    }
+    return StageOutput(
+        artifacts=result.artifacts,
+        config=settings.model_dump(mode="json"),
+        summary=summary,
+        row_count=result.conversations,
+        metadata={
+            **{k: v for k, v in summary.items() if k != "sources"},
+            "sources": dg.MetadataValue.md(markdown_table([{"source": k, **v} for k, v in sources.items()])),
+            "encoder": result.encoder,
+        },
+    )
+
+
+class EvalConfig(dg.Config):
+    """Eval sets have no settings of their own: the chat tokens and the encoder come from the spec."""
+
+
+def eval_set(spec: PipelineSpec, name: str, ctx: StageContext, config: EvalConfig) -> StageOutput:
+    layout = ctx.layout
+    result = build_eval(
+        layout.ingested(name),
+        layout.tokenizer_json,
+        spec.chat.tokens,
+        spec.corpus.encoder,
+        layout.eval_set(name),
+        layout.root,
+    )
+    summary = {"items": result.items, "tokens": result.tokens, "choices": result.choices}
+    return StageOutput(
+        artifacts=[result.artifact],
+        config={"tokens": spec.chat.tokens.model_dump(), "encoder": spec.corpus.encoder},
+        summary=summary,
+        metadata={"items": result.items, "tokens": result.tokens, "choices": dg.MetadataValue.json(result.choices)},
+    )
+
+
+def _max_tokens(manifest: StageManifest) -> int:
+    return ChatSpec.model_validate(manifest.config).max_tokens
+
+
+def _mask(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    return check_sft_mask(parquet_outputs(layout, manifest), layout.tokenizer_json, _max_tokens(manifest))
+
+
+def _structure(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    settings = ChatSpec.model_validate(manifest.config)
+    return check_sft_structure(
+        parquet_outputs(layout, manifest), layout.tokenizer_json, settings.tokens, settings.max_tokens
+    )
+
+
+def _length(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    return check_max_tokens(parquet_outputs(layout, manifest), _max_tokens(manifest))
+
+
+def _choices(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    return check_choice_ids(parquet_outputs(layout, manifest)[0])
+
+
+def stages(spec: PipelineSpec) -> list[Stage[SftConfig] | Stage[EvalConfig]]:
+    out: list[Stage[SftConfig] | Stage[EvalConfig]] = []
+    if spec.sources_of(*CHAT_KINDS):
+        out += [
+            Stage(
+                name=sft_stage(split),
+                group=GROUP,
+                description=f"The {split} conversations rendered as nanochat does: `input_ids` and `loss_mask` "
+                "(1 on the assistant's text, python calls and `<|assistant_end|>`), one row per conversation, "
+                "plus flat `.bin` / `_mask.bin` shards.",
+                config=SftConfig,
+                defaults=spec_defaults(SftConfig, spec.chat),
+                work=partial(sft, spec, split),
+                deps=(chat_mixed_stage(split), TOKENIZER),
+                checks=(
+                    schema_check(SFT_SCHEMA),
+                    Check(
+                        "loss_mask",
+                        "Decoding the mask-1 tokens (specials removed) gives exactly the assistant's text and code.",
+                        _mask,
+                        blocking=True,
+                    ),
+                    Check(
+                        "special_positions",
+                        "Chat special ids appear only where the render puts them.",
+                        _structure,
+                        blocking=True,
+                    ),
+                    Check("max_tokens", "No row is longer than `chat.max_tokens`.", _length),
+                ),
+            )
+            for split in spec.chat.splits
+        ]
+    out += [
+        Stage(
+            name=eval_stage(src.name),
+            group=GROUP,
+            description=f"`{src.name}` multiple-choice items rendered for completion (the user turn holds the "
+            "question and lettered choices; it ends after `<|assistant_start|>`), with each letter's id.",
+            config=EvalConfig,
+            defaults=EvalConfig(),
+            work=partial(eval_set, spec, src.name),
+            deps=(ingested_stage(src.name), TOKENIZER),
+            checks=(
+                schema_check(EVAL_SCHEMA),
+                Check("choice_ids", "Every item's answer-letter ids are distinct.", _choices),
+            ),
+        )
+        for src in spec.sources_of(SourceKind.mc)
+    ]
+    return out
