@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from albor_pipeline.core.artifacts import iter_manifests
-from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage
+from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
 from albor_pipeline.core.lock import exclusive
 from albor_pipeline.core.provenance import stale_stages, verify
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec
@@ -105,6 +105,13 @@ def summary_lines(stages: dict[str, Any]) -> list[str]:
         if s:
             counts = f"{s['sequences']:,} sequences, {s['tokens']:,} tokens from {s['documents']:,} documents"
             lines.append(f"  {name}: {counts}")
+    for split in SPLITS:
+        s = stages.get(sft_stage(split))
+        if s:
+            lines.append(
+                f"  {sft_stage(split)}: {s['conversations']:,} conversations, {s['tokens']:,} tokens, "
+                f"{s['trained_fraction']:.1%} trained"
+            )
     tok = stages.get(TOKENIZER)
     if tok:
         lines.append(

@@ -13,7 +13,17 @@ from .support import small_spec_dict, write_spec
 def test_default_spec_loads_and_resolves_placeholders():
     spec = load_spec(DEFAULT_SPEC)
     names = [s.name for s in spec.sources]
-    assert names == ["stdlib", "site_packages", "pydoc_topics"]
+    assert names == [
+        "stdlib",
+        "site_packages",
+        "pydoc_topics",
+        "python_chat",
+        "spelling_bee",
+        "simple_spelling",
+        "python_mc",
+    ]
+    for src in spec.sources[2:]:  # the shipped samples
+        assert src.path.exists() and src.path.parent == DEFAULT_SPEC.parent / "samples", src.name
     assert spec.source("stdlib").path == Path(sysconfig.get_paths()["stdlib"])
     assert spec.source("pydoc_topics").path == DEFAULT_SPEC.parent / "samples" / "pydoc_topics.jsonl"
     assert spec.source("pydoc_topics").path.exists()

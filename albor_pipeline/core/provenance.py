@@ -18,13 +18,15 @@ from albor_pipeline.core.layout import (
     Layout,
     corpus_names,
     corpus_stage,
+    eval_stage,
     fim_stage,
     ingested_stage,
     mixed_stage,
+    sft_stage,
 )
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.tokenizer import report_rows
-from albor_pipeline.spec import SPLITS
+from albor_pipeline.spec import CHAT_KINDS, SPLITS
 
 
 def build_provenance(
@@ -193,6 +195,7 @@ def render_markdown(prov: dict[str, Any]) -> str:
             "",
             *_table(["split", "source", *header], source_rows),
         ]
+    lines += _chat_section(prov)
     lines += [
         "## Artifacts",
         "",
@@ -212,6 +215,52 @@ def render_markdown(prov: dict[str, Any]) -> str:
     ]
     lines += ["## Library versions", "", *_table(["library", "version"], [[k, v] for k, v in prov["versions"].items()])]
     return "\n".join(lines)
+
+
+def _chat_section(prov: dict[str, Any]) -> list[str]:
+    """Chat sources with their cleanup, the SFT splits per source, the eval sets."""
+    stages: dict[str, Any] = prov["stages"]
+    chat_kinds = {k.value for k in CHAT_KINDS}
+    sources = [s["name"] for s in prov["spec"]["sources"] if s["kind"] in chat_kinds]
+    sft = [(split, stages[sft_stage(split)]["summary"]) for split in SPLITS if sft_stage(split) in stages]
+    evals = [
+        (s["name"], stages[eval_stage(s["name"])]["summary"])
+        for s in prov["spec"]["sources"]
+        if eval_stage(s["name"]) in stages
+    ]
+    if not (sources or evals):
+        return []
+    lines = ["## Chat", ""]
+    cleanup_rows = []
+    for name in sources:
+        summary = stages.get(ingested_stage(name), {}).get("summary", {})
+        counts = {**summary.get("cleanup", {}), **summary.get("skipped", {})}
+        cleanup_rows.append(
+            [name, summary.get("documents", ""), ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"]
+        )
+    lines += _table(["source", "conversations kept", "cleanup and skips"], cleanup_rows)
+    if sft:
+        lines += _table(
+            ["split", "conversations", "tokens", "trained fraction", "skipped (over max_tokens)", "truncated"],
+            [
+                [split, s["conversations"], s["tokens"], s["trained_fraction"], s["skipped_overlong"], s["truncated"]]
+                for split, s in sft
+            ],
+        )
+        keys = ("conversations", "turns", "tokens", "trained_fraction")
+        lines += _table(
+            ["split", "source", *keys],
+            [[split, name, *(facts[k] for k in keys)] for split, s in sft for name, facts in s["sources"].items()],
+        )
+    if evals:
+        lines += _table(
+            ["eval set", "items", "tokens", "choices per item"],
+            [
+                [name, s["items"], s["tokens"], ", ".join(f"{k}: {v}" for k, v in s["choices"].items())]
+                for name, s in evals
+            ],
+        )
+    return lines
 
 
 @dataclass
