@@ -23,6 +23,15 @@ from albor_pipeline.spec import DEFAULT_SPEC, load_spec
 
 from .support import STDLIB, materialize_all, small_spec_dict, write_spec
 
+SHIPPED_SOURCES = (
+    "stdlib",
+    "site_packages",
+    "pydoc_topics",
+    "python_chat",
+    "spelling_bee",
+    "simple_spelling",
+    "python_mc",
+)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -31,13 +40,14 @@ def test_default_definitions_load_with_expected_keys():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     expected = {
-        "source/stdlib",
-        "source/site_packages",
-        "source/pydoc_topics",
-        "ingested/stdlib",
-        "ingested/site_packages",
-        "ingested/pydoc_topics",
+        *(f"{stage}/{name}" for stage in ("source", "ingested") for name in SHIPPED_SOURCES),
         "documents",
+        "conversations",
+        "chat_mixed/train",
+        "chat_mixed/val",
+        "sft/train",
+        "sft/val",
+        "eval/python_mc",
         "tokenizer",
         "provenance",
         *(f"{stage}/{s}" for stage in ("mixed", "fim", "corpus") for s in ("train", "val", "test")),
@@ -284,7 +294,10 @@ def test_default_spec_builds_end_to_end(tmp_path):
     stages = prov["stages"]
     assert stages["ingested/stdlib"]["summary"]["documents"] > 500
     assert stages["ingested/pydoc_topics"]["summary"]["documents"] == 79
-    assert stages["tokenizer"]["summary"]["vocab_size"] == 32771
+    assert stages["tokenizer"]["summary"]["vocab_size"] == 32768 + 3 + 8  # + FIM sentinels + chat tokens
+    assert (
+        stages["sft/train"]["summary"]["conversations"] > 1000 and stages["eval/python_mc"]["summary"]["items"] == 152
+    )
     assert stages["tokenizer"]["summary"]["keywords_single_token"] == 8
     assert stages["corpus/train"]["summary"]["sequences"] > 1000
     # Length staging: 32k-token sequences of 32k+-char documents, served as 4k chunks.
