@@ -20,7 +20,6 @@ import json
 import random
 import re
 from pathlib import Path
-
 from pydoc_data.topics import topics
 
 HERE = Path(__file__).parent
@@ -41,7 +40,7 @@ def _documented_builtins() -> list[tuple[str, str]]:
     out = []
     for name in sorted(dir(builtins)):
         obj = getattr(builtins, name)
-        if name.startswith("_") or not callable(obj) or isinstance(obj, type) and issubclass(obj, BaseException):
+        if name.startswith("_") or not callable(obj) or (isinstance(obj, type) and issubclass(obj, BaseException)):
             continue
         doc = inspect.getdoc(obj)
         if doc and len(doc) > 40:
