@@ -372,3 +372,26 @@ def test_auto_falls_back_to_hf_when_tiktoken_disagrees(pipeline):
     encoder, why = pick_encoder(tok, "auto", docs[:8])
     assert encoder.name == "hf" and why.startswith("hf (tiktoken disagreed")
     assert encoder.encode_batch(docs[:2]) == [e.ids for e in tok.encode_batch(docs[:2], add_special_tokens=False)]
+
+
+def test_autotokenizer_folder_matches_the_corpus_ids(pipeline, tmp_path):
+    """`AutoTokenizer.from_pretrained(tokenizer dir)` knows its specials and max length and
+    encodes every real document (literal `</s>` and FIM strings included) to the corpus ids."""
+    transformers = pytest.importorskip("transformers")
+    tmp, docs = pipeline
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp / "tok"))
+    assert (hf.bos_token_id, hf.eos_token_id, hf.pad_token_id, hf.unk_token_id) == (1, 2, 3, 0)
+    assert hf.model_max_length == 2048 and hf.convert_tokens_to_ids("<|fim_middle|>") == 1502  # vocab 1500 + 2
+    plain = apply_fim(
+        write_docs(tmp_path / "docs.parquet", docs), FimSpec(rate=0.0), tmp_path / "fim.parquet", tmp_path
+    )
+    assert plain.transformed == 0
+    spec = CorpusSpec(seq_len=64, formats=["megatron"])
+    build_corpus(tmp_path / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, tmp_path / "c", tmp_path)
+    stream = np.fromfile(tmp_path / "c" / "megatron.bin", dtype=np.uint16)
+    ends = np.cumsum(_megatron_lengths(tmp_path / "c"))
+    corpus_docs = [d[:-1].tolist() for d in np.split(stream, ends[:-1])]  # each without its EOS
+    assert len(corpus_docs) == len(docs) and any("</s>" in d for d in docs)
+    assert [hf(d)["input_ids"] for d in docs] == corpus_docs
+    padded = hf.pad({"input_ids": corpus_docs[-3:]})
+    assert [row[-1] for row in padded["input_ids"]].count(3) >= 1 and len({len(r) for r in padded["input_ids"]}) == 1

@@ -22,7 +22,17 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from albor_pipeline.core.artifacts import Artifact, atomic_path, record, staged_dir, write_bytes, write_json
 from albor_pipeline.core.stage import Progress
-from albor_pipeline.core.vocab import FIM_TOKENS, SPECIALS, added_tokens, plain_tokenizer, token_to_bytes
+from albor_pipeline.core.vocab import (
+    BOS,
+    EOS,
+    FIM_TOKENS,
+    PAD,
+    SPECIALS,
+    UNK,
+    added_tokens,
+    plain_tokenizer,
+    token_to_bytes,
+)
 from albor_pipeline.spec import TokenizerSpec
 
 PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
@@ -154,6 +164,28 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"fact": fact, "value": value} for fact, value in rows]
 
 
+HF_CONFIGS = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def hf_configs(appended: tuple[str, ...], model_max_length: int) -> dict[str, dict[str, Any]]:
+    """What makes the folder HF-complete: `AutoTokenizer.from_pretrained(dir)` knows bos/eos/
+    pad/unk and the max length, and (`split_special_tokens`) encodes a literal `</s>` or
+    `<|fim_prefix|>` in text as ordinary text, exactly as the corpus stage does."""
+    specials = {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": PAD}
+    return {
+        "tokenizer_config.json": {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            **specials,
+            "additional_special_tokens": list(appended),
+            "model_max_length": model_max_length,
+            "split_special_tokens": True,
+            "clean_up_tokenization_spaces": False,
+            "add_prefix_space": False,
+        },
+        "special_tokens_map.json": {**specials, "additional_special_tokens": list(appended)},
+    }
+
+
 @dataclass
 class TokenizerResult:
     artifacts: list[Artifact]
@@ -168,10 +200,12 @@ def build_tokenizer(
     data_root: Path,
     progress: Progress | None = None,
     appended: tuple[str, ...] = FIM_TOKENS,
+    model_max_length: int = 2048,
 ) -> TokenizerResult:
     """Train on `train_path` text, write tokenizer files and report.json into `out_dir`.
 
-    `appended`: special tokens after the learned vocabulary (FIM sentinels, chat tokens)."""
+    `appended`: special tokens after the learned vocabulary (FIM sentinels, chat tokens).
+    `model_max_length`: what transformers reports for the folder (the corpus' seq_len)."""
     seen = {"docs": 0, "chars": 0}
 
     def counted() -> Iterator[list[str]]:
@@ -216,5 +250,7 @@ def build_tokenizer(
         with atomic_path(staging / "token_bytes.npy") as tmp, open(tmp, "wb") as fh:
             np.save(fh, token_byte_lengths(tok))
         write_json(staging / "report.json", stable)
-    names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json")
+        for name, content in hf_configs(appended, model_max_length).items():
+            write_json(staging / name, content)
+    names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json", *HF_CONFIGS)
     return TokenizerResult([record(out_dir / n, data_root) for n in names], report)

@@ -11,7 +11,7 @@ from functools import lru_cache
 from tokenizers import Tokenizer
 
 SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
-BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+UNK, BOS, EOS, PAD = SPECIALS
 FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
 FIM_TOKENS = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
 

@@ -40,11 +40,16 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
         layout.root,
         progress=ctx.log.info,
         appended=(*FIM_TOKENS, *chat_tokens),
+        model_max_length=spec.corpus.seq_len,
     )
     report = result.report
     return StageOutput(
         artifacts=result.artifacts,
-        config={**settings.model_dump(mode="json", exclude={"retrain"}), "chat_tokens": list(chat_tokens)},
+        config={
+            **settings.model_dump(mode="json", exclude={"retrain"}),
+            "chat_tokens": list(chat_tokens),
+            "model_max_length": spec.corpus.seq_len,
+        },
         summary={k: v for k, v in report.items() if k not in TIMING},
         row_count=report["vocab_size"],
         metadata={
