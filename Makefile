@@ -30,14 +30,15 @@ SYSTEM_DEPS := chromium:chromium
 system-deps:
 	scripts/system-deps $(SYSTEM_DEPS)
 
-# The loader tests run a real torch DataLoader: the CPU build (pip takes the machine's file).
-TORCH ?= torch==2.13.0
+# What the tests drive for real beyond the dev extra: a torch DataLoader (the CPU build: pip
+# takes the machine's file) and Megatron's HF tokenizer wrapper (megatron-core needs torch).
+TEST_PACKAGES ?= torch==2.13.0 megatron-core==0.16.1
 
-$(VENV)/.torch: $(VENV)/.installed
-	$(BIN)/pip install -q '$(TORCH)'
+$(VENV)/.test-packages: $(VENV)/.installed
+	$(BIN)/pip install -q $(TEST_PACKAGES)
 	touch $@
 
-test: install system-deps $(VENV)/.torch
+test: install system-deps $(VENV)/.test-packages
 	$(BIN)/python -m pytest
 
 bench: install

@@ -395,3 +395,16 @@ def test_autotokenizer_folder_matches_the_corpus_ids(pipeline, tmp_path):
     assert [hf(d)["input_ids"] for d in docs] == corpus_docs
     padded = hf.pad({"input_ids": corpus_docs[-3:]})
     assert [row[-1] for row in padded["input_ids"]].count(3) >= 1 and len({len(r) for r in padded["input_ids"]}) == 1
+
+
+def test_megatron_hf_tokenizer_wrapper_reads_the_folder(pipeline):
+    """Megatron's HuggingFaceTokenizer over the tokenizer folder: EOD is `</s>` (id 2), and a
+    literal `</s>` in text stays ordinary text."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.tokenizers.text.libraries.huggingface_tokenizer import HuggingFaceTokenizer
+
+    tmp, _ = pipeline
+    wrapper = HuggingFaceTokenizer(str(tmp / "tok"))
+    assert (wrapper.eod, wrapper.bos_id) == (2, 1)
+    ids = wrapper.text_to_ids(LITERAL)
+    assert 2 not in ids and wrapper.ids_to_text(ids) == LITERAL
