@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,16 @@ def test_best_fit_packing_adds_its_blocking_check() -> None:
     checks = {k.to_user_string(): graph.get_check_spec(k).blocking for k in graph.asset_check_keys}
     assert all(checks[f"corpus/{split}:no_short_splits"] for split in ("train", "val", "test"))
     assert "corpus/train:no_short_splits" not in json.loads(SNAPSHOT.read_text())["checks"]  # concat: none
+
+
+def test_descriptions_keep_markup_in_backticks():
+    """The UI renders descriptions as markdown/HTML: `</s>` or `list<uint32>` outside backticks
+    would be swallowed as a tag. Every description of the default graph keeps them in code."""
+    from albor_pipeline.spec import load_spec
+
+    defs = build_definitions(load_spec())
+    graph = defs.resolve_asset_graph()
+    texts = [graph.get(k).description or "" for k in graph.get_all_asset_keys()]
+    texts += [graph.get_check_spec(k).description or "" for k in graph.asset_check_keys]
+    bare = [t for t in texts if set("<>") & set(re.sub(r"`[^`]*`", "", t))]
+    assert len(texts) > 60 and bare == []

@@ -141,7 +141,7 @@ def _checks(spec: PipelineSpec) -> tuple[Check, ...]:
         schema_check(SEQ_SCHEMA),
         Check(
             "sequences",
-            "Every sequence has `seq_len` ids, every id < vocab size, at least one sequence.",
+            "Every sequence has `seq_len` ids, every id below the vocab size, at least one sequence.",
             _sequences,
             blocking=True,
         ),
@@ -190,7 +190,7 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
             name=corpus_stage(long_split(split)),
             group="corpus",
             description=f"Length staging: the {split} split's documents of at least `min_chars` characters, "
-            "packed like corpus/<split> at their own `seq_len`; `albor_pipeline.dataset` serves any corpus "
+            f"packed like `corpus/{split}` at their own `seq_len`; `albor_pipeline.dataset` serves any corpus "
             "in shorter chunks without re-tokenizing.",
             config=LongCorpusConfig,
             defaults=spec_defaults(LongCorpusConfig, long),
