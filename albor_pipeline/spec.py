@@ -201,7 +201,9 @@ class TokenizerSpec(_Model):
     max_chars: int | None = Field(None, gt=0)
     doc_cap: int | None = Field(None, gt=0)
     retrain: RetrainPolicy = RetrainPolicy.on_change
-    baselines: tuple[Path, ...] = ()
+    baselines: tuple[Path, ...] = ()  # other tokenizer.json files to compare against
+    # GPT-2's ranks (tiktoken format) for the comparison; `make install` fetches them from PyPI.
+    gpt2_ranks: Path | None = None
 
 
 class RemainderPolicy(str, Enum):
@@ -412,6 +414,9 @@ def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:
     tok = dict(raw.get("tokenizer") or {})
     if tok.get("baselines"):
         tok["baselines"] = [_resolve_path(p, base_dir) for p in tok["baselines"]]
+    if tok.get("gpt2_ranks"):
+        tok["gpt2_ranks"] = _resolve_path(tok["gpt2_ranks"], base_dir)
+    if tok:
         raw["tokenizer"] = tok
     try:
         return PipelineSpec.model_validate(raw)

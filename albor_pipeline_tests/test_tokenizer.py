@@ -7,12 +7,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.tokenizer import TokenizerError, build_tokenizer
+from albor_pipeline.core.tokenizer import TokenizerError, build_tokenizer, gpt2_counter
 from albor_pipeline.core.vocab import token_to_bytes
-from albor_pipeline.spec import TokenizerSpec
+from albor_pipeline.spec import REPO_ROOT, TokenizerSpec
 
 from .support import LITERAL, STDLIB, write_docs
 
@@ -74,19 +76,62 @@ def test_transformers_loads_tokenizer_json(trained):
 
 
 def test_baseline_tokenizers_are_compared(trained, corpus_files, tmp_path):
-    out, result = trained
+    out, _ = trained
+    baseline = str(out / "tokenizer.json")
     spec = TokenizerSpec(vocab_size=1000, baselines=(out / "tokenizer.json",))
     small = build_tokenizer(*corpus_files, spec, tmp_path / "t", tmp_path).report
-    baseline = small["baselines_bytes_per_token"][str(out / "tokenizer.json")]
-    assert baseline == result.report["bytes_per_token"]  # the 2000-token tokenizer, measured on the same val
-    assert small["bytes_per_token"] < baseline  # a smaller vocabulary packs fewer bytes per token
+    rows = {r["text"]: r for r in small["comparison"]}
+    assert set(rows) == {"s", "all"} and rows["all"]["bytes"] == small["val_bytes"]
+    assert rows["all"]["ours_tokens"] == small["val_tokens"]
+    # a smaller vocabulary needs more tokens than the 2000-token baseline: a negative difference
+    assert rows["all"][f"{baseline}_tokens"] < rows["all"]["ours_tokens"] and rows["all"][f"{baseline}_diff_pct"] < 0
+
+
+def gpt2_ranks() -> Path:
+    """GPT-2's ranks as `make install` fetches them (from PyPI's openai-whisper sdist)."""
+    path = REPO_ROOT / "data" / "baselines" / "gpt2.tiktoken"
+    if not path.exists():
+        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "fetch_gpt2_ranks.py"), str(path)], check=True)
+    if not path.exists():
+        pytest.fail(f"{path}: could not be fetched from PyPI (see scripts/fetch_gpt2_ranks.py)")
+    return path
+
+
+def test_gpt2_baseline_reproduces_gpt2_and_is_compared_per_source(corpus_files, tmp_path):
+    ranks = gpt2_ranks()
+    assert gpt2_counter(ranks)(["Hello world", ""]) == [2, 0]
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    enc = tiktoken.Encoding(
+        "gpt2", pat_str=r50k_pat_str, mergeable_ranks=load_tiktoken_bpe(str(ranks)), special_tokens={}
+    )
+    assert enc.encode_ordinary("Hello world") == [15496, 995]  # GPT-2's own ids
+    train, val = corpus_files
+    mixed_val = tmp_path / "val.parquet"
+    table = pq.read_table(val)
+    sources = ["json" if i % 2 else "other" for i in range(table.num_rows)]
+    pq.write_table(table.set_column(1, "source", pa.array(sources)), mixed_val)
+    report = build_tokenizer(
+        train, mixed_val, TokenizerSpec(vocab_size=2000, gpt2_ranks=ranks), tmp_path / "t", tmp_path
+    ).report
+    rows = {r["text"]: r for r in report["comparison"]}
+    assert list(rows) == ["json", "other", "all"] and report["comparison_notes"] == []
+    assert rows["json"]["gpt2_tokens"] + rows["other"]["gpt2_tokens"] == rows["all"]["gpt2_tokens"]
+    assert rows["all"]["gpt2_tokens"] == sum(len(enc.encode_ordinary(t)) for t in table.column("text").to_pylist())
+    assert rows["all"]["gpt2_bytes_per_token"] == round(rows["all"]["bytes"] / rows["all"]["gpt2_tokens"], 3)
+    # A missing ranks file skips GPT-2 with a note; the build goes on.
+    missing = TokenizerSpec(vocab_size=2000, gpt2_ranks=tmp_path / "nope.tiktoken")
+    report = build_tokenizer(train, mixed_val, missing, tmp_path / "t2", tmp_path).report
+    assert "gpt2_tokens" not in report["comparison"][-1] and "not found" in report["comparison_notes"][0]
 
 
 TRAIN_SCRIPT = """
 import sys
 from pathlib import Path
 from albor_pipeline.core.tokenizer import build_tokenizer
-from albor_pipeline.spec import TokenizerSpec
+from albor_pipeline.spec import REPO_ROOT, TokenizerSpec
 out = Path(sys.argv[3])
 build_tokenizer(Path(sys.argv[1]), Path(sys.argv[2]), TokenizerSpec(vocab_size=2000), out, out)
 """

@@ -25,7 +25,7 @@ from albor_pipeline.core.layout import (
     sft_stage,
 )
 from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.tokenizer import report_rows
+from albor_pipeline.core.tokenizer import comparison_table, report_rows
 from albor_pipeline.spec import CHAT_KINDS, SPLITS
 
 
@@ -144,6 +144,14 @@ def render_markdown(prov: dict[str, Any]) -> str:
     tok = stages.get(TOKENIZER, {}).get("summary")
     if tok:
         lines += ["## Tokenizer", "", markdown_table(report_rows(tok)), ""]
+        if tok.get("comparison"):
+            lines += [
+                "Bytes per token on the val text, ours against each baseline (diff: fewer tokens than the "
+                "baseline is positive):",
+                "",
+                comparison_table(tok["comparison"]),
+                "",
+            ]
     corpora = corpus_names(SPLITS)
     corpus_rows = [
         [

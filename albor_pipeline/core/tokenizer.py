@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+from tiktoken_ext.openai_public import r50k_pat_str
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from albor_pipeline.core.artifacts import Artifact, atomic_path, record, staged_dir, write_bytes, write_json
+from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import (
     BOS,
@@ -113,12 +118,10 @@ def bpe_files(tok: Tokenizer) -> tuple[bytes, bytes]:
     return vocab_json, merges_txt
 
 
-def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], baselines: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Round-trip every val document, keyword coverage, bytes/token (and baselines')."""
+def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]]) -> dict[str, Any]:
+    """Round-trip every val document, keyword coverage, bytes/token."""
     plain = plain_tokenizer(tok)
-    others = {str(p): plain_tokenizer(Tokenizer.from_file(str(p))) for p in baselines}
     docs = ok = n_bytes = n_tokens = 0
-    other_tokens = dict.fromkeys(others, 0)
     failures: list[int] = []
     for batch in val_texts:
         encs = plain.encode_batch_fast(batch, add_special_tokens=False)
@@ -132,8 +135,6 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], baselines: tuple[Pa
             docs += 1
             n_bytes += len(text.encode("utf-8"))
             n_tokens += len(tids)
-        for name, other in others.items():
-            other_tokens[name] += sum(len(e.ids) for e in other.encode_batch_fast(batch, add_special_tokens=False))
     coverage = {kw: len(plain.encode(kw, add_special_tokens=False).ids) == 1 for kw in PYTHON_KEYWORDS}
     return {
         "val_documents": docs,
@@ -144,8 +145,60 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], baselines: tuple[Pa
         "val_bytes": n_bytes,
         "val_tokens": n_tokens,
         "bytes_per_token": round(n_bytes / n_tokens, 4) if n_tokens else None,
-        "baselines_bytes_per_token": {k: round(n_bytes / v, 4) if v else None for k, v in other_tokens.items()},
     }
+
+
+TokenCounter = Callable[[list[str]], list[int]]
+
+
+def _hf_counter(tok: Tokenizer) -> TokenCounter:
+    plain = plain_tokenizer(tok)
+    return lambda texts: [len(e.ids) for e in plain.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+def gpt2_counter(ranks: Path) -> TokenCounter:
+    """GPT-2's tokenizer from its ranks file and split pattern: "Hello world" -> 15496, 995."""
+    enc = tiktoken.Encoding(
+        name="gpt2", pat_str=r50k_pat_str, mergeable_ranks=load_tiktoken_bpe(str(ranks)), special_tokens={}
+    )
+    return lambda texts: [len(ids) for ids in enc.encode_ordinary_batch(texts, num_threads=1)]
+
+
+def compare(tok: Tokenizer, val_path: Path, baselines: tuple[Path, ...], gpt2_ranks: Path | None) -> dict[str, Any]:
+    """nanochat's tokenizer comparison: bytes/token of ours and of each baseline (GPT-2, the spec's
+    `baselines` files) on the val text of every source, and the relative difference
+    (baseline tokens - ours) / baseline tokens: positive when ours needs fewer tokens."""
+    counters: dict[str, TokenCounter] = {}
+    notes: list[str] = []
+    if gpt2_ranks is not None:
+        if gpt2_ranks.exists():
+            counters["gpt2"] = gpt2_counter(gpt2_ranks)
+        else:
+            notes.append(f"gpt2: skipped, {gpt2_ranks} not found (make install fetches it from PyPI)")
+    counters.update(
+        {p.name if p.name != "tokenizer.json" else str(p): _hf_counter(Tokenizer.from_file(str(p))) for p in baselines}
+    )
+    ours = _hf_counter(tok)
+    totals: dict[str, Counter[str]] = defaultdict(Counter)
+    for batch in pq.ParquetFile(val_path).iter_batches(batch_size=1024, columns=["text", "source"]):
+        texts, sources = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+        counts = {"ours": ours(texts), **{name: count(texts) for name, count in counters.items()}}
+        for i, (text, source) in enumerate(zip(texts, sources)):
+            for key in (source, "all"):
+                totals[key]["bytes"] += len(text.encode("utf-8"))
+                for name, n in counts.items():
+                    totals[key][name] += n[i]
+    rows = []
+    for key in [*sorted(k for k in totals if k != "all"), "all"] if totals else []:
+        t = totals[key]
+        row: dict[str, Any] = {"text": key, "bytes": t["bytes"], "ours_tokens": t["ours"]}
+        row["ours_bytes_per_token"] = round(t["bytes"] / t["ours"], 3) if t["ours"] else None
+        for name in counters:
+            row[f"{name}_tokens"] = t[name]
+            row[f"{name}_bytes_per_token"] = round(t["bytes"] / t[name], 3) if t[name] else None
+            row[f"{name}_diff_pct"] = round(100 * (t[name] - t["ours"]) / t[name], 1) if t[name] else None
+        rows.append(row)
+    return {"comparison": rows, "comparison_notes": notes}
 
 
 def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -158,10 +211,17 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         ("keywords single-token", f"{report['keywords_single_token']}/{len(PYTHON_KEYWORDS)}"),
         ("bytes/token (val)", report["bytes_per_token"]),
         ("train documents", report["train_documents"]),
-        *((f"baseline bytes/token: {k}", v) for k, v in report["baselines_bytes_per_token"].items()),
+        *(("comparison", note) for note in report.get("comparison_notes", [])),
         *((f"training {k}", report[f"train_{k}"]) for k in ("seconds", "mb_per_s") if f"train_{k}" in report),
     ]
     return [{"fact": fact, "value": value} for fact, value in rows]
+
+
+def comparison_table(rows: list[dict[str, Any]]) -> str:
+    """The comparison as markdown, columns in reading order (stored JSON sorts its keys)."""
+    first = ["text", "bytes", "ours_tokens", "ours_bytes_per_token"]
+    rest = sorted({k for row in rows for k in row} - set(first))
+    return markdown_table([{k: row.get(k, "") for k in first + rest} for row in rows])
 
 
 HF_CONFIGS = ("tokenizer_config.json", "special_tokens_map.json")
@@ -238,7 +298,8 @@ def build_tokenizer(
             f"the training text supports only {learned} tokens (< {spec.vocab_size} requested); "
             "the appended special tokens follow the learned vocabulary"
         )
-    report.update(evaluate(tok, iter_texts(val_path), spec.baselines))
+    report.update(evaluate(tok, iter_texts(val_path)))
+    report.update(compare(tok, val_path, spec.baselines, spec.gpt2_ranks))
     # The report's timing fields vary run to run; keep them out of the hashed file.
     stable = {k: v for k, v in report.items() if k not in ("train_seconds", "train_mb_per_s")}
     vocab_json, merges_txt = bpe_files(tok)

@@ -11,7 +11,7 @@ from albor_pipeline.core.checks import CheckOutcome, check_roundtrip
 from albor_pipeline.core.layout import TOKENIZER, Layout, mixed_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.core.tokenizer import build_tokenizer, report_rows
+from albor_pipeline.core.tokenizer import build_tokenizer, comparison_table, report_rows
 from albor_pipeline.core.vocab import FIM_TOKENS
 from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, spec_defaults
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
@@ -54,6 +54,7 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
         row_count=report["vocab_size"],
         metadata={
             "report": dg.MetadataValue.md(markdown_table(report_rows(report))),
+            "comparison": dg.MetadataValue.md(comparison_table(report["comparison"]) or "no val text"),
             "vocab_size": report["vocab_size"],
             "roundtrip_ok": report["roundtrip_ok"],
             "val_documents": report["val_documents"],
