@@ -326,7 +326,7 @@ def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):
 
 
 @pytest.mark.slow
-def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(tmp_path):
+def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(tmp_path, monkeypatch):
     """The small spec with and without chat sources: every check passes, the pretraining
     artifacts are byte-identical, and a second build of the chat branch is too."""
     from albor_pipeline.core.artifacts import read_manifest
@@ -366,3 +366,13 @@ def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(tmp_path):
     assert {"sft/train", "sft/val", "eval/python_mc"} <= set(results["chat"])
     prov = (tmp_path / "chat" / "PROVENANCE.md").read_text()
     assert "## Chat" in prov and "trimmed_trailing_user" in prov
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    sft = datasets.load_dataset(str(tmp_path / "chat"), "sft")
+    rows = pq.read_table(tmp_path / "chat" / "sft" / "train" / "part-00000.parquet")
+    assert (
+        set(sft) == {"train", "validation"}
+        and sft["train"]["loss_mask"][:2] == rows.column("loss_mask").to_pylist()[:2]
+    )
+    assert datasets.load_dataset(str(tmp_path / "chat"), "eval_python_mc")["test"].num_rows == 152

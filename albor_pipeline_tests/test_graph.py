@@ -117,6 +117,25 @@ def test_every_stage_materializes_with_provenance_metadata(built):
     assert len(checks) >= 14 and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
 
 
+def test_dataset_card_loads_in_hf_datasets(built, tmp_path, monkeypatch):
+    """`datasets.load_dataset(data dir, config)` finds the card's configs and features, and the
+    rows are the corpus shards'; the card names each source's licence."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    _spec, out, _ = built
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\n") and "PSF-2.0" in card and "## Intended use" in card
+    corpus = datasets.load_dataset(str(out), "corpus")
+    assert set(corpus) == {"train", "validation", "test"}
+    assert corpus["train"].features["input_ids"].feature.dtype == "uint32"
+    shard = pq.read_table(out / "corpus" / "val" / "part-00000.parquet")
+    assert corpus["validation"]["input_ids"][:3] == shard.column("input_ids").to_pylist()[:3]
+    assert corpus["validation"].num_rows == shard.num_rows
+    long = datasets.load_dataset(str(out), "corpus_long")
+    assert "train" in long and len(long["train"][0]["input_ids"]) == 512
+
+
 def test_provenance_files_and_verify(built, capsys):
     _spec, out, _ = built
     prov = json.loads((out / "provenance.json").read_text())

@@ -121,6 +121,11 @@ class Layout:
         return self.root / "PROVENANCE.md"
 
     @property
+    def dataset_card(self) -> Path:
+        """A Hugging Face dataset card: `datasets.load_dataset(root, config)` reads its header."""
+        return self.root / "README.md"
+
+    @property
     def manifests_dir(self) -> Path:
         return self.root / "manifests"
 

@@ -8,6 +8,7 @@ import dagster as dg
 
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, source_fingerprint
 from albor_pipeline.core.layout import ingested_stage, source_stage
+from albor_pipeline.core.licences import detect_licences
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.resources import ArtifactStore
@@ -70,6 +71,7 @@ def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOut
         "text_bytes": result.text_bytes,
         "skipped": result.skipped,
         "cleanup": result.cleanup,
+        "licences": detect_licences(resolved.path),
     }
     skipped = markdown_table([{"reason": k, "files": v} for k, v in result.skipped.items()])
     return StageOutput(

@@ -7,6 +7,7 @@ from functools import partial
 import dagster as dg
 
 from albor_pipeline.core.artifacts import record, write_bytes, write_json
+from albor_pipeline.core.card import render_card
 from albor_pipeline.core.layout import PROVENANCE
 from albor_pipeline.core.provenance import build_provenance, render_markdown
 from albor_pipeline.core.stage import StageOutput
@@ -20,8 +21,9 @@ def provenance(spec: PipelineSpec, stages: tuple[str, ...], ctx: StageContext, c
     markdown = render_markdown(prov)
     write_json(layout.provenance_json, prov)
     write_bytes(layout.provenance_md, markdown.encode())
+    write_bytes(layout.dataset_card, render_card(prov).encode())
     return StageOutput(
-        artifacts=[record(layout.provenance_json, layout.root), record(layout.provenance_md, layout.root)],
+        artifacts=[record(p, layout.root) for p in (layout.provenance_json, layout.provenance_md, layout.dataset_card)],
         config={},
         summary={"artifacts": len(prov["artifacts"])},
         row_count=len(prov["artifacts"]),
@@ -34,7 +36,8 @@ def provenance_stage(spec: PipelineSpec, upstream: tuple[str, ...]) -> Stage[NoC
         name=PROVENANCE,
         group="provenance",
         description="`PROVENANCE.md` and `provenance.json`: every artifact with its full SHA-256, the spec, "
-        "seeds, per-source counts, mix multipliers, tokenizer facts and corpus token counts.",
+        "seeds, per-source counts, mix multipliers, tokenizer facts and corpus token counts; and `README.md`, "
+        "a Hugging Face dataset card from the same facts (configs, features, licences, intended use).",
         config=NoConfig,
         defaults=NoConfig(),
         work=partial(provenance, spec, upstream),
