@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install system-deps run dev test bench verify lint clean
+.PHONY: install instance system-deps run dev test bench verify lint clean
 
 install: $(VENV)/.installed
 
@@ -15,18 +15,18 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python scripts/fetch_gpt2_ranks.py data/baselines/gpt2.tiktoken
 	touch $@
 
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
-	mkdir -p $(DAGSTER_HOME)
-	cp dagster.yaml $@
+# $(DAGSTER_HOME)/dagster.yaml from dagster.yaml; with ALBOR_POSTGRES_URL set, storage in PostgreSQL.
+instance: install
+	$(BIN)/albor instance
 
-run: install $(DAGSTER_HOME)/dagster.yaml
+run: instance
 	$(BIN)/albor run
 
-dev: install $(DAGSTER_HOME)/dagster.yaml
+dev: instance
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
 # Debian packages the tests drive for real (command:package), installed when missing.
-SYSTEM_DEPS := chromium:chromium
+SYSTEM_DEPS := chromium:chromium pg_ctlcluster:postgresql
 
 system-deps:
 	scripts/system-deps $(SYSTEM_DEPS)

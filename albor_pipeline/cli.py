@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from albor_pipeline.core.artifacts import iter_manifests
+from albor_pipeline.core.artifacts import iter_manifests, write_bytes
 from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
 from albor_pipeline.core.lock import exclusive
 from albor_pipeline.core.provenance import stale_stages, verify
@@ -27,13 +26,33 @@ def _use(args: argparse.Namespace) -> None:
         os.environ["ALBOR_DATA_DIR"] = str(Path(args.data_dir).resolve())
 
 
-def ensure_dagster_home() -> Path:
-    """DAGSTER_HOME, defaulting to the repo's .dagster_home with the repo's dagster.yaml."""
+POSTGRES_ENV = "ALBOR_POSTGRES_URL"
+
+
+def instance_yaml() -> bytes:
+    """The instance config: the repo's dagster.yaml, plus dagster-postgres.yaml (storage in
+    PostgreSQL) when ALBOR_POSTGRES_URL is set. SQLite in DAGSTER_HOME stays the default."""
+    parts = [REPO_ROOT / "dagster.yaml"] + (
+        [REPO_ROOT / "dagster-postgres.yaml"] if os.environ.get(POSTGRES_ENV) else []
+    )
+    return b"\n".join(p.read_bytes() for p in parts)
+
+
+def ensure_dagster_home(rewrite: bool = False) -> Path:
+    """DAGSTER_HOME (default: the repo's .dagster_home) with its dagster.yaml; written when
+    missing, or always with `rewrite` (`albor instance`)."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / ".dagster_home")))
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists() and (REPO_ROOT / "dagster.yaml").exists():
-        shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    if rewrite or not (home / "dagster.yaml").exists():
+        write_bytes(home / "dagster.yaml", instance_yaml())
     return home
+
+
+def cmd_instance(args: argparse.Namespace) -> int:
+    home = ensure_dagster_home(rewrite=True)
+    storage = f"PostgreSQL ({POSTGRES_ENV})" if os.environ.get(POSTGRES_ENV) else f"SQLite in {home}"
+    print(f"albor: Dagster instance config {home / 'dagster.yaml'}: storage {storage}")
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -182,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         ("verify", cmd_verify, "re-hash every artifact the stages recorded; list stale stages"),
         ("summary", cmd_summary, "print what the last run produced"),
         ("spec", cmd_spec, "print the resolved, validated spec"),
+        ("instance", cmd_instance, "write $DAGSTER_HOME/dagster.yaml (PostgreSQL when ALBOR_POSTGRES_URL is set)"),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--spec", help="pipeline spec (default: $ALBOR_SPEC or data/pipeline.yaml)")
