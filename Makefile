@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install instance system-deps run dev test bench verify lint clean
+.PHONY: install instance system-deps run dev test screenshots bench verify lint clean
 
 install: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ $(VENV)/.test-packages: $(VENV)/.installed
 
 test: install system-deps $(VENV)/.test-packages
 	$(BIN)/python -m pytest
+
+# The README's UI images, from the browser test (a real run in Debian's Chromium).
+screenshots: install system-deps
+	ALBOR_SCREENSHOTS=1 $(BIN)/python -m pytest -q albor_pipeline_tests/test_ui_e2e.py -k materialize_all
 
 bench: install
 	$(BIN)/pip install -q -e '.[dev,bench]'

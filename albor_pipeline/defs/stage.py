@@ -156,10 +156,11 @@ def library_versions() -> dict[str, str]:
 
 
 def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:
-    columns = {"path": "string", "sha256": "string", "bytes": "int", "rows": "int"}
+    # sha256 last: at common widths its 64 characters would push bytes and rows out of view.
+    columns = {"path": "string", "bytes": "int", "rows": "int", "sha256": "string"}
     return dg.MetadataValue.table(
         records=[
-            dg.TableRecord({"path": a.path, "sha256": a.sha256, "bytes": a.bytes, "rows": a.rows or 0})
+            dg.TableRecord({"path": a.path, "bytes": a.bytes, "rows": a.rows or 0, "sha256": a.sha256})
             for a in artifacts
         ],
         schema=dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in columns.items()]),
