@@ -369,10 +369,13 @@ def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(tmp_path, m
     datasets = pytest.importorskip("datasets")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    sft = datasets.load_dataset(str(tmp_path / "chat"), "sft")
+    sft = datasets.load_dataset(str(tmp_path / "chat"), "sft", cache_dir=str(tmp_path / "hf"))
     rows = pq.read_table(tmp_path / "chat" / "sft" / "train" / "part-00000.parquet")
     assert (
         set(sft) == {"train", "validation"}
         and sft["train"]["loss_mask"][:2] == rows.column("loss_mask").to_pylist()[:2]
     )
-    assert datasets.load_dataset(str(tmp_path / "chat"), "eval_python_mc")["test"].num_rows == 152
+    assert (
+        datasets.load_dataset(str(tmp_path / "chat"), "eval_python_mc", cache_dir=str(tmp_path / "hf"))["test"].num_rows
+        == 152
+    )

@@ -41,6 +41,7 @@ def test_default_definitions_load_with_expected_keys():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     expected = {
         *(f"{stage}/{name}" for stage in ("source", "ingested") for name in SHIPPED_SOURCES),
+        *(f"filtered/{name}" for name in SHIPPED_SOURCES[:3]),  # the document sources
         "documents",
         "conversations",
         "chat_mixed/train",
@@ -94,7 +95,7 @@ def test_every_stage_materializes_with_provenance_metadata(built):
         e.asset_key.to_user_string(): e.step_materialization_data.materialization
         for e in result.get_asset_materialization_events()
     }
-    assert len(mats) == 2 + 1 + 9 + 3 + 1 + 1  # ... + corpus/long_<split>
+    assert len(mats) == 2 + 2 + 1 + 9 + 3 + 1 + 1  # ingested, filtered, documents, mix/fim/corpus, long, tok, prov
     for key, mat in mats.items():
         meta = mat.metadata
         assert meta["dagster/row_count"].value > 0 or key.startswith("corpus/long_"), key
@@ -110,7 +111,7 @@ def test_every_stage_materializes_with_provenance_metadata(built):
         assert isinstance(meta["config"].value, dict)
     assert set(mats["ingested/stdlib_async"].metadata["inputs"].value) == {"source/stdlib_async"}
     assert mats["documents"].metadata["inputs"].value == {
-        a.path: a.sha256 for s in spec.sources for a in read_manifest(Layout(out), f"ingested/{s.name}").outputs
+        a.path: a.sha256 for s in spec.sources for a in read_manifest(Layout(out), f"filtered/{s.name}").outputs
     }
     assert "x" in mats["mixed/train"].metadata["summary"].value
     checks = result.get_asset_check_evaluations()
@@ -126,13 +127,13 @@ def test_dataset_card_loads_in_hf_datasets(built, tmp_path, monkeypatch):
     _spec, out, _ = built
     card = (out / "README.md").read_text()
     assert card.startswith("---\n") and "PSF-2.0" in card and "## Intended use" in card
-    corpus = datasets.load_dataset(str(out), "corpus")
+    corpus = datasets.load_dataset(str(out), "corpus", cache_dir=str(tmp_path / "hf"))
     assert set(corpus) == {"train", "validation", "test"}
     assert corpus["train"].features["input_ids"].feature.dtype == "uint32"
     shard = pq.read_table(out / "corpus" / "val" / "part-00000.parquet")
     assert corpus["validation"]["input_ids"][:3] == shard.column("input_ids").to_pylist()[:3]
     assert corpus["validation"].num_rows == shard.num_rows
-    long = datasets.load_dataset(str(out), "corpus_long")
+    long = datasets.load_dataset(str(out), "corpus_long", cache_dir=str(tmp_path / "hf"))
     assert "train" in long and len(long["train"][0]["input_ids"]) == 512
 
 

@@ -12,7 +12,14 @@ from typing import Any
 
 import yaml
 
-from albor_pipeline.core.layout import corpus_names, corpus_stage, eval_stage, ingested_stage, sft_stage
+from albor_pipeline.core.layout import (
+    corpus_names,
+    corpus_stage,
+    eval_stage,
+    filtered_stage,
+    ingested_stage,
+    sft_stage,
+)
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.spec import SPLITS
 
@@ -107,6 +114,7 @@ def render_card(prov: dict[str, Any]) -> str:
     ]
     tok = stages.get("tokenizer", {})
     settings = {
+        "hygiene": {s["name"]: s["hygiene"] for s in spec["sources"] if filtered_stage(s["name"]) in stages},
         "holdout": spec["holdout"],
         "mix": spec["mix"],
         "fim": spec["fim"],
@@ -144,9 +152,12 @@ def render_card(prov: dict[str, Any]) -> str:
         "",
         "## Settings",
         "",
-        "Hygiene today: exact deduplication (SHA-256, first source wins), per-source length filters, strict "
-        "UTF-8 and a content-hash holdout. Near-duplicate removal, decontamination and secrets/PII redaction "
-        "are not applied yet: do not assume this corpus is free of them.",
+        "Hygiene: per source, quality filters (long lines, low alphanumeric share, auto-generated and "
+        "data-heavy files) and secrets/PII redaction (detect-secrets' detectors, e-mails, public IPs -> "
+        "`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`), counted in PROVENANCE.md; exact deduplication (SHA-256, first "
+        "source wins), strict UTF-8 and a content-hash holdout. Near-duplicate removal and decontamination "
+        "are not applied yet, and redaction misses what no detector knows: do not assume the corpus is free "
+        "of either.",
         "",
         "```yaml",
         yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).rstrip(),

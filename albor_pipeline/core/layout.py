@@ -25,6 +25,11 @@ def ingested_stage(name: str) -> str:
     return f"ingested/{name}"
 
 
+def filtered_stage(name: str) -> str:
+    """A document source after hygiene (filters, secrets/PII redaction)."""
+    return f"filtered/{name}"
+
+
 def mixed_stage(split: str) -> str:
     return f"mixed/{split}"
 
@@ -67,6 +72,9 @@ class Layout:
 
     def ingested(self, source: str) -> Path:
         return self.root / "ingested" / f"{source}.parquet"
+
+    def filtered(self, source: str) -> Path:
+        return self.root / "filtered" / f"{source}.parquet"
 
     @property
     def documents_dir(self) -> Path:

@@ -19,6 +19,7 @@ from albor_pipeline.core.layout import (
     corpus_names,
     corpus_stage,
     eval_stage,
+    filtered_stage,
     fim_stage,
     ingested_stage,
     mixed_stage,
@@ -82,6 +83,7 @@ def render_markdown(prov: dict[str, Any]) -> str:
         "",
         *_table(["source", "kind", "path", "files", "documents", "text bytes", "skipped"], src_rows),
     ]
+    lines += _hygiene_section(prov)
     docs = stages.get(DOCUMENTS, {}).get("summary", {})
     if docs:
         holdout = stages[DOCUMENTS]["config"]
@@ -223,6 +225,30 @@ def render_markdown(prov: dict[str, Any]) -> str:
     ]
     lines += ["## Library versions", "", *_table(["library", "version"], [[k, v] for k, v in prov["versions"].items()])]
     return "\n".join(lines)
+
+
+def _hygiene_section(prov: dict[str, Any]) -> list[str]:
+    """Per document source: input = kept + removed by reason; findings by type (counts only)."""
+    rows = []
+    for src in prov["spec"]["sources"]:
+        stage = prov["stages"].get(filtered_stage(src["name"]))
+        if stage:
+            s = stage["summary"]
+            rows.append(
+                [
+                    src["name"],
+                    stage["config"]["redact"],
+                    s["documents_in"],
+                    s["kept"],
+                    ", ".join(f"{k} {v}" for k, v in s["removed"].items()) or "none",
+                    ", ".join(f"{k} {v}" for k, v in s["findings"].items()) or "none",
+                    s["redacted_documents"],
+                ]
+            )
+    if not rows:
+        return []
+    header = ["source", "redact", "documents in", "kept", "removed", "findings", "redacted documents"]
+    return ["## Hygiene", "", *_table(header, rows)]
 
 
 def _chat_section(prov: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from albor_pipeline.core.artifacts import StageManifest
 from albor_pipeline.core.checks import CheckOutcome, check_no_leak
 from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, ingested_stage
+from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, filtered_stage, ingested_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, schema_check, spec_defaults
@@ -33,12 +33,17 @@ OUT_DIRS: dict[str, Callable[[Layout], Path]] = {
     DOCUMENTS: attrgetter("documents_dir"),
     CONVERSATIONS: attrgetter("conversations_dir"),
 }
+# What each holdout reads: documents after hygiene, conversations as ingested.
+INPUTS: dict[str, tuple[Callable[[str], str], Callable[[Layout, str], Path]]] = {
+    DOCUMENTS: (filtered_stage, Layout.filtered),
+    CONVERSATIONS: (ingested_stage, Layout.ingested),
+}
 
 
 def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext, config: HoldoutConfig) -> StageOutput:
     settings = resolve(spec.holdout, config, f"{stage} run config")
     layout = ctx.layout
-    sources = [(n, layout.ingested(n)) for n in names]
+    sources = [(n, INPUTS[stage][1](layout, n)) for n in names]
     result = build_documents(sources, settings, OUT_DIRS[stage](layout), layout.root, progress=ctx.log.info)
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     return StageOutput(
@@ -67,7 +72,7 @@ def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: s
         config=HoldoutConfig,
         defaults=spec_defaults(HoldoutConfig, spec.holdout),
         work=partial(holdout, spec, stage, names),
-        deps=tuple(ingested_stage(n) for n in names),
+        deps=tuple(map(INPUTS[stage][0], names)),
         checks=(
             schema_check(DOC_SCHEMA),
             Check(
