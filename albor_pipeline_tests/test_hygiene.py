@@ -134,3 +134,14 @@ def test_clean_source_accounts_for_every_document(tmp_path, mode):
     else:
         assert texts["planted.py"] == _planted() and result.findings == {}
     assert json.dumps(result.findings).find("AKIA") < 0  # counts only: no secret in the metadata
+
+
+def test_hygiene_output_is_independent_of_worker_processes(tmp_path):
+    """Real stdlib packages (several chunks), one process vs two: byte-identical output."""
+    src = SourceSpec(name="s", kind="code", path=STDLIB, include=("email/**/*.py", "asyncio/*.py", "json/*.py"))
+    ingest_source(src, tmp_path / "in.parquet", tmp_path)
+    assert pq.ParquetFile(tmp_path / "in.parquet").num_row_groups > 0
+    one = clean_source(tmp_path / "in.parquet", HygieneSpec(), tmp_path / "one.parquet", tmp_path, workers=1)
+    two = clean_source(tmp_path / "in.parquet", HygieneSpec(), tmp_path / "two.parquet", tmp_path, workers=2)
+    assert one.artifact.sha256 == two.artifact.sha256 and one.findings == two.findings and one.examples == two.examples
+    assert one.findings.get("E-mail", 0) > 0  # the email package's authors

@@ -21,8 +21,12 @@ import ipaddress
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,7 @@ from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.encode import cpu_count
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA, text_sha256
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import FilterSpec, HygieneSpec, RedactMode
@@ -258,56 +263,102 @@ class HygieneResult:
     examples: dict[str, list[str]]  # reason -> a few file paths
 
 
+@dataclass
+class _Chunk:
+    """One batch of documents after hygiene, with its accounting (what a worker returns)."""
+
+    cols: dict[str, list[Any]]
+    documents_in: int = 0
+    redacted: int = 0
+    removed: Counter[str] = field(default_factory=Counter)
+    findings: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def note(self, reason: str, file: str) -> None:
+        if len(self.examples[reason]) < EXAMPLES:
+            self.examples[reason].append(file)
+
+
+_SCANNER: SecretScanner | None = None  # one per process
+
+
+def _clean_chunk(path: str, groups: list[int], spec: HygieneSpec) -> _Chunk:
+    """Filter and redact row groups `groups` of `path` (in a worker process, or in-process)."""
+    global _SCANNER
+    scanner = _SCANNER = _SCANNER or SecretScanner()
+    chunk = _Chunk({name: [] for name in DOC_SCHEMA.names})
+    rows = pq.ParquetFile(path).read_row_groups(groups).to_pydict()
+    for text, source, file, sha in zip(rows["text"], rows["source"], rows["file"], rows["sha256"]):
+        chunk.documents_in += 1
+        original = text
+        reason = filter_reason(text, spec.filters)
+        if reason is None and spec.redact is not RedactMode.off:
+            found = scanner.scan(text)
+            chunk.findings.update(found.counts)
+            if found.spans and spec.redact is RedactMode.drop:
+                reason = "secrets_or_pii"
+            elif found.spans and spec.redact is RedactMode.redact:
+                text = found.redact(text)
+                chunk.redacted += 1
+                chunk.note("redacted", file)
+        if reason is not None:
+            chunk.removed[reason] += 1
+            chunk.note(reason, file)
+            continue
+        chunk.cols["text"].append(text)
+        chunk.cols["source"].append(source)
+        chunk.cols["file"].append(file)
+        chunk.cols["sha256"].append(sha if text is original else text_sha256(text))
+    return chunk
+
+
 def clean_source(
-    ingested: Path, spec: HygieneSpec, out: Path, data_root: Path, progress: Progress | None = None
+    ingested: Path,
+    spec: HygieneSpec,
+    out: Path,
+    data_root: Path,
+    progress: Progress | None = None,
+    workers: int | None = None,
 ) -> HygieneResult:
-    """Filter and redact one source's documents into `out`; every input is kept or counted."""
-    scanner = SecretScanner()
-    removed: Counter[str] = Counter()
-    findings: Counter[str] = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    documents_in = redacted = 0
-    with ParquetSink(out, DOC_SCHEMA) as sink:
-        for batch in pq.ParquetFile(ingested).iter_batches(batch_size=BATCH_ROWS):
-            cols: dict[str, list[Any]] = {name: [] for name in DOC_SCHEMA.names}
-            rows = batch.to_pydict()
-            for text, source, file, sha in zip(rows["text"], rows["source"], rows["file"], rows["sha256"]):
-                documents_in += 1
-                original = text
-                reason = filter_reason(text, spec.filters)
-                if reason is None and spec.redact is not RedactMode.off:
-                    found = scanner.scan(text)
-                    findings.update(found.counts)
-                    if found.spans and spec.redact is RedactMode.drop:
-                        reason = "secrets_or_pii"
-                    elif found.spans and spec.redact is RedactMode.redact:
-                        text = found.redact(text)
-                        redacted += 1
-                        if len(examples["redacted"]) < EXAMPLES:
-                            examples["redacted"].append(file)
-                if reason is not None:
-                    removed[reason] += 1
-                    if len(examples[reason]) < EXAMPLES:
-                        examples[reason].append(file)
-                    continue
-                cols["text"].append(text)
-                cols["source"].append(source)
-                cols["file"].append(file)
-                cols["sha256"].append(sha if text is original else text_sha256(text))
-            sink.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA))
+    """Filter and redact one source's documents into `out`; every input is kept or counted.
+
+    Chunks of row groups run on `workers` processes (default: one per CPU when there are
+    several chunks); results are written in input order, so the output does not depend
+    on the number of workers.
+    """
+    groups = pq.ParquetFile(ingested).num_row_groups
+    per_chunk = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups: ~2k documents a chunk
+    chunks = [list(range(i, min(i + per_chunk, groups))) for i in range(0, groups, per_chunk)]
+    workers = workers or (cpu_count() if len(chunks) > 2 else 1)
+    total = _Chunk({})
+    with ExitStack() as stack, ParquetSink(out, DOC_SCHEMA) as sink:
+        if workers > 1:
+            pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=get_context("spawn")))
+            results: Iterator[_Chunk] = pool.map(_clean_chunk, repeat(str(ingested)), chunks, repeat(spec))
+        else:
+            results = map(_clean_chunk, repeat(str(ingested)), chunks, repeat(spec))
+        for chunk in results:
+            sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
+            total.documents_in += chunk.documents_in
+            total.redacted += chunk.redacted
+            total.removed.update(chunk.removed)
+            total.findings.update(chunk.findings)
+            for reason, files in chunk.examples.items():
+                total.examples[reason] = (total.examples[reason] + files)[:EXAMPLES]
             if progress:
                 progress(
-                    f"hygiene: {documents_in:,} documents, {sum(removed.values()):,} removed, {redacted:,} redacted"
+                    f"hygiene: {total.documents_in:,} documents, {sum(total.removed.values()):,} removed, "
+                    f"{total.redacted:,} redacted"
                 )
         kept = sink.rows
     return HygieneResult(
         artifact=record(out, data_root, rows=kept),
-        documents_in=documents_in,
+        documents_in=total.documents_in,
         kept=kept,
-        removed=dict(sorted(removed.items())),
-        findings=dict(sorted(findings.items())),
-        redacted_documents=redacted,
-        examples=dict(sorted(examples.items())),
+        removed=dict(sorted(total.removed.items())),
+        findings=dict(sorted(total.findings.items())),
+        redacted_documents=total.redacted,
+        examples=dict(sorted(total.examples.items())),
     )
 
 
