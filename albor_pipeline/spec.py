@@ -12,10 +12,10 @@ import site
 import sysconfig
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from albor_pipeline.core.vocab import SPECIALS
 
@@ -23,6 +23,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO_ROOT / "data" / "pipeline.yaml"
 DEFAULT_DATA_DIR = REPO_ROOT / "data" / "artifacts"
 SPLITS = ("train", "val", "test")
+
+
+def _known_splits(value: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = sorted(set(value) - set(SPLITS))
+    if unknown:
+        raise ValueError(f"unknown split(s) {unknown}; expected a subset of {list(SPLITS)}")
+    return value
+
+
+Splits = Annotated[tuple[str, ...], AfterValidator(_known_splits)]
+"""A subset of SPLITS (FIM's and SFT's)."""
 
 
 class SpecError(ValueError):
@@ -198,15 +209,7 @@ class FimSpec(_Model):
     spm_rate: float = Field(0.5, ge=0, le=1)
     seed: int = 42
     min_chars: int = Field(10, ge=0)
-    splits: tuple[str, ...] = SPLITS
-
-    @field_validator("splits")
-    @classmethod
-    def _known_splits(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = sorted(set(value) - set(SPLITS))
-        if unknown:
-            raise ValueError(f"unknown split(s) {unknown}; expected a subset of {list(SPLITS)}")
-        return value
+    splits: Splits = SPLITS
 
 
 class RetrainPolicy(str, Enum):
@@ -304,17 +307,9 @@ class ChatSpec(_Model):
     tokens: ChatTokens = ChatTokens()
     max_tokens: int = Field(2048, gt=1)
     overlong: Overlong = Overlong.skip
-    splits: tuple[str, ...] = ("train", "val")
+    splits: Splits = ("train", "val")
     formats: tuple[SftFormat, ...] = (SftFormat.parquet, SftFormat.nanochat)
     shard_tokens: int = Field(50_000_000, gt=0)  # tokens per nanochat .bin shard
-
-    @field_validator("splits")
-    @classmethod
-    def _known_splits(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = sorted(set(value) - set(SPLITS))
-        if unknown:
-            raise ValueError(f"unknown split(s) {unknown}; expected a subset of {list(SPLITS)}")
-        return value
 
 
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")

@@ -28,6 +28,16 @@ from albor_pipeline.spec import REPO_ROOT, PipelineSpec
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # Real code nobody here wrote: a few standard-library packages, ~1-2 MB of Python.
 STDLIB_PACKAGES = ("json", "email", "asyncio", "importlib", "concurrent", "logging", "urllib")
+# The shipped default spec's sources, in spec order (documents, chat, synthetic, eval).
+SHIPPED_SOURCES = (
+    "stdlib",
+    "site_packages",
+    "pydoc_topics",
+    "python_chat",
+    "spelling_bee",
+    "simple_spelling",
+    "python_mc",
+)
 # Special-token strings written literally in a document: must come out as ordinary text.
 LITERAL = "x = '</s>' + '<|fim_prefix|>' + '<s>' + '<pad>'\n"
 

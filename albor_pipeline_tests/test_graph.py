@@ -21,17 +21,8 @@ from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import AUTOMATION_SENSOR, BUILD_JOB, OBSERVE_JOB, OBSERVE_SCHEDULE
 from albor_pipeline.spec import DEFAULT_SPEC, load_spec
 
-from .support import STDLIB, materialize_all, small_spec_dict, write_spec
+from .support import SHIPPED_SOURCES, STDLIB, materialize_all, small_spec_dict, write_spec
 
-SHIPPED_SOURCES = (
-    "stdlib",
-    "site_packages",
-    "pydoc_topics",
-    "python_chat",
-    "spelling_bee",
-    "simple_spelling",
-    "python_mc",
-)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 

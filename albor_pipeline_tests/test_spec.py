@@ -7,21 +7,13 @@ import pytest
 
 from albor_pipeline.spec import DEFAULT_SPEC, SpecError, data_dir, load_spec, parse_spec
 
-from .support import small_spec_dict, write_spec
+from .support import SHIPPED_SOURCES, small_spec_dict, write_spec
 
 
 def test_default_spec_loads_and_resolves_placeholders():
     spec = load_spec(DEFAULT_SPEC)
     names = [s.name for s in spec.sources]
-    assert names == [
-        "stdlib",
-        "site_packages",
-        "pydoc_topics",
-        "python_chat",
-        "spelling_bee",
-        "simple_spelling",
-        "python_mc",
-    ]
+    assert names == list(SHIPPED_SOURCES)
     for src in spec.sources[2:]:  # the shipped samples
         assert src.path.exists() and src.path.parent == DEFAULT_SPEC.parent / "samples", src.name
     assert spec.source("stdlib").path == Path(sysconfig.get_paths()["stdlib"])
