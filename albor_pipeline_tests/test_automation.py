@@ -80,8 +80,8 @@ def test_touch_requests_nothing_and_edit_rebuilds_only_downstream(setup):
     observe(defs, instance)
     waves, cursor = run_cascade(defs, instance, cursor)
     changed = {split_of(text_sha256(t), HoldoutSpec(**small_spec_dict()["holdout"])) for t in (before, after)}
-    assert waves[:3] == [{"ingested/a"}, {"documents"}, {"mixed/train", "mixed/val", "mixed/test"}]
-    assert waves[3] == {f"fim/{s}" for s in changed} | ({"tokenizer"} if changed & {"train", "val"} else set())
+    assert waves[:4] == [{"ingested/a"}, {"filtered/a"}, {"documents"}, {"mixed/train", "mixed/val", "mixed/test"}]
+    assert waves[4] == {f"fim/{s}" for s in changed} | ({"tokenizer"} if changed & {"train", "val"} else set())
     rebuilt = set().union(*waves)
     assert "ingested/b" not in rebuilt
     assert {f"fim/{s}" for s in ("train", "val", "test")} & rebuilt == {f"fim/{s}" for s in changed}
@@ -113,20 +113,20 @@ def test_manual_tokenizer_is_never_retrained_automatically(setup):
     waves, _ = run_cascade(defs, instance, cursor)
     rebuilt = set().union(*waves)
     assert "tokenizer" not in rebuilt
-    assert {"ingested/a", "documents", "provenance"} <= rebuilt
+    assert {"ingested/a", "filtered/a", "documents", "provenance"} <= rebuilt
     assert any(k.startswith("corpus/") for k in rebuilt)
 
 
 def test_upstream_update_in_the_same_tick_as_a_stale_rebuild_is_not_lost(setup):
-    """documents rebuilt from the old ingested/a, then ingested/a updated, both before one
-    sensor tick: documents still consumed the old version, so it must be requested.
+    """filtered/a rebuilt from the old ingested/a, then ingested/a updated, both before one
+    sensor tick: filtered/a still consumed the old version, so it must be requested.
     (With `data_version_changed().since_last_handled()` the own update reset the trigger.)"""
     src, defs, instance, cursor = setup()
     job = defs.resolve_job_def(BUILD_JOB)
     path = src / "a" / "decoder.py"
     path.write_text(path.read_text() + "\n# an edit that changes the bytes\n")
     observe(defs, instance)
-    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("documents")]).success
+    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["filtered", "a"])]).success
     assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["ingested", "a"])]).success
     keys, _ = requested(defs, instance, cursor)
-    assert keys == {"documents"}
+    assert keys == {"filtered/a"}
