@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import date
 from functools import partial
@@ -39,6 +40,7 @@ from albor_pipeline.core.corpus import build_corpus  # noqa: E402
 from albor_pipeline.core.documents import build_documents  # noqa: E402
 from albor_pipeline.core.encode import TiktokenEncoder  # noqa: E402
 from albor_pipeline.core.fim import apply_fim  # noqa: E402
+from albor_pipeline.core.hygiene import clean_source  # noqa: E402
 from albor_pipeline.core.ingest import ingest_source  # noqa: E402
 from albor_pipeline.core.mix import mix_documents  # noqa: E402
 from albor_pipeline.core.tokenizer import build_tokenizer, iter_texts  # noqa: E402
@@ -47,6 +49,7 @@ from albor_pipeline.spec import (  # noqa: E402
     CorpusSpec,
     FimSpec,
     HoldoutSpec,
+    HygieneSpec,
     SourceSpec,
     SplitMixSpec,
     TokenizerSpec,
@@ -91,6 +94,12 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     sec, text_bytes = median_time(ingest_all, repeat)
     res["corpus_mb"] = round(text_bytes / 1e6, 1)
     res["ingest_mb_s"] = round(text_bytes / 1e6 / sec, 1)
+    # Hygiene: filters + secrets/PII redaction per source, as the filtered/<source> stages run it.
+    sec, results = median_time(
+        lambda: [clean_source(out, HygieneSpec(), work / f"filtered_{n}.parquet", work) for n, out in ingested], repeat
+    )
+    res["hygiene_mb_s"] = round(text_bytes / 1e6 / sec, 1)
+    res["hygiene_findings"] = dict(sum((Counter(r.findings) for r in results), Counter()))
     holdout = HoldoutSpec(val_fraction=0.01, test_fraction=0.01)
     sec, _ = median_time(lambda: build_documents(ingested, holdout, work / "documents", work), repeat)
     res["documents_mb_s"] = round(text_bytes / 1e6 / sec, 1)
@@ -495,6 +504,7 @@ def _stage_rows(s: dict[str, Any]) -> list[tuple[str, Any, str]]:
     return [
         ("corpus (text MB)", s["corpus_mb"], ""),
         ("ingest MB/s", s["ingest_mb_s"], ""),
+        ("hygiene (filters + redaction) MB/s", s.get("hygiene_mb_s", "not run"), ""),
         ("documents (dedup + holdout) MB/s", s["documents_mb_s"], ""),
         ("mix MB/s", s["mix_mb_s"], ""),
         ("FIM MB/s", s["fim_mb_s"], ""),
