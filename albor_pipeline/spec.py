@@ -164,6 +164,24 @@ class HoldoutSpec(_Model):
         return self
 
 
+class NearDedupSpec(_Model):
+    """MinHash LSH near-dedup in `documents` (BigCode-like: word 5-grams, Jaccard >= 0.8 verified
+    exactly). `remove: false` keeps the members but gives them their representative's split."""
+
+    enabled: bool = True
+    remove: bool = True
+    ngram: int = Field(5, gt=0)
+    num_perm: int = Field(112, gt=0)
+    bands: int = Field(14, gt=0)
+    threshold: float = Field(0.8, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _bands_divide(self) -> NearDedupSpec:
+        if self.num_perm % self.bands:
+            raise ValueError("bands must divide num_perm")
+        return self
+
+
 class MixUnit(str, Enum):
     rows = "rows"  # weights are shares of rows: the seed's `alimentar mix` counting
     chars = "chars"  # weights are shares of characters: long and short documents weigh by size
@@ -344,6 +362,7 @@ class LockingSpec(_Model):
 class PipelineSpec(_Model):
     sources: tuple[SourceSpec, ...] = Field(min_length=1)
     holdout: HoldoutSpec = HoldoutSpec()
+    near_dedup: NearDedupSpec = NearDedupSpec()
     mix: MixSpec = MixSpec()
     fim: FimSpec = FimSpec()
     tokenizer: TokenizerSpec = TokenizerSpec()

@@ -1,5 +1,5 @@
-"""Near-duplicate detection (work in progress, issue 17) on real stdlib files with planted
-near-copies at several edit distances."""
+"""Near-duplicate detection on real stdlib files with planted near-copies at several edit
+distances, and in the documents stage (removal, cluster-aware holdout, the leak check)."""
 
 from __future__ import annotations
 
@@ -35,3 +35,42 @@ def test_planted_near_copies_are_found_and_distinct_files_are_not():
         exact = jaccard(shingles(base, 5), shingles(other, 5))
         estimate = float((hasher.signature(shingles(base, 5)) == hasher.signature(shingles(other, 5))).mean())
         assert abs(estimate - exact) < 0.15
+
+
+def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
+    """Real files in two sources, near-copies planted in the second: removed (first source
+    wins), or with `remove: false` kept in their representative's split; the blocking check
+    passes on both and fails on a hand-made cross-split pair."""
+    import pyarrow.parquet as pq
+
+    from albor_pipeline.core.checks import check_no_near_leak
+    from albor_pipeline.core.documents import build_documents
+    from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
+
+    from .support import write_docs
+
+    originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    copies = [t.replace("def ", "def  ", 2) + "\n# vendored copy\n" for t in originals[:6]]
+    a = write_docs(tmp_path / "a.parquet", originals)
+    b = write_docs(tmp_path / "b.parquet", [*copies, (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")])
+    holdout = HoldoutSpec(val_fraction=0.3, test_fraction=0.2)
+    removed = build_documents([("a", a), ("b", b)], holdout, tmp_path / "r", tmp_path, near=NearDedupSpec())
+    assert (
+        removed.near["removed"] == {"b": 6}
+        and removed.rows["train"].get("b", 0) + removed.rows["val"].get("b", 0) + removed.rows["test"].get("b", 0) == 1
+    )  # only the distinct json file of b is left
+    kept = build_documents([("a", a), ("b", b)], holdout, tmp_path / "k", tmp_path, near=NearDedupSpec(remove=False))
+    assert kept.near["removed"] == {} and sum(sum(r.values()) for r in kept.rows.values()) == len(originals) + 7
+    split_of = {}
+    for split in ("train", "val", "test"):
+        for text in pq.read_table(tmp_path / "k" / f"{split}.parquet").column("text").to_pylist():
+            split_of[text] = split
+    assert all(split_of[c] == split_of[o] for c, o in zip(copies, originals))  # cluster-aware holdout
+    for out in ("r", "k"):
+        paths = {s: tmp_path / out / f"{s}.parquet" for s in ("train", "val", "test")}
+        assert check_no_near_leak(paths, 5, 112, 14, 0.8).passed
+    # A content-hash holdout alone puts near-copies across splits: the check sees it.
+    plain = build_documents([("a", a), ("b", b)], holdout, tmp_path / "p", tmp_path)
+    paths = {s: tmp_path / "p" / f"{s}.parquet" for s in ("train", "val", "test")}
+    leak = check_no_near_leak(paths, 5, 112, 14, 0.8)
+    assert plain.near == {} and not leak.passed and leak.metadata["crossing"] >= 1

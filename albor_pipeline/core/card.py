@@ -154,10 +154,9 @@ def render_card(prov: dict[str, Any]) -> str:
         "",
         "Hygiene: per source, quality filters (long lines, low alphanumeric share, auto-generated and "
         "data-heavy files) and secrets/PII redaction (detect-secrets' detectors, e-mails, public IPs -> "
-        "`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`), counted in PROVENANCE.md; exact deduplication (SHA-256, first "
-        "source wins), strict UTF-8 and a content-hash holdout. Near-duplicate removal and decontamination "
-        "are not applied yet, and redaction misses what no detector knows: do not assume the corpus is free "
-        "of either.",
+        "`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`), counted in PROVENANCE.md; exact and MinHash near-duplicate "
+        "deduplication (first source wins), strict UTF-8 and a content-hash holdout. Decontamination against "
+        "benchmarks is not applied yet, and redaction misses what no detector knows.",
         "",
         "```yaml",
         yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).rstrip(),

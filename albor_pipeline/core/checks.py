@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.chat import ChatIds, assistant_text
+from albor_pipeline.core.neardup import NearDupIndex
 from albor_pipeline.core.vocab import EOS, PAD, added_tokens, token_to_bytes
 from albor_pipeline.spec import ChatTokens
 
@@ -303,4 +304,29 @@ def check_choice_ids(path: Path) -> CheckOutcome:
         items > 0 and bad == 0,
         f"{bad} of {items} items have repeated choice ids or an answer outside them",
         {"items": items, "bad": bad},
+    )
+
+
+def check_no_near_leak(paths: dict[str, Path], ngram: int, num_perm: int, bands: int, threshold: float) -> CheckOutcome:
+    """No document of one split is a near-duplicate (verified Jaccard >= threshold on LSH
+    candidates) of a document of another split."""
+    index = NearDupIndex(ngram, num_perm, bands, threshold)
+    split_of_doc: list[str] = []
+    for split, path in paths.items():
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=2048, columns=["text"]):
+            for text in batch.column(0).to_pylist():
+                index.add(text)
+                split_of_doc.append(split)
+
+    def texts() -> Iterator[str]:
+        for path in paths.values():
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=2048, columns=["text"]):
+                yield from batch.column(0).to_pylist()
+
+    index.verify(texts())
+    crossing = [(a, b, j) for a, b, j in index.verified if split_of_doc[a] != split_of_doc[b]]
+    return CheckOutcome(
+        not crossing,
+        f"{len(crossing)} near-duplicate pairs across splits (of {len(index.pairs)} LSH candidates)",
+        {"crossing": len(crossing), "candidates": len(index.pairs), "documents": len(split_of_doc)},
     )

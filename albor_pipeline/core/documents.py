@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,8 +20,9 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record, staged_dir
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.core.neardup import NearDupIndex
 from albor_pipeline.core.stage import Progress
-from albor_pipeline.spec import SPLITS, HoldoutSpec
+from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
 
 
 def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:
@@ -38,6 +41,56 @@ class DocumentsResult:
     artifacts: dict[str, Artifact]
     rows: dict[str, dict[str, int]]  # split -> source -> rows
     duplicates: dict[str, int] = field(default_factory=dict)  # "kept_source <- dropped_source" -> n
+    near: dict[str, Any] = field(default_factory=dict)  # near-dedup: removed per source, clusters, examples
+
+
+def _texts(inputs: list[tuple[str, Path]], labels: list[list[str | None]]) -> Iterator[tuple[int, int, str, str]]:
+    """(input, row, text, file) of every document still labelled, in input order."""
+    for i, (_, path) in enumerate(inputs):
+        row = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=["text", "file"]):
+            for text, file in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                if labels[i][row] is not None:
+                    yield i, row, text, file
+                row += 1
+
+
+def _near_dedup(
+    inputs: list[tuple[str, Path]], labels: list[list[str | None]], spec: NearDedupSpec, progress: Progress | None
+) -> dict[str, Any]:
+    """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
+    or take their representative's split (cluster-aware holdout). The representative is the
+    first member in spec order, as in exact dedup. Returns the report."""
+    index = NearDupIndex(spec.ngram, spec.num_perm, spec.bands, spec.threshold)
+    where: list[tuple[int, int]] = []
+    files: list[str] = []
+    for i, row, text, file in _texts(inputs, labels):
+        index.add(text)
+        where.append((i, row))
+        files.append(f"{inputs[i][0]}:{file}")
+    if progress:
+        progress(f"documents: {len(where):,} signatures, {len(index.pairs):,} LSH candidate pairs")
+    index.verify(text for _, _, text, _ in _texts(inputs, labels))
+    removed: Counter[str] = Counter()
+    sizes: Counter[int] = Counter()
+    for root, members in index.clusters.groups().items():
+        sizes[len(members)] += 1
+        ri, rrow = where[root]
+        for member in members[1:]:
+            i, row = where[member]
+            if spec.remove:
+                labels[i][row] = None
+                removed[inputs[i][0]] += 1
+            else:
+                labels[i][row] = labels[ri][rrow]
+    return {
+        "removed": dict(sorted(removed.items())),
+        "clusters": sum(sizes.values()),
+        "cluster_sizes": {str(k): v for k, v in sorted(sizes.items())},
+        "candidate_pairs": len(index.pairs),
+        "verified_pairs": len(index.verified),
+        "examples": [[files[a], files[b], j] for a, b, j in index.verified[:5]],
+    }
 
 
 def build_documents(
@@ -46,34 +99,44 @@ def build_documents(
     out_dir: Path,
     data_root: Path,
     progress: Progress | None = None,
+    near: NearDedupSpec | None = None,
 ) -> DocumentsResult:
-    """Dedup `inputs` (source name, ingested Parquet) in order and write one Parquet per split."""
+    """Dedup `inputs` (source name, Parquet) in order and write one Parquet per split: exact
+    duplicates first, then (with `near`) near-duplicate clusters."""
     first_source: dict[bytes, str] = {}
     duplicates: Counter = Counter()
+    labels: list[list[str | None]] = []
+    for name, path in inputs:
+        own: list[str | None] = []
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=["sha256"]):
+            for sha in batch.column(0).to_pylist():
+                key = bytes.fromhex(sha)
+                kept_by = first_source.get(key)
+                if kept_by is None:
+                    first_source[key] = name
+                    own.append(split_of(sha, holdout))
+                else:
+                    duplicates[f"{kept_by} <- {name}"] += 1
+                    own.append(None)
+        labels.append(own)
+    report = _near_dedup(inputs, labels, near, progress) if near is not None and near.enabled else {}
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     with staged_dir(out_dir) as staging, ExitStack() as stack:
         sinks = {s: stack.enter_context(ParquetSink(staging / f"{s}.parquet", DOC_SCHEMA)) for s in SPLITS}
-        for name, path in inputs:
+        for i, (name, path) in enumerate(inputs):
+            start = 0
             for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
-                labels: list[str | None] = []
-                for sha in batch.column("sha256").to_pylist():
-                    key = bytes.fromhex(sha)
-                    kept_by = first_source.get(key)
-                    if kept_by is None:
-                        first_source[key] = name
-                        labels.append(split_of(sha, holdout))
-                    else:
-                        duplicates[f"{kept_by} <- {name}"] += 1
-                        labels.append(None)
-                label_arr = pa.array(labels, pa.string())
+                label_arr = pa.array(labels[i][start : start + batch.num_rows], pa.string())
+                start += batch.num_rows
                 for split in SPLITS:
                     part = batch.filter(pc.fill_null(pc.equal(label_arr, split), False))
                     sinks[split].write(part)
                     rows[split][name] += part.num_rows
             if progress:
-                progress(f"documents: {name} done, {len(first_source):,} unique so far")
+                progress(f"documents: {name} done")
     return DocumentsResult(
         artifacts={s: record(out_dir / f"{s}.parquet", data_root, rows=sinks[s].rows) for s in SPLITS},
         rows={s: dict(rows[s]) for s in SPLITS},
         duplicates=dict(sorted(duplicates.items())),
+        near=report,
     )

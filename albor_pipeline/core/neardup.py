@@ -1,7 +1,5 @@
 """Near-duplicate detection: MinHash over word n-grams, LSH banding, exact-Jaccard verification.
 
-Work in progress (issue 17): not yet wired into the documents stage.
-
 Everything per document is numpy: words are runs of [a-z0-9_] in the lowercased UTF-8
 bytes, found with a byte class table; each word's 64-bit hash comes from prefix hashes
 of the bytes (polynomial, mod 2**64, so any span's hash is two multiplications away);
@@ -169,3 +167,43 @@ def near_duplicates(
         if jaccard(sets[a], sets[b]) >= threshold:
             clusters.union(a, b)
     return clusters
+
+
+class NearDupIndex:
+    """Streaming near-dedup over documents seen in order: `add` each text (its signature goes
+    into the LSH buckets at once; only signatures are kept), then `verify` with the texts
+    again (only candidate pairs' shingles are rebuilt), then read `clusters`."""
+
+    def __init__(self, ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8) -> None:
+        self.ngram, self.bands, self.rows, self.threshold = ngram, bands, num_perm // bands, threshold
+        self.hasher = MinHasher(num_perm)
+        self.buckets: list[dict[bytes, int]] = [{} for _ in range(bands)]
+        self.pairs: set[tuple[int, int]] = set()
+        self.count = 0
+        self.clusters = Clusters()
+        self.verified: list[tuple[int, int, float]] = []
+
+    def add(self, text: str) -> int:
+        doc, self.count = self.count, self.count + 1
+        sig = self.hasher.signature(shingles(text, self.ngram))
+        if sig[0] != MAX_HASH:
+            for band in range(self.bands):
+                first = self.buckets[band].setdefault(sig[band * self.rows : (band + 1) * self.rows].tobytes(), doc)
+                if first != doc:
+                    self.pairs.add((first, doc))
+        return doc
+
+    def verify(self, texts: Iterable[str]) -> None:
+        """Exact Jaccard for every candidate pair; `texts` are the added texts again, in order."""
+        self.buckets = []  # no longer needed: free them before the second pass
+        needed = {d for pair in self.pairs for d in pair}
+        sets = {d: shingles(t, self.ngram) for d, t in enumerate(texts) if d in needed}
+        for a, b in sorted(self.pairs):
+            score = jaccard(sets[a], sets[b])
+            if score >= self.threshold:
+                self.clusters.union(a, b)
+                self.verified.append((a, b, round(score, 4)))
+
+    def duplicates(self) -> set[int]:
+        """Members that are not their cluster's representative (the first document)."""
+        return {d for d in self.clusters.parent if self.clusters.find(d) != d}

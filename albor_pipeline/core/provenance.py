@@ -95,6 +95,17 @@ def render_markdown(prov: dict[str, Any]) -> str:
             f"{sum(docs.get('duplicates', {}).values())}.",
             "",
         ]
+        near = docs.get("near_duplicates") or {}
+        if near:
+            sizes = ", ".join(f"{k}: {v}" for k, v in near["cluster_sizes"].items()) or "none"
+            threshold = stages[DOCUMENTS]["config"]["near_dedup"]["threshold"]
+            lines += [
+                f"Near duplicates (MinHash LSH, verified Jaccard >= {threshold}):"
+                f" {near['clusters']} clusters (sizes {sizes}); removed "
+                + (", ".join(f"{k} {v}" for k, v in near["removed"].items()) or "none")
+                + f"; {near['candidate_pairs']} LSH candidates, {near['verified_pairs']} verified.",
+                "",
+            ]
         lines += _table(
             ["split", *[s["name"] for s in prov["spec"]["sources"]]],
             [

@@ -4,6 +4,7 @@ documents, and (with chat sources) of the conversations, keyed on the conversati
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from operator import attrgetter
 from pathlib import Path
@@ -11,14 +12,14 @@ from pathlib import Path
 import dagster as dg
 
 from albor_pipeline.core.artifacts import StageManifest
-from albor_pipeline.core.checks import CheckOutcome, check_no_leak
+from albor_pipeline.core.checks import CheckOutcome, check_no_leak, check_no_near_leak
 from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.ingest import DOC_SCHEMA
 from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, filtered_stage, ingested_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, schema_check, spec_defaults
-from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, PipelineSpec
+from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, NearDedupSpec, PipelineSpec
 
 
 class HoldoutConfig(dg.Config):
@@ -44,16 +45,19 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
     settings = resolve(spec.holdout, config, f"{stage} run config")
     layout = ctx.layout
     sources = [(n, INPUTS[stage][1](layout, n)) for n in names]
-    result = build_documents(sources, settings, OUT_DIRS[stage](layout), layout.root, progress=ctx.log.info)
+    near = spec.near_dedup if stage == DOCUMENTS else None  # conversations: exact dedup only
+    result = build_documents(sources, settings, OUT_DIRS[stage](layout), layout.root, progress=ctx.log.info, near=near)
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     return StageOutput(
         artifacts=[result.artifacts[s] for s in SPLITS],
-        config=settings.model_dump(mode="json"),
-        summary={"rows": result.rows, "duplicates": result.duplicates},
+        config={**settings.model_dump(mode="json"), **({"near_dedup": near.model_dump(mode="json")} if near else {})},
+        summary={"rows": result.rows, "duplicates": result.duplicates, "near_duplicates": result.near},
         metadata={
             "rows_per_split": dg.MetadataValue.md(markdown_table(table)),
             "duplicates_dropped": sum(result.duplicates.values()),
             "duplicates": dg.MetadataValue.json(result.duplicates),
+            "near_duplicates_removed": sum(result.near.get("removed", {}).values()),
+            "near_duplicates": dg.MetadataValue.json(result.near),
             **{f"{s}_rows": result.artifacts[s].rows for s in SPLITS},
         },
     )
@@ -61,6 +65,12 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
 
 def _no_train_leak(stage: str, layout: Layout, manifest: StageManifest) -> CheckOutcome:
     return check_no_leak(*(OUT_DIRS[stage](layout) / f"{s}.parquet" for s in SPLITS))
+
+
+def _no_near_leak(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    near = NearDedupSpec.model_validate(manifest.config["near_dedup"])
+    paths = {s: layout.documents(s) for s in SPLITS}
+    return check_no_near_leak(paths, near.ngram, near.num_perm, near.bands, near.threshold)
 
 
 def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: str) -> Stage[HoldoutConfig]:
@@ -86,7 +96,16 @@ def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: s
 
 
 def stages(spec: PipelineSpec) -> list[Stage[HoldoutConfig]]:
-    out = [_stage(spec, DOCUMENTS, [s.name for s in spec.sources_of(*DOCUMENT_KINDS)], "mix", "documents")]
+    documents = _stage(spec, DOCUMENTS, [s.name for s in spec.sources_of(*DOCUMENT_KINDS)], "mix", "documents")
+    if spec.near_dedup.enabled:
+        near_check = Check(
+            "no_near_leak",
+            "No document is a near-duplicate (verified Jaccard at or above the threshold) of one in another split.",
+            _no_near_leak,
+            True,
+        )
+        documents = replace(documents, checks=(*documents.checks, near_check))
+    out = [documents]
     chats = [s.name for s in spec.sources_of(*CHAT_KINDS)]
     if chats:
         out.append(_stage(spec, CONVERSATIONS, chats, "chat", "conversations"))
