@@ -182,6 +182,31 @@ class NearDedupSpec(_Model):
         return self
 
 
+class BenchmarkSpec(_Model):
+    """An eval set to keep out of train: a JSONL (plain, .gz, .zst) or Parquet file and the
+    fields whose text an item contributes (e.g. the prompt and the reference solution)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
+    path: Path
+    fields: tuple[str, ...] = Field(("prompt", "canonical_solution"), min_length=1)
+
+
+class DecontaminateSpec(_Model):
+    """Train documents sharing an `ngram`-word n-gram (lowercased, punctuation dropped) with
+    any benchmark item are dropped in `documents` and counted per benchmark."""
+
+    ngram: int = Field(13, gt=0)
+    benchmarks: tuple[BenchmarkSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> DecontaminateSpec:
+        names = [b.name for b in self.benchmarks]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate benchmark name(s) {dupes}")
+        return self
+
+
 class MixUnit(str, Enum):
     rows = "rows"  # weights are shares of rows: the seed's `alimentar mix` counting
     chars = "chars"  # weights are shares of characters: long and short documents weigh by size
@@ -363,6 +388,7 @@ class PipelineSpec(_Model):
     sources: tuple[SourceSpec, ...] = Field(min_length=1)
     holdout: HoldoutSpec = HoldoutSpec()
     near_dedup: NearDedupSpec = NearDedupSpec()
+    decontaminate: DecontaminateSpec = DecontaminateSpec()
     mix: MixSpec = MixSpec()
     fim: FimSpec = FimSpec()
     tokenizer: TokenizerSpec = TokenizerSpec()
@@ -451,6 +477,13 @@ def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:
             except (KeyError, IndexError) as exc:
                 raise SpecError(f"sources[{sources.index(src)}].path: unknown placeholder {exc}") from exc
     raw["sources"] = sources
+    decon = dict(raw.get("decontaminate") or {})
+    if isinstance(decon.get("benchmarks"), list):
+        decon["benchmarks"] = [
+            {**b, "path": _resolve_path(b["path"], base_dir)} if isinstance(b, dict) and "path" in b else b
+            for b in decon["benchmarks"]
+        ]
+        raw["decontaminate"] = decon
     tok = dict(raw.get("tokenizer") or {})
     if tok.get("baselines"):
         tok["baselines"] = [_resolve_path(p, base_dir) for p in tok["baselines"]]

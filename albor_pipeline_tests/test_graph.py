@@ -15,6 +15,8 @@ import pytest
 
 from albor_pipeline.cli import main as albor
 from albor_pipeline.core.artifacts import read_manifest
+from albor_pipeline.core.documents import split_of
+from albor_pipeline.core.ingest import text_sha256
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.dataset import Sequences
 from albor_pipeline.definitions import build_definitions
@@ -65,6 +67,7 @@ def test_default_definitions_load_with_expected_keys():
     check_keys = {c.to_user_string() for c in graph.asset_check_keys}
     assert {
         "documents:no_train_leak",
+        "documents:no_benchmark_ngrams",
         "tokenizer:val_roundtrip",
         "corpus/train:sequences",
         "fim/val:fim_rate",
@@ -311,6 +314,14 @@ def test_default_spec_builds_end_to_end(tmp_path):
     )
     assert stages["tokenizer"]["summary"]["keywords_single_token"] == 8
     assert stages["corpus/train"]["summary"]["sequences"] > 1000
+    # Decontamination: the stdlib files holding the shipped benchmark's stdlib-derived
+    # reference solutions leave train (when their content hash put them there).
+    decon = stages["documents"]["summary"]["decontaminated"]
+    holdout = spec.holdout
+    hosts = [STDLIB / "colorsys.py", STDLIB / "shlex.py", STDLIB / "html" / "__init__.py"]
+    in_train = sum(split_of(text_sha256(h.read_text(encoding="utf-8")), holdout) == "train" for h in hosts)
+    assert decon["benchmarks"]["python_bench"]["items"] == 16 and decon["dropped"].get("stdlib", 0) >= in_train > 0
+    assert "Decontamination" in (tmp_path / "out" / "PROVENANCE.md").read_text(encoding="utf-8")
     # Length staging: 32k-token sequences of 32k+-char documents, served as 4k chunks.
     long_dir = tmp_path / "out" / "corpus" / "long_train"
     long = Sequences(long_dir, chunk_len=4096)

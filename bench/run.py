@@ -40,7 +40,7 @@ from albor_pipeline.core.corpus import build_corpus  # noqa: E402
 from albor_pipeline.core.documents import build_documents  # noqa: E402
 from albor_pipeline.core.encode import TiktokenEncoder  # noqa: E402
 from albor_pipeline.core.fim import apply_fim  # noqa: E402
-from albor_pipeline.core.hygiene import clean_source  # noqa: E402
+from albor_pipeline.core.hygiene import SecretScanner, clean_source  # noqa: E402
 from albor_pipeline.core.ingest import ingest_source  # noqa: E402
 from albor_pipeline.core.mix import mix_documents  # noqa: E402
 from albor_pipeline.core.tokenizer import build_tokenizer, iter_texts  # noqa: E402
@@ -50,6 +50,7 @@ from albor_pipeline.spec import (  # noqa: E402
     FimSpec,
     HoldoutSpec,
     HygieneSpec,
+    NearDedupSpec,
     SourceSpec,
     SplitMixSpec,
     TokenizerSpec,
@@ -79,31 +80,13 @@ def code_sources(corpora: list[Path]) -> list[SourceSpec]:
 def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -> dict[str, Any]:
     """Stage throughput, tokenizer training vs bare, pretokenize vs bare HF / tiktoken."""
     res: dict[str, Any] = {}
-    sources = code_sources(corpora)
-    ingested = []
-
-    def ingest_all() -> int:
-        ingested.clear()
-        total = 0
-        for src in sources:
-            out = work / "ingested" / f"{src.name}.parquet"
-            total += ingest_source(src, out, work).text_bytes
-            ingested.append((src.name, out))
-        return total
-
-    sec, text_bytes = median_time(ingest_all, repeat)
+    sec, (ingested, text_bytes) = median_time(lambda: ingest_code(corpora, work), repeat)
     res["corpus_mb"] = round(text_bytes / 1e6, 1)
     res["ingest_mb_s"] = round(text_bytes / 1e6 / sec, 1)
-    # Hygiene: filters + secrets/PII redaction per source, as the filtered/<source> stages run it.
-    sec, results = median_time(
-        lambda: [clean_source(out, HygieneSpec(), work / f"filtered_{n}.parquet", work) for n, out in ingested], repeat
-    )
-    res["hygiene_mb_s"] = round(text_bytes / 1e6 / sec, 1)
-    res["hygiene_findings"] = dict(sum((Counter(r.findings) for r in results), Counter()))
     holdout = HoldoutSpec(val_fraction=0.01, test_fraction=0.01)
     sec, _ = median_time(lambda: build_documents(ingested, holdout, work / "documents", work), repeat)
     res["documents_mb_s"] = round(text_bytes / 1e6 / sec, 1)
-    names = [s.name for s in sources]
+    names = [name for name, _ in ingested]
     sec, _ = median_time(
         lambda: mix_documents(work / "documents/train.parquet", SplitMixSpec(), names, work / "mixed.parquet", work),
         repeat,
@@ -172,6 +155,104 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     res["pretokenize_vs_tiktoken_fast_pattern"] = round(statistics.median(tkf_s) / statistics.median(stage_s), 2)
     res.update(bench_datatrove(work, tok_path, fim_texts, statistics.median(stage_s), repeat))
     return res
+
+
+def ingest_code(corpora: list[Path], work: Path) -> tuple[list[tuple[str, Path]], int]:
+    """The corpora ingested as code sources: (name, Parquet) and their text bytes."""
+    ingested, total = [], 0
+    for src in code_sources(corpora):
+        out = work / "ingested" / f"{src.name}.parquet"
+        total += ingest_source(src, out, work).text_bytes
+        ingested.append((src.name, out))
+    return ingested, total
+
+
+def bench_hygiene(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any]:
+    """Filters + redaction as the filtered/<source> stages run them, redaction alone, and
+    near dedup against datatrove's MinHash."""
+    ingested, text_bytes = ingest_code(corpora, work)
+    res: dict[str, Any] = {"corpus_mb": round(text_bytes / 1e6, 1)}
+    sec, results = median_time(
+        lambda: [clean_source(out, HygieneSpec(), work / f"filtered_{n}.parquet", work) for n, out in ingested], repeat
+    )
+    res["hygiene_mb_s"] = round(text_bytes / 1e6 / sec, 1)
+    res["hygiene_findings"] = dict(sum((Counter(r.findings) for r in results), Counter()))
+    # Redaction alone: the scanner and the rewrite in one process over every document.
+    scanner = SecretScanner()
+    texts = [t for _, out in ingested for b in iter_texts(out) for t in b]
+    sec, _ = median_time(lambda: [scanner.scan(t).redact(t) for t in texts], repeat)
+    res["redaction_1proc_mb_s"] = round(text_bytes / 1e6 / sec, 1)
+    res.update(bench_near_dedup(ingested, work, repeat))
+    return res
+
+
+def bench_near_dedup(ingested: list[tuple[str, Path]], work: Path, repeat: int) -> dict[str, Any]:
+    """The documents stage with near dedup (exact + MinHash LSH + verification + writing the
+    splits) against datatrove's four MinHash steps (signature, buckets, cluster, filter with a
+    Parquet writer), same documents, 5-grams, 14 bands x 8 rows, one process each."""
+    holdout = HoldoutSpec(val_fraction=0.01, test_fraction=0.01)
+    near = NearDedupSpec()
+    ours_s, result = median_time(
+        lambda: build_documents(ingested, holdout, work / "near_documents", work, near=near), repeat
+    )
+    exact_s, _ = median_time(lambda: build_documents(ingested, holdout, work / "exact_documents", work), repeat)
+    docs = sum(pq.ParquetFile(p).metadata.num_rows for _, p in ingested)
+    kept = sum(sum(r.values()) for r in result.rows.values())
+    res: dict[str, Any] = {
+        "near_dedup_documents": docs,
+        "near_dedup_s": round(ours_s, 2),
+        "near_dedup_only_s": round(ours_s - exact_s, 2),
+        "near_dedup_removed": docs - kept,
+    }
+    try:
+        from datatrove.executor import LocalPipelineExecutor
+        from datatrove.pipeline.dedup import (
+            MinhashDedupBuckets,
+            MinhashDedupCluster,
+            MinhashDedupFilter,
+            MinhashDedupSignature,
+        )
+        from datatrove.pipeline.dedup.minhash import MinhashConfig
+        from datatrove.pipeline.readers import ParquetReader
+        from datatrove.pipeline.writers import ParquetWriter
+        from datatrove.utils.hashing import HashConfig
+    except ImportError:
+        return {**res, "datatrove_minhash": "not installed (pip install -e '.[bench]')"}
+    config = MinhashConfig(
+        n_grams=near.ngram,
+        num_buckets=near.bands,
+        hashes_per_bucket=near.num_perm // near.bands,
+        hash_config=HashConfig(precision=64),
+    )
+    folder = ingested[0][1].parent
+    base = work / "datatrove_minhash"
+
+    def run() -> None:
+        shutil.rmtree(base, ignore_errors=True)
+
+        def reader() -> ParquetReader:
+            return ParquetReader(str(folder), glob_pattern="*.parquet", text_key="text", id_key="sha256")
+
+        sigs, buckets, ids = str(base / "sigs"), str(base / "buckets"), str(base / "ids")
+        steps: list[tuple[list[Any], int]] = [
+            ([reader(), MinhashDedupSignature(output_folder=sigs, config=config)], 1),
+            ([MinhashDedupBuckets(input_folder=sigs, output_folder=buckets, config=config)], config.num_buckets),
+            ([MinhashDedupCluster(input_folder=buckets, output_folder=ids, config=config)], 1),
+            ([reader(), MinhashDedupFilter(input_folder=ids), ParquetWriter(str(base / "out"))], 1),
+        ]
+        for i, (pipeline, tasks) in enumerate(steps):
+            LocalPipelineExecutor(
+                pipeline, tasks=tasks, workers=1, logging_dir=str(base / f"logs{i}"), skip_completed=False
+            ).run()
+
+    dt_s, _ = median_time(run, repeat)
+    dt_kept = sum(pq.ParquetFile(p).metadata.num_rows for p in (base / "out").rglob("*.parquet"))
+    return {
+        **res,
+        "datatrove_minhash_s": round(dt_s, 2),
+        "datatrove_minhash_removed": docs - dt_kept,
+        "near_dedup_vs_datatrove": round(dt_s / ours_s, 2),
+    }
 
 
 def bench_datatrove(work: Path, tok_path: Path, texts: list[str], stage_s: float, repeat: int) -> dict[str, Any]:
@@ -433,6 +514,8 @@ def table(results: dict[str, Any]) -> str:
     rows = []
     if s:  # each section may be absent after `--only` without an earlier full run in --out
         rows += _stage_rows(s)
+    if h := results.get("hygiene"):
+        rows += _hygiene_rows(h)
     if e:
         rows += [
             ("end to end wall s (default spec)", e["wall_s"], ""),
@@ -500,11 +583,30 @@ def _loader_rows(lo: dict[str, Any]) -> list[tuple[str, Any, str]]:
     return rows
 
 
+def _hygiene_rows(h: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    return [
+        ("hygiene corpus (text MB)", h["corpus_mb"], ""),
+        ("filters + redaction stage MB/s (2 processes)", h["hygiene_mb_s"], ""),
+        ("redaction alone MB/s (1 process)", h["redaction_1proc_mb_s"], ""),
+        (
+            "documents with near dedup s (ours / datatrove MinHash)",
+            f"{h['near_dedup_s']} / {h['datatrove_minhash_s']} = {h['near_dedup_vs_datatrove']}x faster"
+            if "datatrove_minhash_s" in h
+            else h.get("datatrove_minhash"),
+            ">= 1.5x",
+        ),
+        (
+            "  documents removed (ours exact + near / datatrove)",
+            f"{h['near_dedup_removed']} / {h.get('datatrove_minhash_removed', '-')} of {h['near_dedup_documents']}",
+            "",
+        ),
+    ]
+
+
 def _stage_rows(s: dict[str, Any]) -> list[tuple[str, Any, str]]:
     return [
         ("corpus (text MB)", s["corpus_mb"], ""),
         ("ingest MB/s", s["ingest_mb_s"], ""),
-        ("hygiene (filters + redaction) MB/s", s.get("hygiene_mb_s", "not run"), ""),
         ("documents (dedup + holdout) MB/s", s["documents_mb_s"], ""),
         ("mix MB/s", s["mix_mb_s"], ""),
         ("FIM MB/s", s["fim_mb_s"], ""),
@@ -544,7 +646,9 @@ def main() -> int:
     parser.add_argument("--tok-chars", type=int, default=30_000_000, help="chars to train the benched tokenizer on")
     parser.add_argument("--quick", action="store_true", help="one repeat, no scaling runs")
     parser.add_argument(
-        "--only", choices=["stages", "e2e", "scaling", "loader"], help="run one section (others kept from --out)"
+        "--only",
+        choices=["stages", "hygiene", "e2e", "scaling", "loader"],
+        help="run one section (others kept from --out)",
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
     parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
@@ -554,7 +658,7 @@ def main() -> int:
     corpora = [p.resolve() for p in (args.corpus or default_corpora())]
     repeat = 1 if args.quick else args.repeat
     previous = json.loads(args.out.read_text()) if args.only and args.out.exists() else {}
-    run = {s: args.only in (None, s) for s in ("stages", "e2e", "scaling", "loader")}
+    run = {s: args.only in (None, s) for s in ("stages", "hygiene", "e2e", "scaling", "loader")}
     run["scaling"] = run["scaling"] and not args.quick
     with tempfile.TemporaryDirectory(prefix="albor-bench-") as tmp:
         work = Path(tmp)
@@ -565,10 +669,14 @@ def main() -> int:
             "corpora": [str(p) for p in corpora],
             "repeat": repeat,
         }
-        results.update({k: v for k, v in previous.items() if k in ("stages", "end_to_end", "scaling", "loader")})
+        sections = ("stages", "hygiene", "end_to_end", "scaling", "loader")
+        results.update({k: v for k, v in previous.items() if k in sections})
         if run["stages"]:
             print("stages ...", file=sys.stderr)
             results["stages"] = bench_stages(corpora, work / "stages", repeat, args.tok_chars)
+        if run["hygiene"]:
+            print("hygiene and near dedup ...", file=sys.stderr)
+            results["hygiene"] = bench_hygiene(corpora, work / "hygiene", repeat)
         if run["e2e"]:
             print("end to end (default spec) ...", file=sys.stderr)
             runs = [run_graph(REPO / "data" / "pipeline.yaml", work / "e2e") for _ in range(repeat)]

@@ -116,6 +116,8 @@ def render_card(prov: dict[str, Any]) -> str:
     settings = {
         "hygiene": {s["name"]: s["hygiene"] for s in spec["sources"] if filtered_stage(s["name"]) in stages},
         "holdout": spec["holdout"],
+        "near_dedup": spec.get("near_dedup"),
+        "decontaminate": spec.get("decontaminate"),
         "mix": spec["mix"],
         "fim": spec["fim"],
         "tokenizer": {k: v for k, v in tok.get("config", {}).items() if k != "chat_tokens"},
@@ -155,8 +157,10 @@ def render_card(prov: dict[str, Any]) -> str:
         "Hygiene: per source, quality filters (long lines, low alphanumeric share, auto-generated and "
         "data-heavy files) and secrets/PII redaction (detect-secrets' detectors, e-mails, public IPs -> "
         "`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`), counted in PROVENANCE.md; exact and MinHash near-duplicate "
-        "deduplication (first source wins), strict UTF-8 and a content-hash holdout. Decontamination against "
-        "benchmarks is not applied yet, and redaction misses what no detector knows.",
+        "deduplication (first source wins), strict UTF-8 and a content-hash holdout with near-duplicate "
+        "clusters kept in one split. Train documents sharing a word n-gram with a listed benchmark are "
+        "dropped (`decontaminate`); benchmarks not listed are not checked, and redaction misses what no "
+        "detector knows.",
         "",
         "```yaml",
         yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).rstrip(),

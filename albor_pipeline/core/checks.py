@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.chat import ChatIds, assistant_text
+from albor_pipeline.core.decontam import contaminated
 from albor_pipeline.core.neardup import NearDupIndex
 from albor_pipeline.core.vocab import EOS, PAD, added_tokens, token_to_bytes
-from albor_pipeline.spec import ChatTokens
+from albor_pipeline.spec import ChatTokens, DecontaminateSpec
 
 
 @dataclass
@@ -329,4 +330,16 @@ def check_no_near_leak(paths: dict[str, Path], ngram: int, num_perm: int, bands:
         not crossing,
         f"{len(crossing)} near-duplicate pairs across splits (of {len(index.pairs)} LSH candidates)",
         {"crossing": len(crossing), "candidates": len(index.pairs), "documents": len(split_of_doc)},
+    )
+
+
+def check_no_contamination(train: Path, spec: DecontaminateSpec) -> CheckOutcome:
+    """No train document shares an n-gram with any benchmark item."""
+    found = contaminated(train, spec)
+    return CheckOutcome(
+        not found,
+        f"{sum(found.values())} (train document, benchmark) pair(s) share a {spec.ngram}-gram"
+        if found
+        else f"no train document shares a {spec.ngram}-gram with {', '.join(b.name for b in spec.benchmarks)}",
+        {"per_benchmark": dict(sorted(found.items())), "benchmarks": [b.name for b in spec.benchmarks]},
     )

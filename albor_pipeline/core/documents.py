@@ -19,8 +19,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record, staged_dir
+from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
-from albor_pipeline.core.neardup import NearDupIndex
+from albor_pipeline.core.neardup import NearDupIndex, word_hashes
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
 
@@ -42,6 +43,7 @@ class DocumentsResult:
     rows: dict[str, dict[str, int]]  # split -> source -> rows
     duplicates: dict[str, int] = field(default_factory=dict)  # "kept_source <- dropped_source" -> n
     near: dict[str, Any] = field(default_factory=dict)  # near-dedup: removed per source, clusters, examples
+    decontaminated: dict[str, Any] = field(default_factory=dict)  # per benchmark and source, examples
 
 
 def _texts(inputs: list[tuple[str, Path]], labels: list[list[str | None]]) -> Iterator[tuple[int, int, str, str]]:
@@ -55,19 +57,68 @@ def _texts(inputs: list[tuple[str, Path]], labels: list[list[str | None]]) -> It
                 row += 1
 
 
+def _scan(
+    inputs: list[tuple[str, Path]],
+    labels: list[list[str | None]],
+    near: NearDedupSpec | None,
+    decon: Decontaminator | None,
+    spool_dir: Path,
+    progress: Progress | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One pass over the exact-unique documents (words hashed once) for near-dup signatures
+    and benchmark n-grams; then near-dup clusters, then decontamination, updating `labels`.
+    Returns the near-dup and decontamination reports."""
+    index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold, spool_dir) if near else None
+    where: list[tuple[int, int]] = []
+    files: list[str] = []
+    hits: dict[int, list[str]] = {}
+    for i, row, text, file in _texts(inputs, labels):
+        words = word_hashes(text)
+        if index is not None:
+            index.add(text, words)
+        if decon:
+            found = decon.hits(words)
+            if found:
+                hits[len(where)] = found
+        where.append((i, row))
+        files.append(f"{inputs[i][0]}:{file}")
+    near_report = _near_dedup(index, inputs, labels, where, files, near, progress) if index and near else {}
+    decon_report: dict[str, Any] = {}
+    if decon:
+        dropped: Counter[str] = Counter()
+        per_benchmark: Counter[str] = Counter()
+        examples: list[list[str]] = []
+        for doc, names in sorted(hits.items()):
+            i, row = where[doc]
+            if labels[i][row] != "train":  # only train must not contain eval text
+                continue
+            labels[i][row] = None
+            dropped[inputs[i][0]] += 1
+            per_benchmark.update(names)
+            if len(examples) < 5:
+                examples.append([files[doc], ", ".join(names)])
+        decon_report = {
+            "ngram": decon.n,
+            "benchmarks": {n: {**r, "train_dropped": per_benchmark[n]} for n, r in decon.report().items()},
+            "dropped": dict(sorted(dropped.items())),
+            "examples": examples,
+        }
+    return near_report, decon_report
+
+
 def _near_dedup(
-    inputs: list[tuple[str, Path]], labels: list[list[str | None]], spec: NearDedupSpec, progress: Progress | None
+    index: NearDupIndex,
+    inputs: list[tuple[str, Path]],
+    labels: list[list[str | None]],
+    where: list[tuple[int, int]],
+    files: list[str],
+    spec: NearDedupSpec,
+    progress: Progress | None,
 ) -> dict[str, Any]:
     """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
     or take their representative's split (cluster-aware holdout). The representative is the
     first member in spec order, as in exact dedup. Returns the report."""
-    index = NearDupIndex(spec.ngram, spec.num_perm, spec.bands, spec.threshold)
-    where: list[tuple[int, int]] = []
-    files: list[str] = []
-    for i, row, text, file in _texts(inputs, labels):
-        index.add(text)
-        where.append((i, row))
-        files.append(f"{inputs[i][0]}:{file}")
+    index.candidates()
     if progress:
         progress(f"documents: {len(where):,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify(text for _, _, text, _ in _texts(inputs, labels))
@@ -100,9 +151,11 @@ def build_documents(
     data_root: Path,
     progress: Progress | None = None,
     near: NearDedupSpec | None = None,
+    decon: Decontaminator | None = None,
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, Parquet) in order and write one Parquet per split: exact
-    duplicates first, then (with `near`) near-duplicate clusters."""
+    duplicates first, then (with `near`) near-duplicate clusters, then (with `decon`) train
+    documents sharing an n-gram with a benchmark."""
     first_source: dict[bytes, str] = {}
     duplicates: Counter = Counter()
     labels: list[list[str | None]] = []
@@ -119,7 +172,8 @@ def build_documents(
                     duplicates[f"{kept_by} <- {name}"] += 1
                     own.append(None)
         labels.append(own)
-    report = _near_dedup(inputs, labels, near, progress) if near is not None and near.enabled else {}
+    near = near if near is not None and near.enabled else None
+    report, decon_report = _scan(inputs, labels, near, decon, out_dir.parent, progress) if near or decon else ({}, {})
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     with staged_dir(out_dir) as staging, ExitStack() as stack:
         sinks = {s: stack.enter_context(ParquetSink(staging / f"{s}.parquet", DOC_SCHEMA)) for s in SPLITS}
@@ -139,4 +193,5 @@ def build_documents(
         rows={s: dict(rows[s]) for s in SPLITS},
         duplicates=dict(sorted(duplicates.items())),
         near=report,
+        decontaminated=decon_report,
     )

@@ -295,6 +295,13 @@ _DATA_READERS = {
 }
 
 
+def data_file_texts(path: Path, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+    """(file:row, text) of one field of a JSONL (plain, .gz, .zst) or Parquet file, with the
+    same errors as a data source (e.g. a benchmark file for decontamination)."""
+    kind = SourceKind.parquet if path.name.endswith(".parquet") else SourceKind.jsonl
+    yield from _DATA_READERS[kind](path, path.name, field_name, skipped)
+
+
 def source_files(src: SourceSpec) -> SourceListing:
     """The files ingestion reads for `src` (also what its fingerprint covers)."""
     return list_source_files(src.path, src.include_globs, src.exclude, src.follow_symlinks)

@@ -5,14 +5,19 @@ bytes, found with a byte class table; each word's 64-bit hash comes from prefix 
 of the bytes (polynomial, mod 2**64, so any span's hash is two multiplications away);
 an n-gram's hash combines its words' hashes the same way. MinHash uses `num_perm`
 xor-multiply permutations of a mixed shingle hash. LSH puts documents that agree on all
-`rows` values of any of `bands` bands into one bucket; a candidate pair becomes a
-near-duplicate only when the exact Jaccard of the two shingle sets reaches `threshold`.
+`rows` values of any of `bands` bands into one bucket: each band's rows hash to one key,
+the keys are spooled to disk as documents stream by, and each band is bucketed by
+sorting its key column (datatrove's design, without an all-pairs step anywhere). A
+candidate pair becomes a near-duplicate only when the exact Jaccard of the two shingle
+sets reaches `threshold`.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -40,9 +45,9 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> U64(31))
 
 
-def shingles(text: str, n: int) -> np.ndarray:
-    """The sorted, unique 64-bit hashes of the word n-grams of `text` (one shingle of all
-    words when there are fewer than n; none for a text without words)."""
+def word_hashes(text: str) -> np.ndarray:
+    """One 64-bit hash per word of `text`, in order: words are runs of [a-z0-9_] in the
+    lowercased UTF-8 bytes (so case, punctuation and whitespace are normalized away)."""
     data = np.frombuffer(text.lower().encode("utf-8"), dtype=np.uint8)
     edges = np.diff(np.concatenate(([0], WORD_BYTES[data].astype(np.int8), [0])))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
@@ -55,12 +60,27 @@ def shingles(text: str, n: int) -> np.ndarray:
         inverse = _powers_of(_inverse(P), len(data))
         scaled = np.cumsum(data.astype(U64) * inverse[:-1], dtype=U64)
         prefix = np.concatenate(([U64(0)], scaled * powers[:-1]))
-        words = _mix(prefix[ends] - prefix[starts] * powers[ends - starts])
-        k = min(n, len(words))
+        return _mix(prefix[ends] - prefix[starts] * powers[ends - starts])
+
+
+def ngrams(words: np.ndarray, n: int, short: bool = True) -> np.ndarray:
+    """The sorted, unique 64-bit hashes of the n-grams of `words`. With fewer than n words:
+    one shingle of them all when `short` (near dedup of tiny files), else none (a 13-gram
+    match must really be 13 words)."""
+    k = min(n, len(words))
+    if not k or (k < n and not short):
+        return np.zeros(0, dtype=U64)
+    with np.errstate(over="ignore"):
         grams = words[: len(words) - k + 1].copy()
         for i in range(1, k):
             grams = grams * P + words[i : len(words) - k + 1 + i]
     return np.unique(_mix(grams))
+
+
+def shingles(text: str, n: int) -> np.ndarray:
+    """The sorted, unique hashes of the word n-grams of `text` (one shingle of all words
+    when there are fewer than n; none for a text without words)."""
+    return ngrams(word_hashes(text), n)
 
 
 def _inverse(a: np.uint64) -> np.uint64:
@@ -102,22 +122,6 @@ class MinHasher:
         return sig
 
 
-def lsh_candidates(signatures: Iterable[np.ndarray], bands: int, rows: int) -> list[tuple[int, int]]:
-    """Pairs (earlier, later) of documents that share all `rows` values of some band; each
-    later document is paired with the first document of each bucket it falls in."""
-    buckets: list[dict[bytes, int]] = [{} for _ in range(bands)]
-    pairs: set[tuple[int, int]] = set()
-    for doc, sig in enumerate(signatures):
-        if sig[0] == MAX_HASH:  # no shingles: nothing to compare
-            continue
-        for band in range(bands):
-            key = sig[band * rows : (band + 1) * rows].tobytes()
-            first = buckets[band].setdefault(key, doc)
-            if first != doc:
-                pairs.add((first, doc))
-    return sorted(pairs)
-
-
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     """Exact Jaccard similarity of two sorted unique shingle arrays."""
     if not len(a) and not len(b):
@@ -155,50 +159,92 @@ class Clusters:
         return out
 
 
-def near_duplicates(
-    texts: list[str], ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8
-) -> Clusters:
-    """Verified near-duplicate clusters of `texts` (in memory: the unit-test and small-corpus path)."""
-    rows = num_perm // bands
-    hasher = MinHasher(num_perm)
-    sets = [shingles(t, ngram) for t in texts]
-    clusters = Clusters()
-    for a, b in lsh_candidates((hasher.signature(s) for s in sets), bands, rows):
-        if jaccard(sets[a], sets[b]) >= threshold:
-            clusters.union(a, b)
-    return clusters
+def band_keys(sig: np.ndarray, bands: int) -> np.ndarray:
+    """One 64-bit key per LSH band: a hash of the band's rows (a collision only adds a
+    candidate pair, which exact Jaccard then rejects)."""
+    rows = sig.reshape(bands, -1)
+    with np.errstate(over="ignore"):
+        key = rows[:, 0].copy()
+        for j in range(1, rows.shape[1]):
+            key = _mix(key * P + rows[:, j])
+    return key
+
+
+def bucket_pairs(keys: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """(first, doc) for every document sharing a key with an earlier one, where `first` is
+    the earliest document with that key; `docs` ascend. Sort-based: no all-pairs."""
+    order = np.argsort(keys, kind="stable")  # stable: within a key, documents stay ascending
+    k, d = keys[order], docs[order]
+    start = np.concatenate(([True], k[1:] != k[:-1]))
+    first = d[np.maximum.accumulate(np.where(start, np.arange(len(d)), 0))]
+    return np.stack([first[~start], d[~start]], axis=1)
 
 
 class NearDupIndex:
-    """Streaming near-dedup over documents seen in order: `add` each text (its signature goes
-    into the LSH buckets at once; only signatures are kept), then `verify` with the texts
-    again (only candidate pairs' shingles are rebuilt), then read `clusters`."""
+    """Near-dedup over documents seen in order: `add` each text (its band keys are spooled
+    to an unlinked temp file in `spool_dir`, so memory holds no signatures), `candidates`
+    buckets one band at a time by sorting, `verify` takes the texts again (only candidate
+    pairs' shingles are rebuilt); then read `clusters` and `verified`."""
 
-    def __init__(self, ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8) -> None:
-        self.ngram, self.bands, self.rows, self.threshold = ngram, bands, num_perm // bands, threshold
+    SPOOL_DOCS = 4096  # band keys buffered before a write
+
+    def __init__(
+        self,
+        ngram: int = 5,
+        num_perm: int = 112,
+        bands: int = 14,
+        threshold: float = 0.8,
+        spool_dir: Path | None = None,
+    ) -> None:
+        self.ngram, self.bands, self.threshold = ngram, bands, threshold
         self.hasher = MinHasher(num_perm)
-        self.buckets: list[dict[bytes, int]] = [{} for _ in range(bands)]
-        self.pairs: set[tuple[int, int]] = set()
+        # Unlinked at once (nothing to clean up after a crash); closed by `candidates`.
+        self._spool = tempfile.TemporaryFile(dir=spool_dir, prefix=".albor-minhash-", suffix=".tmp")  # noqa: SIM115
+        self._buffer: list[np.ndarray] = []
         self.count = 0
+        self.pairs: list[tuple[int, int]] = []
         self.clusters = Clusters()
         self.verified: list[tuple[int, int, float]] = []
 
-    def add(self, text: str) -> int:
-        doc, self.count = self.count, self.count + 1
-        sig = self.hasher.signature(shingles(text, self.ngram))
-        if sig[0] != MAX_HASH:
-            for band in range(self.bands):
-                first = self.buckets[band].setdefault(sig[band * self.rows : (band + 1) * self.rows].tobytes(), doc)
-                if first != doc:
-                    self.pairs.add((first, doc))
-        return doc
+    def add(self, text: str, words: np.ndarray | None = None) -> int:
+        """Index one document (its `word_hashes` may be given when the caller has them)."""
+        sig = self.hasher.signature(ngrams(word_hashes(text) if words is None else words, self.ngram))
+        # A document without shingles gets all-MAX keys; `candidates` skips it.
+        keys = band_keys(sig, self.bands) if sig[0] != MAX_HASH else np.full(self.bands, MAX_HASH, dtype=U64)
+        self._buffer.append(keys)
+        if len(self._buffer) >= self.SPOOL_DOCS:
+            self._flush()
+        self.count += 1
+        return self.count - 1
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self._spool.write(np.stack(self._buffer).tobytes())
+            self._buffer = []
+
+    def candidates(self) -> list[tuple[int, int]]:
+        """LSH candidate pairs (earlier, later), sorted; one band in memory at a time."""
+        self._flush()
+        self._spool.flush()
+        if not self.count:
+            self.pairs = []
+            return self.pairs
+        keys = np.memmap(self._spool, dtype=U64, mode="r", shape=(self.count, self.bands))
+        docs = np.flatnonzero(keys[:, 0] != MAX_HASH)
+        found = [bucket_pairs(np.ascontiguousarray(keys[docs, band]), docs) for band in range(self.bands)]
+        del keys
+        self._spool.close()
+        pairs = np.unique(np.concatenate(found), axis=0) if found else np.zeros((0, 2), dtype=np.int64)
+        self.pairs = [(int(a), int(b)) for a, b in pairs]
+        return self.pairs
 
     def verify(self, texts: Iterable[str]) -> None:
         """Exact Jaccard for every candidate pair; `texts` are the added texts again, in order."""
-        self.buckets = []  # no longer needed: free them before the second pass
+        if not self._spool.closed:
+            self.candidates()
         needed = {d for pair in self.pairs for d in pair}
         sets = {d: shingles(t, self.ngram) for d, t in enumerate(texts) if d in needed}
-        for a, b in sorted(self.pairs):
+        for a, b in self.pairs:
             score = jaccard(sets[a], sets[b])
             if score >= self.threshold:
                 self.clusters.union(a, b)
@@ -207,3 +253,14 @@ class NearDupIndex:
     def duplicates(self) -> set[int]:
         """Members that are not their cluster's representative (the first document)."""
         return {d for d in self.clusters.parent if self.clusters.find(d) != d}
+
+
+def near_duplicates(
+    texts: list[str], ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8
+) -> Clusters:
+    """Verified near-duplicate clusters of `texts` (in memory: the unit-test and small-corpus path)."""
+    index = NearDupIndex(ngram, num_perm, bands, threshold)
+    for text in texts:
+        index.add(text)
+    index.verify(texts)
+    return index.clusters

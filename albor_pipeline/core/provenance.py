@@ -106,6 +106,22 @@ def render_markdown(prov: dict[str, Any]) -> str:
                 + f"; {near['candidate_pairs']} LSH candidates, {near['verified_pairs']} verified.",
                 "",
             ]
+        decon = docs.get("decontaminated") or {}
+        if decon:
+            lines += [
+                f"Decontamination: train documents sharing a {decon['ngram']}-word n-gram with a benchmark item"
+                " are dropped. Per source: "
+                + (", ".join(f"{k} {v}" for k, v in decon["dropped"].items()) or "none")
+                + ".",
+                "",
+                *_table(
+                    ["benchmark", "items", "too short", "n-grams", "train documents dropped"],
+                    [
+                        [name, b["items"], b["too_short"], b["ngrams"], b["train_dropped"]]
+                        for name, b in decon["benchmarks"].items()
+                    ],
+                ),
+            ]
         lines += _table(
             ["split", *[s["name"] for s in prov["spec"]["sources"]]],
             [

@@ -12,14 +12,15 @@ from pathlib import Path
 import dagster as dg
 
 from albor_pipeline.core.artifacts import StageManifest
-from albor_pipeline.core.checks import CheckOutcome, check_no_leak, check_no_near_leak
+from albor_pipeline.core.checks import CheckOutcome, check_no_contamination, check_no_leak, check_no_near_leak
+from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.ingest import DOC_SCHEMA
 from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, filtered_stage, ingested_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, schema_check, spec_defaults
-from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, NearDedupSpec, PipelineSpec
+from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, DecontaminateSpec, NearDedupSpec, PipelineSpec
 
 
 class HoldoutConfig(dg.Config):
@@ -45,19 +46,35 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
     settings = resolve(spec.holdout, config, f"{stage} run config")
     layout = ctx.layout
     sources = [(n, INPUTS[stage][1](layout, n)) for n in names]
-    near = spec.near_dedup if stage == DOCUMENTS else None  # conversations: exact dedup only
-    result = build_documents(sources, settings, OUT_DIRS[stage](layout), layout.root, progress=ctx.log.info, near=near)
+    # Conversations: exact dedup only. Documents: also near dedup and decontamination.
+    near = spec.near_dedup if stage == DOCUMENTS else None
+    decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None
+    result = build_documents(
+        sources, settings, OUT_DIRS[stage](layout), layout.root, progress=ctx.log.info, near=near, decon=decon
+    )
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     return StageOutput(
         artifacts=[result.artifacts[s] for s in SPLITS],
-        config={**settings.model_dump(mode="json"), **({"near_dedup": near.model_dump(mode="json")} if near else {})},
-        summary={"rows": result.rows, "duplicates": result.duplicates, "near_duplicates": result.near},
+        config={
+            **settings.model_dump(mode="json"),
+            **({"near_dedup": near.model_dump(mode="json")} if near else {}),
+            **({"decontaminate": spec.decontaminate.model_dump(mode="json")} if decon else {}),
+        },
+        summary={
+            "rows": result.rows,
+            "duplicates": result.duplicates,
+            "near_duplicates": result.near,
+            "decontaminated": result.decontaminated,
+        },
+        inputs=decon.inputs if decon else [],
         metadata={
             "rows_per_split": dg.MetadataValue.md(markdown_table(table)),
             "duplicates_dropped": sum(result.duplicates.values()),
             "duplicates": dg.MetadataValue.json(result.duplicates),
             "near_duplicates_removed": sum(result.near.get("removed", {}).values()),
             "near_duplicates": dg.MetadataValue.json(result.near),
+            "decontaminated_dropped": sum(result.decontaminated.get("dropped", {}).values()),
+            "decontaminated": dg.MetadataValue.json(result.decontaminated),
             **{f"{s}_rows": result.artifacts[s].rows for s in SPLITS},
         },
     )
@@ -71,6 +88,11 @@ def _no_near_leak(layout: Layout, manifest: StageManifest) -> CheckOutcome:
     near = NearDedupSpec.model_validate(manifest.config["near_dedup"])
     paths = {s: layout.documents(s) for s in SPLITS}
     return check_no_near_leak(paths, near.ngram, near.num_perm, near.bands, near.threshold)
+
+
+def _no_benchmark_ngrams(layout: Layout, manifest: StageManifest) -> CheckOutcome:
+    spec = DecontaminateSpec.model_validate(manifest.config["decontaminate"])
+    return check_no_contamination(layout.documents("train"), spec)
 
 
 def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: str) -> Stage[HoldoutConfig]:
@@ -105,6 +127,14 @@ def stages(spec: PipelineSpec) -> list[Stage[HoldoutConfig]]:
             True,
         )
         documents = replace(documents, checks=(*documents.checks, near_check))
+    if spec.decontaminate.benchmarks:
+        decon_check = Check(
+            "no_benchmark_ngrams",
+            "No train document shares a `decontaminate.ngram`-word n-gram with a benchmark item.",
+            _no_benchmark_ngrams,
+            True,
+        )
+        documents = replace(documents, checks=(*documents.checks, decon_check))
     out = [documents]
     chats = [s.name for s in spec.sources_of(*CHAT_KINDS)]
     if chats:

@@ -10,15 +10,24 @@ Nothing can be downloaded, so every sample is built from what every Python has:
 - `python_mc.jsonl`: multiple-choice questions (which built-in / help topic a passage
   documents), four seeded choices each.
 - `words.txt`: the lowercase words of the help topics, for the synthetic spelling tasks.
+- `python_bench.jsonl`: a HumanEval-shaped eval set (`task_id`, `prompt`,
+  `canonical_solution`, `test`, `entry_point`) for decontamination. Most problems are
+  written here; four take their reference solution from the standard library (colorsys,
+  shlex, html), so the default spec's stdlib source really contains benchmark text and
+  decontamination has something to drop.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
+import colorsys
+import html
 import inspect
 import json
 import random
 import re
+import shlex
 from pathlib import Path
 from pydoc_data.topics import topics
 
@@ -143,12 +152,199 @@ def words() -> list[str]:
     return sorted(found)
 
 
+# Small problems written for this project: each function with its docstring and a test.
+WRITTEN = '''
+def is_palindrome(text: str) -> bool:
+    """True if text reads the same backwards, ignoring case and non-letters.
+    >>> is_palindrome("A man, a plan, a canal: Panama")
+    True
+    """
+    letters = [c.lower() for c in text if c.isalpha()]
+    return letters == letters[::-1]
+
+
+def running_max(values: list[int]) -> list[int]:
+    """The largest value seen so far at every position of values.
+    >>> running_max([1, 3, 2, 5, 4])
+    [1, 3, 3, 5, 5]
+    """
+    out, best = [], None
+    for v in values:
+        best = v if best is None or v > best else best
+        out.append(best)
+    return out
+
+
+def chunk_pairs(items: list, size: int) -> list[list]:
+    """Split items into consecutive chunks of at most size elements, in order.
+    >>> chunk_pairs([1, 2, 3, 4, 5], 2)
+    [[1, 2], [3, 4], [5]]
+    """
+    if size <= 0:
+        raise ValueError('size must be positive')
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def count_vowel_words(sentence: str) -> int:
+    """How many words of the sentence start with a vowel (a, e, i, o, u), any case.
+    >>> count_vowel_words("An apple is on the table")
+    4
+    """
+    return sum(1 for word in sentence.split() if word[0].lower() in 'aeiou')
+
+
+def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge overlapping closed intervals and return them sorted by start.
+    >>> merge_intervals([(5, 7), (1, 3), (2, 4)])
+    [(1, 4), (5, 7)]
+    """
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def digit_root(n: int) -> int:
+    """Repeatedly sum the decimal digits of a non-negative n until one digit remains.
+    >>> digit_root(9875)
+    2
+    """
+    while n >= 10:
+        n = sum(int(d) for d in str(n))
+    return n
+
+
+def rotate_left(items: list, k: int) -> list:
+    """Rotate items k places to the left; k may exceed the length or be negative.
+    >>> rotate_left([1, 2, 3, 4], 1)
+    [2, 3, 4, 1]
+    """
+    if not items:
+        return []
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def word_frequencies(text: str) -> dict[str, int]:
+    """Count the lowercase words of text, ignoring punctuation at word edges.
+    >>> word_frequencies("the cat, the hat.")
+    {'the': 2, 'cat': 1, 'hat': 1}
+    """
+    counts: dict[str, int] = {}
+    for raw in text.split():
+        word = raw.strip('.,;:!?"\\'()').lower()
+        if word:
+            counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+def balanced_brackets(text: str) -> bool:
+    """True if every (, [ and { in text is closed in the right order.
+    >>> balanced_brackets("f(a[0], {1: 2})")
+    True
+    """
+    pairs = {')': '(', ']': '[', '}': '{'}
+    stack = []
+    for c in text:
+        if c in '([{':
+            stack.append(c)
+        elif c in pairs:
+            if not stack or stack.pop() != pairs[c]:
+                return False
+    return not stack
+
+
+def snake_to_camel(name: str) -> str:
+    """Turn a snake_case identifier into camelCase, keeping leading underscores.
+    >>> snake_to_camel("_parse_http_header")
+    '_parseHttpHeader'
+    """
+    stripped = name.lstrip('_')
+    prefix = name[: len(name) - len(stripped)]
+    head, *rest = stripped.split('_')
+    return prefix + head + ''.join(part.capitalize() for part in rest)
+
+
+def second_largest(values: list[int]) -> int | None:
+    """The second largest distinct value, or None when there are fewer than two.
+    >>> second_largest([4, 1, 4, 3])
+    3
+    """
+    distinct = sorted(set(values))
+    return distinct[-2] if len(distinct) >= 2 else None
+
+
+def run_length_encode(text: str) -> list[tuple[str, int]]:
+    """Pairs of (character, run length) for the runs of equal characters in text.
+    >>> run_length_encode("aaabcc")
+    [('a', 3), ('b', 1), ('c', 2)]
+    """
+    runs: list[tuple[str, int]] = []
+    for c in text:
+        if runs and runs[-1][0] == c:
+            runs[-1] = (c, runs[-1][1] + 1)
+        else:
+            runs.append((c, 1))
+    return runs
+'''
+TESTS = {
+    "is_palindrome": "assert is_palindrome('Never odd or even') and not is_palindrome('python')",
+    "running_max": "assert running_max([2, 1, 3]) == [2, 2, 3] and running_max([]) == []",
+    "chunk_pairs": "assert chunk_pairs([1, 2, 3], 3) == [[1, 2, 3]] and chunk_pairs([], 4) == []",
+    "count_vowel_words": "assert count_vowel_words('Every owl in Utah') == 4 and count_vowel_words('') == 0",
+    "merge_intervals": "assert merge_intervals([(1, 2), (2, 3)]) == [(1, 3)] and merge_intervals([]) == []",
+    "digit_root": "assert digit_root(0) == 0 and digit_root(38) == 2",
+    "rotate_left": "assert rotate_left([1, 2, 3], -1) == [3, 1, 2] and rotate_left([], 5) == []",
+    "word_frequencies": "assert word_frequencies('A a. b!') == {'a': 2, 'b': 1}",
+    "balanced_brackets": "assert balanced_brackets('') and not balanced_brackets('(]') and not balanced_brackets('((')",
+    "snake_to_camel": "assert snake_to_camel('a_b_c') == 'aBC' and snake_to_camel('x') == 'x'",
+    "second_largest": "assert second_largest([1]) is None and second_largest([2, 2, 1]) == 1",
+    "run_length_encode": "assert run_length_encode('') == [] and run_length_encode('zz') == [('z', 2)]",
+}
+# Reference solutions taken from the standard library (stable across Python 3.11-3.13).
+FROM_STDLIB = [colorsys.rgb_to_hsv, colorsys.hls_to_rgb, shlex.quote, html.escape]
+
+
+def _split_function(source: str) -> tuple[str, str]:
+    """(signature and docstring, body) of a function's source."""
+    node = ast.parse(source).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    first = node.body[0]
+    has_doc = ast.get_docstring(node) is not None
+    cut = first.end_lineno if has_doc else first.lineno - 1
+    lines = source.splitlines(keepends=True)
+    return "".join(lines[:cut]), "".join(lines[cut:])
+
+
+def benchmark() -> list[dict]:
+    functions = [n for n in ast.parse(WRITTEN).body if isinstance(n, ast.FunctionDef)]
+    sources = [(f.name, f"{ast.get_source_segment(WRITTEN, f)}\n", TESTS[f.name]) for f in functions]
+    sources += [(fn.__name__, inspect.getsource(fn), f"assert callable({fn.__name__})") for fn in FROM_STDLIB]
+    rows = []
+    for i, (name, source, test) in enumerate(sources):
+        prompt, solution = _split_function(source)
+        rows.append(
+            {
+                "task_id": f"AlborEval/{i}",
+                "prompt": prompt,
+                "canonical_solution": solution,
+                "test": test,
+                "entry_point": name,
+            }
+        )
+    return rows
+
+
 def main() -> None:
     with open(HERE / "pydoc_topics.jsonl", "w", encoding="utf-8", newline="\n") as fh:
         for name in sorted(topics):
             fh.write(json.dumps({"topic": name, "text": topics[name]}, ensure_ascii=False) + "\n")
     _write_jsonl("python_chat.jsonl", conversations(random.Random(0)))
     _write_jsonl("python_mc.jsonl", mc_items(random.Random(1)))
+    _write_jsonl("python_bench.jsonl", benchmark())
     (HERE / "words.txt").write_text("".join(f"{w}\n" for w in words()), encoding="utf-8")
     print(f"wrote {HERE / 'words.txt'} ({len(words())} words)")
 
