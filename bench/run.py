@@ -222,7 +222,8 @@ def bench_near_dedup(ingested: list[tuple[str, Path]], work: Path, repeat: int) 
         n_grams=near.ngram,
         num_buckets=near.bands,
         hashes_per_bucket=near.num_perm // near.bands,
-        hash_config=HashConfig(precision=64),
+        # sha1: datatrove's xxhash path passes str, which xxhash 4 rejects.
+        hash_config=HashConfig(precision=64, hash_fc="sha1"),
     )
     folder = ingested[0][1].parent
     base = work / "datatrove_minhash"
