@@ -11,7 +11,6 @@ from typing import Any
 
 import dagster as dg
 
-from albor_pipeline.core.layout import source_stage
 from albor_pipeline.defs import chat, corpus, documents, fim, hygiene, ingestion, mix, tokenizer
 from albor_pipeline.defs.automation import automation_definitions
 from albor_pipeline.defs.provenance import provenance_stage
@@ -33,7 +32,7 @@ def build_definitions(spec: PipelineSpec, output_dir: Path | None = None) -> dg.
     return dg.Definitions.merge(
         ingestion.source_definitions(spec),
         *(stage_definitions(stage) for stage in stages),
-        automation_definitions(spec, stages, [source_stage(s.name) for s in spec.sources]),
+        automation_definitions(spec, stages, ingestion.observed(spec)),
         dg.Definitions(
             resources={"store": ArtifactStore(data_dir=str(data_dir(output_dir)), on_busy=spec.locking.on_busy.value)},
             executor=dg.in_process_executor,

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
 import dagster as dg
 import pytest
 
+from albor_pipeline.core.artifacts import read_manifest
 from albor_pipeline.core.documents import split_of
 from albor_pipeline.core.ingest import text_sha256
+from albor_pipeline.core.layout import Layout
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB, OBSERVE_JOB
-from albor_pipeline.spec import HoldoutSpec, load_spec
+from albor_pipeline.spec import REPO_ROOT, HoldoutSpec, load_spec
 
 from .support import STDLIB, small_spec_dict, write_spec
 
@@ -43,7 +46,7 @@ def run_cascade(defs, instance, cursor) -> tuple[list[set[str]], object]:
 
 @pytest.fixture
 def setup(tmp_path):
-    def _setup(**tokenizer):
+    def _setup(extra: dict | None = None, **tokenizer):
         src = tmp_path / "src"
         shutil.copytree(STDLIB / "json", src / "a", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copytree(STDLIB / "email", src / "b", ignore=shutil.ignore_patterns("__pycache__"))
@@ -53,6 +56,7 @@ def setup(tmp_path):
             {"name": "b", "kind": "code", "path": str(src / "b"), "exclude": ["_*.py"]},
         ]
         raw["tokenizer"] = {"vocab_size": 600, **tokenizer}
+        raw.update(extra or {})
         spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
         defs = build_definitions(spec, tmp_path / "out")
         instance = dg.DagsterInstance.ephemeral()
@@ -87,6 +91,28 @@ def test_touch_requests_nothing_and_edit_rebuilds_only_downstream(setup):
     assert {f"fim/{s}" for s in ("train", "val", "test")} & rebuilt == {f"fim/{s}" for s in changed}
     assert waves[-1] == {"provenance"}
     assert requested(defs, instance, cursor)[0] == set()
+
+
+def test_editing_a_benchmark_rebuilds_documents(setup, tmp_path):
+    """A decontamination benchmark is an observable source of `documents`: adding an item
+    that quotes a train file makes `documents` stale; the rebuild drops that file."""
+    bench = tmp_path / "bench.jsonl"
+    shutil.copy(REPO_ROOT / "data" / "samples" / "python_bench.jsonl", bench)
+    decon = {"decontaminate": {"benchmarks": [{"name": "bench", "path": str(bench)}]}}
+    holdout = HoldoutSpec(**small_spec_dict()["holdout"])
+    src, defs, instance, cursor = setup(decon)
+    train = next(
+        p for p in sorted((src / "a").glob("*.py")) if split_of(text_sha256(p.read_text()), holdout) == "train"
+    )
+    quote = {"prompt": "", "canonical_solution": train.read_text()[-2000:]}
+    with bench.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(quote) + "\n")
+    observe(defs, instance)
+    waves, cursor = run_cascade(defs, instance, cursor)
+    assert waves[0] == {"documents"} and "ingested/a" not in set().union(*waves)
+    manifest = read_manifest(Layout(tmp_path / "out"), "documents")
+    assert manifest.summary["decontaminated"]["examples"] == [[f"a:{train.name}", "bench"]]
+    assert [i.path for i in manifest.inputs if i.path.startswith("benchmark/")] == ["benchmark/bench"]
 
 
 def test_identical_rematerialization_does_not_cascade(setup):

@@ -35,6 +35,7 @@ def test_default_definitions_load_with_expected_keys():
     expected = {
         *(f"{stage}/{name}" for stage in ("source", "ingested") for name in SHIPPED_SOURCES),
         *(f"filtered/{name}" for name in SHIPPED_SOURCES[:3]),  # the document sources
+        "benchmark/python_bench",  # decontamination's benchmark: an observable source of documents
         "documents",
         "conversations",
         "chat_mixed/train",
@@ -48,6 +49,8 @@ def test_default_definitions_load_with_expected_keys():
         *(f"corpus/long_{s}" for s in ("train", "val", "test")),
     }
     assert keys == expected
+    documents = graph.get(dg.AssetKey("documents"))
+    assert dg.AssetKey(["benchmark", "python_bench"]) in documents.parent_keys
     groups = {k.to_user_string(): graph.get(k).group_name for k in graph.materializable_asset_keys}
     assert groups["ingested/stdlib"] == "ingestion" and groups["mixed/val"] == "mix" and groups["fim/test"] == "fim"
     assert (
@@ -322,6 +325,14 @@ def test_default_spec_builds_end_to_end(tmp_path):
     in_train = sum(split_of(text_sha256(h.read_text(encoding="utf-8")), holdout) == "train" for h in hosts)
     assert decon["benchmarks"]["python_bench"]["items"] == 16 and decon["dropped"].get("stdlib", 0) >= in_train > 0
     assert "Decontamination" in (tmp_path / "out" / "PROVENANCE.md").read_text(encoding="utf-8")
+    # Every document is accounted for: what hygiene kept = split rows + exact duplicates +
+    # near duplicates + decontaminated, per source.
+    docs = stages["documents"]["summary"]
+    for name in ("stdlib", "site_packages", "pydoc_topics"):
+        placed = sum(docs["rows"][split].get(name, 0) for split in ("train", "val", "test"))
+        exact = sum(n for pair, n in docs["duplicates"].items() if pair.endswith(f"<- {name}"))
+        near = docs["near_duplicates"]["removed"].get(name, 0)
+        assert stages[f"filtered/{name}"]["summary"]["kept"] == placed + exact + near + decon["dropped"].get(name, 0)
     # Length staging: 32k-token sequences of 32k+-char documents, served as 4k chunks.
     long_dir = tmp_path / "out" / "corpus" / "long_train"
     long = Sequences(long_dir, chunk_len=4096)

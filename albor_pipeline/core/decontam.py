@@ -17,8 +17,14 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, sha256_file
 from albor_pipeline.core.ingest import IngestError, data_file_texts
+from albor_pipeline.core.layout import benchmark_stage
 from albor_pipeline.core.neardup import ngrams, word_hashes
 from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec
+
+
+def benchmark_fingerprint(spec: BenchmarkSpec) -> Artifact:
+    """The benchmark file as an input artifact under its stable name (`benchmark/<name>`)."""
+    return Artifact(path=benchmark_stage(spec.name), sha256=sha256_file(spec.path), bytes=spec.path.stat().st_size)
 
 
 @dataclass(frozen=True)
@@ -52,11 +58,7 @@ class Decontaminator:
     def __init__(self, spec: DecontaminateSpec) -> None:
         self.n = spec.ngram
         self.benchmarks = [load_benchmark(b, spec.ngram) for b in spec.benchmarks]
-        # What provenance records as read: each file's hash under a stable name.
-        self.inputs = [
-            Artifact(path=f"benchmark/{b.name}", sha256=sha256_file(b.path), bytes=b.path.stat().st_size, rows=m.items)
-            for b, m in zip(spec.benchmarks, self.benchmarks, strict=True)
-        ]
+        self.inputs = [benchmark_fingerprint(b) for b in spec.benchmarks]  # what provenance records as read
 
     def __bool__(self) -> bool:
         return bool(self.benchmarks)

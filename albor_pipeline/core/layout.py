@@ -21,6 +21,11 @@ def source_stage(name: str) -> str:
     return f"source/{name}"
 
 
+def benchmark_stage(name: str) -> str:
+    """An observable benchmark file of `decontaminate` (data version: its SHA-256)."""
+    return f"benchmark/{name}"
+
+
 def ingested_stage(name: str) -> str:
     return f"ingested/{name}"
 

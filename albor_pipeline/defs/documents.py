@@ -16,7 +16,7 @@ from albor_pipeline.core.checks import CheckOutcome, check_no_contamination, che
 from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, filtered_stage, ingested_stage
+from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, benchmark_stage, filtered_stage, ingested_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, schema_check, spec_defaults
@@ -128,13 +128,14 @@ def stages(spec: PipelineSpec) -> list[Stage[HoldoutConfig]]:
         )
         documents = replace(documents, checks=(*documents.checks, near_check))
     if spec.decontaminate.benchmarks:
+        benchmarks = tuple(benchmark_stage(b.name) for b in spec.decontaminate.benchmarks)
         decon_check = Check(
             "no_benchmark_ngrams",
             "No train document shares a `decontaminate.ngram`-word n-gram with a benchmark item.",
             _no_benchmark_ngrams,
             True,
         )
-        documents = replace(documents, checks=(*documents.checks, decon_check))
+        documents = replace(documents, observes=benchmarks, checks=(*documents.checks, decon_check))
     out = [documents]
     chats = [s.name for s in spec.sources_of(*CHAT_KINDS)]
     if chats:

@@ -1,19 +1,24 @@
-"""Sources: one observable source and one ingestion stage per spec source."""
+"""Sources: one observable source and one ingestion stage per spec source, and one observable
+source per decontamination benchmark."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import dagster as dg
 
+from albor_pipeline.core.artifacts import Artifact
+from albor_pipeline.core.decontam import benchmark_fingerprint
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, source_fingerprint
-from albor_pipeline.core.layout import ingested_stage, source_stage
+from albor_pipeline.core.layout import Layout, benchmark_stage, ingested_stage, source_stage
 from albor_pipeline.core.licences import detect_licences
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.resources import ArtifactStore
 from albor_pipeline.defs.stage import Stage, StageContext, asset_key, resolve, schema_check, spec_defaults
-from albor_pipeline.spec import CHAT_KINDS, PipelineSpec, SourceKind, SourceSpec
+from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, PipelineSpec, SourceKind, SourceSpec
 
 GROUP = "ingestion"
 DESCRIPTIONS = {
@@ -43,21 +48,39 @@ class IngestConfig(dg.Config):
     seed: int | None = None
 
 
-def _observation(src: SourceSpec) -> dg.SourceAsset:
-    @dg.observable_source_asset(
-        key=asset_key(source_stage(src.name)),
-        group_name=GROUP,
-        description=f"Files of source `{src.name}` ({src.kind.value}) under `{src.path}`; "
-        "its data version is a content fingerprint of exactly the files ingestion reads.",
-    )
+def _observable(key: str, path: Path, description: str, fingerprint: Callable[[Layout], Artifact]) -> dg.SourceAsset:
+    """An observable source whose data version is `fingerprint`'s SHA-256, so a change in the
+    files makes the stages that read them stale (the automation sensor rebuilds them)."""
+
+    @dg.observable_source_asset(key=asset_key(key), group_name=GROUP, description=description)
     def _observe(store: ArtifactStore) -> dg.ObserveResult:
-        source = source_fingerprint(src, store.layout.fingerprint_cache(src.name))
+        found = fingerprint(store.layout)
         return dg.ObserveResult(
-            data_version=dg.DataVersion(source.sha256),
-            metadata={"files": source.rows, "bytes": source.bytes, "fingerprint": source.sha256, "path": str(src.path)},
+            data_version=dg.DataVersion(found.sha256),
+            metadata={"files": found.rows or 1, "bytes": found.bytes, "fingerprint": found.sha256, "path": str(path)},
         )
 
     return _observe
+
+
+def _source(src: SourceSpec) -> dg.SourceAsset:
+    return _observable(
+        source_stage(src.name),
+        src.path,
+        f"Files of source `{src.name}` ({src.kind.value}) under `{src.path}`; "
+        "its data version is a content fingerprint of exactly the files ingestion reads.",
+        lambda layout: source_fingerprint(src, layout.fingerprint_cache(src.name)),
+    )
+
+
+def _benchmark(bench: BenchmarkSpec) -> dg.SourceAsset:
+    return _observable(
+        benchmark_stage(bench.name),
+        bench.path,
+        f"Benchmark `{bench.name}` at `{bench.path}` (fields {', '.join(bench.fields)}): `documents` drops train "
+        "documents sharing an n-gram with it; its data version is the file's SHA-256.",
+        lambda _: benchmark_fingerprint(bench),
+    )
 
 
 def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOutput:
@@ -89,8 +112,16 @@ def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOut
     )
 
 
+def observed(spec: PipelineSpec) -> list[str]:
+    """Every observable source's name: the spec's sources, then decontamination benchmarks."""
+    return [
+        *(source_stage(s.name) for s in spec.sources),
+        *(benchmark_stage(b.name) for b in spec.decontaminate.benchmarks),
+    ]
+
+
 def source_definitions(spec: PipelineSpec) -> dg.Definitions:
-    return dg.Definitions(assets=[_observation(src) for src in spec.sources])
+    return dg.Definitions(assets=[*map(_source, spec.sources), *map(_benchmark, spec.decontaminate.benchmarks)])
 
 
 def stages(spec: PipelineSpec) -> list[Stage[IngestConfig]]:
