@@ -263,13 +263,19 @@ class RetrainPolicy(str, Enum):
 MIN_VOCAB_SIZE = 256 + len(SPECIALS)  # the byte alphabet + the specials at ids 0-3
 
 
+class BpeTrainer(str, Enum):
+    rustbpe = "rustbpe"  # nanochat's Rust trainer (parallel counting): ~0.4x the HF trainer's time
+    hf = "hf"  # tokenizers' BpeTrainer (the only one that honours min_frequency)
+
+
 class TokenizerSpec(_Model):
     vocab_size: int = Field(
         32_768,
         ge=MIN_VOCAB_SIZE,
         description=f"learned vocabulary incl. specials; at least the 256-byte alphabet + {len(SPECIALS)} specials",
     )
-    min_frequency: int = Field(2, ge=0)
+    min_frequency: int = Field(2, ge=0)  # hf trainer only: rustbpe merges until vocab_size
+    trainer: BpeTrainer = BpeTrainer.rustbpe
     max_chars: int | None = Field(None, gt=0)
     doc_cap: int | None = Field(None, gt=0)
     retrain: RetrainPolicy = RetrainPolicy.on_change

@@ -150,3 +150,52 @@ def test_empty_train_split_is_a_clear_error(corpus_files, tmp_path):
     with pytest.raises(TokenizerError, match="train split is empty"):
         build_tokenizer(empty, corpus_files[1], TokenizerSpec(vocab_size=1000), tmp_path / "t", tmp_path)
     assert not (tmp_path / "t" / "tokenizer.json").exists()
+
+
+def test_rustbpe_ranks_become_an_equal_hf_tokenizer_of_hf_quality(corpus_files):
+    """The default trainer is nanochat's rustbpe: its ranks, converted to an HF ByteLevel BPE,
+    encode real code exactly as rustbpe itself does (ids + 4 for the specials), and the
+    bytes/token on val is within 1 % of the HF BpeTrainer's on the same text."""
+    import rustbpe
+
+    from albor_pipeline.core.encode import FAST_BYTELEVEL_PATTERN
+    from albor_pipeline.core.tokenizer import tokenizer_from_ranks, train_bpe
+    from albor_pipeline.core.vocab import plain_tokenizer
+
+    train = pq.read_table(corpus_files[0]).column("text").to_pylist()
+    val = pq.read_table(corpus_files[1]).column("text").to_pylist()
+    trainer = rustbpe.Tokenizer()
+    trainer.train_from_iterator(iter(train), 2000 - 4, pattern=FAST_BYTELEVEL_PATTERN)
+    converted = plain_tokenizer(tokenizer_from_ranks(dict(trainer.get_mergeable_ranks())))
+    for text in val:
+        assert [i - 4 for i in converted.encode(text, add_special_tokens=False).ids] == trainer.encode(text)
+    per_token = {}
+    for kind in ("rustbpe", "hf"):
+        tok = plain_tokenizer(train_bpe(iter([train]), TokenizerSpec(vocab_size=2000, trainer=kind)))
+        tokens = sum(len(e.ids) for e in tok.encode_batch_fast(val, add_special_tokens=False))
+        per_token[kind] = sum(len(t.encode("utf-8")) for t in val) / tokens
+    assert abs(per_token["rustbpe"] / per_token["hf"] - 1) < 0.01, per_token
+
+
+def test_long_runs_reach_the_trainer_cut_into_bounded_parts():
+    """Adversarial input (one 1 MB run of a letter, a long base64-like blob, a run of
+    newlines, multi-byte characters): the parts rejoin to the text, none holds a run over
+    the limit, cuts fall on character starts, and ordinary code comes back whole."""
+    import re
+
+    from albor_pipeline.core.tokenizer import LONG_RUN, split_long_runs, train_bpe
+
+    code = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
+    assert split_long_runs(code) == [code]
+    blob = "x = '" + "QUJD" * 20_000 + "'\n"
+    for text in ("a" * 1_000_000, code + blob + code, "\n" * 5000 + code, "é🐍" * 3000, "x" * 999 + "é" * 2):
+        parts = split_long_runs(text)
+        assert "".join(parts) == text
+        for part in parts:
+            runs = re.findall(r"[ \t\n\r\x0b\x0c]+|[^ \t\n\r\x0b\x0c]+", part)
+            assert max(len(r.encode("utf-8")) for r in runs) <= LONG_RUN, (text[:20], len(part))
+    assert len(split_long_runs("a" * 1_000_000)) == 1000
+    # Training on a 1 MB run finishes like ordinary text (untimed here; bench/ times it),
+    # and no learned token is longer than the limit.
+    tok = train_bpe(iter([[code, "a" * 1_000_000]]), TokenizerSpec(vocab_size=600))
+    assert max(len(token_to_bytes(t)) for t in tok.get_vocab(with_added_tokens=False)) <= LONG_RUN

@@ -14,6 +14,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tiktoken_ext.openai_public import r50k_pat_str
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from albor_pipeline.core.artifacts import Artifact, atomic_path, record, staged_dir, write_bytes, write_json
+from albor_pipeline.core.encode import FAST_BYTELEVEL_PATTERN
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import (
@@ -35,10 +37,11 @@ from albor_pipeline.core.vocab import (
     SPECIALS,
     UNK,
     added_tokens,
+    byte_decoder,
     plain_tokenizer,
     token_to_bytes,
 )
-from albor_pipeline.spec import TokenizerSpec
+from albor_pipeline.spec import BpeTrainer, TokenizerSpec
 
 PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
 
@@ -72,11 +75,50 @@ def iter_texts(
             return
 
 
-def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec, appended: tuple[str, ...] = FIM_TOKENS) -> Tokenizer:
-    """Train a ByteLevel BPE, then append the `appended` special tokens; deterministic for the same input."""
-    tok = Tokenizer(models.BPE())
+LONG_RUN = 1000  # bytes: the longest run of one character class a trainer sees whole
+_ASCII_SPACE = np.zeros(256, dtype=bool)
+_ASCII_SPACE[list(b" \t\n\r\x0b\x0c")] = True
+
+
+def split_long_runs(text: str, limit: int = LONG_RUN) -> list[str]:
+    """For training only: `text` cut inside every run of more than `limit` bytes of ASCII
+    whitespace, or of anything else, every `limit` bytes (moved back to a character start),
+    each part then counted as its own text. No pre-token reaching the trainer is longer
+    than `limit` bytes, so a 1 MB run of one letter costs what ordinary code does (BPE
+    training is superlinear in a pre-token's length); text without such a run, i.e.
+    nearly all code, comes back whole. Encoding is not affected."""
+    if len(text) <= limit:
+        return [text]
+    raw = text.encode("utf-8")
+    data = np.frombuffer(raw, dtype=np.uint8)
+    space = _ASCII_SPACE[data]
+    change = np.flatnonzero(space[1:] != space[:-1]) + 1
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change, [len(data)]))
+    long = np.flatnonzero(ends - starts > limit)
+    if not len(long):
+        return [text]
+    cuts = []
+    for i in long:
+        cut = int(starts[i])
+        while ends[i] - cut > limit:
+            cut += limit
+            while data[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte: back to the character start
+                cut -= 1
+            cuts.append(cut)
+    bounds = [0, *cuts, len(raw)]
+    return [raw[a:b].decode("utf-8") for a, b in pairwise(bounds) if b > a]
+
+
+def _bytelevel(model: models.BPE) -> Tokenizer:
+    tok = Tokenizer(model)
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _train_hf(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
+    tok = _bytelevel(models.BPE())
     trainer = trainers.BpeTrainer(
         vocab_size=spec.vocab_size,
         min_frequency=spec.min_frequency,
@@ -85,6 +127,64 @@ def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec, appended: tuple
         show_progress=False,
     )
     tok.train_from_iterator(batches, trainer=trainer)
+    return tok
+
+
+def _merge_of(token: bytes, ranks: dict[bytes, int]) -> tuple[bytes, bytes]:
+    """The pair whose merge made `token`: BPE over its bytes with the ranks below its own
+    stops at exactly two parts (tiktoken's ranks -> HF merges conversion)."""
+    limit = ranks[token]
+    parts = [token[i : i + 1] for i in range(len(token))]
+    while True:
+        best: tuple[int, int] | None = None
+        for i in range(len(parts) - 1):
+            rank = ranks.get(parts[i] + parts[i + 1])
+            if rank is not None and rank < limit and (best is None or rank < best[0]):
+                best = (rank, i)
+        if best is None:
+            break
+        i = best[1]
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
+    if len(parts) != 2:
+        raise TokenizerError(f"cannot recover the merge of token {token!r} from its ranks")
+    return parts[0], parts[1]
+
+
+def tokenizer_from_ranks(ranks: dict[bytes, int]) -> Tokenizer:
+    """An HF ByteLevel BPE equal to tiktoken-style `ranks` (the 256 bytes, then merges in
+    order): specials take ids 0-3, rank r takes id r + 4, merges keep the ranks' order."""
+    to_char = {b: ch for ch, b in byte_decoder().items()}
+
+    def text(token: bytes) -> str:
+        return "".join(to_char[b] for b in token)
+
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    merges = []
+    for token, _ in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) > 1:
+            left, right = _merge_of(token, ranks)
+            merges.append((text(left), text(right)))
+        vocab[text(token)] = len(vocab)
+    tok = _bytelevel(models.BPE(vocab=vocab, merges=merges))
+    tok.add_special_tokens(list(SPECIALS))
+    return tok
+
+
+def _train_rustbpe(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
+    """nanochat's trainer on the ByteLevel split (the same pre-tokens as HF's ByteLevel)."""
+    import rustbpe
+
+    trainer = rustbpe.Tokenizer()
+    texts = (text for batch in batches for text in batch)
+    trainer.train_from_iterator(texts, spec.vocab_size - len(SPECIALS), pattern=FAST_BYTELEVEL_PATTERN)
+    return tokenizer_from_ranks(dict(trainer.get_mergeable_ranks()))
+
+
+def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec, appended: tuple[str, ...] = FIM_TOKENS) -> Tokenizer:
+    """Train a ByteLevel BPE with the spec's trainer, then append the `appended` special
+    tokens; deterministic for the same input."""
+    parts = ([part for text in batch for part in split_long_runs(text)] for batch in batches)
+    tok = _train_rustbpe(parts, spec) if spec.trainer is BpeTrainer.rustbpe else _train_hf(parts, spec)
     learned = tok.get_vocab(with_added_tokens=False)
     clash = [t for t in appended if t in learned]
     if clash:  # it would take the learned id instead of being appended
