@@ -313,7 +313,7 @@ class CorpusSpec(_Model):
     remainder: RemainderPolicy = RemainderPolicy.drop
     formats: tuple[ExportFormat, ...] = (ExportFormat.parquet,)
     shard_sequences: int = Field(50_000, gt=0)
-    encoder: str = Field("auto", pattern="^(auto|hf|tiktoken)$")
+    encoder: str = Field("auto", pattern="^(auto|hf|gigatoken)$")
     bos: bool = False  # prepend <s> to every document (nanochat); </s> after every document always
     packing: Packing = Packing.concat
     best_fit_window: int = Field(1024, gt=0)  # documents packed together by best_fit (bounds memory)

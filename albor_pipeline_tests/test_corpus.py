@@ -10,19 +10,21 @@ import pytest
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer, pre_tokenizers
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 from albor_pipeline.core.checks import check_doc_lens, check_no_short_splits
 from albor_pipeline.core.corpus import BestFitPacker, ConcatPacker, build_corpus, megatron_index
 from albor_pipeline.core.encode import (
     BYTELEVEL_PATTERN,
     FAST_BYTELEVEL_PATTERN,
+    GigatokenEncoder,
     HFEncoder,
-    TiktokenEncoder,
+    encode_lists,
     pick_encoder,
+    unassigned,
 )
 from albor_pipeline.core.fim import apply_fim
-from albor_pipeline.core.vocab import plain_tokenizer
+from albor_pipeline.core.vocab import byte_decoder, plain_tokenizer
 from albor_pipeline.spec import CorpusSpec, FimSpec
 
 from .support import LITERAL, STDLIB, write_docs
@@ -91,7 +93,7 @@ def _flat_tokens(out: Path) -> np.ndarray:
     )
 
 
-@pytest.mark.parametrize("encoder", ["hf", "tiktoken"])
+@pytest.mark.parametrize("encoder", ["hf", "gigatoken"])
 def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     tmp, _ = pipeline
     out = tmp / f"out_{encoder}"
@@ -298,10 +300,10 @@ text_st = st.text(st.characters(codec="utf-8"), max_size=200) | st.lists(
 
 @settings(max_examples=400, deadline=None)
 @given(texts=st.lists(text_st, min_size=1, max_size=8))
-def test_tiktoken_ids_equal_hf_ids(pipeline, texts):
+def test_gigatoken_ids_equal_hf_ids(pipeline, texts):
     tmp, _ = pipeline
     tok = _tok(tmp)
-    assert TiktokenEncoder(tok).encode_batch(texts) == HFEncoder(tok).encode_batch(texts)
+    assert encode_lists(GigatokenEncoder(tok), texts) == encode_lists(HFEncoder(tok), texts)
 
 
 _WHITESPACE_HEAVY = st.lists(
@@ -315,7 +317,7 @@ _WHITESPACE_HEAVY = st.lists(
 @settings(max_examples=2000, deadline=None)
 @given(text=text_st | _WHITESPACE_HEAVY)
 def test_fast_pattern_splits_like_gpt2_pattern(text):
-    """The rewritten regex tiktoken runs gives exactly the GPT-2/HF pre-token splits."""
+    """The rewritten regex rustbpe trains with gives exactly the GPT-2/HF pre-token splits."""
     assert regex.findall(FAST_BYTELEVEL_PATTERN, text) == regex.findall(BYTELEVEL_PATTERN, text)
 
 
@@ -345,33 +347,101 @@ def _tok(tmp: Path) -> Tokenizer:
         "'s  \t\n x1 é" * 2000,
         "a" * 20000,
         "\t \n" * 5000,
+        "a" * 100_000,
+        "a" * 1_000_000,
+        " " * 1_000_000,
+        "=" * 1_000_000,
+        "7" * 1_000_000,
+        "é" * 500_000,
     ],
-    ids=["spaces", "indented-lines", "quotes", "mixed", "one-long-word", "whitespace-only"],
+    ids=[
+        "spaces",
+        "indented-lines",
+        "quotes",
+        "mixed",
+        "one-long-word",
+        "whitespace-only",
+        "100k-letter-run",
+        "1M-letter-run",
+        "1M-space-run",
+        "1M-punct-run",
+        "1M-digit-run",
+        "1M-byte-accent-run",
+    ],
 )
-def test_tiktoken_equals_hf_on_long_runs(pipeline, text):
-    """Long runs are where a rewritten split regex would backtrack differently."""
+def test_gigatoken_equals_hf_on_long_runs(pipeline, text):
+    """Long runs: where a split regex backtracks and BPE merges longest (tiktoken overflowed
+    its regex stack on the 1 MB space run). No cutting: the ids are exactly HF's."""
     tmp, _ = pipeline
     tok = _tok(tmp)
-    assert TiktokenEncoder(tok, threads=1).encode_batch([text]) == HFEncoder(tok).encode_batch([text])
+    assert encode_lists(GigatokenEncoder(tok, threads=1), [text]) == encode_lists(HFEncoder(tok), [text])
 
 
-def test_tiktoken_equals_hf_on_real_code(pipeline):
+def test_gigatoken_equals_hf_on_real_code(pipeline):
     tmp, docs = pipeline
     tok = _tok(tmp)
     texts = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "logging").rglob("*.py"))] + docs
-    assert TiktokenEncoder(tok).encode_batch(texts) == HFEncoder(tok).encode_batch(texts)
+    assert encode_lists(GigatokenEncoder(tok), texts) == encode_lists(HFEncoder(tok), texts)
     encoder, why = pick_encoder(tok, "auto", texts[:10])
-    assert encoder.name == "tiktoken" and "matched" in why
+    assert encoder.name == "gigatoken" and "matched" in why
 
 
-def test_auto_falls_back_to_hf_when_tiktoken_disagrees(pipeline):
-    """A tokenizer whose pre-tokenizer tiktoken does not mirror (here: a prefix space)."""
+PROBE = "aXa 1X1 !X! X XX\nX's X"  # X in letter, digit, punctuation, space and contraction contexts
+
+
+def split_exposing_tokenizer() -> Tokenizer:
+    """A ByteLevel BPE whose ids differ whenever two engines split a PROBE differently: every
+    probe character merges with any byte beside it, but only inside one pre-token."""
+    chars = {b: c for c, b in byte_decoder().items()}
+    alphabet = [chars[b] for b in range(256)]
+    probe = sorted({chars[b] for b in b"a1! \n's"})
+    merges = list(dict.fromkeys([(p, c) for p in probe for c in alphabet] + [(c, p) for p in probe for c in alphabet]))
+    vocab = {t: i for i, t in enumerate(alphabet + ["".join(m) for m in merges])}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    return tok
+
+
+def test_texts_with_code_points_new_to_unicode_go_to_hf():
+    """U+0C5C (Telugu, Unicode 17) is a letter to gigatoken and unassigned to HF, so its splits
+    differ; a text holding it is encoded by HF, amid texts gigatoken encodes."""
+    tok = split_exposing_tokenizer()
+    new = PROBE.replace("X", "\u0c5c")
+    texts = [PROBE.replace("X", "é"), new, "def f(x):\n    return x\n", new, "", PROBE.replace("X", "中")]
+    assert [bool(unassigned().search(t)) for t in texts] == [False, True, False, True, False, False]
+    assert encode_lists(GigatokenEncoder(tok), texts) == encode_lists(HFEncoder(tok), texts)
+    raw = GigatokenEncoder(tok)._gt.encode_batch([new], parallel=False).to_list()
+    assert raw != encode_lists(HFEncoder(tok), [new])  # the case is real: unrouted, the ids differ
+
+
+@pytest.mark.slow
+def test_gigatoken_splits_every_code_point_like_hf():
+    """Every code point, in every context of PROBE: gigatoken splits like HF except on code
+    points unassigned in this Python's Unicode database, exactly the texts it routes to HF."""
+    tok = split_exposing_tokenizer()
+    points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    probes = [PROBE.replace("X", chr(c)) for c in points]
+    fast = GigatokenEncoder(tok)._gt.encode_batch(probes).to_list()
+    ref = encode_lists(HFEncoder(tok), probes)
+    differ = [c for c, a, b in zip(points, fast, ref) if a != b]
+    assert differ and all(unassigned().match(chr(c)) for c in differ), [hex(c) for c in differ[:20]]
+    routed = [i for i, c in enumerate(points) if unassigned().match(chr(c))]
+    sample = routed[:: max(1, len(routed) // 2000)]
+    assert encode_lists(GigatokenEncoder(tok), [probes[i] for i in sample]) == [ref[i] for i in sample]
+
+
+def test_auto_falls_back_to_hf_when_gigatoken_disagrees(pipeline):
+    """A pre-tokenizer gigatoken loads but does not mirror (ByteLevel without its split regex),
+    and one it cannot load (whitespace split): `auto` takes HF and says why."""
     tmp, docs = pipeline
     tok = Tokenizer.from_str(_tok(tmp).to_str())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     encoder, why = pick_encoder(tok, "auto", docs[:8])
-    assert encoder.name == "hf" and why.startswith("hf (tiktoken disagreed")
-    assert encoder.encode_batch(docs[:2]) == [e.ids for e in tok.encode_batch(docs[:2], add_special_tokens=False)]
+    assert encoder.name == "hf" and why.startswith("hf (gigatoken disagreed")
+    assert encode_lists(encoder, docs[:2]) == [e.ids for e in tok.encode_batch(docs[:2], add_special_tokens=False)]
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    encoder, why = pick_encoder(tok, "auto", docs[:8])
+    assert encoder.name == "hf" and why.startswith("hf (gigatoken unavailable: Unsupported pre_tokenizer")
 
 
 def test_autotokenizer_folder_matches_the_corpus_ids(pipeline, tmp_path):

@@ -1,35 +1,50 @@
-"""Document encoders: the HF tokenizer, or tiktoken built from its own ranks.
+"""Document encoders: the HF tokenizer itself, or gigatoken loaded from the same tokenizer.json.
 
-Both treat special-token strings inside text as ordinary text. tiktoken is used only
-after it reproduces the HF ids on a sample of the actual documents (`pick_encoder`);
-the test suite proves equality more broadly, including generated Unicode.
+Both treat special-token strings inside text as ordinary text and return every text's ids
+as one flat uint32 array plus offsets, so callers never build a list per document.
+
+gigatoken (a SIMD pre-tokenizer with a pre-token cache, ~16x tiktoken per core here) splits
+with Unicode 17 tables where HF's regex engine has Unicode 14's: a code point unassigned in
+14 and assigned since is a letter to one and punctuation to the other. That is the only
+disagreement (`test_gigatoken_splits_every_code_point_like_hf` checks all 1.1M code points on
+a vocabulary built to expose any split), so `GigatokenEncoder` encodes the rare text holding
+a code point unassigned in this Python's Unicode database (14.0 on 3.11) with HF instead.
+`pick_encoder` also checks it against HF on a sample of the actual documents.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import sys
+import unicodedata
+from array import array
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Protocol
 
-import tiktoken
+import gigatoken
+import numpy as np
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.vocab import added_tokens, plain_tokenizer, token_to_bytes
+from albor_pipeline.core.vocab import added_tokens, plain_tokenizer
 
 # The regex HF's ByteLevel pre-tokenizer applies (GPT-2's), as written in HF and GPT-2.
 BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-# The same splits, written so tiktoken's fancy_regex runs ~1.8x faster: the branches without
-# look-around form one group that it hands to the regex crate's automaton in one step, so
-# only the whitespace branch runs in its backtracking VM. `\s` replaces the last `\s+`:
-# that branch is reached only by one whitespace character before a non-space.
-# Equivalence is tested (same splits on generated text and real code, same ids as HF).
+# The same splits, written so a backtracking engine (rustbpe's fancy_regex) runs ~1.8x faster:
+# the branches without look-around form one group handed to the regex crate's automaton in
+# one step, so only the whitespace branch backtracks. `\s` replaces the last `\s+`: that
+# branch is reached only by one whitespace character before a non-space.
+# Equivalence is tested (same splits on generated text and real code).
 FAST_BYTELEVEL_PATTERN = r"""(?:'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+)|\s+(?!\S)|\s"""
+
+Encoded = tuple[np.ndarray, np.ndarray]  # (flat uint32 ids, int64 offsets: text i is ids[o[i]:o[i+1]])
 
 
 class Encoder(Protocol):
     name: str
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
+    def encode_flat(self, texts: Sequence[str]) -> Encoded: ...
 
 
 def cpu_count() -> int:
@@ -37,39 +52,85 @@ def cpu_count() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def encode_lists(encoder: Encoder, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's ids as a list, for callers that assemble small sequences by hand."""
+    flat, offsets = encoder.encode_flat(texts)
+    ids = flat.tolist()
+    return [ids[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+
 class HFEncoder:
+    """The reference: the HF tokenizer without its added-token table."""
+
     name = "hf"
 
     def __init__(self, tok: Tokenizer) -> None:
         self._tok = plain_tokenizer(tok)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch_fast(list(texts), add_special_tokens=False)]
+    def encode_flat(self, texts: Sequence[str]) -> Encoded:
+        flat, offsets = array("I"), array("q", [0])
+        for e in self._tok.encode_batch_fast(list(texts), add_special_tokens=False):
+            flat.extend(e.ids)
+            offsets.append(len(flat))
+        return np.frombuffer(flat, dtype=np.uint32), np.frombuffer(offsets, dtype=np.int64)
 
 
-class TiktokenEncoder:
-    name = "tiktoken"
+@lru_cache(maxsize=1)
+def unassigned() -> re.Pattern[str]:
+    """Code points this Python's Unicode database leaves unassigned (category Cn)."""
+    ranges, start = [], None
+    for cp in range(sys.maxunicode + 2):
+        cn = cp <= sys.maxunicode and unicodedata.category(chr(cp)) == "Cn"
+        if cn and start is None:
+            start = cp
+        elif not cn and start is not None:
+            ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
+            start = None
+    return re.compile(f"[{''.join(ranges)}]")
 
-    def __init__(self, tok: Tokenizer, threads: int | None = None, pattern: str = FAST_BYTELEVEL_PATTERN) -> None:
-        specials = set(added_tokens(tok))
-        vocab = tok.get_vocab(with_added_tokens=False)
-        ranks = {token_to_bytes(t): i for t, i in vocab.items() if t not in specials}
-        self._enc = tiktoken.Encoding(name="albor", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
-        self._threads = threads or cpu_count()
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        if self._threads == 1:
-            return [self._enc.encode_ordinary(t) for t in texts]
-        return self._enc.encode_ordinary_batch(list(texts), num_threads=self._threads)
+class GigatokenEncoder:
+    """gigatoken on the tokenizer's own tokenizer.json; HF for texts with unassigned code points."""
+
+    name = "gigatoken"
+
+    def __init__(self, tok: Tokenizer, threads: int | None = None) -> None:
+        self._tok = tok
+        self._gt = gigatoken.Tokenizer.from_json(plain_tokenizer(tok).to_str())
+        self._parallel = (threads or cpu_count()) > 1
+        self._hf: HFEncoder | None = None  # built on first need: the plain copy costs start-up
+
+    def encode_flat(self, texts: Sequence[str]) -> Encoded:
+        texts = list(texts)
+        if not texts:
+            return np.zeros(0, np.uint32), np.zeros(1, np.int64)
+        layout = self._gt.encode_batch(texts, parallel=self._parallel).layout
+        offsets = np.asarray(layout.offsets.data, dtype=np.int64)
+        flat = np.asarray(layout.content.data, dtype=np.uint32)[offsets[0] : offsets[-1]]
+        offsets = offsets - offsets[0]
+        pattern = unassigned()
+        routed = [i for i, t in enumerate(texts) if not t.isascii() and pattern.search(t)]
+        if not routed:
+            return flat, offsets
+        if self._hf is None:
+            self._hf = HFEncoder(self._tok)
+        hf_flat, hf_offsets = self._hf.encode_flat([texts[i] for i in routed])
+        parts, lengths, done = [], np.diff(offsets), 0
+        for k, i in enumerate(routed):
+            parts += [flat[offsets[done] : offsets[i]], hf_flat[hf_offsets[k] : hf_offsets[k + 1]]]
+            lengths[i] = hf_offsets[k + 1] - hf_offsets[k]
+            done = i + 1
+        parts.append(flat[offsets[done] :])
+        return np.concatenate(parts), np.concatenate([[0], np.cumsum(lengths)])
 
 
 def make_encoder(tok: Tokenizer, name: str, threads: int | None = None) -> Encoder:
-    """An encoder by name ("hf" or "tiktoken"), e.g. in a worker process."""
-    return TiktokenEncoder(tok, threads) if name == "tiktoken" else HFEncoder(tok)
+    """An encoder by name ("hf" or "gigatoken"), e.g. in a worker process."""
+    return GigatokenEncoder(tok, threads) if name == "gigatoken" else HFEncoder(tok)
 
 
 def pick_encoder(tok: Tokenizer, choice: str, sample: Sequence[str]) -> tuple[Encoder, str]:
-    """The encoder to use and why. `auto` takes tiktoken only if it matches HF on `sample`.
+    """The encoder to use and why. `auto` takes gigatoken only if it matches HF on `sample`.
 
     The check runs `tok` itself on the sample documents that contain no special-token
     string (there `tok` and its plain copy agree), so the plain HF copy is only built
@@ -78,16 +139,16 @@ def pick_encoder(tok: Tokenizer, choice: str, sample: Sequence[str]) -> tuple[En
     if choice == "hf":
         return HFEncoder(tok), "hf (configured)"
     try:
-        fast = TiktokenEncoder(tok)
-    except (ValueError, KeyError) as exc:  # e.g. a vocabulary tiktoken cannot represent
-        if choice == "tiktoken":
+        fast = GigatokenEncoder(tok)
+    except Exception as exc:  # gigatoken raises its own types for a tokenizer.json it cannot load
+        if choice == "gigatoken":
             raise
-        return HFEncoder(tok), f"hf (tiktoken unavailable: {exc})"
-    if choice == "tiktoken":
-        return fast, "tiktoken (configured)"
+        return HFEncoder(tok), f"hf (gigatoken unavailable: {exc})"
+    if choice == "gigatoken":
+        return fast, "gigatoken (configured)"
     specials = list(added_tokens(tok))
     checked = [t for t in sample if not any(s in t for s in specials)]
     expected = [e.ids for e in tok.encode_batch_fast(checked, add_special_tokens=False)]
-    if fast.encode_batch(checked) != expected:
-        return HFEncoder(tok), f"hf (tiktoken disagreed with HF on a {len(checked)}-document sample)"
-    return fast, f"tiktoken (matched HF on a {len(checked)}-document sample)"
+    if encode_lists(fast, checked) != expected:
+        return HFEncoder(tok), f"hf (gigatoken disagreed with HF on a {len(checked)}-document sample)"
+    return fast, f"gigatoken (matched HF on a {len(checked)}-document sample)"

@@ -37,36 +37,40 @@ def encode_rows(
     """(flat uint32 ids with EOS after each document, each document's length incl. EOS),
     with `<s>` before each document when `bos`.
 
-    Plain rows encode as one text, FIM rows as three segments with the sentinel ids
-    between them; all in one encoder batch. Ids go straight into a C array: no list per
-    document, no Python int list for the whole batch.
+    Plain rows encode as one text, FIM rows as three segments in output order (PSM: prefix,
+    suffix, middle; SPM: suffix, prefix, middle); all in one encoder batch. The sentinels,
+    BOS and EOS are then inserted into the flat ids in one `np.insert`: no list per document.
     """
+    p_id, s_id, m_id, eos = ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE], ids[EOS]
+    before = {None: ((),), "psm": ((p_id,), (s_id,), (m_id,)), "spm": ((s_id,), (p_id,), (m_id,))}
+    first = (ids[BOS],) if bos else ()
     pieces: list[str] = []
     for i, fmt in enumerate(rows["fim_format"]):
         if fmt is None:
             pieces.append(rows["text"][i])
-        else:
+        elif fmt == "psm":
             pieces += (rows["fim_prefix"][i], rows["fim_suffix"][i], rows["fim_middle"][i])
-    encoded = iter(encoder.encode_batch(pieces))
-    p_id, s_id, m_id, eos = ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE], ids[EOS]
-    flat, lengths = array("I"), array("q")
-    for fmt in rows["fim_format"]:
-        start = len(flat)
-        if bos:
-            flat.append(ids[BOS])
-        if fmt is None:
-            flat.extend(next(encoded))
         else:
-            pre, suf, mid = next(encoded), next(encoded), next(encoded)
-            order = ((p_id, pre), (s_id, suf)) if fmt == "psm" else ((s_id, suf), (p_id, pre))
-            for sentinel, seg in order:
-                flat.append(sentinel)
-                flat.extend(seg)
-            flat.append(m_id)
-            flat.extend(mid)
-        flat.append(eos)
-        lengths.append(len(flat) - start)
-    return np.frombuffer(flat, dtype=np.uint32), np.frombuffer(lengths, dtype=np.int64)
+            pieces += (rows["fim_suffix"][i], rows["fim_prefix"][i], rows["fim_middle"][i])
+    flat, offsets = encoder.encode_flat(pieces)
+    starts = offsets.tolist()
+    where: list[int] = []
+    values: list[int] = []
+    lengths = array("q")
+    k = 0
+    for fmt in rows["fim_format"]:
+        added = len(values)
+        doc_start = starts[k]
+        for j, literals in enumerate(before[fmt]):
+            for v in (first + literals) if j == 0 else literals:
+                where.append(starts[k])
+                values.append(v)
+            k += 1
+        where.append(starts[k])
+        values.append(eos)
+        lengths.append(starts[k] - doc_start + len(values) - added)
+    out = np.insert(flat, np.array(where, dtype=np.int64), np.array(values, dtype=np.uint32))
+    return out.astype(np.uint32, copy=False), np.frombuffer(lengths, dtype=np.int64)
 
 
 class RowGroupEncoder:
@@ -108,11 +112,11 @@ def main() -> None:
     fim_path, tokenizer_path, first, step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     bos, min_chars = sys.argv[5] == "bos", int(sys.argv[6])
     # Build the usual encoder while the parent checks it against HF on a sample.
-    worker = RowGroupEncoder.load(fim_path, tokenizer_path, "tiktoken", bos, min_chars)
+    worker = RowGroupEncoder.load(fim_path, tokenizer_path, "gigatoken", bos, min_chars)
     encoder_name = sys.stdin.readline().strip()
     if not encoder_name:
         return  # the parent decided not to use this worker
-    if encoder_name != "tiktoken":
+    if encoder_name != "gigatoken":
         worker = RowGroupEncoder.load(fim_path, tokenizer_path, encoder_name, bos, min_chars)
     out = sys.stdout.buffer
     for index in range(first, worker.file.num_row_groups, step):

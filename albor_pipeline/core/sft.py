@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
 from albor_pipeline.core.chat import LETTERS, ChatIds, Message, Piece, mc_prompt, render_pieces
 from albor_pipeline.core.corpus import token_dtype
-from albor_pipeline.core.encode import Encoder, pick_encoder
+from albor_pipeline.core.encode import Encoder, encode_lists, pick_encoder
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat
 
@@ -54,7 +54,7 @@ BATCH_ROWS = 1024
 def encode_pieces(batch: list[list[Piece]], encoder: Encoder) -> list[tuple[np.ndarray, np.ndarray]]:
     """(ids, mask) of each rendered conversation; every text piece in one encoder batch."""
     texts = [p for pieces in batch for p, _ in pieces if isinstance(p, str)]
-    encoded = iter(encoder.encode_batch(texts))
+    encoded = iter(encode_lists(encoder, texts))
     out = []
     for pieces in batch:
         ids: list[int] = []
@@ -73,7 +73,7 @@ def _rows(path: Path) -> Iterator[tuple[list[str], list[str], list[str]]]:
 
 
 def _sample(path: Path) -> list[str]:
-    """Text pieces of the first conversations: what `pick_encoder` checks tiktoken on."""
+    """Text pieces of the first conversations: what `pick_encoder` checks gigatoken on."""
     texts: list[str] = []
     for conversations, _, _ in _rows(path):
         for raw in conversations[:32]:
@@ -203,7 +203,7 @@ class EvalResult:
 
 def letter_ids(tok: Tokenizer, encoder: Encoder, n: int) -> list[int]:
     """The id of each answer letter as the model emits it after `<|assistant_start|>`: "A", no space."""
-    encoded = encoder.encode_batch(list(LETTERS[:n]))
+    encoded = encode_lists(encoder, list(LETTERS[:n]))
     single = [e for e in encoded if len(e) == 1]
     if len(single) != n:
         raise ValueError(f"the tokenizer splits some of the letters {LETTERS[:n]} into several tokens")

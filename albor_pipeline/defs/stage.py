@@ -25,7 +25,17 @@ from albor_pipeline.defs.resources import ArtifactStore
 from albor_pipeline.spec import M, apply_overrides
 
 CODE_VERSION = "1"
-LIBRARIES = ("albor-pipeline", "dagster", "polars", "pyarrow", "tokenizers", "tiktoken", "numpy", "pydantic")
+LIBRARIES = (
+    "albor-pipeline",
+    "dagster",
+    "polars",
+    "pyarrow",
+    "tokenizers",
+    "gigatoken",
+    "tiktoken",
+    "numpy",
+    "pydantic",
+)
 
 C = TypeVar("C", bound=dg.Config)
 
