@@ -26,17 +26,23 @@ KNOWN_TEXTS = (
 UNKNOWN = "unknown"
 
 
+def _field(meta: metadata.PackageMetadata, name: str) -> str:
+    """A metadata field or "" (`meta[name]` raises KeyError under importlib_metadata's Message)."""
+    values = meta.get_all(name) or []
+    return str(values[0] or "").strip() if values else ""
+
+
 def _distribution_licence(dist: metadata.Distribution) -> str:
     meta = dist.metadata
-    expression = meta["License-Expression"]
+    expression = _field(meta, "License-Expression")
     if expression:
-        return str(expression).strip()
+        return expression
     classifiers = [
         c.rsplit("::", 1)[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License ::")
     ]
     if classifiers:
         return " / ".join(sorted(set(classifiers)))
-    text = str(meta["License"] or "").strip()
+    text = _field(meta, "License")
     if text and "\n" not in text and len(text) <= 60:  # a name, not a pasted licence text
         return text
     return _text_licence(text) if text else UNKNOWN
