@@ -352,8 +352,9 @@ def write_spec(path: Path, corpora: list[Path], data_samples: bool = True) -> Pa
     return path
 
 
-def run_graph(spec: Path, work: Path) -> dict[str, Any]:
-    """`dagster asset materialize` cold on `spec`: wall, sum of step seconds, peak RSS."""
+def run_graph(spec: Path, work: Path, profile: bool = False) -> dict[str, Any]:
+    """`dagster asset materialize` cold on `spec`: wall, sum of step seconds, peak RSS; with
+    `profile`, under py-spy (all processes, 100 Hz), summarised by `profile_summary`."""
     import dagster as dg
     from dagster._core.events import DagsterEventType
 
@@ -363,7 +364,7 @@ def run_graph(spec: Path, work: Path) -> dict[str, Any]:
     home.mkdir(parents=True)
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
     env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_SPEC": str(spec), "ALBOR_DATA_DIR": str(work / "artifacts")}
-    cmd = [
+    cmd = cmd_graph = [
         sys.executable,
         "-c",
         RSS_WRAPPER,
@@ -375,11 +376,17 @@ def run_graph(spec: Path, work: Path) -> dict[str, Any]:
         "--select",
         "*",
     ]
+    raw = work / "pyspy.txt"
+    if profile:  # py-spy starts the graph itself: no attach, no ptrace permission needed
+        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "--format", "raw"]
+        cmd += ["--rate", "100", "--nonblocking", "-o", str(raw), "--", sys.executable, *cmd_graph[1:]]
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
+    if profile:
+        return {"wall_s": round(wall, 2), **profile_summary(raw)}
     peak_kb = json.loads(proc.stdout.strip().splitlines()[-1])["maxrss_kb"]
     os.environ["DAGSTER_HOME"] = str(home)
     with dg.DagsterInstance.get() as instance:
@@ -397,6 +404,26 @@ def run_graph(spec: Path, work: Path) -> dict[str, Any]:
         "peak_rss_mb": round(peak_kb / 1024, 1),
         "source_mb": round(source_bytes / 1e6, 1),
         "steps_s": {k: round(v, 2) for k, v in sorted(step_s.items(), key=lambda kv: -kv[1])},
+    }
+
+
+def profile_summary(raw: Path, top: int = 12) -> dict[str, Any]:
+    """Where the samples fall: by the first frame in our code (the stage's core module, or
+    `dagster` when no frame of ours is on the stack) and by the innermost function."""
+    by_module: Counter[str] = Counter()
+    by_function: Counter[str] = Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        ours = [f for f in frames if "albor_pipeline/" in f]
+        module = ours[0].split("albor_pipeline/")[1].split(".py")[0] if ours else "dagster / interpreter"
+        by_module[module] += int(count)
+        by_function[frames[-1].split(" (")[0] + " (" + frames[-1].rsplit("/", 1)[-1]] += int(count)
+    total = sum(by_module.values())
+    return {
+        "samples": total,
+        "by_module_pct": {m: round(100 * n / total, 1) for m, n in by_module.most_common(top)},
+        "by_function_pct": {f: round(100 * n / total, 1) for f, n in by_function.most_common(top)},
     }
 
 
@@ -614,6 +641,9 @@ def table(results: dict[str, Any]) -> str:
             ("scaling 2x/1x: pretokenize wall", sc["pretokenize_wall_ratio"], "~2.0"),
             ("scaling 2x/1x: pretokenize peak RSS", sc["pretokenize_rss_ratio"], "<= 1.3"),
         ]
+    if pr := results.get("profile"):
+        rows.append((f"py-spy profile of the graph ({pr['samples']:,} samples, all processes)", "", ""))
+        rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
     if lo := results.get("loader"):
         rows += _loader_rows(lo)
     lines = ["| figure | value | target |", "|---|---|---|"]
@@ -761,6 +791,7 @@ def main() -> int:
         choices=["stages", "hygiene", "e2e", "scaling", "loader"],
         help="run one section (others kept from --out)",
     )
+    parser.add_argument("--profile", action="store_true", help="with the e2e section: one more run under py-spy")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
     parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
     args = parser.parse_args()
@@ -792,6 +823,8 @@ def main() -> int:
             print("end to end (default spec) ...", file=sys.stderr)
             runs = [run_graph(REPO / "data" / "pipeline.yaml", work / "e2e") for _ in range(repeat)]
             results["end_to_end"] = median_record(runs)
+            if args.profile:
+                results["profile"] = run_graph(REPO / "data" / "pipeline.yaml", work / "e2e", profile=True)
         if run["scaling"]:
             print("scaling 1x / 2x ...", file=sys.stderr)
             results["scaling"] = bench_scaling(corpora, work / "scaling", repeat)
