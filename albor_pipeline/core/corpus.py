@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
@@ -24,7 +24,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
+from albor_pipeline.core.artifacts import (
+    Artifact,
+    BackgroundWrites,
+    ParquetSink,
+    atomic_path,
+    record,
+    staged_dir,
+    write_json,
+)
 from albor_pipeline.core.encode import Encoder, cpu_count, pick_encoder
 from albor_pipeline.core.encode_worker import HEADER, RowGroupEncoder
 from albor_pipeline.core.stage import Progress
@@ -453,6 +461,7 @@ def _write_corpus(
             if fmt in formats:
                 stream = stack.enter_context(open(stack.enter_context(atomic_path(out_dir / name)), "wb"))
                 streams.append((stream, token_dtype(vocab, signed)))
+        writes = BackgroundWrites(shards.write)  # Parquet encoding overlaps reading and packing
         try:
             encoded = _encoded_row_groups(fim_path, tok, encoder, groups, procs, out_dir, spec.bos, min_chars)
             for index, (flat, lengths, rows, nbytes) in enumerate(encoded):
@@ -465,7 +474,7 @@ def _write_corpus(
                 tokens += len(flat)
                 text_bytes += nbytes
                 if ExportFormat.parquet in formats:
-                    shards.write(packer.add(flat, lengths))
+                    writes.submit(packer.add(flat, lengths))
                 now = time.perf_counter()
                 if progress and now - last_report >= PROGRESS_SECONDS:
                     last_report = now
@@ -475,9 +484,12 @@ def _write_corpus(
             if progress:
                 progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6:.1f} MB encoded")
             if ExportFormat.parquet in formats:
-                shards.write(packer.finish())
+                writes.submit(packer.finish())
+            writes.close()
             padded, dropped = packer.padded, packer.dropped
         except BaseException as exc:
+            with suppress(BaseException):
+                writes.close()
             shards.close(exc)
             raise
         shards.close()
