@@ -408,15 +408,17 @@ def run_graph(spec: Path, work: Path, profile: bool = False) -> dict[str, Any]:
 
 
 def profile_summary(raw: Path, top: int = 12) -> dict[str, Any]:
-    """Where the samples fall: by the first frame in our code (the stage's core module, or
-    `dagster` when no frame of ours is on the stack) and by the innermost function."""
+    """Where the samples fall: by the innermost frame in our code (a core module when one is
+    on the stack, or `dagster / interpreter` when none of ours is) and by innermost function."""
     by_module: Counter[str] = Counter()
     by_function: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
         frames = stack.split(";")
-        ours = [f for f in frames if "albor_pipeline/" in f]
-        module = ours[0].split("albor_pipeline/")[1].split(".py")[0] if ours else "dagster / interpreter"
+        ours = [f for f in frames if "albor_pipeline/core/" in f] or [f for f in frames if "albor_pipeline/" in f]
+        module = ours[-1].split("albor_pipeline/")[1].split(".py")[0] if ours else "dagster / interpreter"
         by_module[module] += int(count)
         by_function[frames[-1].split(" (")[0] + " (" + frames[-1].rsplit("/", 1)[-1]] += int(count)
     total = sum(by_module.values())
