@@ -264,7 +264,7 @@ MIN_VOCAB_SIZE = 256 + len(SPECIALS)  # the byte alphabet + the specials at ids 
 
 
 class BpeTrainer(str, Enum):
-    rustbpe = "rustbpe"  # nanochat's Rust trainer (parallel counting): ~0.4x the HF trainer's time
+    gigatoken = "gigatoken"  # HF BpeTrainer's merges from a SIMD pre-tokenizer: ~0.15x its time
     hf = "hf"  # tokenizers' BpeTrainer (the only one that honours min_frequency)
 
 
@@ -274,8 +274,8 @@ class TokenizerSpec(_Model):
         ge=MIN_VOCAB_SIZE,
         description=f"learned vocabulary incl. specials; at least the 256-byte alphabet + {len(SPECIALS)} specials",
     )
-    min_frequency: int = Field(2, ge=0)  # hf trainer only: rustbpe merges until vocab_size
-    trainer: BpeTrainer = BpeTrainer.rustbpe
+    min_frequency: int = Field(2, ge=0)  # hf trainer only: gigatoken merges until vocab_size
+    trainer: BpeTrainer = BpeTrainer.gigatoken
     max_chars: int | None = Field(None, gt=0)
     doc_cap: int | None = Field(None, gt=0)
     retrain: RetrainPolicy = RetrainPolicy.on_change

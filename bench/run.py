@@ -152,7 +152,7 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     fim_bytes = sum(len(t.encode()) for t in fim_texts)
     plain = plain_tokenizer(tok)
     # Bare tiktoken as a user would set it up: the same ranks, GPT-2's pattern as tiktoken ships
-    # it, and the faster spelling rustbpe trains with; bare gigatoken: the engine the stage runs.
+    # it, and its faster spelling (FAST_BYTELEVEL_PATTERN); bare gigatoken: the engine the stage runs.
     tiktoken_enc = bare_tiktoken(tok, r50k_pat_str)
     tiktoken_fast = bare_tiktoken(tok, FAST_BYTELEVEL_PATTERN)
     gigatoken_enc = gigatoken.Tokenizer.from_json(plain.to_str())
@@ -352,9 +352,10 @@ def write_spec(path: Path, corpora: list[Path], data_samples: bool = True) -> Pa
     return path
 
 
-def run_graph(spec: Path, work: Path, profile: bool = False) -> dict[str, Any]:
+def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) -> dict[str, Any]:
     """`dagster asset materialize` cold on `spec`: wall, sum of step seconds, peak RSS; with
-    `profile`, under py-spy (all processes, 100 Hz), summarised by `profile_summary`."""
+    `profile`, under py-spy (all processes, 100 Hz), summarised by `profile_summary`. `code`
+    is the checkout whose `albor_pipeline` the graph runs (another commit for `--before`)."""
     import dagster as dg
     from dagster._core.events import DagsterEventType
 
@@ -362,8 +363,9 @@ def run_graph(spec: Path, work: Path, profile: bool = False) -> dict[str, Any]:
     shutil.rmtree(home, ignore_errors=True)
     shutil.rmtree(work / "artifacts", ignore_errors=True)
     home.mkdir(parents=True)
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    shutil.copyfile(code / "dagster.yaml", home / "dagster.yaml")
     env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_SPEC": str(spec), "ALBOR_DATA_DIR": str(work / "artifacts")}
+    env["PYTHONPATH"] = str(code)  # ahead of the editable install, and `-m` adds the cwd too
     cmd = cmd_graph = [
         sys.executable,
         "-c",
@@ -381,7 +383,7 @@ def run_graph(spec: Path, work: Path, profile: bool = False) -> dict[str, Any]:
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "--format", "raw"]
         cmd += ["--rate", "100", "--nonblocking", "-o", str(raw), "--", sys.executable, *cmd_graph[1:]]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=code)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
@@ -404,7 +406,51 @@ def run_graph(spec: Path, work: Path, profile: bool = False) -> dict[str, Any]:
         "peak_rss_mb": round(peak_kb / 1024, 1),
         "source_mb": round(source_bytes / 1e6, 1),
         "steps_s": {k: round(v, 2) for k, v in sorted(step_s.items(), key=lambda kv: -kv[1])},
+        "groups_s": step_groups(step_s),
     }
+
+
+# Step-key prefixes by stage group, most specific first; a step's checks count with it.
+GROUPS = (
+    ("ingested__", "ingest"),
+    ("filtered__", "hygiene"),
+    ("documents", "documents"),
+    ("mixed__", "mix"),
+    ("fim__", "fim"),
+    ("tokenizer", "tokenizer"),
+    ("corpus__long_", "length staging"),
+    ("corpus__", "corpus"),
+    ("provenance", "provenance"),
+    ("conversations", "chat, sft, eval"),
+    ("chat_mixed__", "chat, sft, eval"),
+    ("sft__", "chat, sft, eval"),
+    ("eval__", "chat, sft, eval"),
+)
+
+
+def step_groups(step_s: dict[str, float]) -> dict[str, float]:
+    """Step seconds summed by stage group (`GROUPS`); an unknown prefix is its own group."""
+    out: dict[str, float] = {}
+    for step, sec in step_s.items():
+        group = next((g for prefix, g in GROUPS if step.startswith(prefix)), step)
+        out[group] = out.get(group, 0.0) + sec
+    return {g: round(s, 2) for g, s in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
+def run_before(rev: str, work: Path, repeat: int, profile: bool) -> dict[str, Any]:
+    """The same graph and spec on the code of `rev` (a git worktree), for before/after
+    figures from one bench run: the spec is this checkout's, so only the code differs."""
+    tree = work / "before_code"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True)
+    try:
+        commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
+        runs = [run_graph(REPO / "data" / "pipeline.yaml", work / "e2e_before", code=tree) for _ in range(repeat)]
+        res: dict[str, Any] = {"commit": commit.stdout.strip(), **median_record(runs)}
+        if profile:
+            res["profile"] = run_graph(REPO / "data" / "pipeline.yaml", work / "e2e_before", True, code=tree)
+        return res
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
 
 
 def profile_summary(raw: Path, top: int = 12) -> dict[str, Any]:
@@ -643,6 +689,8 @@ def table(results: dict[str, Any]) -> str:
             ("scaling 2x/1x: pretokenize wall", sc["pretokenize_wall_ratio"], "~2.0"),
             ("scaling 2x/1x: pretokenize peak RSS", sc["pretokenize_rss_ratio"], "<= 1.3"),
         ]
+    if (b := results.get("end_to_end_before")) and e:
+        rows += _before_rows(b, e)
     if pr := results.get("profile"):
         rows.append((f"py-spy profile of the graph ({pr['samples']:,} samples, all processes)", "", ""))
         rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
@@ -651,6 +699,23 @@ def table(results: dict[str, Any]) -> str:
     lines = ["| figure | value | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
+
+
+def _before_rows(b: dict[str, Any], e: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """The graph on the `--before` commit against this checkout's, group by group."""
+    rows: list[tuple[str, Any, str]] = [
+        (f"graph on {b['commit'][:10]} / this checkout: wall s", f"{b['wall_s']} / {e['wall_s']}", ""),
+        ("  ratio (now / before)", round(e["wall_s"] / b["wall_s"], 2), ""),
+        ("  orchestration overhead before", f"{b['overhead_pct']} %", ""),
+        ("  peak RSS MB before", b["peak_rss_mb"], ""),
+    ]
+    for group, sec in b["groups_s"].items():
+        now = e["groups_s"].get(group, 0.0)
+        rows.append((f"  group {group} s (before / now)", f"{sec} / {now} = {now / sec:.2f}x" if sec else now, ""))
+    if pr := b.get("profile"):
+        rows.append((f"py-spy profile before ({pr['samples']:,} samples)", "", ""))
+        rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
+    return rows
 
 
 def _loader_rows(lo: dict[str, Any]) -> list[tuple[str, Any, str]]:
@@ -794,6 +859,7 @@ def main() -> int:
         help="run one section (others kept from --out)",
     )
     parser.add_argument("--profile", action="store_true", help="with the e2e section: one more run under py-spy")
+    parser.add_argument("--before", metavar="REV", help="with the e2e section: also run the graph on commit REV")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
     parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
     args = parser.parse_args()
@@ -813,7 +879,7 @@ def main() -> int:
             "corpora": [str(p) for p in corpora],
             "repeat": repeat,
         }
-        sections = ("stages", "hygiene", "end_to_end", "scaling", "loader")
+        sections = ("stages", "hygiene", "end_to_end", "end_to_end_before", "profile", "scaling", "loader")
         results.update({k: v for k, v in previous.items() if k in sections})
         if run["stages"]:
             print("stages ...", file=sys.stderr)
@@ -827,6 +893,12 @@ def main() -> int:
             results["end_to_end"] = median_record(runs)
             if args.profile:
                 results["profile"] = run_graph(REPO / "data" / "pipeline.yaml", work / "e2e", profile=True)
+            results.pop("end_to_end_before", None)  # never pair this run with an older one
+            if not args.profile:
+                results.pop("profile", None)
+            if args.before:
+                print(f"end to end on {args.before} ...", file=sys.stderr)
+                results["end_to_end_before"] = run_before(args.before, work, repeat, args.profile)
         if run["scaling"]:
             print("scaling 1x / 2x ...", file=sys.stderr)
             results["scaling"] = bench_scaling(corpora, work / "scaling", repeat)

@@ -165,26 +165,37 @@ def check_no_short_splits(paths: list[Path], seq_len: int, eos_id: int) -> Check
     )
 
 
+def token_chars(tok: Tokenizer) -> np.ndarray:
+    """Characters each id adds to decoded text: its bytes that start a UTF-8 character (0 for
+    special tokens). Summed over a document's tokens, that is its decoded length."""
+    specials = set(added_tokens(tok))
+    vocab = tok.get_vocab(with_added_tokens=True)
+    chars = np.zeros(max(vocab.values()) + 1, dtype=np.int32)
+    for token, idx in vocab.items():
+        if token not in specials:
+            chars[idx] = sum(1 for b in token_to_bytes(token) if b & 0xC0 != 0x80)
+    return chars
+
+
 def check_min_chars(paths: list[Path], tokenizer_path: Path, min_chars: int) -> CheckOutcome:
     """Length staging: every whole document in the sequences has at least `min_chars`
-    characters before FIM, counted on the text decoded from its tokens (the text between
-    special tokens, so FIM sentinels and BOS/EOS do not count; their literal text does)."""
+    characters before FIM, counted from its tokens' bytes (special tokens, i.e. FIM
+    sentinels and BOS/EOS, add none; literal special-token text does)."""
     tok = Tokenizer.from_file(str(tokenizer_path))
-    special = np.array(sorted(tok.get_added_tokens_decoder()), dtype=np.int64)
+    chars = token_chars(tok)
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
     documents = short = 0
     shortest: int | None = None
-    pending = np.zeros(0, dtype=np.int64)  # the tokens of a document continued in the next sequence
+    pending = np.zeros(0, dtype=np.uint32)  # the tokens of a document continued in the next sequence
     for ids, _, _ in _packed_batches(paths):
-        stream = np.concatenate([pending, ids[ids != pad].astype(np.int64)])
+        stream = np.concatenate([pending, ids[ids != pad]])
         ends = np.flatnonzero(stream == eos) + 1
-        for doc in np.split(stream[: ends[-1]], ends[:-1]) if len(ends) else []:
-            cuts = np.flatnonzero(np.isin(doc, special))
-            segments = [s.tolist() for s in np.split(doc, cuts) if len(s)]
-            chars = sum(len(text) for text in tok.decode_batch(segments, skip_special_tokens=True))
-            documents += 1
-            short += chars < min_chars
-            shortest = chars if shortest is None else min(shortest, chars)
+        if len(ends):
+            per_doc = np.diff(np.cumsum(chars[stream[: ends[-1]]], dtype=np.int64)[ends - 1], prepend=0)
+            documents += len(per_doc)
+            short += int((per_doc < min_chars).sum())
+            low = int(per_doc.min())
+            shortest = low if shortest is None else min(shortest, low)
         pending = stream[ends[-1] :] if len(ends) else stream
     # A last document whose EOS fell in the dropped remainder cannot be measured; it is the
     # only content of a subset whose one long document fills a sequence but not two.
