@@ -10,6 +10,7 @@ merge, and training checks that no learned token equals one.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -25,7 +26,15 @@ from tiktoken.load import load_tiktoken_bpe
 from tiktoken_ext.openai_public import r50k_pat_str
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from albor_pipeline.core.artifacts import Artifact, atomic_path, record, staged_dir, write_bytes, write_json
+from albor_pipeline.core.artifacts import (
+    TEMP_SUFFIX,
+    Artifact,
+    atomic_path,
+    record,
+    staged_dir,
+    write_bytes,
+    write_json,
+)
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import (
@@ -151,27 +160,35 @@ def tokenizer_from_merges(merges: list[tuple[bytes, bytes]]) -> Tokenizer:
 SEPARATOR = b"\xff"  # never inside UTF-8 text: it parts the documents handed to gigatoken's trainer
 
 
-def _train_gigatoken(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
+def _train_gigatoken(batches: Iterator[list[str]], spec: TokenizerSpec, scratch: Path | None) -> Tokenizer:
     """gigatoken's trainer: HF BpeTrainer's merges (its `huggingface` tie-breaking; the tests
     check equality on real code) from a SIMD ByteLevel pre-tokenizer on every core, ~0.15x the
-    HF trainer's time. It takes the documents as one buffer, so the training text is held
-    once (bounded by `max_chars`); `min_frequency` does not apply."""
+    HF trainer's time; `min_frequency` does not apply. It reads the documents from one file,
+    streamed to a hidden temp dir under `scratch` (removed after, or by the next run's
+    clean-up if this one is killed), so Python never holds the training text."""
     import gigatoken
 
-    data = bytearray()
-    for batch in batches:
-        for text in batch:
-            data += text.encode("utf-8")
-            data += SEPARATOR
-    _, merges = gigatoken.train_bpe(bytes(data), spec.vocab_size - len(SPECIALS), [], separator=SEPARATOR)
+    with tempfile.TemporaryDirectory(prefix=".train-text.", suffix=TEMP_SUFFIX, dir=scratch) as tmp:
+        text_file = Path(tmp) / "train.txt"
+        with open(text_file, "wb") as fh:
+            for batch in batches:
+                fh.write(SEPARATOR.join(text.encode("utf-8") for text in batch) + SEPARATOR)
+        _, merges = gigatoken.train_bpe(str(text_file), spec.vocab_size - len(SPECIALS), [], separator=SEPARATOR)
     return tokenizer_from_merges(merges)
 
 
-def train_bpe(batches: Iterator[list[str]], spec: TokenizerSpec, appended: tuple[str, ...] = FIM_TOKENS) -> Tokenizer:
+def train_bpe(
+    batches: Iterator[list[str]],
+    spec: TokenizerSpec,
+    appended: tuple[str, ...] = FIM_TOKENS,
+    scratch: Path | None = None,
+) -> Tokenizer:
     """Train a ByteLevel BPE with the spec's trainer, then append the `appended` special
-    tokens; deterministic for the same input."""
+    tokens; deterministic for the same input. `scratch`: where a trainer may spool its text
+    (default: the system's temp dir)."""
     parts = ([part for text in batch for part in split_long_runs(text)] for batch in batches)
-    tok = _train_gigatoken(parts, spec) if spec.trainer is BpeTrainer.gigatoken else _train_hf(parts, spec)
+    gigatoken = spec.trainer is BpeTrainer.gigatoken
+    tok = _train_gigatoken(parts, spec, scratch) if gigatoken else _train_hf(parts, spec)
     learned = tok.get_vocab(with_added_tokens=False)
     clash = [t for t in appended if t in learned]
     if clash:  # it would take the learned id instead of being appended
@@ -364,7 +381,8 @@ def build_tokenizer(
             yield batch
 
     start = time.perf_counter()
-    tok = train_bpe(counted(), spec, appended)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tok = train_bpe(counted(), spec, appended, scratch=out_dir.parent)
     seconds = time.perf_counter() - start
     if seen["docs"] == 0:
         raise TokenizerError(f"the train split is empty ({train_path}); nothing to train the tokenizer on")
