@@ -14,7 +14,7 @@ import dagster as dg
 from albor_pipeline.defs import chat, corpus, documents, fim, hygiene, ingestion, mix, tokenizer
 from albor_pipeline.defs.automation import automation_definitions
 from albor_pipeline.defs.provenance import provenance_stage
-from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.defs.stage import Stage, stage_definitions
 from albor_pipeline.spec import PipelineSpec, data_dir, load_spec
 
@@ -34,7 +34,10 @@ def build_definitions(spec: PipelineSpec, output_dir: Path | None = None) -> dg.
         *(stage_definitions(stage) for stage in stages),
         automation_definitions(spec, stages, ingestion.observed(spec)),
         dg.Definitions(
-            resources={"store": ArtifactStore(data_dir=str(data_dir(output_dir)), on_busy=spec.locking.on_busy.value)},
+            resources={
+                "store": ArtifactStore(data_dir=str(data_dir(output_dir)), on_busy=spec.locking.on_busy.value),
+                "execution": Execution(**spec.execution.model_dump(mode="json")),
+            },
             executor=dg.in_process_executor,
         ),
     )

@@ -390,6 +390,27 @@ class LockingSpec(_Model):
     on_busy: OnBusy = OnBusy.wait
 
 
+class Backend(str, Enum):
+    local = "local"  # a process pool on this machine
+    ray = "ray"  # Ray tasks, through dagster-ray's resource (`pip install albor-pipeline[ray]`)
+
+
+class ExecutionSpec(_Model):
+    """Where per-shard work runs. Outputs are byte-identical for every backend and worker count."""
+
+    backend: Backend = Backend.local
+    # ray: an existing cluster (`ray://head:10001`, `head:6379`, `auto`); none: a local Ray
+    # started for the run with `workers` CPUs.
+    address: str | None = None
+    workers: int | None = Field(None, ge=1)  # default: this machine's CPUs
+
+    @model_validator(mode="after")
+    def _address_needs_ray(self) -> ExecutionSpec:
+        if self.address and self.backend is not Backend.ray:
+            raise ValueError("execution.address is for backend: ray")
+        return self
+
+
 class PipelineSpec(_Model):
     sources: tuple[SourceSpec, ...] = Field(min_length=1)
     holdout: HoldoutSpec = HoldoutSpec()
@@ -402,6 +423,7 @@ class PipelineSpec(_Model):
     chat: ChatSpec = ChatSpec()
     automation: AutomationSpec = AutomationSpec()
     locking: LockingSpec = LockingSpec()
+    execution: ExecutionSpec = ExecutionSpec()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineSpec:

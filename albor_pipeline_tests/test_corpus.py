@@ -23,6 +23,7 @@ from albor_pipeline.core.encode import (
     pick_encoder,
     with_unassigned,
 )
+from albor_pipeline.core.executor import LocalExecutor, TaskError
 from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.vocab import byte_decoder, plain_tokenizer
 from albor_pipeline.spec import CorpusSpec, FimSpec
@@ -209,7 +210,7 @@ def test_doc_lens_rebuild_the_documents_and_bos_starts_each(pipeline, bos, worke
     tmp, _ = pipeline
     out = tmp / f"doclens_{bos}"
     spec = CorpusSpec(seq_len=64, remainder="pad", bos=bos, formats=["parquet", "megatron"])
-    result = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp, workers=workers)
+    result = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp, LocalExecutor(workers))
     shards = sorted(out.glob("part-*.parquet"))
     assert check_doc_lens(shards, 64, eos_id=2, pad_id=3).passed
     table = pq.read_table(shards)
@@ -262,7 +263,10 @@ def test_corpus_is_deterministic_and_independent_of_worker_processes(pipeline):
     pq.write_table(table, tmp / "fim_small_groups.parquet", row_group_size=7)  # many row groups
     spec = CorpusSpec(seq_len=100, formats=["parquet", "megatron", "nanogpt"])
     tok = tmp / "tok" / "tokenizer.json"
-    runs = [build_corpus(tmp / "fim_small_groups.parquet", tok, spec, tmp / f"d{w}", tmp, workers=w) for w in (1, 2, 3)]
+    runs = [
+        build_corpus(tmp / "fim_small_groups.parquet", tok, spec, tmp / f"d{w}", tmp, LocalExecutor(w))
+        for w in (1, 2, 3)
+    ]
     assert [x.sha256 for x in runs[0].artifacts] == [x.sha256 for x in runs[1].artifacts]
     assert [x.sha256 for x in runs[0].artifacts] == [x.sha256 for x in runs[2].artifacts]
     single = build_corpus(tmp / "fim.parquet", tok, spec, tmp / "d_one_group", tmp)
@@ -270,22 +274,22 @@ def test_corpus_is_deterministic_and_independent_of_worker_processes(pipeline):
     assert runs[0].dropped_tokens == runs[0].tokens - runs[0].sequences * 100
 
 
-def test_failed_encode_worker_names_the_row_group_and_keeps_the_previous_corpus(pipeline):
+def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pipeline):
     tmp, _ = pipeline
     table = pq.read_table(tmp / "fim.parquet")
     good, bad = tmp / "fim_groups.parquet", tmp / "fim_bad_group.parquet"
     pq.write_table(table, good, row_group_size=7, compression="zstd")
     tok = tmp / "tok" / "tokenizer.json"
     out = tmp / "d_kept"
-    build_corpus(good, tok, CorpusSpec(seq_len=100), out, tmp, workers=2)
+    build_corpus(good, tok, CorpusSpec(seq_len=100), out, tmp, LocalExecutor(2))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     # Garble the page header of row group 3's text: only the worker that reads it fails.
     data = bytearray(good.read_bytes())
     start = pq.ParquetFile(good).metadata.row_group(3).column(0).data_page_offset
     data[start : start + 16] = b"\xff" * 16
     bad.write_bytes(bytes(data))
-    with pytest.raises(RuntimeError, match=r"encode worker 1 failed on row group 3"):
-        build_corpus(bad, tok, CorpusSpec(seq_len=100), out, tmp, workers=2)
+    with pytest.raises(TaskError, match=r"encode_row_group failed on 3 \(local\)"):
+        build_corpus(bad, tok, CorpusSpec(seq_len=100), out, tmp, LocalExecutor(2))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".d_kept")) == []
 

@@ -10,6 +10,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from albor_pipeline.core.executor import LocalExecutor
 from albor_pipeline.core.hygiene import SecretScanner, clean_source, filter_reason, rescan
 from albor_pipeline.core.ingest import ingest_source
 from albor_pipeline.spec import FilterSpec, HygieneSpec, SourceSpec
@@ -141,7 +142,9 @@ def test_hygiene_output_is_independent_of_worker_processes(tmp_path):
     src = SourceSpec(name="s", kind="code", path=STDLIB, include=("email/**/*.py", "asyncio/*.py", "json/*.py"))
     ingest_source(src, tmp_path / "in.parquet", tmp_path)
     assert pq.ParquetFile(tmp_path / "in.parquet").num_row_groups > 0
-    one = clean_source(tmp_path / "in.parquet", HygieneSpec(), tmp_path / "one.parquet", tmp_path, workers=1)
-    two = clean_source(tmp_path / "in.parquet", HygieneSpec(), tmp_path / "two.parquet", tmp_path, workers=2)
+    one = clean_source(tmp_path / "in.parquet", HygieneSpec(), tmp_path / "one.parquet", tmp_path)
+    two = clean_source(
+        tmp_path / "in.parquet", HygieneSpec(), tmp_path / "two.parquet", tmp_path, executor=LocalExecutor(2)
+    )
     assert one.artifact.sha256 == two.artifact.sha256 and one.findings == two.findings and one.examples == two.examples
     assert one.findings.get("E-mail", 0) > 0  # the email package's authors

@@ -42,7 +42,8 @@ sys.path.insert(0, str(REPO))
 
 from albor_pipeline.core.corpus import build_corpus  # noqa: E402
 from albor_pipeline.core.documents import build_documents  # noqa: E402
-from albor_pipeline.core.encode import FAST_BYTELEVEL_PATTERN, GigatokenEncoder, cpu_count  # noqa: E402
+from albor_pipeline.core.encode import FAST_BYTELEVEL_PATTERN, GigatokenEncoder  # noqa: E402
+from albor_pipeline.core.executor import cpu_count, make_executor  # noqa: E402
 from albor_pipeline.core.fim import apply_fim  # noqa: E402
 from albor_pipeline.core.hygiene import SecretScanner, clean_source  # noqa: E402
 from albor_pipeline.core.ingest import ingest_source  # noqa: E402
@@ -51,6 +52,7 @@ from albor_pipeline.core.tokenizer import build_tokenizer, iter_texts, train_bpe
 from albor_pipeline.core.vocab import SPECIALS, added_tokens, plain_tokenizer, token_to_bytes  # noqa: E402
 from albor_pipeline.spec import (  # noqa: E402
     CorpusSpec,
+    ExecutionSpec,
     FimSpec,
     HoldoutSpec,
     HygieneSpec,
@@ -60,6 +62,8 @@ from albor_pipeline.spec import (  # noqa: E402
     TokenizerSpec,
     path_variables,
 )
+
+LOCAL = make_executor(ExecutionSpec())  # the default backend: a process pool, one worker per CPU
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -164,7 +168,7 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
         tkf_s.append(median_time(lambda: tiktoken_fast.encode_ordinary_batch(fim_texts, num_threads=threads), 1)[0])
         gt_s.append(median_time(lambda: gigatoken_enc.encode_batch(fim_texts, parallel=True), 1)[0])
         sec, corpus = median_time(
-            lambda: build_corpus(work / "fim.parquet", tok_path, CorpusSpec(), work / "corpus", work), 1
+            lambda: build_corpus(work / "fim.parquet", tok_path, CorpusSpec(), work / "corpus", work, LOCAL), 1
         )
         stage_s.append(sec)
     res["pretokenize_encoder"] = corpus.encoder
@@ -238,7 +242,10 @@ def bench_hygiene(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any
     ingested, text_bytes = ingest_code(corpora, work)
     res: dict[str, Any] = {"corpus_mb": round(text_bytes / 1e6, 1)}
     sec, results = median_time(
-        lambda: [clean_source(out, HygieneSpec(), work / f"filtered_{n}.parquet", work) for n, out in ingested], repeat
+        lambda: [
+            clean_source(out, HygieneSpec(), work / f"filtered_{n}.parquet", work, None, LOCAL) for n, out in ingested
+        ],
+        repeat,
     )
     res["hygiene_mb_s"] = round(text_bytes / 1e6 / sec, 1)
     res["hygiene_findings"] = dict(sum((Counter(r.findings) for r in results), Counter()))
@@ -583,7 +590,7 @@ def bench_loader(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any]
     build_tokenizer(work / "documents/train.parquet", work / "documents/val.parquet", tok_spec, work / "tok", work)
     spec = CorpusSpec(formats=["parquet", "nanogpt"])
     corpus = work / "corpus"
-    build_corpus(work / "fim.parquet", work / "tok/tokenizer.json", spec, corpus, work)
+    build_corpus(work / "fim.parquet", work / "tok/tokenizer.json", spec, corpus, work, LOCAL)
     seq_len = spec.seq_len
     tokens = np.memmap(corpus / "tokens.bin", dtype=np.uint16, mode="r")
     n = len(tokens) // seq_len
@@ -657,7 +664,9 @@ def pretokenize_once(art: Path) -> int:
     """One pretokenize run of an artifacts dir in a fresh process; prints its seconds as JSON (to stderr,
     since the RSS wrapper owns stdout)."""
     start = time.perf_counter()
-    build_corpus(art / "fim/train.parquet", art / "tokenizer/tokenizer.json", CorpusSpec(), art / "bench_corpus", art)
+    build_corpus(
+        art / "fim/train.parquet", art / "tokenizer/tokenizer.json", CorpusSpec(), art / "bench_corpus", art, LOCAL
+    )
     print(json.dumps({"s": time.perf_counter() - start}), file=sys.stderr)
     return 0
 

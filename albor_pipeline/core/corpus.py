@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import bisect
 import struct
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -33,8 +32,9 @@ from albor_pipeline.core.artifacts import (
     staged_dir,
     write_json,
 )
-from albor_pipeline.core.encode import Encoder, cpu_count, pick_encoder
-from albor_pipeline.core.encode_worker import HEADER, RowGroupEncoder
+from albor_pipeline.core.encode import Encoder, pick_encoder
+from albor_pipeline.core.encode_worker import EncodeJob, RowGroupEncoder, encode_row_group
+from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import BOS, EOS, PAD
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy
@@ -320,80 +320,26 @@ class CorpusResult:
     seconds: float
 
 
-def _read_exact(stream: IO[bytes], n: int) -> bytes:
-    data = stream.read(n)
-    if len(data) != n:
-        raise EOFError("encode worker exited early")
-    return data
-
-
-def _start_workers(
-    fim_path: Path, tokenizer_path: Path, workers: int, log_dir: Path, bos: bool, min_chars: int
-) -> list[subprocess.Popen]:
-    """Launch encode workers early, so their start-up overlaps picking the encoder."""
-    procs = []
-    for k in range(workers):
-        cmd = [sys.executable, "-m", "albor_pipeline.core.encode_worker", str(fim_path), str(tokenizer_path)]
-        with open(log_dir / f".encode-worker-{k}.log", "wb") as log:  # stderr to a file: a full pipe can't block
-            procs.append(
-                subprocess.Popen(
-                    [*cmd, str(k), str(workers), "bos" if bos else "eos", str(min_chars)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
-                )
-            )
-    return procs
-
-
 def _encoded_row_groups(
     fim_path: Path,
+    tokenizer_path: Path,
     tok: Tokenizer,
     encoder: Encoder,
     groups: int,
-    procs: list[subprocess.Popen],
-    log_dir: Path,
+    executor: Executor,
     bos: bool,
     min_chars: int,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """Encoded row groups in order: across worker processes when there are any.
+    """Encoded row groups in input order, so output never depends on where they ran.
 
-    Workers read their row groups straight from the Parquet file (no text crosses a
-    process boundary); group i comes from worker i % workers and results are read
-    back in order, so output never depends on the number of workers.
+    Inline, the stage's own encoder runs; on an executor, each task reads its row group
+    straight from the Parquet file (no text crosses a process boundary) and encodes it
+    with the encoder the stage picked, built once per worker.
     """
-    if not procs:
-        local = RowGroupEncoder(str(fim_path), tok, encoder, bos, min_chars)
-        for index in range(groups):
-            yield local.encode(index)
-        return
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write(f"{encoder.name}\n".encode())
-        proc.stdin.close()
-    for index in range(groups):
-        k = index % len(procs)
-        stdout = procs[k].stdout
-        assert stdout is not None
-        try:
-            n_ids, n_docs, text_bytes = HEADER.unpack(_read_exact(stdout, HEADER.size))
-            flat = np.frombuffer(_read_exact(stdout, 4 * n_ids), dtype=np.uint32)
-            lengths = np.frombuffer(_read_exact(stdout, 8 * n_docs), dtype=np.int64)
-            rows = np.frombuffer(_read_exact(stdout, 8 * n_docs), dtype=np.int64)
-        except EOFError:
-            procs[k].wait()
-            err = (log_dir / f".encode-worker-{k}.log").read_text(errors="replace").strip()
-            raise RuntimeError(f"encode worker {k} failed on row group {index}: {err[-2000:]}") from None
-        yield flat, lengths, rows, text_bytes
-
-
-def _stop_workers(procs: list[subprocess.Popen], log_dir: Path) -> None:
-    for k, proc in enumerate(procs):
-        if proc.stdin and not proc.stdin.closed:
-            proc.stdin.close()
-        proc.kill()
-        proc.wait()
-        (log_dir / f".encode-worker-{k}.log").unlink(missing_ok=True)
+    if executor is INLINE:
+        return map(RowGroupEncoder(str(fim_path), tok, encoder, bos, min_chars).encode, range(groups))
+    job = EncodeJob(str(fim_path), str(tokenizer_path), encoder.name, bos, min_chars)
+    return executor.map(partial(encode_row_group, job), range(groups))
 
 
 def build_corpus(
@@ -402,27 +348,23 @@ def build_corpus(
     spec: CorpusSpec,
     out_dir: Path,
     data_root: Path,
-    workers: int | None = None,
+    executor: Executor = INLINE,
     progress: Progress | None = None,
     min_chars: int = 0,
 ) -> CorpusResult:
     """Pretokenize one split's FIM'd documents into `out_dir`.
 
-    `workers`: encoding processes (default: one per CPU for files of 4+ row groups).
+    `executor`: where row groups are encoded (inline for files of fewer than 4 on a local pool).
     `min_chars`: only documents of at least this many characters (before FIM): the long subset.
     """
     start = time.perf_counter()
     tok = Tokenizer.from_file(str(tokenizer_path))
     pfile = pq.ParquetFile(fim_path)
-    groups = pfile.num_row_groups
-    if workers is None:
-        workers = cpu_count() if groups >= 4 else 1
+    executor = for_items(executor, pfile.num_row_groups, 4)
     with staged_dir(out_dir) as staging:  # the split's files are replaced as one set, or not at all
-        procs = _start_workers(fim_path, tokenizer_path, workers, staging, spec.bos, min_chars) if workers > 1 else []
-        try:
-            result = _write_corpus(tok, pfile, fim_path, spec, staging, data_root, procs, progress, start, min_chars)
-        finally:
-            _stop_workers(procs, staging)
+        result = _write_corpus(
+            tok, pfile, fim_path, tokenizer_path, spec, staging, data_root, executor, progress, start, min_chars
+        )
     final = [(out_dir / Path(a.path).name).relative_to(data_root).as_posix() for a in result.artifacts]
     result.artifacts = [a.model_copy(update={"path": path}) for a, path in zip(result.artifacts, final)]
     return result
@@ -432,10 +374,11 @@ def _write_corpus(
     tok: Tokenizer,
     pfile: pq.ParquetFile,
     fim_path: Path,
+    tokenizer_path: Path,
     spec: CorpusSpec,
     out_dir: Path,
     data_root: Path,
-    procs: list[subprocess.Popen],
+    executor: Executor,
     progress: Progress | None,
     start: float,
     min_chars: int,
@@ -463,7 +406,7 @@ def _write_corpus(
                 streams.append((stream, token_dtype(vocab, signed)))
         writes = BackgroundWrites(shards.write)  # Parquet encoding overlaps reading and packing
         try:
-            encoded = _encoded_row_groups(fim_path, tok, encoder, groups, procs, out_dir, spec.bos, min_chars)
+            encoded = _encoded_row_groups(fim_path, tokenizer_path, tok, encoder, groups, executor, spec.bos, min_chars)
             for index, (flat, lengths, rows, nbytes) in enumerate(encoded):
                 meta = pfile.read_row_group(index, columns=["source", "sha256"]).take(pa.array(rows))
                 accounting.add(meta.column("source").to_pylist(), meta.column("sha256").to_pylist(), lengths)

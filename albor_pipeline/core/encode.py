@@ -14,7 +14,6 @@ a code point unassigned in this Python's Unicode database (14.0 on 3.11) with HF
 
 from __future__ import annotations
 
-import os
 import sys
 import unicodedata
 from array import array
@@ -28,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
+from albor_pipeline.core.executor import cpu_count
 from albor_pipeline.core.vocab import added_tokens, plain_tokenizer
 
 # The regex HF's ByteLevel pre-tokenizer applies (GPT-2's), as written in HF and GPT-2.
@@ -47,11 +47,6 @@ class Encoder(Protocol):
     name: str
 
     def encode_flat(self, texts: Sequence[str]) -> Encoded: ...
-
-
-def cpu_count() -> int:
-    """CPUs this process may use (affinity-aware, unlike os.cpu_count)."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def encode_lists(encoder: Encoder, texts: Sequence[str]) -> list[list[int]]:

@@ -1,20 +1,16 @@
-"""A worker process that encodes row groups of a FIM Parquet file.
+"""Encoding one row group of a FIM Parquet file: the corpus stage's per-shard task.
 
-Started as `python -m albor_pipeline.core.encode_worker FIM TOKENIZER K N bos|eos MIN_CHARS`
-(a fresh interpreter: no fork of a threaded parent, no re-import of the caller's script),
-so it can load while the parent picks the encoder. It reads the encoder's name from
-stdin, then encodes row groups K, K+N, K+2N, ... and writes for each a frame to
-stdout: three little-endian int64 (ids, documents, text bytes), then the uint32 ids,
-the int64 document lengths and the int64 row numbers (in the row group) of the
-documents encoded: those of at least MIN_CHARS characters. A blocked stdout pipe is
-the back-pressure that bounds memory.
+`encode_row_group` is a pure function of (file, tokenizer, encoder, row group), so the
+corpus stage runs it inline or on any executor (`core/executor.py`) and gets the same
+ids. An executor's worker process builds the encoder once and reuses it for every row
+group it is given.
 """
 
 from __future__ import annotations
 
-import struct
-import sys
 from array import array
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -27,7 +23,6 @@ from albor_pipeline.core.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFF
 
 SENTINEL_CHARS = len(FIM_PREFIX) + len(FIM_SUFFIX) + len(FIM_MIDDLE)  # what FIM adds to a text
 
-HEADER = struct.Struct("<qqq")
 READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 
 
@@ -108,25 +103,22 @@ class RowGroupEncoder:
         return flat, lengths, rows, text_bytes
 
 
-def main() -> None:
-    fim_path, tokenizer_path, first, step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    bos, min_chars = sys.argv[5] == "bos", int(sys.argv[6])
-    # Build the usual encoder while the parent checks it against HF on a sample.
-    worker = RowGroupEncoder.load(fim_path, tokenizer_path, "gigatoken", bos, min_chars)
-    encoder_name = sys.stdin.readline().strip()
-    if not encoder_name:
-        return  # the parent decided not to use this worker
-    if encoder_name != "gigatoken":
-        worker = RowGroupEncoder.load(fim_path, tokenizer_path, encoder_name, bos, min_chars)
-    out = sys.stdout.buffer
-    for index in range(first, worker.file.num_row_groups, step):
-        flat, lengths, rows, text_bytes = worker.encode(index)
-        out.write(HEADER.pack(len(flat), len(lengths), text_bytes))
-        out.write(flat.tobytes())
-        out.write(lengths.tobytes())
-        out.write(rows.tobytes())
-        out.flush()
+@dataclass(frozen=True)
+class EncodeJob:
+    """What every row group of one corpus build is encoded with."""
+
+    fim_path: str
+    tokenizer_path: str
+    encoder: str  # `make_encoder`'s name: the one the stage picked
+    bos: bool
+    min_chars: int
 
 
-if __name__ == "__main__":
-    main()
+@lru_cache(maxsize=2)
+def _row_group_encoder(job: EncodeJob) -> RowGroupEncoder:
+    return RowGroupEncoder.load(job.fim_path, job.tokenizer_path, job.encoder, job.bos, job.min_chars)
+
+
+def encode_row_group(job: EncodeJob, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """`RowGroupEncoder.encode` of row group `index`, with the encoder cached per process."""
+    return _row_group_encoder(job).encode(index)

@@ -13,17 +13,13 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from enum import Enum
 from multiprocessing import get_context
 from typing import Any, Protocol, TypeVar
 
+from albor_pipeline.spec import Backend, ExecutionSpec
+
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-class Backend(str, Enum):
-    local = "local"
-    ray = "ray"
 
 
 def cpu_count() -> int:
@@ -47,7 +43,7 @@ class InlineExecutor:
     workers = 1
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-        return map(fn, items)
+        return map(fn, items)  # errors reach the caller as they are
 
 
 class LocalExecutor:
@@ -60,36 +56,59 @@ class LocalExecutor:
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         if self.workers <= 1:
-            yield from map(fn, items)
+            for item in items:
+                yield fn(item)
             return
-        with ProcessPoolExecutor(self.workers, mp_context=get_context("spawn")) as pool:
-            yield from _windowed(pool.submit, lambda fut: fut.result(), fn, items, 2 * self.workers)
+        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+        try:
+            yield from _windowed(self.name, pool.submit, lambda fut: fut.result(), fn, items, 2 * self.workers)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 class RayExecutor:
     """Ray tasks of one CPU each, at most `2 * workers` in flight, collected in order.
 
-    Ray must be initialised already: by dagster-ray's resource inside Dagster, or by
-    `ray.init` in a script. Workers import this package, so a remote cluster needs it
+    `connect` (dagster-ray's resource inside Dagster) runs before the first task, so a
+    stage with nothing to fan out never starts or joins a cluster; without it, Ray must
+    be initialised already. Workers import this package, so a remote cluster needs it
     installed, and items must name files every node can reach (object storage or a
     shared filesystem).
     """
 
     name = "ray"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, connect: Callable[[], None] | None = None) -> None:
         self.workers = workers
+        self._connect = connect
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         import ray
 
+        if self._connect is not None:
+            self._connect()
         if not ray.is_initialized():
             raise RuntimeError("execution.backend is ray but Ray is not initialised (no Ray resource connected)")
-        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
-        yield from _windowed(lambda f, item: remote.remote(item), ray.get, fn, items, 2 * self.workers)
+        remote: Any = ray.remote(num_cpus=1, max_retries=0)(_apply)  # ray.remote takes no partials
+        fn_ref = ray.put(fn)  # shipped once, not with every task
+
+        def get(ref: Any) -> R:
+            result: R = ray.get(ref)
+            return result
+
+        yield from _windowed(self.name, lambda f, item: remote.remote(fn_ref, item), get, fn, items, 2 * self.workers)
+
+
+def _apply(fn: Callable[[T], R], item: T) -> R:
+    return fn(item)
+
+
+class TaskError(RuntimeError):
+    """A per-shard task failed; the message names the task, its item and the backend."""
 
 
 def _windowed(
+    backend: str,
     submit: Callable[[Callable[[T], R], T], Any],
     result: Callable[[Any], R],
     fn: Callable[[T], R],
@@ -98,21 +117,37 @@ def _windowed(
 ) -> Iterator[R]:
     """Submit ahead by at most `window` items and yield results in input order, so memory
     holds a window of results, never the whole input's."""
-    pending: deque[Any] = deque()
+    pending: deque[tuple[T, Any]] = deque()
+
+    def collect() -> R:
+        item, handle = pending.popleft()
+        try:
+            return result(handle)
+        except Exception as exc:
+            name = getattr(fn, "func", fn).__name__  # a partial names its function
+            cause = getattr(exc, "cause", None) or exc  # Ray wraps the task's own exception
+            raise TaskError(f"{name} failed on {item!r} ({backend}): {type(cause).__name__}: {cause}") from exc
+
     for item in items:
-        pending.append(submit(fn, item))
+        pending.append((item, submit(fn, item)))
         if len(pending) >= window:
-            yield result(pending.popleft())
+            yield collect()
     while pending:
-        yield result(pending.popleft())
+        yield collect()
 
 
-def make_executor(backend: Backend, workers: int | None, items: int) -> Executor:
-    """The executor for a step over `items` items: inline when one worker (or item)
-    suffices, else `workers` (default: one per CPU) on the chosen backend."""
-    workers = workers or cpu_count()
-    if backend is Backend.ray:
-        return RayExecutor(workers)
-    if workers <= 1 or items <= 1:
-        return InlineExecutor()
-    return LocalExecutor(workers)
+INLINE = InlineExecutor()
+
+
+def make_executor(spec: ExecutionSpec, connect: Callable[[], None] | None = None) -> Executor:
+    """The spec's executor: `workers` (default: one per CPU) on its backend."""
+    workers = spec.workers or cpu_count()
+    if spec.backend is Backend.ray:
+        return RayExecutor(workers, connect)
+    return LocalExecutor(workers) if workers > 1 else INLINE
+
+
+def for_items(executor: Executor, items: int, minimum: int) -> Executor:
+    """`executor`, or inline for fewer than `minimum` items on a local pool, whose start-up
+    (spawned interpreters importing this package) would cost more than it saves."""
+    return INLINE if executor.name == LocalExecutor.name and items < minimum else executor

@@ -21,12 +21,8 @@ import ipaddress
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass, field
-from functools import cached_property
-from itertools import repeat
-from multiprocessing import get_context
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +50,7 @@ from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
-from albor_pipeline.core.encode import cpu_count
+from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA, text_sha256
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import FilterSpec, HygieneSpec, RedactMode
@@ -312,32 +308,29 @@ def _clean_chunk(path: str, groups: list[int], spec: HygieneSpec) -> _Chunk:
     return chunk
 
 
+CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups: ~2k documents a task
+
+
 def clean_source(
     ingested: Path,
     spec: HygieneSpec,
     out: Path,
     data_root: Path,
     progress: Progress | None = None,
-    workers: int | None = None,
+    executor: Executor = INLINE,
 ) -> HygieneResult:
     """Filter and redact one source's documents into `out`; every input is kept or counted.
 
-    Chunks of row groups run on `workers` processes (default: one per CPU when there are
-    several chunks); results are written in input order, so the output does not depend
-    on the number of workers.
+    Chunks of row groups run on `executor` (inline for up to two chunks on a local pool);
+    results are written in input order, so the output does not depend on where they ran.
     """
     groups = pq.ParquetFile(ingested).num_row_groups
-    per_chunk = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups: ~2k documents a chunk
+    per_chunk = CHUNK_ROW_GROUPS
     chunks = [list(range(i, min(i + per_chunk, groups))) for i in range(0, groups, per_chunk)]
-    workers = workers or (cpu_count() if len(chunks) > 2 else 1)
     total = _Chunk({})
-    with ExitStack() as stack, ParquetSink(out, DOC_SCHEMA) as sink:
-        if workers > 1:
-            pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=get_context("spawn")))
-            results: Iterator[_Chunk] = pool.map(_clean_chunk, repeat(str(ingested)), chunks, repeat(spec))
-        else:
-            results = map(_clean_chunk, repeat(str(ingested)), chunks, repeat(spec))
-        for chunk in results:
+    with ParquetSink(out, DOC_SCHEMA) as sink:
+        task = partial(_clean_chunk, str(ingested), spec=spec)
+        for chunk in for_items(executor, len(chunks), 2).map(task, chunks):
             sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
             total.documents_in += chunk.documents_in
             total.redacted += chunk.redacted

@@ -55,6 +55,7 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
         settings,
         layout.corpus_dir(out),
         layout.root,
+        ctx.executor,
         progress=ctx.log.info,
         min_chars=min_chars,
     )

@@ -30,7 +30,7 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
     settings = resolve(src.hygiene, config, f"{filtered_stage(src.name)} run config")
     layout = ctx.layout
     result = clean_source(
-        layout.ingested(src.name), settings, layout.filtered(src.name), layout.root, progress=ctx.log.info
+        layout.ingested(src.name), settings, layout.filtered(src.name), layout.root, ctx.log.info, ctx.executor
     )
     summary = {
         "documents_in": result.documents_in,

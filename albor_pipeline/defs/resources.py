@@ -1,4 +1,4 @@
-"""The data dir as a resource: where artifacts live, held by one run at a time."""
+"""The run's resources: the data dir (held by one run at a time) and where per-shard work runs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
+from albor_pipeline.core.executor import Executor, cpu_count, make_executor
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.lock import data_dir_lock
 from albor_pipeline.defs.launcher import WORKER_TAG, fail_dead_runs, this_worker
+from albor_pipeline.spec import ExecutionSpec, apply_overrides
 
 
 class ArtifactStore(dg.ConfigurableResource):
@@ -44,3 +46,48 @@ class ArtifactStore(dg.ConfigurableResource):
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self._held.close()
+
+
+class Execution(dg.ConfigurableResource):
+    """Where per-shard work runs: spec `execution`, each field overridable in the launchpad
+    (`resources: {execution: {config: {backend: ray, workers: 4}}}`).
+
+    With `ray`, the first stage that fans out connects through dagster-ray's resource (a
+    local Ray with `workers` CPUs when `address` is empty, else the cluster at `address`);
+    the connection lasts the run and is closed at its end.
+    """
+
+    backend: str = "local"
+    address: str | None = None
+    workers: int | None = None
+
+    _stack: ExitStack = PrivateAttr(default_factory=ExitStack)
+    _context: dg.InitResourceContext | None = PrivateAttr(default=None)
+    _connected: bool = PrivateAttr(default=False)
+
+    @property
+    def spec(self) -> ExecutionSpec:
+        return apply_overrides(ExecutionSpec(), self.model_dump(exclude_none=True), "resources.execution")
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self.spec  # noqa: B018 - a bad launchpad value fails the run before any stage starts
+        self._context = context
+
+    def executor(self) -> Executor:
+        return make_executor(self.spec, self._connect_ray)
+
+    def _connect_ray(self) -> None:
+        if self._connected:
+            return
+        assert self._context is not None, "Execution is used outside a run"
+        from albor_pipeline.defs.ray import ray_resource
+
+        spec = self.spec
+        self._stack.enter_context(ray_resource(spec).yield_for_execution(self._context))
+        self._connected = True
+        where = spec.address or f"a local Ray with {spec.workers or cpu_count()} CPUs"
+        if self._context.log:
+            self._context.log.info(f"per-shard tasks run on {where}")
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self._stack.close()

@@ -19,9 +19,10 @@ from pydantic import BaseModel
 
 from albor_pipeline.core.artifacts import Artifact, StageManifest, read_manifest
 from albor_pipeline.core.checks import CheckOutcome, check_schema
+from albor_pipeline.core.executor import INLINE, Executor
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.stage import Inputs, StageOutput, run_stage
-from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.spec import M, apply_overrides
 
 CODE_VERSION = "1"
@@ -107,11 +108,13 @@ class NoConfig(dg.Config):
 
 @dataclass(frozen=True)
 class StageContext:
-    """What a stage's work gets: where files live, its verified inputs, the run's log."""
+    """What a stage's work gets: where files live, its verified inputs, the run's log, and
+    where its per-shard work runs."""
 
     layout: Layout
     inputs: Inputs
     log: dg.DagsterLogManager
+    executor: Executor = INLINE
 
 
 @dataclass(frozen=True)
@@ -227,11 +230,15 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
         automation_condition=on_upstream_change() if stage.automated else None,
         config_schema=stage.config.to_config_schema(),
     )
-    def _asset(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+    def _asset(context: dg.AssetExecutionContext, store: ArtifactStore, execution: Execution) -> dg.MaterializeResult:
         config = stage.config(**context.op_execution_context.op_config)
         layout = store.layout
+        executor = execution.executor()
         manifest, out = run_stage(
-            layout, stage.name, stage.deps, lambda inputs: stage.work(StageContext(layout, inputs, context.log), config)
+            layout,
+            stage.name,
+            stage.deps,
+            lambda inputs: stage.work(StageContext(layout, inputs, context.log, executor), config),
         )
         return materialize_result(layout, manifest, out)
 
