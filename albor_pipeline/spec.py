@@ -36,6 +36,15 @@ Splits = Annotated[tuple[str, ...], AfterValidator(_known_splits)]
 """A subset of SPLITS (FIM's and SFT's)."""
 
 
+def is_uri(path: Path | str) -> bool:
+    """An object-store location (`s3://...`), as opposed to a local path."""
+    return isinstance(path, str) and "://" in path
+
+
+def _local_or_uri(value: Path | str) -> Path | str:
+    return value if is_uri(value) else Path(value)
+
+
 class SpecError(ValueError):
     """A spec that cannot be used; the message names the offending key."""
 
@@ -101,7 +110,8 @@ class SourceSpec(_Model):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
     kind: SourceKind
-    path: Path
+    # A local path, or an object-store URI (`s3://bucket/prefix`, read through pyarrow.fs).
+    path: Annotated[Path | str, AfterValidator(_local_or_uri)]
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     text_field: str = "text"
@@ -465,7 +475,7 @@ def path_variables() -> dict[str, str]:
 
 
 def _resolve_path(raw: Any, base: Path) -> Any:
-    if not isinstance(raw, str):
+    if not isinstance(raw, str) or is_uri(raw):
         return raw
     expanded = Path(os.path.expanduser(raw.format(**path_variables())))
     return expanded if expanded.is_absolute() else (base / expanded).resolve()

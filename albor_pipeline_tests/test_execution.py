@@ -13,12 +13,13 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.core import hygiene
+from albor_pipeline.core import hygiene, ingest
 from albor_pipeline.core.corpus import build_corpus
 from albor_pipeline.core.executor import INLINE, LocalExecutor, RayExecutor, TaskError, make_executor
+from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.hygiene import clean_source
 from albor_pipeline.core.ingest import ingest_source
-from albor_pipeline.spec import CorpusSpec, ExecutionSpec, HygieneSpec, SourceSpec, SpecError, load_spec
+from albor_pipeline.spec import CorpusSpec, ExecutionSpec, FimSpec, HygieneSpec, SourceSpec, SpecError, load_spec
 from albor_pipeline_tests.support import (
     STDLIB,
     STDLIB_PACKAGES,
@@ -83,18 +84,18 @@ def test_every_backend_keeps_input_order_and_names_a_failed_item(joined, tmp_pat
             list(executor.map(_first_line, [*files, str(bad)]))
 
 
-def test_hygiene_and_corpus_are_byte_identical_on_every_backend_and_worker_count(
+def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_count(
     joined, pipeline, tmp_path, monkeypatch
 ):
-    """Real stdlib packages cut into many chunks / row groups: inline, 2 and 4 local
-    processes, 1, 2 and 4 Ray workers all write the same bytes."""
+    """Ingest (file groups), hygiene (row-group chunks), FIM and corpus encoding (row groups)
+    on real stdlib code cut into many tasks: inline, 2 and 4 local processes, 1, 2 and 4 Ray
+    workers all write the same bytes."""
+    monkeypatch.setattr(ingest, "READ_CHUNK", 64)  # ~30 file groups
     monkeypatch.setattr(hygiene, "CHUNK_ROW_GROUPS", 1)  # one 256-document row group per task
     src = SourceSpec(name="s", kind="code", path=STDLIB, include=("*.py", *(f"{p}/**/*.py" for p in STDLIB_PACKAGES)))
-    ingest_source(src, tmp_path / "in.parquet", tmp_path)
-    assert pq.ParquetFile(tmp_path / "in.parquet").num_row_groups >= 2
     corpus_tmp, _ = pipeline
-    fim, tok = tmp_path / "fim.parquet", corpus_tmp / "tok" / "tokenizer.json"
-    pq.write_table(pq.read_table(corpus_tmp / "fim.parquet"), fim, row_group_size=7)  # many row groups
+    fim_in, tok = tmp_path / "fim_in.parquet", corpus_tmp / "tok" / "tokenizer.json"
+    pq.write_table(pq.read_table(corpus_tmp / "fim.parquet"), fim_in, row_group_size=7)  # many row groups
     executors = {
         "inline": INLINE,
         "local2": LocalExecutor(2),
@@ -103,17 +104,28 @@ def test_hygiene_and_corpus_are_byte_identical_on_every_backend_and_worker_count
         "ray2": RayExecutor(2),
         "ray4": RayExecutor(4),
     }
-    cleaned, packed = {}, {}
-    for name, executor in executors.items():
-        result = clean_source(
-            tmp_path / "in.parquet", HygieneSpec(), tmp_path / f"h_{name}.parquet", tmp_path, None, executor
+    outputs: dict[str, list[object]] = {}
+    for name, ex in executors.items():
+        ingested = ingest_source(src, tmp_path / f"i_{name}.parquet", tmp_path, None, ex)
+        cleaned = clean_source(
+            tmp_path / f"i_{name}.parquet", HygieneSpec(), tmp_path / f"h_{name}.parquet", tmp_path, None, ex
         )
-        cleaned[name] = (result.artifact.sha256, result.findings, result.removed)
-        corpus = build_corpus(fim, tok, CorpusSpec(seq_len=100), tmp_path / f"c_{name}", tmp_path, executor)
-        packed[name] = [a.sha256 for a in corpus.artifacts]
-    assert len(set(map(str, cleaned.values()))) == 1, cleaned
-    assert len(set(map(str, packed.values()))) == 1, packed
-    assert cleaned["inline"][1].get("E-mail", 0) > 0  # the email package's authors: real work was done
+        fimmed = apply_fim(
+            tmp_path / f"h_{name}.parquet", FimSpec(rate=0.5), tmp_path / f"f_{name}.parquet", tmp_path, executor=ex
+        )
+        corpus = build_corpus(fim_in, tok, CorpusSpec(seq_len=100), tmp_path / f"c_{name}", tmp_path, ex)
+        outputs[name] = [
+            ingested.artifact.sha256,
+            ingested.skipped,
+            cleaned.artifact.sha256,
+            cleaned.findings,
+            fimmed.artifact.sha256,
+            (fimmed.transformed, fimmed.text_bytes),
+            [a.sha256 for a in corpus.artifacts],
+        ]
+    assert pq.ParquetFile(tmp_path / "i_inline.parquet").num_row_groups >= 2  # hygiene had several tasks
+    assert all(out == outputs["inline"] for out in outputs.values()), outputs
+    assert outputs["inline"][3].get("E-mail", 0) > 0  # the email package's authors: real work was done
 
 
 def test_execution_spec_rules():

@@ -233,9 +233,11 @@ def _fim_input(tmp_path: Path) -> Path:
 def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path):
     src = _fim_input(tmp_path)
     spec = FimSpec(rate=0.5, format="mixed", spm_rate=0.3, seed=42)
-    a = apply_fim(src, spec, tmp_path / "a.parquet", tmp_path, batch_rows=1000)
-    b = apply_fim(src, spec, tmp_path / "b.parquet", tmp_path, batch_rows=333)
-    c = apply_fim(src, spec, tmp_path / "c.parquet", tmp_path, batch_rows=1000)
+    regrouped = tmp_path / "regrouped.parquet"  # other row groups: other tasks
+    pq.write_table(pq.read_table(src), regrouped, row_group_size=333)
+    a = apply_fim(src, spec, tmp_path / "a.parquet", tmp_path)
+    b = apply_fim(regrouped, spec, tmp_path / "b.parquet", tmp_path)
+    c = apply_fim(src, spec, tmp_path / "c.parquet", tmp_path)
     assert a.artifact.sha256 == b.artifact.sha256 == c.artifact.sha256
     n = a.rows
     sigma = (n * 0.25) ** 0.5

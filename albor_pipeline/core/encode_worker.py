@@ -19,9 +19,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.encode import Encoder, make_encoder
-from albor_pipeline.core.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
-
-SENTINEL_CHARS = len(FIM_PREFIX) + len(FIM_SUFFIX) + len(FIM_MIDDLE)  # what FIM adds to a text
+from albor_pipeline.core.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
 
 READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 
@@ -93,7 +91,7 @@ class RowGroupEncoder:
         rows = np.arange(table.num_rows, dtype=np.int64)
         if self.min_chars:
             # Characters before FIM: a FIM'd text carries the three sentinels on top.
-            fim = pc.if_else(pc.is_null(table.column("fim_format")), 0, SENTINEL_CHARS)
+            fim = pc.if_else(pc.is_null(table.column("fim_format")), 0, FIM_SENTINEL_CHARS)
             chars = pc.subtract(pc.utf8_length(table.column("text")), fim)
             keep = pc.greater_equal(chars, self.min_chars)
             rows = rows[keep.to_numpy(zero_copy_only=False)]

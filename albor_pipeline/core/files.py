@@ -1,8 +1,10 @@
-"""Which files a source reads: one listing shared by ingestion and fingerprinting."""
+"""Which files a source reads: one listing shared by ingestion and fingerprinting, on a
+local path or an object store (`s3://bucket/prefix` through pyarrow.fs)."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -10,9 +12,81 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+import pyarrow.fs as pafs
 
 from albor_pipeline.core.artifacts import write_json
+
+Location = Path | str
+"""A local path, or an object-store URI: `s3://bucket/key` (credentials, region and endpoint
+from the environment, as the AWS SDK reads them: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_DEFAULT_REGION, AWS_ENDPOINT_URL)."""
+
+
+@lru_cache(maxsize=16)
+def _filesystem(scheme_and_bucket: str) -> pafs.FileSystem:
+    return pafs.FileSystem.from_uri(scheme_and_bucket)[0]
+
+
+def remote(uri: str) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow filesystem, path in it) of an object-store URI; one filesystem per bucket."""
+    scheme, _, rest = uri.partition("://")
+    bucket = rest.split("/", 1)[0]
+    return _filesystem(f"{scheme}://{bucket}"), rest.rstrip("/")
+
+
+def join(root: Location, rel: str) -> Location:
+    return root / rel if isinstance(root, Path) else f"{root.rstrip('/')}/{rel}"
+
+
+def name_of(loc: Location) -> str:
+    return loc.name if isinstance(loc, Path) else PurePosixPath(loc).name
+
+
+def read_bytes(loc: Location) -> bytes:
+    if isinstance(loc, Path):
+        return loc.read_bytes()
+    fs, path = remote(loc)
+    with fs.open_input_stream(path) as fh:
+        return bytes(fh.read())
+
+
+def open_binary(loc: Location, compression: str | None = None) -> io.BufferedReader:
+    """A buffered binary stream of `loc`, decompressed with `compression` (gzip, zstd)."""
+    if isinstance(loc, Path):
+        return open(loc, "rb") if compression is None else io.BufferedReader(pa.input_stream(str(loc), compression))
+    fs, path = remote(loc)
+    return io.BufferedReader(fs.open_input_stream(path, compression=compression))
+
+
+def random_access(loc: Location) -> str | pafs.NativeFile:
+    """What pyarrow's readers take for `loc` (a Parquet file needs random access)."""
+    if isinstance(loc, Path):
+        return str(loc)
+    fs, path = remote(loc)
+    return fs.open_input_file(path)
+
+
+def _stat(loc: Location) -> tuple[int, int]:
+    """(size, mtime_ns); OSError when it cannot be read."""
+    if isinstance(loc, Path):
+        st = loc.stat()
+        return st.st_size, st.st_mtime_ns
+    fs, path = remote(loc)
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        raise FileNotFoundError(loc)
+    return int(info.size or 0), int(info.mtime_ns or 0)
+
+
+def is_file(loc: Location) -> bool:
+    if isinstance(loc, Path):
+        return loc.is_file()
+    fs, path = remote(loc)
+    return bool(fs.get_file_info(path).type == pafs.FileType.File)
+
 
 # Directory names never descended into (besides hidden ones), as DESIGN §4 says.
 PRUNED_DIRS = frozenset({"__pycache__", "node_modules", "venv", ".venv"})
@@ -58,8 +132,29 @@ def _inside(path: str, root_real: str) -> bool:
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
+def _list_remote(root: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> SourceListing:
+    """The object-store listing with the local rules: hidden and pruned names skipped."""
+    fs, base = remote(root)
+    if is_file(root):
+        return SourceListing([PurePosixPath(base).name])
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    if not infos and fs.get_file_info(base).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"source path does not exist or is empty: {root}")
+    found = []
+    for info in infos:
+        if info.type != pafs.FileType.File:
+            continue
+        rel = info.path[len(base) + 1 :]
+        parts = rel.split("/")
+        if any(p.startswith(".") for p in parts) or any(p in PRUNED_DIRS for p in parts[:-1]):
+            continue
+        if matches(rel, include) and not matches(rel, exclude):
+            found.append(rel)
+    return SourceListing(sorted(found))
+
+
 def list_source_files(
-    root: Path, include: Iterable[str], exclude: Iterable[str] = (), follow_symlinks: bool = False
+    root: Location, include: Iterable[str], exclude: Iterable[str] = (), follow_symlinks: bool = False
 ) -> SourceListing:
     """The files under `root` that match `include` and not `exclude`.
 
@@ -69,6 +164,8 @@ def list_source_files(
     unless `follow_symlinks`. `root` may also be a single file.
     """
     include, exclude = tuple(include), tuple(exclude)
+    if not isinstance(root, Path):
+        return _list_remote(root, include, exclude)
     skipped: Counter[str] = Counter()
     if root.is_file():
         parent = os.path.realpath(root.parent)
@@ -97,12 +194,14 @@ def list_source_files(
     return SourceListing(found, dict(skipped))
 
 
-def source_root(path: Path) -> Path:
+def source_root(path: Location) -> Location:
     """The directory `file` columns are relative to."""
-    return path.parent if path.is_file() else path
+    if not is_file(path):
+        return path
+    return path.parent if isinstance(path, Path) else path.rstrip("/").rsplit("/", 1)[0]
 
 
-def fingerprint_files(root: Path, files: list[str], cache_path: Path | None = None) -> tuple[str, int]:
+def fingerprint_files(root: Location, files: list[str], cache_path: Path | None = None) -> tuple[str, int]:
     """(SHA-256 over (relative path, file SHA-256) pairs, total bytes): a content fingerprint.
 
     Per-file hashes are cached by (size, mtime_ns), so an unchanged tree is not re-read
@@ -118,19 +217,19 @@ def fingerprint_files(root: Path, files: list[str], cache_path: Path | None = No
     digest = hashlib.sha256()
     total = 0
     for rel in files:
-        path = root / rel
+        path = join(root, rel)
         try:
-            st = path.stat()
+            size, mtime_ns = _stat(path)
         except OSError:
             digest.update(f"{rel}\0unreadable\n".encode())
             continue
-        key = [st.st_size, st.st_mtime_ns]
-        total += st.st_size
+        key = [size, mtime_ns]
+        total += size
         hit = cache.get(rel)
         if hit and hit[:2] == key:
             file_hash = hit[2]
         else:
-            with open(path, "rb") as fh:
+            with open_binary(path) as fh:
                 file_hash = hashlib.file_digest(fh, "sha256").hexdigest()
         new_cache[rel] = [*key, file_hash]
         digest.update(f"{rel}\0{file_hash}\n".encode())

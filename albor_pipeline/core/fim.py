@@ -8,16 +8,19 @@ as joined into `text`, so tokenization never has to parse sentinels out of text.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.executor import INLINE, Executor, remote_only
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.core.stage import Progress
-from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
 from albor_pipeline.spec import FimFormat, FimSpec
 
 FIM_SCHEMA = pa.schema(
@@ -89,36 +92,50 @@ def fim_batch(texts: list[str], first_row: int, fim: FimSpec) -> dict[str, list[
     return out
 
 
+def _fim_row_group(src: str, fim: FimSpec, enabled: bool, group: tuple[int, int]) -> pa.RecordBatch:
+    """FIM of row group `index` of `src`, whose first row is row `first_row` of the split: a
+    pure function of the group (every draw depends only on the seed and the row)."""
+    index, first_row = group
+    table = pq.ParquetFile(src).read_row_group(index, columns=DOC_SCHEMA.names)
+    texts = table.column("text").to_pylist()
+    if enabled:
+        cols = fim_batch(texts, first_row, fim)
+    else:
+        cols = {"text": texts, **{k: [None] * len(texts) for k in FIM_SCHEMA.names[4:]}}
+    arrays = {n: table.column(n).combine_chunks() for n in ("source", "file", "sha256")}
+    return pa.RecordBatch.from_pydict(
+        {"text": cols["text"], **arrays, **{k: cols[k] for k in FIM_SCHEMA.names[4:]}}, schema=FIM_SCHEMA
+    )
+
+
 def apply_fim(
     src: Path,
     fim: FimSpec,
     out: Path,
     data_root: Path,
     enabled: bool = True,
-    batch_rows: int = BATCH_ROWS,
     progress: Progress | None = None,
+    executor: Executor = INLINE,
 ) -> FimResult:
-    """Write `src` with FIM applied (or only the FIM columns added, when not `enabled`)."""
-    row = transformed = spm = text_bytes = 0
+    """Write `src` with FIM applied (or only the FIM columns added, when not `enabled`).
+
+    Row groups run on `executor` when it is a cluster (`remote_only`) and are written in
+    order: the same bytes wherever they ran."""
+    meta = pq.ParquetFile(src).metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    groups = list(zip(range(len(sizes)), np.cumsum([0, *sizes[:-1]]).tolist()))
+    transformed = spm = text_bytes = 0
+    task = partial(_fim_row_group, str(src), fim, enabled)
     with ParquetSink(out, FIM_SCHEMA) as sink:
-        for batch in pq.ParquetFile(src).iter_batches(batch_size=batch_rows, columns=DOC_SCHEMA.names):
-            texts = batch.column("text").to_pylist()
-            if enabled:
-                cols = fim_batch(texts, row, fim)
-            else:
-                cols = {"text": texts, **{k: [None] * len(texts) for k in FIM_SCHEMA.names[4:]}}
-            formats = cols["fim_format"]
-            transformed += sum(f is not None for f in formats)
-            spm += sum(f == "spm" for f in formats)
-            arrays = {n: batch.column(n) for n in ("source", "file", "sha256")}
-            sink.write(
-                pa.RecordBatch.from_pydict(
-                    {"text": cols["text"], **arrays, **{k: cols[k] for k in FIM_SCHEMA.names[4:]}}, schema=FIM_SCHEMA
-                )
-            )
-            text_bytes += pa.compute.sum(pa.compute.binary_length(batch.column("text"))).as_py() or 0
-            row += len(texts)
-            if progress and row % (batch_rows * 8) < batch_rows:
-                progress(f"fim: {row:,} rows, {text_bytes / 1e6:.1f} MB")
+        for batch in remote_only(executor).map(task, groups):
+            formats = batch.column("fim_format")
+            fimmed = len(formats) - formats.null_count
+            transformed += fimmed
+            spm += pc.sum(pc.equal(formats, "spm")).as_py() or 0
+            sink.write(batch)
+            out_bytes = pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0
+            text_bytes += out_bytes - fimmed * FIM_SENTINEL_CHARS  # the documents' own bytes
+            if progress and sink.rows % (BATCH_ROWS * 8) < batch.num_rows:
+                progress(f"fim: {sink.rows:,} rows, {text_bytes / 1e6:.1f} MB")
         rows = sink.rows
     return FimResult(record(out, data_root, rows=rows), rows, transformed, spm, text_bytes)

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import partial
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import pyarrow as pa
@@ -24,7 +25,19 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
 from albor_pipeline.core.chat import ChatError, clean_conversation, conversation_json, parse_mc
-from albor_pipeline.core.files import SourceListing, fingerprint_files, list_source_files, source_root
+from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.files import (
+    Location,
+    SourceListing,
+    fingerprint_files,
+    join,
+    list_source_files,
+    name_of,
+    open_binary,
+    random_access,
+    read_bytes,
+    source_root,
+)
 from albor_pipeline.core.layout import source_stage
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.tasks import generate, read_words
@@ -61,10 +74,10 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _read_code_file(path: Path) -> tuple[str | None, str | None]:
+def _read_code_file(path: Location) -> tuple[str | None, str | None]:
     """(text, None) or (None, skip reason)."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except OSError as exc:
         return None, "symlink_loop" if exc.errno == 40 else "unreadable"
     try:
@@ -73,12 +86,12 @@ def _read_code_file(path: Path) -> tuple[str | None, str | None]:
         return None, "not_utf8"
 
 
-def _code_documents(root: Path, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:
+def _code_documents(root: Location, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:
     """Read files on a few threads, in order, a chunk at a time (memory stays bounded)."""
     with ThreadPoolExecutor(max_workers=4) as pool:
         for start in range(0, len(files), READ_CHUNK):
             chunk = files[start : start + READ_CHUNK]
-            for rel, (text, reason) in zip(chunk, pool.map(lambda r: _read_code_file(root / r), chunk)):
+            for rel, (text, reason) in zip(chunk, pool.map(lambda r: _read_code_file(join(root, r)), chunk)):
                 if reason:
                     skipped[reason] += 1
                 else:
@@ -88,16 +101,17 @@ def _code_documents(root: Path, files: list[str], skipped: Counter) -> Iterator[
 COMPRESSION = {".gz": "gzip", ".zst": "zstd"}  # data files read transparently by suffix
 
 
-def open_data_file(path: Path) -> IO[bytes]:
+def _suffix(path: Location) -> str:
+    return PurePosixPath(name_of(path)).suffix
+
+
+def open_data_file(path: Location) -> IO[bytes]:
     """`path` as a binary stream, decompressed when it ends in .gz or .zst."""
-    codec = COMPRESSION.get(path.suffix)
-    if codec is None:
-        return open(path, "rb")
-    return io.BufferedReader(pa.input_stream(str(path), compression=codec))
+    return open_binary(path, COMPRESSION.get(_suffix(path)))
 
 
 @contextmanager
-def _reading(path: Path) -> Iterator[IO[bytes]]:
+def _reading(path: Location) -> Iterator[IO[bytes]]:
     """Open a data file; a corrupt compressed stream is an `IngestError` naming the file."""
     try:
         with open_data_file(path) as fh:
@@ -105,16 +119,16 @@ def _reading(path: Path) -> Iterator[IO[bytes]]:
     except IngestError:
         raise
     except OSError as exc:
-        if path.suffix not in COMPRESSION:
+        if _suffix(path) not in COMPRESSION:
             raise
-        raise IngestError(f"{path}: not a readable {COMPRESSION[path.suffix]} file: {exc}") from None
+        raise IngestError(f"{path}: not a readable {COMPRESSION[_suffix(path)]} file: {exc}") from None
 
 
 def _is_empty(fh: IO[bytes]) -> bool:
     return not fh.peek(1) if isinstance(fh, io.BufferedReader) else False
 
 
-def _jsonl_objects(path: Path, skipped: Counter) -> Iterator[tuple[int, dict[str, Any]]]:
+def _jsonl_objects(path: Location, skipped: Counter) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of every non-blank line; a line that is not a JSON object is an error."""
     with _reading(path) as fh:
         if _is_empty(fh):
@@ -138,7 +152,7 @@ def _jsonl_objects(path: Path, skipped: Counter) -> Iterator[tuple[int, dict[str
             yield lineno, obj
 
 
-def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+def _jsonl_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
     for lineno, obj in _jsonl_objects(path, skipped):
         where = f"{path}:{lineno}"
         if field_name not in obj:
@@ -152,7 +166,7 @@ def _jsonl_documents(path: Path, rel: str, field_name: str, skipped: Counter) ->
         yield f"{rel}:{lineno}", value
 
 
-def _first_bad_utf8_line(path: Path) -> int:
+def _first_bad_utf8_line(path: Location) -> int:
     with _reading(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             try:
@@ -162,7 +176,7 @@ def _first_bad_utf8_line(path: Path) -> int:
     return 0
 
 
-def _csv_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+def _csv_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
     csv.field_size_limit(1 << 30)
     with _reading(path) as raw:
         if _is_empty(raw):
@@ -198,9 +212,9 @@ def _csv_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> I
             yield f"{rel}:{start}", row[col]
 
 
-def _parquet_documents(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+def _parquet_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
     try:
-        pfile = pq.ParquetFile(path)
+        pfile = pq.ParquetFile(random_access(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
     names = pfile.schema_arrow.names
@@ -222,11 +236,11 @@ def _parquet_documents(path: Path, rel: str, field_name: str, skipped: Counter) 
             yield f"{rel}#{row}", value
 
 
-def _chat_rows(path: Path, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str, Any]]:
+def _chat_rows(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str, Any]]:
     """(where, file:row, raw messages) of a JSONL or Parquet chat file."""
-    if path.name.endswith(".parquet"):
+    if name_of(path).endswith(".parquet"):
         try:
-            pfile = pq.ParquetFile(path)
+            pfile = pq.ParquetFile(random_access(path))
         except (pa.ArrowInvalid, OSError) as exc:
             raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
         if field_name not in pfile.schema_arrow.names:
@@ -248,11 +262,11 @@ def _chat_rows(path: Path, rel: str, field_name: str, skipped: Counter) -> Itera
         yield f"{path}:{lineno}", f"{rel}:{lineno}", obj[field_name]
 
 
-def _conversations(src: SourceSpec, root: Path, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+def _conversations(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
     """(file:row, conversation JSON) of a chat source, cleaned; a malformed row is an error
     naming file and row, or with `on_error: skip` a counted skip."""
     for rel in files:
-        for where, file_row, raw in _chat_rows(root / rel, rel, src.messages_field, counts.skipped):
+        for where, file_row, raw in _chat_rows(join(root, rel), rel, src.messages_field, counts.skipped):
             try:
                 messages = clean_conversation(raw, src.calculator, counts.cleanup)
             except ChatError as exc:
@@ -264,27 +278,27 @@ def _conversations(src: SourceSpec, root: Path, files: list[str], counts: Counts
                 yield file_row, conversation_json(messages)
 
 
-def _synthetic(src: SourceSpec, root: Path, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+def _synthetic(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
     """(task#i, conversation JSON) of a synthetic task over the word list file(s)."""
     assert src.task is not None  # the spec requires it for this kind
-    words = sorted({w for rel in files for w in read_words((root / rel).read_text(encoding="utf-8"))})
+    words = sorted({w for rel in files for w in read_words(read_bytes(join(root, rel)).decode("utf-8"))})
     if not words:
         raise IngestError(f"source {src.name!r}: no usable words (lowercase a-z, one per line) in {src.path}")
     for i, messages in enumerate(generate(src.task, words, src.rows, src.seed)):
         yield f"{src.task.value}#{i}", conversation_json(messages)
 
 
-def _mc_items(src: SourceSpec, root: Path, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+def _mc_items(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
     """(file:line, item JSON) of a multiple-choice file."""
     for rel in files:
-        for lineno, obj in _jsonl_objects(root / rel, counts.skipped):
+        for lineno, obj in _jsonl_objects(join(root, rel), counts.skipped):
             try:
                 item = parse_mc(obj)
             except ChatError as exc:
                 if src.on_error is OnError.skip:
                     counts.skipped["malformed"] += 1
                     continue
-                raise IngestError(f"{root / rel}:{lineno}: {exc}") from None
+                raise IngestError(f"{join(root, rel)}:{lineno}: {exc}") from None
             yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
@@ -329,56 +343,89 @@ def iter_documents(src: SourceSpec, files: list[str], counts: Counts) -> Iterato
         return
     reader = _DATA_READERS[src.kind]
     for rel in files:
-        yield from reader(root / rel, rel, src.text_field, counts.skipped)
+        yield from reader(join(root, rel), rel, src.text_field, counts.skipped)
 
 
-def ingest_source(src: SourceSpec, out: Path, data_root: Path, progress: Progress | None = None) -> IngestResult:
-    """Write `src` as Parquet at `out`; raise on an empty source (nothing is replaced)."""
+@dataclass
+class _Part:
+    """One group of files, ingested: its documents as record batches and what it left out."""
+
+    batches: list[pa.RecordBatch]
+    counts: Counts
+    text_bytes: int
+
+
+def _ingest_group(src: SourceSpec, files: list[str]) -> _Part:
+    """The documents of `files` (a group of one source's files), length-filtered, hashed and
+    batched: a pure function of its files, so groups run on any executor."""
+    counts = Counts()
+    skipped = counts.skipped
+    structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
+    cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
+    batches: list[pa.RecordBatch] = []
+    text_bytes = pending = 0
+    for rel, text in iter_documents(src, files, counts):
+        n = len(text)
+        if n < src.min_chars and not structured:
+            skipped["too_short"] += 1
+            continue
+        if n > src.max_chars and not structured:
+            skipped["too_long"] += 1
+            continue
+        encoded = text.encode("utf-8")
+        text_bytes += len(encoded)
+        pending += len(encoded)
+        cols["text"].append(text)
+        cols["source"].append(src.name)
+        cols["file"].append(rel)
+        cols["sha256"].append(hashlib.sha256(encoded).hexdigest())
+        if len(cols["text"]) >= BATCH_ROWS or pending >= BATCH_BYTES:
+            batches.append(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA))
+            cols = {name: [] for name in DOC_SCHEMA.names}
+            pending = 0
+    if cols["text"]:
+        batches.append(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA))
+    return _Part(batches, counts, text_bytes)
+
+
+def file_groups(src: SourceSpec, files: list[str]) -> list[list[str]]:
+    """Ingestion's per-shard tasks: code in groups of `READ_CHUNK` files, a data file each,
+    a chat/synthetic/multiple-choice source whole (a task's words span its files)."""
+    if src.kind in _STRUCTURED_READERS:
+        return [files]
+    size = READ_CHUNK if src.kind is SourceKind.code else 1
+    return [files[i : i + size] for i in range(0, len(files), size)]
+
+
+def ingest_source(
+    src: SourceSpec, out: Path, data_root: Path, progress: Progress | None = None, executor: Executor = INLINE
+) -> IngestResult:
+    """Write `src` as Parquet at `out`; raise on an empty source (nothing is replaced).
+
+    File groups run on `executor` and are written in listing order, so the file is the
+    same wherever they ran."""
     listing = source_files(src)
     files = listing.files
     counts = Counts(Counter(listing.skipped))
-    skipped = counts.skipped
-    structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
     text_bytes = 0
-    cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
-    pending = 0
+    groups = file_groups(src, files)
     with ParquetSink(out, DOC_SCHEMA) as sink:
-
-        def flush() -> None:
-            nonlocal pending
-            sink.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA))
-            for values in cols.values():
-                values.clear()
-            pending = 0
-            if progress:
+        for part in for_items(executor, len(groups), 2).map(partial(_ingest_group, src), groups):
+            for batch in part.batches:
+                sink.write(batch)
+            counts.skipped.update(part.counts.skipped)
+            counts.cleanup.update(part.counts.cleanup)
+            text_bytes += part.text_bytes
+            if progress and part.batches:
                 progress(f"{src.name}: {sink.rows:,} documents, {text_bytes / 1e6:.1f} MB")
-
-        for rel, text in iter_documents(src, files, counts):
-            n = len(text)
-            if n < src.min_chars and not structured:
-                skipped["too_short"] += 1
-                continue
-            if n > src.max_chars and not structured:
-                skipped["too_long"] += 1
-                continue
-            encoded = text.encode("utf-8")
-            text_bytes += len(encoded)
-            pending += len(encoded)
-            cols["text"].append(text)
-            cols["source"].append(src.name)
-            cols["file"].append(rel)
-            cols["sha256"].append(hashlib.sha256(encoded).hexdigest())
-            if len(cols["text"]) >= BATCH_ROWS or pending >= BATCH_BYTES:
-                flush()
-        if cols["text"]:
-            flush()
         if sink.rows == 0:
-            reasons = ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())) or "no matching files"
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(counts.skipped.items())) or "no matching files"
             raise IngestError(
                 f"source {src.name!r} produced 0 documents from {len(files)} file(s) under {src.path} ({reasons}); "
                 "the previous materialization, if any, is kept"
             )
         rows = sink.rows
+    skipped = counts.skipped
     return IngestResult(
         artifact=record(out, data_root, rows=rows),
         files=len(files),

@@ -11,6 +11,8 @@ from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
+from albor_pipeline.core.files import Location, is_file, join, read_bytes, source_root
+
 LICENSE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "COPYING", "LICENCE")
 # Markers of the common licence texts, first match wins.
 KNOWN_TEXTS = (
@@ -55,14 +57,15 @@ def _text_licence(text: str) -> str:
     return UNKNOWN
 
 
-def detect_licences(path: Path) -> dict[str, int]:
+def detect_licences(path: Location) -> dict[str, int]:
     """Licence -> how many packages (or 1 for a root LICENSE file) under `path`."""
-    root = path if path.is_dir() else path.parent
-    dists = list(metadata.distributions(path=[str(root)]))  # only the dist-info/egg-info right under root
-    if dists:
-        return dict(sorted(Counter(_distribution_licence(d) for d in dists).items()))
+    root = source_root(path)
+    if isinstance(root, Path):  # package metadata: only the dist-info/egg-info right under root
+        dists = list(metadata.distributions(path=[str(root)]))
+        if dists:
+            return dict(sorted(Counter(_distribution_licence(d) for d in dists).items()))
     for name in LICENSE_FILES:
-        candidate = root / name
-        if candidate.is_file():
-            return {_text_licence(candidate.read_text(encoding="utf-8", errors="replace")): 1}
+        candidate = join(root, name)
+        if is_file(candidate):
+            return {_text_licence(read_bytes(candidate).decode("utf-8", errors="replace")): 1}
     return {UNKNOWN: 1}

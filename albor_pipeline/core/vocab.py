@@ -14,6 +14,7 @@ SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
 UNK, BOS, EOS, PAD = SPECIALS
 FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
 FIM_TOKENS = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
+FIM_SENTINEL_CHARS = sum(map(len, FIM_TOKENS))  # what FIM adds to a text (ASCII: also its bytes)
 
 
 @lru_cache(maxsize=1)

@@ -32,7 +32,7 @@ def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) ->
     enabled = split in spec.fim.splits if config.enabled is None else config.enabled
     layout = ctx.layout
     result = apply_fim(
-        layout.mixed(split), settings, layout.fim(split), layout.root, enabled=enabled, progress=ctx.log.info
+        layout.mixed(split), settings, layout.fim(split), layout.root, enabled, ctx.log.info, ctx.executor
     )
     observed = result.transformed / result.rows if result.rows else 0.0
     summary = {

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import dagster as dg
 
 from albor_pipeline.core.artifacts import Artifact
 from albor_pipeline.core.decontam import benchmark_fingerprint
+from albor_pipeline.core.files import Location
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, source_fingerprint
 from albor_pipeline.core.layout import Layout, benchmark_stage, ingested_stage, source_stage
 from albor_pipeline.core.licences import detect_licences
@@ -48,7 +48,9 @@ class IngestConfig(dg.Config):
     seed: int | None = None
 
 
-def _observable(key: str, path: Path, description: str, fingerprint: Callable[[Layout], Artifact]) -> dg.SourceAsset:
+def _observable(
+    key: str, path: Location, description: str, fingerprint: Callable[[Layout], Artifact]
+) -> dg.SourceAsset:
     """An observable source whose data version is `fingerprint`'s SHA-256, so a change in the
     files makes the stages that read them stale (the automation sensor rebuilds them)."""
 
@@ -87,7 +89,7 @@ def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOut
     resolved = resolve(src, config, f"{ingested_stage(src.name)} run config")
     layout = ctx.layout
     source = source_fingerprint(resolved, layout.fingerprint_cache(src.name))
-    result = ingest_source(resolved, layout.ingested(src.name), layout.root, progress=ctx.log.info)
+    result = ingest_source(resolved, layout.ingested(src.name), layout.root, ctx.log.info, ctx.executor)
     summary = {
         "files": result.files,
         "documents": result.artifact.rows,

@@ -1,0 +1,107 @@
+"""Sources on object storage: a real S3 API server (moto's standalone server) on 127.0.0.1,
+read through pyarrow.fs exactly as a bucket on AWS would be."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from albor_pipeline.core.executor import INLINE, LocalExecutor
+from albor_pipeline.core.ingest import IngestError, ingest_source, source_fingerprint
+from albor_pipeline.core.licences import detect_licences
+from albor_pipeline.spec import SourceSpec
+from albor_pipeline_tests.support import STDLIB, free_port, wait_for
+
+boto3 = pytest.importorskip("boto3", reason="moto[server] (dev extra) is not installed")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """moto's S3 server on loopback; the AWS SDK settings a user would export point at it."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "albor-test",
+        "AWS_SECRET_ACCESS_KEY": "albor-test-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        wait_for(endpoint, 30, proc)
+        yield boto3.client("s3", endpoint_url=endpoint)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        proc.terminate()
+        proc.wait()
+
+
+def _upload(client, bucket: str, root: Path, files: list[Path]) -> None:
+    client.create_bucket(Bucket=bucket)
+    for path in files:
+        client.put_object(Bucket=bucket, Key=f"src/{path.relative_to(root).as_posix()}", Body=path.read_bytes())
+
+
+def test_a_code_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_path):
+    """The email package uploaded as-is: listing (hidden and __pycache__ left out), reading,
+    fingerprint and the Parquet file equal the local source's, inline and on 2 processes."""
+    root = STDLIB / "email"
+    files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    _upload(s3, "albor-code", root, files)
+    s3.put_object(Bucket="albor-code", Key="src/.hidden/x.py", Body=b"print('hidden')\n" * 10)
+    s3.put_object(Bucket="albor-code", Key="src/__pycache__/y.py", Body=b"print('cache')\n" * 10)
+    s3.put_object(Bucket="albor-code", Key="src/latin1.py", Body="# caf\xe9\n".encode("latin-1") * 20)
+    local = SourceSpec(name="email", kind="code", path=root)
+    remote = SourceSpec(name="email", kind="code", path="s3://albor-code/src")
+    expected = ingest_source(local, tmp_path / "local.parquet", tmp_path)
+    for name, executor in (("inline", INLINE), ("local2", LocalExecutor(2))):
+        got = ingest_source(remote, tmp_path / f"{name}.parquet", tmp_path, None, executor)
+        assert got.artifact.sha256 == expected.artifact.sha256, name
+        assert got.skipped == {**expected.skipped, "not_utf8": 1}
+    assert pq.read_table(tmp_path / "inline.parquet").num_rows == len(files) - sum(expected.skipped.values())
+    assert source_fingerprint(remote).sha256 != source_fingerprint(local).sha256  # latin1.py is a file too
+    s3.delete_object(Bucket="albor-code", Key="src/latin1.py")
+    assert source_fingerprint(remote).sha256 == source_fingerprint(local).sha256
+    assert detect_licences("s3://albor-code/src") == {"unknown": 1}
+
+
+def test_a_jsonl_source_in_a_bucket_reads_plain_and_gzip_and_names_a_bad_line(s3, tmp_path):
+    rows = [{"text": p.read_text(encoding="utf-8")} for p in sorted((STDLIB / "json").glob("*.py"))]
+    plain = "".join(json.dumps(r) + "\n" for r in rows[:3]).encode()
+    packed = gzip.compress("".join(json.dumps(r) + "\n" for r in rows[3:]).encode(), mtime=0)
+    s3.create_bucket(Bucket="albor-jsonl")
+    s3.put_object(Bucket="albor-jsonl", Key="data/a.jsonl", Body=plain)
+    s3.put_object(Bucket="albor-jsonl", Key="data/b.jsonl.gz", Body=packed)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_bytes(plain)
+    (tmp_path / "data" / "b.jsonl.gz").write_bytes(packed)
+    spec = {"name": "j", "kind": "jsonl", "min_chars": 1}
+    got = ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/data"), tmp_path / "r.parquet", tmp_path)
+    want = ingest_source(SourceSpec(**spec, path=tmp_path / "data"), tmp_path / "l.parquet", tmp_path)
+    assert got.artifact.sha256 == want.artifact.sha256 and got.artifact.rows == len(rows)
+    assert pq.read_table(tmp_path / "r.parquet").column("file").to_pylist()[:2] == ["a.jsonl:1", "a.jsonl:2"]
+    s3.put_object(Bucket="albor-jsonl", Key="data/c.jsonl", Body=b'{"text": "fine"}\n{"text": oops}\n')
+    with pytest.raises(IngestError, match=r"s3://albor-jsonl/data/c\.jsonl:2: malformed JSON"):
+        ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/data"), tmp_path / "bad.parquet", tmp_path)
+    assert not (tmp_path / "bad.parquet").exists()
+    with pytest.raises(FileNotFoundError, match="s3://albor-jsonl/nothing"):
+        ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/nothing"), tmp_path / "none.parquet", tmp_path)
