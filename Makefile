@@ -31,12 +31,13 @@ SYSTEM_DEPS := chromium:chromium pg_ctlcluster:postgresql
 system-deps:
 	scripts/system-deps $(SYSTEM_DEPS)
 
-# What the tests drive for real beyond the dev extra: a torch DataLoader (the CPU build: pip
-# takes the machine's file) and Megatron's HF tokenizer wrapper (megatron-core needs torch).
+# What the tests drive for real beyond the dev extra: the test extra (Ray, an S3 server), a
+# torch DataLoader (the CPU build: pip takes the machine's file) and Megatron's HF tokenizer
+# wrapper (megatron-core needs torch).
 TEST_PACKAGES ?= torch==2.13.0 megatron-core==0.16.1
 
 $(VENV)/.test-packages: $(VENV)/.installed
-	$(BIN)/pip install -q $(TEST_PACKAGES)
+	$(BIN)/pip install -q -e '.[dev,test]' $(TEST_PACKAGES)
 	touch $@
 
 test: install system-deps $(VENV)/.test-packages
@@ -53,7 +54,7 @@ bench: install
 verify: install
 	$(BIN)/albor verify
 
-lint: install
+lint: install $(VENV)/.test-packages
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
