@@ -4,6 +4,7 @@ cluster (started here on loopback with 2 CPUs) gives byte-identical artifacts.""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -13,13 +14,26 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.core import hygiene, ingest
+from albor_pipeline.core import documents, hygiene, ingest
 from albor_pipeline.core.corpus import build_corpus
+from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.executor import INLINE, LocalExecutor, RayExecutor, TaskError, make_executor
 from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.hygiene import clean_source
 from albor_pipeline.core.ingest import ingest_source
-from albor_pipeline.spec import CorpusSpec, ExecutionSpec, FimSpec, HygieneSpec, SourceSpec, SpecError, load_spec
+from albor_pipeline.definitions import build_definitions
+from albor_pipeline.defs.automation import BUILD_JOB
+from albor_pipeline.spec import (
+    CorpusSpec,
+    ExecutionSpec,
+    FimSpec,
+    HoldoutSpec,
+    HygieneSpec,
+    NearDedupSpec,
+    SourceSpec,
+    SpecError,
+    load_spec,
+)
 from albor_pipeline_tests.support import (
     STDLIB,
     STDLIB_PACKAGES,
@@ -30,7 +44,15 @@ from albor_pipeline_tests.support import (
 )
 
 # Loopback only: Ray otherwise swaps 127.0.0.1 for the machine's address (read at import).
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# Token auth with this session's own token, for the head, this process and the runs' local
+# Rays alike (Ray otherwise turns auth on when ~/.ray/auth_token exists, which a first local
+# Ray writes, and a later head and driver can disagree about it).
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "token",
+    "RAY_AUTH_TOKEN": secrets.token_hex(32),
+}
 os.environ.update(RAY_ENV)
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 
@@ -92,6 +114,7 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
     workers all write the same bytes."""
     monkeypatch.setattr(ingest, "READ_CHUNK", 64)  # ~30 file groups
     monkeypatch.setattr(hygiene, "CHUNK_ROW_GROUPS", 1)  # one 256-document row group per task
+    monkeypatch.setattr(documents, "SCAN_MIN_GROUPS", 2)
     src = SourceSpec(name="s", kind="code", path=STDLIB, include=("*.py", *(f"{p}/**/*.py" for p in STDLIB_PACKAGES)))
     corpus_tmp, _ = pipeline
     fim_in, tok = tmp_path / "fim_in.parquet", corpus_tmp / "tok" / "tokenizer.json"
@@ -110,6 +133,16 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
         cleaned = clean_source(
             tmp_path / f"i_{name}.parquet", HygieneSpec(), tmp_path / f"h_{name}.parquet", tmp_path, None, ex
         )
+        docs = build_documents(
+            [("s", tmp_path / f"i_{name}.parquet")],
+            HoldoutSpec(),
+            tmp_path / f"d_{name}",
+            tmp_path,
+            None,
+            NearDedupSpec(threshold=0.5),
+            None,
+            ex,
+        )
         fimmed = apply_fim(
             tmp_path / f"h_{name}.parquet", FimSpec(rate=0.5), tmp_path / f"f_{name}.parquet", tmp_path, executor=ex
         )
@@ -119,6 +152,8 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
             ingested.skipped,
             cleaned.artifact.sha256,
             cleaned.findings,
+            [a.sha256 for a in docs.artifacts.values()],
+            docs.near,
             fimmed.artifact.sha256,
             (fimmed.transformed, fimmed.text_bytes),
             [a.sha256 for a in corpus.artifacts],
@@ -126,6 +161,7 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
     assert pq.ParquetFile(tmp_path / "i_inline.parquet").num_row_groups >= 2  # hygiene had several tasks
     assert all(out == outputs["inline"] for out in outputs.values()), outputs
     assert outputs["inline"][3].get("E-mail", 0) > 0  # the email package's authors: real work was done
+    assert outputs["inline"][5]["candidate_pairs"] > 0  # near dedup compared documents
 
 
 def test_execution_spec_rules():
@@ -152,6 +188,29 @@ def test_graph_on_ray_equals_the_local_graph(ray_head, tmp_path):
     assert (tmp_path / "ray" / "provenance.json").read_bytes() == local
     assert any(f"per-shard tasks run on {ray_head}" in m for m in messages)
     assert not ray.is_initialized()  # the run disconnected at its end
+
+
+@pytest.mark.slow
+def test_without_an_address_the_run_starts_and_stops_its_own_local_ray(tmp_path):
+    """`backend: ray` with no address: the run starts a local Ray with `workers` CPUs the
+    first time a stage fans out, and shuts it down at the end; the bytes equal local's."""
+    raw = small_spec_dict()
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
+    ray_spec = load_spec(write_spec(tmp_path / "ray.yaml", {**raw, "execution": {"backend": "ray", "workers": 2}}))
+    selection = [dg.AssetKey(["ingested", s["name"]]) for s in raw["sources"]]
+    selection += [dg.AssetKey(["filtered", s["name"]]) for s in raw["sources"]]
+    digests = {}
+    for name, which in (("local", spec), ("ray", ray_spec)):
+        job = build_definitions(which, tmp_path / name).resolve_job_def(BUILD_JOB)
+        with dg.DagsterInstance.ephemeral() as instance:
+            result = job.execute_in_process(instance=instance, asset_selection=selection)
+            assert result.success
+            messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+        digests[name] = sorted(p.read_bytes() for p in (tmp_path / name / "filtered").glob("*.parquet"))
+        if name == "ray":
+            assert any("per-shard tasks run on a local Ray with 2 CPUs" in m for m in messages)
+            assert not ray.is_initialized()
+    assert digests["ray"] == digests["local"] and len(digests["local"]) == 2
 
 
 def test_a_bad_launchpad_backend_fails_before_any_stage(tmp_path):

@@ -46,7 +46,7 @@ from albor_pipeline.core.encode import FAST_BYTELEVEL_PATTERN, GigatokenEncoder 
 from albor_pipeline.core.executor import cpu_count, make_executor  # noqa: E402
 from albor_pipeline.core.fim import apply_fim  # noqa: E402
 from albor_pipeline.core.hygiene import SecretScanner, clean_source  # noqa: E402
-from albor_pipeline.core.ingest import ingest_source  # noqa: E402
+from albor_pipeline.core.ingest import ingest_source, source_files  # noqa: E402
 from albor_pipeline.core.mix import mix_documents  # noqa: E402
 from albor_pipeline.core.tokenizer import build_tokenizer, iter_texts, train_bpe  # noqa: E402
 from albor_pipeline.core.vocab import SPECIALS, added_tokens, plain_tokenizer, token_to_bytes  # noqa: E402
@@ -396,7 +396,8 @@ def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) 
         raise RuntimeError(proc.stderr[-3000:])
     if profile:
         return {"wall_s": round(wall, 2), **profile_summary(raw)}
-    peak_kb = json.loads(proc.stdout.strip().splitlines()[-1])["maxrss_kb"]
+    rss = json.loads(proc.stdout.strip().splitlines()[-1])
+    peak_kb = rss["maxrss_kb"]
     os.environ["DAGSTER_HOME"] = str(home)
     with dg.DagsterInstance.get() as instance:
         run = instance.get_runs(limit=1)[0]
@@ -411,6 +412,7 @@ def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) 
         "overhead_pct": round(100 * (wall - stage_s) / wall, 1),
         "tokenizer_s": round(step_s.get("tokenizer", 0.0), 2),
         "peak_rss_mb": round(peak_kb / 1024, 1),
+        "peak_process_rss_mb": round(rss["process_maxrss_kb"] / 1024, 1),
         "source_mb": round(source_bytes / 1e6, 1),
         "steps_s": {k: round(v, 2) for k, v in sorted(step_s.items(), key=lambda kv: -kv[1])},
         "groups_s": step_groups(step_s),
@@ -504,34 +506,76 @@ def rss(pid):
     except OSError:
         pass
     return 0
+def name(pid):
+    try:
+        return open(f"/proc/{pid}/comm").read().strip()
+    except OSError:
+        return "?"
 proc = subprocess.Popen(sys.argv[1:], stdout=sys.stderr)
-peak = 0
+peak, each, names = 0, {}, {}
 while proc.poll() is None:
-    peak = max(peak, sum(rss(p) for p in tree(proc.pid)))
+    sizes = {p: rss(p) for p in tree(proc.pid)}
+    peak = max(peak, sum(sizes.values()))
+    for p, kb in sizes.items():
+        if kb > each.get(p, 0):
+            each[p], names[p] = kb, name(p)
     time.sleep(0.05)
-print(json.dumps({"maxrss_kb": peak}))
+top = max(each, key=each.get) if each else None
+print(json.dumps({"maxrss_kb": peak, "process_maxrss_kb": each.get(top, 0), "process": names.get(top, "")}))
 sys.exit(proc.returncode)
 """
 
 
-def doubled_corpus(corpora: list[Path], work: Path) -> list[Path]:
-    """A second copy of every source file with a marker line, so dedup keeps both copies."""
-    copies = []
-    for i, root in enumerate(corpora):
-        dst = work / f"copy{i}"
-        if not dst.exists():
-            for src in code_sources([root])[0:1]:
-                from albor_pipeline.core.ingest import source_files
+def replicated_corpus(corpora: list[Path], work: Path, copies: int) -> list[Path]:
+    """`corpora` plus `copies` copies of every source file, copy k with its own marker line,
+    so every file is unique and dedup keeps them all."""
+    from albor_pipeline.core.ingest import source_files
 
-                for rel in source_files(src).files:
+    out = list(corpora)
+    for k in range(copies):
+        for i, root in enumerate(corpora):
+            dst = work / f"copy{k}_{i}"
+            if not dst.exists():
+                for rel in source_files(code_sources([root])[0]).files:
                     target = dst / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
                     try:
-                        target.write_bytes(b"# albor bench copy\n" + (root / rel).read_bytes())
+                        target.write_bytes(f"# albor bench copy {k}\n".encode() + (root / rel).read_bytes())
                     except OSError:
                         continue
-        copies.append(dst)
-    return corpora + copies
+            out.append(dst)
+    return out
+
+
+def doubled_corpus(corpora: list[Path], work: Path) -> list[Path]:
+    return replicated_corpus(corpora, work, 1)
+
+
+def bench_scale(corpora: list[Path], work: Path, target_mb: int) -> dict[str, Any]:
+    """The whole graph on ~`target_mb` of replicated sources and on twice that, with
+    `execution.backend` local and ray at the same worker count (one per CPU): wall time,
+    peak RSS of the process tree and of its largest process, Ray's overhead."""
+    source_mb = (
+        sum((root / rel).stat().st_size for root in corpora for rel in source_files(code_sources([root])[0]).files)
+        / 1e6
+    )
+    copies = max(0, round(target_mb / source_mb) - 1)
+    sizes = {"1x": replicated_corpus(corpora, work, copies), "2x": replicated_corpus(corpora, work, 2 * copies + 1)}
+    res: dict[str, Any] = {"workers": cpu_count()}
+    for label, roots in sizes.items():
+        for backend in ("local", "ray"):
+            spec = write_spec(work / f"scale_{label}_{backend}.yaml", roots)
+            raw = yaml.safe_load(spec.read_text())
+            raw["execution"] = {"backend": backend, "workers": cpu_count()}
+            spec.write_text(yaml.safe_dump(raw))
+            res[f"{label}_{backend}"] = run_graph(spec, work / f"scale_{label}_{backend}")
+        local, ray = res[f"{label}_local"], res[f"{label}_ray"]
+        res[f"{label}_ray_overhead_pct"] = round(100 * (ray["wall_s"] - local["wall_s"]) / ray["wall_s"], 1)
+    for backend in ("local", "ray"):
+        one, two = res[f"1x_{backend}"], res[f"2x_{backend}"]
+        res[f"{backend}_wall_ratio"] = round(two["wall_s"] / one["wall_s"], 2)
+        res[f"{backend}_process_rss_ratio"] = round(two["peak_process_rss_mb"] / one["peak_process_rss_mb"], 2)
+    return res
 
 
 def median_record(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -705,6 +749,8 @@ def table(results: dict[str, Any]) -> str:
         rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
     if lo := results.get("loader"):
         rows += _loader_rows(lo)
+    if sc2 := results.get("scale"):
+        rows += _scale_rows(sc2)
     lines = ["| figure | value | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
@@ -724,6 +770,26 @@ def _before_rows(b: dict[str, Any], e: dict[str, Any]) -> list[tuple[str, Any, s
     if pr := b.get("profile"):
         rows.append((f"py-spy profile before ({pr['samples']:,} samples)", "", ""))
         rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
+    return rows
+
+
+def _scale_rows(sc: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    rows: list[tuple[str, Any, str]] = []
+    for label in ("1x", "2x"):
+        local, ray = sc[f"{label}_local"], sc[f"{label}_ray"]
+        rows.append((f"scale {label}: {local['source_mb']} MB, {sc['workers']} workers", "", ""))
+        for name, r in (("local", local), ("ray", ray)):
+            rows.append(
+                (
+                    f"  {name}: wall s / tree peak RSS MB / largest process MB",
+                    f"{r['wall_s']} / {r['peak_rss_mb']} / {r['peak_process_rss_mb']}",
+                    "",
+                )
+            )
+        rows.append(("  Ray overhead (wall)", f"{sc[f'{label}_ray_overhead_pct']} %", "<= 15 %"))
+    for name in ("local", "ray"):
+        rows.append((f"scale 2x/1x {name}: wall", sc[f"{name}_wall_ratio"], "<= 2.1"))
+        rows.append((f"scale 2x/1x {name}: largest process RSS", sc[f"{name}_process_rss_ratio"], "~1.0"))
     return rows
 
 
@@ -864,10 +930,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one repeat, no scaling runs")
     parser.add_argument(
         "--only",
-        choices=["stages", "hygiene", "e2e", "scaling", "loader"],
+        choices=["stages", "hygiene", "e2e", "scaling", "loader", "scale"],
         help="run one section (others kept from --out)",
     )
     parser.add_argument("--profile", action="store_true", help="with the e2e section: one more run under py-spy")
+    parser.add_argument("--scale-mb", type=int, default=1000, help="the scale section's corpus size (MB of sources)")
     parser.add_argument("--before", metavar="REV", help="with the e2e section: also run the graph on commit REV")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
     parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
@@ -877,8 +944,9 @@ def main() -> int:
     corpora = [p.resolve() for p in (args.corpus or default_corpora())]
     repeat = 1 if args.quick else args.repeat
     previous = json.loads(args.out.read_text()) if args.only and args.out.exists() else {}
-    run = {s: args.only in (None, s) for s in ("stages", "hygiene", "e2e", "scaling", "loader")}
+    run = {s: args.only in (None, s) for s in ("stages", "hygiene", "e2e", "scaling", "loader", "scale")}
     run["scaling"] = run["scaling"] and not args.quick
+    run["scale"] = run["scale"] and not args.quick
     with tempfile.TemporaryDirectory(prefix="albor-bench-") as tmp:
         work = Path(tmp)
         results: dict[str, Any] = {
@@ -888,7 +956,7 @@ def main() -> int:
             "corpora": [str(p) for p in corpora],
             "repeat": repeat,
         }
-        sections = ("stages", "hygiene", "end_to_end", "end_to_end_before", "profile", "scaling", "loader")
+        sections = ("stages", "hygiene", "end_to_end", "end_to_end_before", "profile", "scaling", "loader", "scale")
         results.update({k: v for k, v in previous.items() if k in sections})
         if run["stages"]:
             print("stages ...", file=sys.stderr)
@@ -911,6 +979,9 @@ def main() -> int:
         if run["scaling"]:
             print("scaling 1x / 2x ...", file=sys.stderr)
             results["scaling"] = bench_scaling(corpora, work / "scaling", repeat)
+        if run["scale"]:
+            print(f"scale: ~{args.scale_mb} MB and twice that, local and ray ...", file=sys.stderr)
+            results["scale"] = bench_scale(corpora, work / "scale", args.scale_mb)
         if run["loader"]:
             print("loader ...", file=sys.stderr)
             results["loader"] = bench_loader(corpora, work / "loader", repeat)

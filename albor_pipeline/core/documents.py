@@ -11,17 +11,20 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, record, staged_dir
 from albor_pipeline.core.decontam import Decontaminator
+from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
-from albor_pipeline.core.neardup import NearDupIndex, word_hashes
+from albor_pipeline.core.neardup import NearDupIndex, Signer, word_hashes
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
 
@@ -57,6 +60,34 @@ def _texts(inputs: list[tuple[str, Path]], labels: list[list[str | None]]) -> It
                 row += 1
 
 
+@dataclass(frozen=True)
+class _ScanJob:
+    """What every row-group task of the scan needs: the inputs, the signer, the benchmarks."""
+
+    paths: tuple[str, ...]
+    signer: Signer | None
+    decon: Decontaminator | None
+
+
+SCAN_MIN_GROUPS = 8  # a local pool's start-up pays off from ~2k documents
+ScanItem = tuple[int, int, int, tuple[int, ...]]  # (input, row group, its first row, labelled rows in it)
+
+
+def _scan_group(job: _ScanJob, item: ScanItem) -> tuple[list[np.ndarray], list[list[str]], list[str]]:
+    """Band keys, benchmark hits and file names of one row group's labelled documents (their
+    words hashed once for both): a pure function of the group, for any executor."""
+    i, group, _, rows = item
+    table = pq.ParquetFile(job.paths[i]).read_row_group(group, columns=["text", "file"])
+    texts, files = table.column("text").to_pylist(), table.column("file").to_pylist()
+    keys, hits = [], []
+    for row in rows:
+        words = word_hashes(texts[row])
+        if job.signer is not None:
+            keys.append(job.signer.keys(words))
+        hits.append(job.decon.hits(words) if job.decon else [])
+    return keys, hits, [files[row] for row in rows]
+
+
 def _scan(
     inputs: list[tuple[str, Path]],
     labels: list[list[str | None]],
@@ -64,24 +95,36 @@ def _scan(
     decon: Decontaminator | None,
     spool_dir: Path,
     progress: Progress | None,
+    executor: Executor,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One pass over the exact-unique documents (words hashed once) for near-dup signatures
-    and benchmark n-grams; then near-dup clusters, then decontamination, updating `labels`.
-    Returns the near-dup and decontamination reports."""
+    and benchmark n-grams, a task per row group on `executor`, collected in document order;
+    then near-dup clusters, then decontamination, updating `labels`. Returns the near-dup
+    and decontamination reports."""
     index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold, spool_dir) if near else None
+    items: list[ScanItem] = []
+    for i, (_, path) in enumerate(inputs):
+        meta = pq.ParquetFile(path).metadata
+        start = 0
+        for group in range(meta.num_row_groups):
+            end = start + meta.row_group(group).num_rows
+            rows = tuple(r - start for r in range(start, end) if labels[i][r] is not None)
+            if rows:
+                items.append((i, group, start, rows))
+            start = end
+    job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, decon)
     where: list[tuple[int, int]] = []
     files: list[str] = []
     hits: dict[int, list[str]] = {}
-    for i, row, text, file in _texts(inputs, labels):
-        words = word_hashes(text)
-        if index is not None:
-            index.add(text, words)
-        if decon:
-            found = decon.hits(words)
-            if found:
-                hits[len(where)] = found
-        where.append((i, row))
-        files.append(f"{inputs[i][0]}:{file}")
+    results = for_items(executor, len(items), SCAN_MIN_GROUPS).map(partial(_scan_group, job), items)
+    for (i, _, first, rows), (keys, found, names) in zip(items, results):
+        for k, row in enumerate(rows):
+            if index is not None:
+                index.add_keys(keys[k])
+            if found[k]:
+                hits[len(where)] = found[k]
+            where.append((i, first + row))
+            files.append(f"{inputs[i][0]}:{names[k]}")
     near_report = _near_dedup(index, inputs, labels, where, files, near, progress) if index and near else {}
     decon_report: dict[str, Any] = {}
     if decon:
@@ -152,6 +195,7 @@ def build_documents(
     progress: Progress | None = None,
     near: NearDedupSpec | None = None,
     decon: Decontaminator | None = None,
+    executor: Executor = INLINE,
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, Parquet) in order and write one Parquet per split: exact
     duplicates first, then (with `near`) near-duplicate clusters, then (with `decon`) train
@@ -173,7 +217,9 @@ def build_documents(
                     own.append(None)
         labels.append(own)
     near = near if near is not None and near.enabled else None
-    report, decon_report = _scan(inputs, labels, near, decon, out_dir.parent, progress) if near or decon else ({}, {})
+    report, decon_report = (
+        _scan(inputs, labels, near, decon, out_dir.parent, progress, executor) if near or decon else ({}, {})
+    )
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     with staged_dir(out_dir) as staging, ExitStack() as stack:
         sinks = {s: stack.enter_context(ParquetSink(staging / f"{s}.parquet", DOC_SCHEMA)) for s in SPLITS}

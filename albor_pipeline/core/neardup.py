@@ -180,6 +180,21 @@ def bucket_pairs(keys: np.ndarray, docs: np.ndarray) -> np.ndarray:
     return np.stack([first[~start], d[~start]], axis=1)
 
 
+@dataclass(frozen=True)
+class Signer:
+    """A document's LSH band keys from its `word_hashes`: a pure function, so signatures can
+    be computed in executor tasks and added to a `NearDupIndex` in document order."""
+
+    ngram: int = 5
+    num_perm: int = 112
+    bands: int = 14
+
+    def keys(self, words: np.ndarray) -> np.ndarray:
+        sig = MinHasher(self.num_perm).signature(ngrams(words, self.ngram))
+        # A document without shingles gets all-MAX keys; `candidates` skips it.
+        return band_keys(sig, self.bands) if sig[0] != MAX_HASH else np.full(self.bands, MAX_HASH, dtype=U64)
+
+
 class NearDupIndex:
     """Near-dedup over documents seen in order: `add` each text (its band keys are spooled
     to an unlinked temp file in `spool_dir`, so memory holds no signatures), `candidates`
@@ -197,7 +212,7 @@ class NearDupIndex:
         spool_dir: Path | None = None,
     ) -> None:
         self.ngram, self.bands, self.threshold = ngram, bands, threshold
-        self.hasher = MinHasher(num_perm)
+        self.signer = Signer(ngram, num_perm, bands)
         # Unlinked at once (nothing to clean up after a crash); closed by `candidates`.
         self._spool = tempfile.TemporaryFile(dir=spool_dir, prefix=".albor-minhash-", suffix=".tmp")  # noqa: SIM115
         self._buffer: list[np.ndarray] = []
@@ -206,11 +221,12 @@ class NearDupIndex:
         self.clusters = Clusters()
         self.verified: list[tuple[int, int, float]] = []
 
-    def add(self, text: str, words: np.ndarray | None = None) -> int:
-        """Index one document (its `word_hashes` may be given when the caller has them)."""
-        sig = self.hasher.signature(ngrams(word_hashes(text) if words is None else words, self.ngram))
-        # A document without shingles gets all-MAX keys; `candidates` skips it.
-        keys = band_keys(sig, self.bands) if sig[0] != MAX_HASH else np.full(self.bands, MAX_HASH, dtype=U64)
+    def add(self, text: str) -> int:
+        """Index one document."""
+        return self.add_keys(self.signer.keys(word_hashes(text)))
+
+    def add_keys(self, keys: np.ndarray) -> int:
+        """Index the next document by its `Signer.keys`."""
         self._buffer.append(keys)
         if len(self._buffer) >= self.SPOOL_DOCS:
             self._flush()

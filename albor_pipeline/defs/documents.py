@@ -50,7 +50,7 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
     near = spec.near_dedup if stage == DOCUMENTS else None
     decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None
     result = build_documents(
-        sources, settings, OUT_DIRS[stage](layout), layout.root, progress=ctx.log.info, near=near, decon=decon
+        sources, settings, OUT_DIRS[stage](layout), layout.root, ctx.log.info, near, decon, ctx.executor
     )
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     return StageOutput(
