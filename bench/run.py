@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -57,6 +58,7 @@ from albor_pipeline.spec import (  # noqa: E402
     HoldoutSpec,
     HygieneSpec,
     NearDedupSpec,
+    SourceKind,
     SourceSpec,
     SplitMixSpec,
     TokenizerSpec,
@@ -351,6 +353,11 @@ def bench_datatrove(work: Path, tok_path: Path, texts: list[str], stage_s: float
 
 def write_spec(path: Path, corpora: list[Path], data_samples: bool = True) -> Path:
     spec = yaml.safe_load((REPO / "data" / "pipeline.yaml").read_text())
+    # The default spec's own files, wherever this spec is written.
+    for bench in spec.get("decontaminate", {}).get("benchmarks", []):
+        bench["path"] = str(REPO / "data" / bench["path"])
+    if spec.get("tokenizer", {}).get("gpt2_ranks"):
+        spec["tokenizer"]["gpt2_ranks"] = str(REPO / "data" / spec["tokenizer"]["gpt2_ranks"])
     spec["sources"] = [
         {"name": s.name, "kind": "code", "path": str(s.path), "exclude": list(s.exclude)} for s in code_sources(corpora)
     ]
@@ -526,11 +533,14 @@ sys.exit(proc.returncode)
 """
 
 
-def replicated_corpus(corpora: list[Path], work: Path, copies: int) -> list[Path]:
-    """`corpora` plus `copies` copies of every source file, copy k with its own marker line,
-    so every file is unique and dedup keeps them all."""
-    from albor_pipeline.core.ingest import source_files
+IDENTIFIER = re.compile(rb"\b([A-Za-z_][A-Za-z0-9_]*)\b")
 
+
+def replicated_corpus(corpora: list[Path], work: Path, copies: int) -> list[Path]:
+    """`corpora` plus `copies` copies of every source file. Copy k has its own marker line and
+    every identifier suffixed `_k`: unique for exact dedup, and far from the original for near
+    dedup (a marker line alone leaves a copy at Jaccard ~0.98, so near dedup would drop it
+    and the "doubled" corpus would not double past `documents`)."""
     out = list(corpora)
     for k in range(copies):
         for i, root in enumerate(corpora):
@@ -540,7 +550,8 @@ def replicated_corpus(corpora: list[Path], work: Path, copies: int) -> list[Path
                     target = dst / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
                     try:
-                        target.write_bytes(f"# albor bench copy {k}\n".encode() + (root / rel).read_bytes())
+                        text = IDENTIFIER.sub(rb"\1_%d" % k, (root / rel).read_bytes())
+                        target.write_bytes(f"# albor bench copy {k}\n".encode() + text)
                     except OSError:
                         continue
             out.append(dst)
@@ -549,6 +560,63 @@ def replicated_corpus(corpora: list[Path], work: Path, copies: int) -> list[Path
 
 def doubled_corpus(corpora: list[Path], work: Path) -> list[Path]:
     return replicated_corpus(corpora, work, 1)
+
+
+def task_costs(spec_path: Path, art: Path) -> dict[str, Any]:
+    """Each per-shard task of a finished graph run, rerun inline and timed one by one: count,
+    seconds (p50 / p90 / max / total) and input MB per stage. What a cluster plan scales."""
+    from albor_pipeline.core import hygiene as hy
+    from albor_pipeline.core.documents import _scan_group, _ScanJob
+    from albor_pipeline.core.encode import pick_encoder
+    from albor_pipeline.core.encode_worker import EncodeJob, encode_row_group
+    from albor_pipeline.core.ingest import _ingest_group, file_groups
+    from albor_pipeline.core.layout import Layout
+    from albor_pipeline.core.neardup import Signer
+    from albor_pipeline.spec import load_spec
+
+    spec, layout = load_spec(spec_path), Layout(art)
+    tasks: dict[str, list[tuple[float, float]]] = {"ingest": [], "hygiene": [], "documents": [], "corpus": []}
+
+    def timed(stage: str, fn: Callable[[], Any], mb: float) -> None:
+        start = time.perf_counter()
+        fn()
+        tasks[stage].append((time.perf_counter() - start, mb))
+
+    def mb(path: Path, group: int) -> float:
+        return pq.ParquetFile(path).metadata.row_group(group).total_byte_size / 1e6
+
+    for src in spec.sources_of(SourceKind.code):
+        root = src.path
+        for group in file_groups(src, source_files(src).files):
+            size = sum((Path(root) / rel).stat().st_size for rel in group) / 1e6
+            timed("ingest", partial(_ingest_group, src, group), size)
+        filtered = layout.ingested(src.name)
+        for g in range(pq.ParquetFile(filtered).num_row_groups):
+            timed("hygiene", partial(hy._clean_chunk, str(filtered), [g], src.hygiene), mb(filtered, g))
+        path = layout.filtered(src.name)
+        near = spec.near_dedup
+        job = _ScanJob((str(path),), Signer(near.ngram, near.num_perm, near.bands), None)
+        for g in range(pq.ParquetFile(path).num_row_groups):
+            rows = tuple(range(pq.ParquetFile(path).metadata.row_group(g).num_rows))
+            timed("documents", partial(_scan_group, job, (0, g, 0, rows)), mb(path, g))
+    fim = layout.fim("train")
+    tok = Tokenizer.from_file(str(layout.tokenizer_json))
+    encoder, _ = pick_encoder(tok, "auto", [])
+    job2 = EncodeJob(str(fim), str(layout.tokenizer_json), encoder.name, False, 0)
+    for g in range(pq.ParquetFile(fim).num_row_groups):
+        timed("corpus", partial(encode_row_group, job2, g), mb(fim, g))
+    out: dict[str, Any] = {}
+    for stage, runs in tasks.items():
+        secs = np.array([t for t, _ in runs])
+        out[stage] = {
+            "tasks": len(runs),
+            "p50_s": round(float(np.percentile(secs, 50)), 4),
+            "p90_s": round(float(np.percentile(secs, 90)), 4),
+            "max_s": round(float(secs.max()), 4),
+            "total_s": round(float(secs.sum()), 2),
+            "mb_per_task": round(sum(m for _, m in runs) / len(runs), 2),
+        }
+    return out
 
 
 def bench_scale(corpora: list[Path], work: Path, target_mb: int) -> dict[str, Any]:
@@ -571,6 +639,8 @@ def bench_scale(corpora: list[Path], work: Path, target_mb: int) -> dict[str, An
             res[f"{label}_{backend}"] = run_graph(spec, work / f"scale_{label}_{backend}")
         local, ray = res[f"{label}_local"], res[f"{label}_ray"]
         res[f"{label}_ray_overhead_pct"] = round(100 * (ray["wall_s"] - local["wall_s"]) / ray["wall_s"], 1)
+        if label == "1x":
+            res["tasks_1x"] = task_costs(work / "scale_1x_local.yaml", work / "scale_1x_local" / "artifacts")
     for backend in ("local", "ray"):
         one, two = res[f"1x_{backend}"], res[f"2x_{backend}"]
         res[f"{backend}_wall_ratio"] = round(two["wall_s"] / one["wall_s"], 2)
@@ -787,6 +857,14 @@ def _scale_rows(sc: dict[str, Any]) -> list[tuple[str, Any, str]]:
                 )
             )
         rows.append(("  Ray overhead (wall)", f"{sc[f'{label}_ray_overhead_pct']} %", "<= 15 %"))
+    for stage, t in sc.get("tasks_1x", {}).items():
+        rows.append(
+            (
+                f"tasks 1x {stage}: n / p50 / p90 / max s / total s / MB per task",
+                f"{t['tasks']} / {t['p50_s']} / {t['p90_s']} / {t['max_s']} / {t['total_s']} / {t['mb_per_task']}",
+                "",
+            )
+        )
     for name in ("local", "ray"):
         rows.append((f"scale 2x/1x {name}: wall", sc[f"{name}_wall_ratio"], "<= 2.1"))
         rows.append((f"scale 2x/1x {name}: largest process RSS", sc[f"{name}_process_rss_ratio"], "~1.0"))
