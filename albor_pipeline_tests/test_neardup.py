@@ -74,3 +74,27 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     paths = {s: tmp_path / "p" / f"{s}.parquet" for s in ("train", "val", "test")}
     leak = check_no_near_leak(paths, 5, 112, 14, 0.8)
     assert plain.near == {} and not leak.passed and leak.metadata["crossing"] >= 1
+
+
+def test_a_bucket_compares_all_its_members_not_only_its_first():
+    """Regression (found by the 1 GB scale bench): three real documents in one LSH bucket, the
+    first far from the other two, which are near-copies of each other. Pairing only with the
+    first never compared the copies, so both stayed and could land in different splits."""
+    from albor_pipeline.core.neardup import NearDupIndex, bucket_pairs
+
+    far = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
+    copy = (STDLIB / "textwrap.py").read_text(encoding="utf-8")
+    texts = [far, copy, copy + "\n# one comment added\n"]
+    index = NearDupIndex()
+    shared = np.arange(14, dtype=np.uint64)  # one bucket in every band
+    for _ in texts:
+        index.add_keys(shared)
+    index.verify(texts)
+    assert index.clusters.groups() == {1: [1, 2]} and index.duplicates() == {2}
+    # Order does not change which pairs are candidates.
+    keys, docs = np.array([3, 3, 3, 8, 8], dtype=np.uint64), np.arange(5)
+    forward = {tuple(p) for p in bucket_pairs(keys, docs).tolist()}
+    backward = {tuple(sorted(4 - x for x in p)) for p in bucket_pairs(keys[::-1].copy(), docs).tolist()}
+    assert forward == backward == {(0, 1), (0, 2), (1, 2), (3, 4)}
+    # A bucket over the cap (boilerplate) pairs its members with its first one only.
+    assert bucket_pairs(np.zeros(5, dtype=np.uint64), np.arange(5), cap=3).tolist() == [[0, 1], [0, 2], [0, 3], [0, 4]]

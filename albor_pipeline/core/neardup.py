@@ -170,14 +170,30 @@ def band_keys(sig: np.ndarray, bands: int) -> np.ndarray:
     return key
 
 
-def bucket_pairs(keys: np.ndarray, docs: np.ndarray) -> np.ndarray:
-    """(first, doc) for every document sharing a key with an earlier one, where `first` is
-    the earliest document with that key; `docs` ascend. Sort-based: no all-pairs."""
+BUCKET_ALL_PAIRS = 64  # members of one LSH bucket compared pairwise up to this size
+
+
+def bucket_pairs(keys: np.ndarray, docs: np.ndarray, cap: int = BUCKET_ALL_PAIRS) -> np.ndarray:
+    """(earlier, later) candidate pairs of documents sharing a key; `docs` ascend.
+
+    Every pair within a bucket of up to `cap` members, so the candidates do not depend on
+    document order: pairing only with the bucket's first member missed Y ~ Z when neither
+    was close to the first, and a split-order check then found them in different splits.
+    A bigger bucket (boilerplate) pairs its members with its first one. Sort-based."""
     order = np.argsort(keys, kind="stable")  # stable: within a key, documents stay ascending
     k, d = keys[order], docs[order]
-    start = np.concatenate(([True], k[1:] != k[:-1]))
-    first = d[np.maximum.accumulate(np.where(start, np.arange(len(d)), 0))]
-    return np.stack([first[~start], d[~start]], axis=1)
+    starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    sizes = np.diff(np.append(starts, len(k)))
+    two = starts[sizes == 2]
+    pairs = [np.stack([d[two], d[two + 1]], axis=1)]
+    for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist()):
+        members = d[start : start + size]
+        if size <= cap:
+            i, j = np.triu_indices(size, 1)
+            pairs.append(np.stack([members[i], members[j]], axis=1))
+        else:
+            pairs.append(np.stack([np.full(size - 1, members[0]), members[1:]], axis=1))
+    return np.concatenate(pairs).astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True)
