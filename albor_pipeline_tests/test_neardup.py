@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from albor_pipeline.core.neardup import MinHasher, P, _inverse, jaccard, near_duplicates, shingles
+from albor_pipeline.core.neardup import MinHasher, NearDupIndex, P, _inverse, jaccard, near_duplicates, shingles
 
 from .support import STDLIB
 
@@ -76,25 +76,34 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     assert plain.near == {} and not leak.passed and leak.metadata["crossing"] >= 1
 
 
-def test_a_bucket_compares_all_its_members_not_only_its_first():
-    """Regression (found by the 1 GB scale bench): three real documents in one LSH bucket, the
-    first far from the other two, which are near-copies of each other. Pairing only with the
-    first never compared the copies, so both stayed and could land in different splits."""
-    from albor_pipeline.core.neardup import NearDupIndex, bucket_pairs
+def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
+    """Regression (found by the scale bench): near-copies in one LSH bucket with a far first
+    member, in a small and in a big bucket. Pairing only with the first (or all pairs only up
+    to a size cap) never compared the copies, so both stayed and a check on the survivors,
+    seeing smaller buckets, found them across splits."""
+    from albor_pipeline.core.neardup import Signer, bucket_pairs, min_agreement, word_hashes
 
     far = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
     copy = (STDLIB / "textwrap.py").read_text(encoding="utf-8")
-    texts = [far, copy, copy + "\n# one comment added\n"]
+    others = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").glob("*.py"))[:30]]
+    signer, agree = Signer(), min_agreement(0.8, 112)
+    texts = {"far": far, "copy": copy, "copy2": copy + "\n# one comment\n"}
+    sig = {name: signer.signature(word_hashes(t)) for name, t in texts.items()}
+    small = np.stack([sig["far"], sig["copy"], sig["copy2"]])
+    assert bucket_pairs(np.zeros(3, dtype=np.uint64), np.arange(3), small, agree).tolist() == [[1, 2]]
+    # A big bucket: 300 members (unrelated files repeated), the copies last; order reversed too.
+    filler = [signer.signature(word_hashes(t)) for t in others] * 10
+    big = np.stack([*filler, sig["copy"], sig["copy2"]])
+    n = len(big)
+    forward = {tuple(p) for p in bucket_pairs(np.zeros(n, dtype=np.uint64), np.arange(n), big, agree).tolist()}
+    backward = bucket_pairs(np.zeros(n, dtype=np.uint64), np.arange(n), big[::-1].copy(), agree).tolist()
+    assert (n - 2, n - 1) in forward and {tuple(sorted(n - 1 - x for x in p)) for p in backward} == forward
+    # Exactly the pairs a plain double loop finds close enough (repeats and the copies).
+    brute = {(a, b) for a in range(n) for b in range(a + 1, n) if (big[a] == big[b]).sum() >= agree}
+    assert forward == brute and len(brute) < n * (n - 1) // 20
+    # The index on real texts clusters the copies, whatever their neighbours.
     index = NearDupIndex()
-    shared = np.arange(14, dtype=np.uint64)  # one bucket in every band
-    for _ in texts:
-        index.add_keys(shared)
-    index.verify(texts)
+    for t in texts.values():
+        index.add(t)
+    index.verify(texts.values())
     assert index.clusters.groups() == {1: [1, 2]} and index.duplicates() == {2}
-    # Order does not change which pairs are candidates.
-    keys, docs = np.array([3, 3, 3, 8, 8], dtype=np.uint64), np.arange(5)
-    forward = {tuple(p) for p in bucket_pairs(keys, docs).tolist()}
-    backward = {tuple(sorted(4 - x for x in p)) for p in bucket_pairs(keys[::-1].copy(), docs).tolist()}
-    assert forward == backward == {(0, 1), (0, 2), (1, 2), (3, 4)}
-    # A bucket over the cap (boilerplate) pairs its members with its first one only.
-    assert bucket_pairs(np.zeros(5, dtype=np.uint64), np.arange(5), cap=3).tolist() == [[0, 1], [0, 2], [0, 3], [0, 4]]

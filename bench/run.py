@@ -595,7 +595,7 @@ def task_costs(spec_path: Path, art: Path) -> dict[str, Any]:
             timed("hygiene", partial(hy._clean_chunk, str(filtered), [g], src.hygiene), mb(filtered, g))
         path = layout.filtered(src.name)
         near = spec.near_dedup
-        job = _ScanJob((str(path),), Signer(near.ngram, near.num_perm, near.bands), None)
+        job = _ScanJob((str(path),), Signer(near.ngram, near.num_perm), None)
         for g in range(pq.ParquetFile(path).num_row_groups):
             rows = tuple(range(pq.ParquetFile(path).metadata.row_group(g).num_rows))
             timed("documents", partial(_scan_group, job, (0, g, 0, rows)), mb(path, g))

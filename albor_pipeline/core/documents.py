@@ -74,18 +74,18 @@ ScanItem = tuple[int, int, int, tuple[int, ...]]  # (input, row group, its first
 
 
 def _scan_group(job: _ScanJob, item: ScanItem) -> tuple[list[np.ndarray], list[list[str]], list[str]]:
-    """Band keys, benchmark hits and file names of one row group's labelled documents (their
+    """MinHash signatures, benchmark hits and file names of one row group's labelled documents (their
     words hashed once for both): a pure function of the group, for any executor."""
     i, group, _, rows = item
     table = pq.ParquetFile(job.paths[i]).read_row_group(group, columns=["text", "file"])
     texts, files = table.column("text").to_pylist(), table.column("file").to_pylist()
-    keys, hits = [], []
+    sigs, hits = [], []
     for row in rows:
         words = word_hashes(texts[row])
         if job.signer is not None:
-            keys.append(job.signer.keys(words))
+            sigs.append(job.signer.signature(words))
         hits.append(job.decon.hits(words) if job.decon else [])
-    return keys, hits, [files[row] for row in rows]
+    return sigs, hits, [files[row] for row in rows]
 
 
 def _scan(
@@ -117,10 +117,10 @@ def _scan(
     files: list[str] = []
     hits: dict[int, list[str]] = {}
     results = for_items(executor, len(items), SCAN_MIN_GROUPS).map(partial(_scan_group, job), items)
-    for (i, _, first, rows), (keys, found, names) in zip(items, results):
+    for (i, _, first, rows), (sigs, found, names) in zip(items, results):
         for k, row in enumerate(rows):
             if index is not None:
-                index.add_keys(keys[k])
+                index.add_signature(sigs[k])
             if found[k]:
                 hits[len(where)] = found[k]
             where.append((i, first + row))

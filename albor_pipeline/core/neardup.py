@@ -14,6 +14,7 @@ sets reaches `threshold`.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -159,65 +160,81 @@ class Clusters:
         return out
 
 
-def band_keys(sig: np.ndarray, bands: int) -> np.ndarray:
-    """One 64-bit key per LSH band: a hash of the band's rows (a collision only adds a
-    candidate pair, which exact Jaccard then rejects)."""
-    rows = sig.reshape(bands, -1)
+def band_keys(sigs: np.ndarray, bands: int) -> np.ndarray:
+    """One 64-bit key per LSH band of each signature (rows of `sigs`, or one signature): a hash
+    of the band's rows (a collision only adds a candidate pair, which the signature estimate
+    and exact Jaccard then reject)."""
+    rows = np.asarray(sigs).reshape(*np.shape(sigs)[:-1], bands, -1)
     with np.errstate(over="ignore"):
-        key = rows[:, 0].copy()
-        for j in range(1, rows.shape[1]):
-            key = _mix(key * P + rows[:, j])
+        key = rows[..., 0].copy()
+        for j in range(1, rows.shape[-1]):
+            key = _mix(key * P + rows[..., j])
     return key
 
 
-BUCKET_ALL_PAIRS = 64  # members of one LSH bucket compared pairwise up to this size
+ESTIMATE_MARGIN = 0.15  # ~4 standard deviations of a 112-permutation estimate at Jaccard 0.8
+PAIR_BLOCK = 1 << 22  # signature-row comparisons held at once when estimating a big bucket
 
 
-def bucket_pairs(keys: np.ndarray, docs: np.ndarray, cap: int = BUCKET_ALL_PAIRS) -> np.ndarray:
-    """(earlier, later) candidate pairs of documents sharing a key; `docs` ascend.
+def min_agreement(threshold: float, num_perm: int) -> int:
+    """Signature positions two documents must share to be a candidate pair: their MinHash
+    estimate of Jaccard at least `threshold` - ESTIMATE_MARGIN."""
+    return max(1, math.ceil((threshold - ESTIMATE_MARGIN) * num_perm))
 
-    Every pair within a bucket of up to `cap` members, so the candidates do not depend on
-    document order: pairing only with the bucket's first member missed Y ~ Z when neither
-    was close to the first, and a split-order check then found them in different splits.
-    A bigger bucket (boilerplate) pairs its members with its first one. Sort-based."""
+
+def bucket_pairs(keys: np.ndarray, docs: np.ndarray, sigs: np.ndarray, agree: int) -> np.ndarray:
+    """(earlier, later) candidate pairs among documents sharing a key; `docs` ascend and
+    `sigs[d]` is document d's signature.
+
+    A pair is a candidate when it shares a bucket and its signatures agree in at least
+    `agree` positions: a rule about the pair alone, so candidates depend neither on document
+    order nor on who else is in the bucket. (Pairing only with a bucket's first member, or all
+    pairs up to a size cap, missed near-copies in big buckets; a check on the survivors then
+    saw smaller buckets and found them.) Every pair of a bucket is estimated, vectorised in
+    blocks; sort-based bucketing."""
     order = np.argsort(keys, kind="stable")  # stable: within a key, documents stay ascending
     k, d = keys[order], docs[order]
     starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
     sizes = np.diff(np.append(starts, len(k)))
     two = starts[sizes == 2]
-    pairs = [np.stack([d[two], d[two + 1]], axis=1)]
+    a, b = d[two], d[two + 1]
+    close = (sigs[a] == sigs[b]).sum(axis=1) >= agree
+    pairs = [np.stack([a[close], b[close]], axis=1)]
     for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist()):
         members = d[start : start + size]
-        if size <= cap:
-            i, j = np.triu_indices(size, 1)
-            pairs.append(np.stack([members[i], members[j]], axis=1))
-        else:
-            pairs.append(np.stack([np.full(size - 1, members[0]), members[1:]], axis=1))
+        member_sigs = sigs[members]
+        rows = max(1, PAIR_BLOCK // (size * member_sigs.shape[1]))
+        for first in range(0, size - 1, rows):
+            block = member_sigs[first : first + rows]
+            agreeing = (block[:, None, :] == member_sigs[None, :, :]).sum(axis=2)
+            i, j = np.nonzero(agreeing >= agree)
+            i += first
+            later = j > i
+            pairs.append(np.stack([members[i[later]], members[j[later]]], axis=1))
     return np.concatenate(pairs).astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True)
 class Signer:
-    """A document's LSH band keys from its `word_hashes`: a pure function, so signatures can
-    be computed in executor tasks and added to a `NearDupIndex` in document order."""
+    """A document's MinHash signature from its `word_hashes`: a pure function, so signatures
+    can be computed in executor tasks and added to a `NearDupIndex` in document order."""
 
     ngram: int = 5
     num_perm: int = 112
-    bands: int = 14
 
-    def keys(self, words: np.ndarray) -> np.ndarray:
-        sig = MinHasher(self.num_perm).signature(ngrams(words, self.ngram))
-        # A document without shingles gets all-MAX keys; `candidates` skips it.
-        return band_keys(sig, self.bands) if sig[0] != MAX_HASH else np.full(self.bands, MAX_HASH, dtype=U64)
+    def signature(self, words: np.ndarray) -> np.ndarray:
+        """All-MAX for a document without shingles (`candidates` skips it)."""
+        return MinHasher(self.num_perm).signature(ngrams(words, self.ngram))
 
 
 class NearDupIndex:
-    """Near-dedup over documents seen in order: `add` each text (its band keys are spooled
-    to an unlinked temp file in `spool_dir`, so memory holds no signatures), `candidates`
-    buckets one band at a time by sorting, `verify` takes the texts again (only candidate
-    pairs' shingles are rebuilt); then read `clusters` and `verified`."""
+    """Near-dedup over documents seen in order: `add` each text (its signature is spooled to
+    an unlinked temp file in `spool_dir`, so memory holds no signatures), `candidates`
+    buckets one band at a time by sorting and keeps pairs whose signatures agree enough,
+    `verify` takes the texts again (only candidate pairs' shingles are rebuilt); then read
+    `clusters` and `verified`."""
 
-    SPOOL_DOCS = 4096  # band keys buffered before a write
+    SPOOL_DOCS = 4096  # signatures buffered before a write
 
     def __init__(
         self,
@@ -227,8 +244,8 @@ class NearDupIndex:
         threshold: float = 0.8,
         spool_dir: Path | None = None,
     ) -> None:
-        self.ngram, self.bands, self.threshold = ngram, bands, threshold
-        self.signer = Signer(ngram, num_perm, bands)
+        self.ngram, self.num_perm, self.bands, self.threshold = ngram, num_perm, bands, threshold
+        self.signer = Signer(ngram, num_perm)
         # Unlinked at once (nothing to clean up after a crash); closed by `candidates`.
         self._spool = tempfile.TemporaryFile(dir=spool_dir, prefix=".albor-minhash-", suffix=".tmp")  # noqa: SIM115
         self._buffer: list[np.ndarray] = []
@@ -239,11 +256,11 @@ class NearDupIndex:
 
     def add(self, text: str) -> int:
         """Index one document."""
-        return self.add_keys(self.signer.keys(word_hashes(text)))
+        return self.add_signature(self.signer.signature(word_hashes(text)))
 
-    def add_keys(self, keys: np.ndarray) -> int:
-        """Index the next document by its `Signer.keys`."""
-        self._buffer.append(keys)
+    def add_signature(self, sig: np.ndarray) -> int:
+        """Index the next document by its `Signer.signature`."""
+        self._buffer.append(sig)
         if len(self._buffer) >= self.SPOOL_DOCS:
             self._flush()
         self.count += 1
@@ -255,28 +272,36 @@ class NearDupIndex:
             self._buffer = []
 
     def candidates(self) -> list[tuple[int, int]]:
-        """LSH candidate pairs (earlier, later), sorted; one band in memory at a time."""
+        """LSH candidate pairs (earlier, later), sorted; one band's keys in memory at a time,
+        signatures read from the spool as buckets need them."""
         self._flush()
         self._spool.flush()
         if not self.count:
             self.pairs = []
             return self.pairs
-        keys = np.memmap(self._spool, dtype=U64, mode="r", shape=(self.count, self.bands))
-        docs = np.flatnonzero(keys[:, 0] != MAX_HASH)
-        found = [bucket_pairs(np.ascontiguousarray(keys[docs, band]), docs) for band in range(self.bands)]
-        del keys
+        sigs = np.memmap(self._spool, dtype=U64, mode="r", shape=(self.count, self.num_perm))
+        docs = np.flatnonzero(sigs[:, 0] != MAX_HASH)
+        rows, agree = self.num_perm // self.bands, min_agreement(self.threshold, self.num_perm)
+        found = []
+        for band in range(self.bands):
+            keys = band_keys(np.ascontiguousarray(sigs[docs, band * rows : (band + 1) * rows]), 1)[:, 0]
+            found.append(bucket_pairs(keys, docs, sigs, agree))
+        del sigs
         self._spool.close()
         pairs = np.unique(np.concatenate(found), axis=0) if found else np.zeros((0, 2), dtype=np.int64)
         self.pairs = [(int(a), int(b)) for a, b in pairs]
         return self.pairs
 
     def verify(self, texts: Iterable[str]) -> None:
-        """Exact Jaccard for every candidate pair; `texts` are the added texts again, in order."""
+        """Exact Jaccard for every candidate pair not already in one cluster (that would not
+        change the clusters); `texts` are the added texts again, in order."""
         if not self._spool.closed:
             self.candidates()
         needed = {d for pair in self.pairs for d in pair}
         sets = {d: shingles(t, self.ngram) for d, t in enumerate(texts) if d in needed}
         for a, b in self.pairs:
+            if self.clusters.find(a) == self.clusters.find(b):
+                continue
             score = jaccard(sets[a], sets[b])
             if score >= self.threshold:
                 self.clusters.union(a, b)
