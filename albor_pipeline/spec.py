@@ -434,6 +434,10 @@ class PipelineSpec(_Model):
     automation: AutomationSpec = AutomationSpec()
     locking: LockingSpec = LockingSpec()
     execution: ExecutionSpec = ExecutionSpec()
+    # Per-source stages (ingested/, filtered/) write sets of Parquet shards holding up to
+    # about this many MB of text each; one task reads and writes one shard. A data setting,
+    # not an execution one: it decides the shard files, so changing it changes the bytes.
+    shard_mb: float = Field(32, gt=0)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineSpec:

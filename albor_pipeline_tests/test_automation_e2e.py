@@ -100,7 +100,7 @@ def test_daemon_rebuilds_only_what_an_edited_source_feeds(deployment) -> None:
         assert latest_run_id(instance, ["ingested", "b"]) == before["ingested/b"]
         assert latest_run_id(instance, ["provenance"]) in {r.run_id for r in runs}
     manifest = (server.data / "PROVENANCE.md").read_text(encoding="utf-8")
-    assert "ingested/a.parquet" in manifest
+    assert "ingested/a/part-00000-0000.parquet" in manifest
 
 
 def _graphql(server: Server):

@@ -206,9 +206,9 @@ def test_chat_ingestion_cleans_counts_and_names_bad_rows(tmp_path):
     path.parent.mkdir()
     path.write_bytes(gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode()))
     src = SourceSpec(name="c", kind="chat", path=path.parent, calculator=True)
-    result = ingest_source(src, tmp_path / "out.parquet", tmp_path)
-    texts = pq.read_table(tmp_path / "out.parquet").column("text").to_pylist()
-    assert result.artifact.rows == 3 and result.cleanup == {
+    result = ingest_source(src, tmp_path / "out", tmp_path)
+    texts = pq.read_table(tmp_path / "out").column("text").to_pylist()
+    assert result.rows == 3 and result.cleanup == {
         "folded_system": 1,
         "no_assistant": 1,
         "trimmed_trailing_user": 1,
@@ -234,17 +234,15 @@ def test_chat_ingestion_cleans_counts_and_names_bad_rows(tmp_path):
         bad.parent.mkdir()
         bad.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
         with pytest.raises(IngestError, match=rf"chat.jsonl:2: {message}"):
-            ingest_source(SourceSpec(name="b", kind="chat", path=bad.parent), tmp_path / "b.parquet", tmp_path)
+            ingest_source(SourceSpec(name="b", kind="chat", path=bad.parent), tmp_path / "b", tmp_path)
         if "messages" in row:  # on_error: skip counts it instead (a missing field stays an error)
             skip = SourceSpec(name="b", kind="chat", path=bad.parent, on_error="skip")
-            counted = ingest_source(skip, tmp_path / "b.parquet", tmp_path)
-            assert counted.skipped == {"malformed": 1} and counted.artifact.rows == 1
+            counted = ingest_source(skip, tmp_path / "b", tmp_path)
+            assert counted.skipped == {"malformed": 1} and counted.rows == 1
     # Parquet chat files: messages as a list of structs
     pq.write_table(pa.Table.from_pylist([good, good | {"id": 2}]), tmp_path / "p.parquet")
     assert (
-        ingest_source(
-            SourceSpec(name="p", kind="chat", path=tmp_path / "p.parquet"), tmp_path / "po.parquet", tmp_path
-        ).artifact.rows
+        ingest_source(SourceSpec(name="p", kind="chat", path=tmp_path / "p.parquet"), tmp_path / "po", tmp_path).rows
         == 2
     )
 
@@ -287,8 +285,8 @@ def test_synthetic_tasks_are_seeded_and_correct():
 def test_eval_set_renders_for_completion(chat_tok, tmp_path):
     tok_path, _ = chat_tok
     src = SourceSpec(name="mc", kind="mc", path=SAMPLES / "python_mc.jsonl")
-    ingest_source(src, tmp_path / "mc.parquet", tmp_path)
-    result = build_eval(tmp_path / "mc.parquet", tok_path, TOKENS, "auto", tmp_path / "eval.parquet", tmp_path)
+    ingest_source(src, tmp_path / "mc", tmp_path)
+    result = build_eval(tmp_path / "mc", tok_path, TOKENS, "auto", tmp_path / "eval.parquet", tmp_path)
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tok_path))
@@ -309,7 +307,7 @@ def test_eval_set_renders_for_completion(chat_tok, tmp_path):
     bad = tmp_path / "bad_mc.jsonl"
     bad.write_text(json.dumps({"question": "q", "choices": ["a", "b"], "answer": 5}) + "\n")
     with pytest.raises(IngestError, match=r"bad_mc.jsonl:1: answer must be a choice index"):
-        ingest_source(SourceSpec(name="m", kind="mc", path=bad), tmp_path / "m.parquet", tmp_path)
+        ingest_source(SourceSpec(name="m", kind="mc", path=bad), tmp_path / "m", tmp_path)
 
 
 def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):

@@ -9,18 +9,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from albor_pipeline.core.documents import build_documents
+from albor_pipeline.core.executor import LocalExecutor
 from albor_pipeline.core.files import fingerprint_files, list_source_files
 from albor_pipeline.core.ingest import IngestError, ingest_source, source_files, source_fingerprint
-from albor_pipeline.spec import SourceSpec
+from albor_pipeline.core.shards import read_shards, shard_files
+from albor_pipeline.spec import HoldoutSpec, SourceSpec
 
 from .support import STDLIB
 
 
 def ingest(tmp_path: Path, **kw) -> tuple:
     src = SourceSpec(**{"name": "s", **kw})
-    out = tmp_path / "out" / "ingested" / "s.parquet"
+    out = tmp_path / "out" / "ingested" / "s"
     result = ingest_source(src, out, tmp_path / "out")
-    return result, pq.read_table(out).to_pylist()
+    return result, read_shards(out).to_pylist()
 
 
 def test_real_stdlib_package_ingests_every_file(tmp_path):
@@ -33,8 +36,10 @@ def test_real_stdlib_package_ingests_every_file(tmp_path):
         assert row["text"] == text
         assert row["sha256"] == hashlib.sha256(text.encode()).hexdigest()
         assert row["source"] == "s"
-    assert result.artifact.rows == len(rows) == result.files
-    assert result.artifact.sha256 == hashlib.sha256((tmp_path / "out/ingested/s.parquet").read_bytes()).hexdigest()
+    assert result.rows == len(rows) == result.files
+    [shard] = result.artifacts
+    assert shard.path == "ingested/s/part-00000-0000.parquet"
+    assert shard.sha256 == hashlib.sha256((tmp_path / "out" / shard.path).read_bytes()).hexdigest()
 
 
 def test_code_source_skips_and_counts_bad_files(tmp_path):
@@ -118,7 +123,7 @@ def test_bad_data_files_raise_naming_file_and_line(tmp_path, kind, name, content
         (data / name).write_bytes(content)
     with pytest.raises(IngestError, match=message):
         ingest(tmp_path, kind=kind, path=data, min_chars=0)
-    assert not (tmp_path / "out" / "ingested" / "s.parquet").exists()
+    assert not (tmp_path / "out" / "ingested" / "s").exists()
 
 
 def test_empty_source_is_an_error_and_keeps_previous_output(tmp_path):
@@ -126,13 +131,14 @@ def test_empty_source_is_an_error_and_keeps_previous_output(tmp_path):
     root.mkdir()
     (root / "a.py").write_text("print('hello world')\n" * 10, encoding="utf-8")
     ingest(tmp_path, kind="code", path=root)
-    out = tmp_path / "out" / "ingested" / "s.parquet"
+    out = tmp_path / "out" / "ingested" / "s" / "part-00000-0000.parquet"
     before = out.read_bytes()
     (root / "a.py").write_text("x = 1\n", encoding="utf-8")  # now too short: 0 documents
     with pytest.raises(IngestError, match=r"produced 0 documents from 1 file\(s\).*too_short=1"):
         ingest(tmp_path, kind="code", path=root)
     assert out.read_bytes() == before
-    assert [p.name for p in out.parent.iterdir()] == ["s.parquet"]  # no temp file left behind
+    assert [p.name for p in out.parent.parent.iterdir()] == ["s"]  # no temp file or directory left behind
+    assert [p.name for p in out.parent.iterdir()] == [out.name]
     with pytest.raises(FileNotFoundError, match="does not exist"):
         ingest(tmp_path, kind="code", path=tmp_path / "nowhere")
 
@@ -140,7 +146,7 @@ def test_empty_source_is_an_error_and_keeps_previous_output(tmp_path):
 def test_ingestion_is_byte_identical_on_rerun(tmp_path):
     a, _ = ingest(tmp_path / "a", kind="code", path=STDLIB / "email")
     b, _ = ingest(tmp_path / "b", kind="code", path=STDLIB / "email")
-    assert a.artifact.sha256 == b.artifact.sha256 and a.artifact.rows == b.artifact.rows > 10
+    assert a.artifacts == b.artifacts and a.rows > 10
 
 
 def test_globs_and_fingerprint(tmp_path):
@@ -163,3 +169,26 @@ def test_globs_and_fingerprint(tmp_path):
     assert fingerprint_files(root, source_files(src).files, cache) != first
     assert source_fingerprint(src).sha256 == fingerprint_files(root, source_files(src).files)[0]
     assert (source_fingerprint(src).rows, source_fingerprint(src).bytes) == (2, 12)
+
+
+def test_a_source_becomes_bounded_shards_the_same_on_any_executor(tmp_path):
+    """`shard_mb` bounds each shard; the shards, concatenated, are the unsharded documents
+    in listing order, and a pool of two processes writes the very same files."""
+    src = SourceSpec(name="s", kind="code", path=STDLIB / "email")
+    whole = ingest_source(src, tmp_path / "whole", tmp_path)
+    small = ingest_source(src, tmp_path / "small", tmp_path, shard_mb=0.05)
+    pooled = ingest_source(src, tmp_path / "pooled", tmp_path, executor=LocalExecutor(2), shard_mb=0.05)
+    assert len(whole.artifacts) == 1 and len(small.artifacts) > 5
+    assert [(a.sha256, a.rows) for a in pooled.artifacts] == [(a.sha256, a.rows) for a in small.artifacts]
+    assert read_shards(tmp_path / "small").equals(read_shards(tmp_path / "whole"))
+    # Downstream, shards are read in order: `documents` writes the same bytes from either set.
+    built = [
+        build_documents(
+            [("s", p) for p in shard_files(tmp_path / name)], HoldoutSpec(), tmp_path / f"d_{name}", tmp_path
+        )
+        for name in ("whole", "small")
+    ]
+    assert [a.sha256 for a in built[0].artifacts.values()] == [a.sha256 for a in built[1].artifacts.values()]
+    for art in small.artifacts:  # a shard holds at most 0.05 MB of files, or one bigger file
+        files = pq.read_table(tmp_path / art.path, columns=["file"]).column(0).to_pylist()
+        assert sum((STDLIB / "email" / f).stat().st_size for f in files) <= 50_000 or len(files) == 1

@@ -80,10 +80,11 @@ def test_each_document_appears_floor_or_ceil_times(n_in, n_out):
 
 
 def _ingest_stdlib(tmp_path: Path, name: str, package: str) -> Path:
+    """The one shard of a stdlib package, ingested."""
     src = SourceSpec(name=name, kind="code", path=STDLIB / package)
-    out = tmp_path / "ingested" / f"{name}.parquet"
-    ingest_source(src, out, tmp_path)
-    return out
+    out = tmp_path / "ingested" / name
+    [shard] = ingest_source(src, out, tmp_path).artifacts
+    return tmp_path / shard.path
 
 
 def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
@@ -118,8 +119,8 @@ def test_document_keeps_its_split_when_sources_grow(tmp_path):
 
     def splits(run: str) -> dict[str, str]:
         out = tmp_path / run
-        ingest_source(src, out / "ingested" / "r.parquet", out)
-        build_documents([("r", out / "ingested" / "r.parquet")], holdout, out / "documents", out)
+        [shard] = ingest_source(src, out / "ingested" / "r", out).artifacts
+        build_documents([("r", out / shard.path)], holdout, out / "documents", out)
         return {
             row["file"]: s
             for s in ("train", "val", "test")

@@ -229,12 +229,14 @@ def bench_adversarial(corpora: list[Path], tok: Tokenizer, repeat: int) -> dict[
 
 
 def ingest_code(corpora: list[Path], work: Path) -> tuple[list[tuple[str, Path]], int]:
-    """The corpora ingested as code sources: (name, Parquet) and their text bytes."""
+    """The corpora ingested as code sources: (name, shard) of every shard, as `documents` reads
+    them, and their text bytes."""
     ingested, total = [], 0
     for src in code_sources(corpora):
-        out = work / "ingested" / f"{src.name}.parquet"
-        total += ingest_source(src, out, work).text_bytes
-        ingested.append((src.name, out))
+        out = work / "ingested" / src.name
+        result = ingest_source(src, out, work)
+        total += result.text_bytes
+        ingested += [(src.name, work / a.path) for a in result.artifacts]
     return ingested, total
 
 
@@ -245,7 +247,8 @@ def bench_hygiene(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any
     res: dict[str, Any] = {"corpus_mb": round(text_bytes / 1e6, 1)}
     sec, results = median_time(
         lambda: [
-            clean_source(out, HygieneSpec(), work / f"filtered_{n}.parquet", work, None, LOCAL) for n, out in ingested
+            clean_source(work / "ingested" / n, HygieneSpec(), work / "filtered" / n, work, None, LOCAL)
+            for n in dict(ingested)
         ],
         repeat,
     )
@@ -299,14 +302,14 @@ def bench_near_dedup(ingested: list[tuple[str, Path]], work: Path, repeat: int) 
         # sha1: datatrove's xxhash path passes str, which xxhash 4 rejects.
         hash_config=HashConfig(precision=64, hash_fc="sha1"),
     )
-    folder = ingested[0][1].parent
+    folder = work / "ingested"
     base = work / "datatrove_minhash"
 
     def run() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
         def reader() -> ParquetReader:
-            return ParquetReader(str(folder), glob_pattern="*.parquet", text_key="text", id_key="sha256")
+            return ParquetReader(str(folder), glob_pattern="*/part-*.parquet", text_key="text", id_key="sha256")
 
         sigs, buckets, ids = str(base / "sigs"), str(base / "buckets"), str(base / "ids")
         steps: list[tuple[list[Any], int]] = [
@@ -411,7 +414,7 @@ def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) 
         steps = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_SUCCESS)
         step_s = {e.step_key: e.dagster_event.event_specific_data.duration_ms / 1000 for e in steps}
         stage_s = sum(step_s.values())
-    ingested = (work / "artifacts" / "ingested").glob("*.parquet")
+    ingested = (work / "artifacts" / "ingested").rglob("*.parquet")  # shard sets (files before them)
     source_bytes = sum(pc.sum(pc.binary_length(pq.read_table(p, columns=["text"]).column(0))).as_py() for p in ingested)
     return {
         "wall_s": round(wall, 2),
@@ -565,13 +568,14 @@ def doubled_corpus(corpora: list[Path], work: Path) -> list[Path]:
 def task_costs(spec_path: Path, art: Path) -> dict[str, Any]:
     """Each per-shard task of a finished graph run, rerun inline and timed one by one: count,
     seconds (p50 / p90 / max / total) and input MB per stage. What a cluster plan scales."""
-    from albor_pipeline.core import hygiene as hy
     from albor_pipeline.core.documents import _scan_group, _ScanJob
     from albor_pipeline.core.encode import pick_encoder
     from albor_pipeline.core.encode_worker import EncodeJob, encode_row_group
-    from albor_pipeline.core.ingest import _ingest_group, file_groups
+    from albor_pipeline.core.hygiene import _clean_shard, _CleanJob
+    from albor_pipeline.core.ingest import _ingest_group, _IngestJob, file_groups
     from albor_pipeline.core.layout import Layout
     from albor_pipeline.core.neardup import Signer
+    from albor_pipeline.core.shards import MB, shard_files
     from albor_pipeline.spec import load_spec
 
     spec, layout = load_spec(spec_path), Layout(art)
@@ -585,20 +589,24 @@ def task_costs(spec_path: Path, art: Path) -> dict[str, Any]:
     def mb(path: Path, group: int) -> float:
         return pq.ParquetFile(path).metadata.row_group(group).total_byte_size / 1e6
 
+    scratch = Path(tempfile.mkdtemp(prefix="tasks-", dir=art.parent))  # task outputs, thrown away
     for src in spec.sources_of(SourceKind.code):
-        root = src.path
-        for group in file_groups(src, source_files(src).files):
+        root, max_bytes = src.path, int(spec.shard_mb * MB)
+        ingest_job = _IngestJob(src, str(scratch), max_bytes)
+        for i, group in enumerate(file_groups(src, source_files(src), max_bytes)):
             size = sum((Path(root) / rel).stat().st_size for rel in group) / 1e6
-            timed("ingest", partial(_ingest_group, src, group), size)
-        filtered = layout.ingested(src.name)
-        for g in range(pq.ParquetFile(filtered).num_row_groups):
-            timed("hygiene", partial(hy._clean_chunk, str(filtered), [g], src.hygiene), mb(filtered, g))
-        path = layout.filtered(src.name)
+            timed("ingest", partial(_ingest_group, ingest_job, (i, group)), size)
+        clean_job = _CleanJob(src.hygiene, str(scratch))
+        for shard in shard_files(layout.ingested(src.name)):
+            size = sum(mb(shard, g) for g in range(pq.ParquetFile(shard).num_row_groups))
+            timed("hygiene", partial(_clean_shard, clean_job, str(shard)), size)
         near = spec.near_dedup
-        job = _ScanJob((str(path),), Signer(near.ngram, near.num_perm), None)
-        for g in range(pq.ParquetFile(path).num_row_groups):
-            rows = tuple(range(pq.ParquetFile(path).metadata.row_group(g).num_rows))
-            timed("documents", partial(_scan_group, job, (0, g, 0, rows)), mb(path, g))
+        for path in shard_files(layout.filtered(src.name)):
+            job = _ScanJob((str(path),), Signer(near.ngram, near.num_perm), None)
+            for g in range(pq.ParquetFile(path).num_row_groups):
+                rows = tuple(range(pq.ParquetFile(path).metadata.row_group(g).num_rows))
+                timed("documents", partial(_scan_group, job, (0, g, 0, rows)), mb(path, g))
+    shutil.rmtree(scratch)
     fim = layout.fim("train")
     tok = Tokenizer.from_file(str(layout.tokenizer_json))
     encoder, _ = pick_encoder(tok, "auto", [])
@@ -697,8 +705,8 @@ def bench_loader(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any]
     from albor_pipeline.dataset import Batches, Sequences
 
     src = code_sources(corpora[:1])[0]
-    ingest_source(src, work / "ingested.parquet", work)
-    build_documents([(src.name, work / "ingested.parquet")], HoldoutSpec(), work / "documents", work)
+    shards = ingest_source(src, work / "ingested", work).artifacts
+    build_documents([(src.name, work / a.path) for a in shards], HoldoutSpec(), work / "documents", work)
     apply_fim(work / "documents/train.parquet", FimSpec(), work / "fim.parquet", work)
     tok_spec = TokenizerSpec(vocab_size=32768, max_chars=5_000_000)
     build_tokenizer(work / "documents/train.parquet", work / "documents/val.parquet", tok_spec, work / "tok", work)

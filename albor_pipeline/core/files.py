@@ -125,6 +125,7 @@ class SourceListing:
 
     files: list[str]
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> files
+    sizes: list[int] = field(default_factory=list)  # bytes of each file, as listed
 
 
 def _inside(path: str, root_real: str) -> bool:
@@ -136,7 +137,7 @@ def _list_remote(root: str, include: tuple[str, ...], exclude: tuple[str, ...]) 
     """The object-store listing with the local rules: hidden and pruned names skipped."""
     fs, base = remote(root)
     if is_file(root):
-        return SourceListing([PurePosixPath(base).name])
+        return SourceListing([PurePosixPath(base).name], sizes=[_stat(root)[0]])
     infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     if not infos and fs.get_file_info(base).type == pafs.FileType.NotFound:
         raise FileNotFoundError(f"source path does not exist or is empty: {root}")
@@ -149,8 +150,9 @@ def _list_remote(root: str, include: tuple[str, ...], exclude: tuple[str, ...]) 
         if any(p.startswith(".") for p in parts) or any(p in PRUNED_DIRS for p in parts[:-1]):
             continue
         if matches(rel, include) and not matches(rel, exclude):
-            found.append(rel)
-    return SourceListing(sorted(found))
+            found.append((rel, int(info.size or 0)))
+    found.sort()
+    return SourceListing([rel for rel, _ in found], sizes=[size for _, size in found])
 
 
 def list_source_files(
@@ -171,11 +173,11 @@ def list_source_files(
         parent = os.path.realpath(root.parent)
         if not follow_symlinks and root.is_symlink() and not _inside(str(root), parent):
             return SourceListing([], {"outside_root": 1})
-        return SourceListing([root.name])
+        return SourceListing([root.name], sizes=[root.stat().st_size])
     if not root.is_dir():
         raise FileNotFoundError(f"source path does not exist or is not a directory: {root}")
     root_real = os.path.realpath(root)
-    found: list[str] = []
+    found: list[tuple[str, int]] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in PRUNED_DIRS)
         rel_dir = os.path.relpath(dirpath, root)
@@ -189,9 +191,13 @@ def list_source_files(
                 if not follow_symlinks and os.path.islink(path) and not _inside(path, root_real):
                     skipped["outside_root"] += 1
                     continue
-                found.append(rel)
+                try:
+                    size = os.path.getsize(path)
+                except OSError:  # a dangling symlink: ingestion reports it unreadable
+                    size = 0
+                found.append((rel, size))
     found.sort()
-    return SourceListing(found, dict(skipped))
+    return SourceListing([rel for rel, _ in found], dict(skipped), [size for _, size in found])
 
 
 def source_root(path: Location) -> Location:

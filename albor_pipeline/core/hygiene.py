@@ -49,9 +49,10 @@ from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, staged_dir
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA, text_sha256
+from albor_pipeline.core.shards import Shard, iter_batches, shard_files
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import FilterSpec, HygieneSpec, RedactMode
 
@@ -250,7 +251,7 @@ def filter_reason(text: str, spec: FilterSpec) -> str | None:
 
 @dataclass
 class HygieneResult:
-    artifact: Artifact
+    artifacts: list[Artifact]  # the shard set, one shard per input shard
     documents_in: int
     kept: int
     removed: dict[str, int]  # reason -> documents
@@ -269,10 +270,20 @@ class _Chunk:
     removed: Counter[str] = field(default_factory=Counter)
     findings: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    shard: Shard | None = None  # the output shard, once written
 
     def note(self, reason: str, file: str) -> None:
         if len(self.examples[reason]) < EXAMPLES:
             self.examples[reason].append(file)
+
+    def add(self, other: _Chunk) -> None:
+        """Add `other`'s accounting (not its rows) to this one's."""
+        self.documents_in += other.documents_in
+        self.redacted += other.redacted
+        self.removed.update(other.removed)
+        self.findings.update(other.findings)
+        for reason, files in other.examples.items():
+            self.examples[reason] = (self.examples[reason] + files)[:EXAMPLES]
 
 
 _SCANNER: SecretScanner | None = None  # one per process
@@ -308,7 +319,29 @@ def _clean_chunk(path: str, groups: list[int], spec: HygieneSpec) -> _Chunk:
     return chunk
 
 
-CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups: ~2k documents a task
+CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups: ~2k documents a chunk
+
+
+@dataclass(frozen=True)
+class _CleanJob:
+    spec: HygieneSpec
+    staging: str
+
+
+def _clean_shard(job: _CleanJob, path: str) -> _Chunk:
+    """Filter and redact one input shard into the output shard of the same name, a chunk of
+    row groups at a time (memory bounded by a chunk): a pure function of the shard, so it
+    runs on any executor (a remote one needs the data dir shared)."""
+    groups = pq.ParquetFile(path).num_row_groups
+    total = _Chunk({})
+    out = Path(job.staging) / Path(path).name
+    with ParquetSink(out, DOC_SCHEMA) as sink:
+        for start in range(0, groups, CHUNK_ROW_GROUPS):
+            chunk = _clean_chunk(path, list(range(start, min(start + CHUNK_ROW_GROUPS, groups))), job.spec)
+            sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
+            total.add(chunk)
+    total.shard = Shard.of(out, sink.rows)
+    return total
 
 
 def clean_source(
@@ -319,35 +352,27 @@ def clean_source(
     progress: Progress | None = None,
     executor: Executor = INLINE,
 ) -> HygieneResult:
-    """Filter and redact one source's documents into `out`; every input is kept or counted.
-
-    Chunks of row groups run on `executor` (inline for up to two chunks on a local pool);
-    results are written in input order, so the output does not depend on where they ran.
-    """
-    groups = pq.ParquetFile(ingested).num_row_groups
-    per_chunk = CHUNK_ROW_GROUPS
-    chunks = [list(range(i, min(i + per_chunk, groups))) for i in range(0, groups, per_chunk)]
+    """Filter and redact one source's shard set into the shard set `out`; every input is kept
+    or counted. A task per shard on `executor`; the set commits whole, so the output does
+    not depend on where the tasks ran."""
+    inputs = [str(p) for p in shard_files(ingested)]
     total = _Chunk({})
-    with ParquetSink(out, DOC_SCHEMA) as sink:
-        task = partial(_clean_chunk, str(ingested), spec=spec)
-        for chunk in for_items(executor, len(chunks), 2).map(task, chunks):
-            sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
-            total.documents_in += chunk.documents_in
-            total.redacted += chunk.redacted
-            total.removed.update(chunk.removed)
-            total.findings.update(chunk.findings)
-            for reason, files in chunk.examples.items():
-                total.examples[reason] = (total.examples[reason] + files)[:EXAMPLES]
+    shards: list[Shard] = []
+    with staged_dir(out) as staging:
+        task = partial(_clean_shard, _CleanJob(spec, str(staging)))
+        for chunk in for_items(executor, len(inputs), 2).map(task, inputs):
+            assert chunk.shard is not None
+            shards.append(chunk.shard)
+            total.add(chunk)
             if progress:
                 progress(
                     f"hygiene: {total.documents_in:,} documents, {sum(total.removed.values()):,} removed, "
-                    f"{total.redacted:,} redacted"
+                    f"{total.redacted:,} redacted ({len(shards)}/{len(inputs)} shards)"
                 )
-        kept = sink.rows
     return HygieneResult(
-        artifact=record(out, data_root, rows=kept),
+        artifacts=[shard.artifact(out, data_root) for shard in shards],
         documents_in=total.documents_in,
-        kept=kept,
+        kept=sum(shard.rows for shard in shards),
         removed=dict(sorted(total.removed.items())),
         findings=dict(sorted(total.findings.items())),
         redacted_documents=total.redacted,
@@ -355,12 +380,12 @@ def clean_source(
     )
 
 
-def rescan(path: Path, sample: int = 2000) -> dict[str, int]:
-    """Findings left in the first `sample` documents of a hygiene output (the check)."""
+def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:
+    """Findings left in the first `sample` documents of a hygiene shard set (the check)."""
     scanner = SecretScanner()
     left: Counter[str] = Counter()
     seen = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=["text"]):
+    for batch in iter_batches(shards, ["text"], BATCH_ROWS):
         for text in batch.column(0).to_pylist():
             left.update(scanner.scan(text).counts)
             seen += 1

@@ -23,7 +23,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.core.artifacts import Artifact, staged_dir
 from albor_pipeline.core.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.files import (
@@ -39,6 +39,7 @@ from albor_pipeline.core.files import (
     source_root,
 )
 from albor_pipeline.core.layout import source_stage
+from albor_pipeline.core.shards import MB, Shard, ShardWriter
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.tasks import generate, read_words
 from albor_pipeline.spec import OnError, SourceKind, SourceSpec
@@ -55,11 +56,15 @@ class IngestError(ValueError):
 
 @dataclass
 class IngestResult:
-    artifact: Artifact
+    artifacts: list[Artifact]  # the shard set, in order
     files: int
     text_bytes: int
     skipped: dict[str, int] = field(default_factory=dict)
     cleanup: dict[str, int] = field(default_factory=dict)  # chat: what cleaning changed, by action
+
+    @property
+    def rows(self) -> int:
+        return sum(a.rows or 0 for a in self.artifacts)
 
 
 @dataclass
@@ -348,86 +353,111 @@ def iter_documents(src: SourceSpec, files: list[str], counts: Counts) -> Iterato
 
 @dataclass
 class _Part:
-    """One group of files, ingested: its documents as record batches and what it left out."""
+    """One task's files, ingested: the shards it wrote and what it left out."""
 
-    batches: list[pa.RecordBatch]
+    shards: list[Shard]
     counts: Counts
     text_bytes: int
 
 
-def _ingest_group(src: SourceSpec, files: list[str]) -> _Part:
-    """The documents of `files` (a group of one source's files), length-filtered, hashed and
-    batched: a pure function of its files, so groups run on any executor."""
+@dataclass(frozen=True)
+class _IngestJob:
+    """What every ingestion task needs: the source, where shards go, and their size."""
+
+    src: SourceSpec
+    staging: str
+    max_bytes: int
+
+
+def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
+    """Task `item` = (index, files of one source): its documents, length-filtered, hashed and
+    written as shards `part-<index>-*` into the staging directory. A pure function of its
+    files, so tasks run on any executor (a remote one needs the data dir shared)."""
+    task, files = item
+    src = job.src
     counts = Counts()
     skipped = counts.skipped
     structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
-    batches: list[pa.RecordBatch] = []
     text_bytes = pending = 0
-    for rel, text in iter_documents(src, files, counts):
-        n = len(text)
-        if n < src.min_chars and not structured:
-            skipped["too_short"] += 1
-            continue
-        if n > src.max_chars and not structured:
-            skipped["too_long"] += 1
-            continue
-        encoded = text.encode("utf-8")
-        text_bytes += len(encoded)
-        pending += len(encoded)
-        cols["text"].append(text)
-        cols["source"].append(src.name)
-        cols["file"].append(rel)
-        cols["sha256"].append(hashlib.sha256(encoded).hexdigest())
-        if len(cols["text"]) >= BATCH_ROWS or pending >= BATCH_BYTES:
-            batches.append(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA))
-            cols = {name: [] for name in DOC_SCHEMA.names}
-            pending = 0
-    if cols["text"]:
-        batches.append(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA))
-    return _Part(batches, counts, text_bytes)
+    with ShardWriter(Path(job.staging), task, DOC_SCHEMA, job.max_bytes) as writer:
+        for rel, text in iter_documents(src, files, counts):
+            n = len(text)
+            if n < src.min_chars and not structured:
+                skipped["too_short"] += 1
+                continue
+            if n > src.max_chars and not structured:
+                skipped["too_long"] += 1
+                continue
+            encoded = text.encode("utf-8")
+            text_bytes += len(encoded)
+            pending += len(encoded)
+            cols["text"].append(text)
+            cols["source"].append(src.name)
+            cols["file"].append(rel)
+            cols["sha256"].append(hashlib.sha256(encoded).hexdigest())
+            if len(cols["text"]) >= BATCH_ROWS or pending >= BATCH_BYTES:
+                writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
+                cols = {name: [] for name in DOC_SCHEMA.names}
+                pending = 0
+        if cols["text"]:
+            writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
+    return _Part(writer.shards, counts, text_bytes)
 
 
-def file_groups(src: SourceSpec, files: list[str]) -> list[list[str]]:
-    """Ingestion's per-shard tasks: code in groups of `READ_CHUNK` files, a data file each,
-    a chat/synthetic/multiple-choice source whole (a task's words span its files)."""
+def file_groups(src: SourceSpec, listing: SourceListing, max_bytes: int) -> list[list[str]]:
+    """Ingestion's tasks: consecutive files of up to `max_bytes` together (a bigger file alone),
+    so a task writes about one shard; a chat/synthetic/multiple-choice source whole (a
+    task's words span its files)."""
     if src.kind in _STRUCTURED_READERS:
-        return [files]
-    size = READ_CHUNK if src.kind is SourceKind.code else 1
-    return [files[i : i + size] for i in range(0, len(files), size)]
+        return [listing.files]
+    groups: list[list[str]] = []
+    held = 0
+    for rel, size in zip(listing.files, listing.sizes, strict=True):
+        if not groups or held + size > max_bytes:
+            groups.append([])
+            held = 0
+        groups[-1].append(rel)
+        held += size
+    return groups
 
 
 def ingest_source(
-    src: SourceSpec, out: Path, data_root: Path, progress: Progress | None = None, executor: Executor = INLINE
+    src: SourceSpec,
+    out: Path,
+    data_root: Path,
+    progress: Progress | None = None,
+    executor: Executor = INLINE,
+    shard_mb: float = 32,
 ) -> IngestResult:
-    """Write `src` as Parquet at `out`; raise on an empty source (nothing is replaced).
-
-    File groups run on `executor` and are written in listing order, so the file is the
-    same wherever they ran."""
+    """Write `src` as a shard set (directory `out`); raise on an empty source (nothing is
+    replaced). Tasks write their shards wherever they run; the set commits whole."""
     listing = source_files(src)
     files = listing.files
     counts = Counts(Counter(listing.skipped))
     text_bytes = 0
-    groups = file_groups(src, files)
-    with ParquetSink(out, DOC_SCHEMA) as sink:
-        for part in for_items(executor, len(groups), 2).map(partial(_ingest_group, src), groups):
-            for batch in part.batches:
-                sink.write(batch)
+    max_bytes = int(shard_mb * MB)
+    groups = list(enumerate(file_groups(src, listing, max_bytes)))
+    shards: list[Shard] = []
+    with staged_dir(out) as staging:
+        job = _IngestJob(src, str(staging), max_bytes)
+        for part in for_items(executor, len(groups), 2).map(partial(_ingest_group, job), groups):
+            shards += part.shards
             counts.skipped.update(part.counts.skipped)
             counts.cleanup.update(part.counts.cleanup)
             text_bytes += part.text_bytes
-            if progress and part.batches:
-                progress(f"{src.name}: {sink.rows:,} documents, {text_bytes / 1e6:.1f} MB")
-        if sink.rows == 0:
+            if progress and part.shards:
+                rows = sum(s.rows for s in shards)
+                progress(f"{src.name}: {rows:,} documents in {len(shards)} shard(s), {text_bytes / 1e6:.1f} MB")
+        if not shards:
             reasons = ", ".join(f"{k}={v}" for k, v in sorted(counts.skipped.items())) or "no matching files"
             raise IngestError(
                 f"source {src.name!r} produced 0 documents from {len(files)} file(s) under {src.path} ({reasons}); "
                 "the previous materialization, if any, is kept"
             )
-        rows = sink.rows
     skipped = counts.skipped
     return IngestResult(
-        artifact=record(out, data_root, rows=rows),
+        artifacts=[shard.artifact(out, data_root) for shard in shards],
         files=len(files),
         text_bytes=text_bytes,
         skipped=dict(sorted(skipped.items())),

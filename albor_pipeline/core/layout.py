@@ -76,10 +76,12 @@ class Layout:
     root: Path
 
     def ingested(self, source: str) -> Path:
-        return self.root / "ingested" / f"{source}.parquet"
+        """A shard set (`core/shards.py`): a directory of `part-*.parquet`."""
+        return self.root / "ingested" / source
 
     def filtered(self, source: str) -> Path:
-        return self.root / "filtered" / f"{source}.parquet"
+        """A shard set, one shard per ingested shard."""
+        return self.root / "filtered" / source
 
     @property
     def documents_dir(self) -> Path:

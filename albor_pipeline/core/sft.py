@@ -26,6 +26,7 @@ from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, re
 from albor_pipeline.core.chat import LETTERS, ChatIds, Message, Piece, mc_prompt, render_pieces
 from albor_pipeline.core.corpus import token_dtype
 from albor_pipeline.core.encode import Encoder, encode_lists, pick_encoder
+from albor_pipeline.core.shards import read_shards
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat
 
@@ -216,7 +217,7 @@ def build_eval(
     """Render every multiple-choice item for completion into `out`."""
     tok = Tokenizer.from_file(str(tokenizer_path))
     ids = ChatIds.of(tok, tokens)
-    items = pq.read_table(ingested_path, columns=["text", "sha256"])
+    items = read_shards(ingested_path, ["text", "sha256"])
     parsed = [json.loads(t) for t in items.column("text").to_pylist()]
     prompts = [[{"role": "user", "content": mc_prompt(i["question"], i["choices"])}] for i in parsed]
     encoder, _ = pick_encoder(tok, encoder_choice, [p[0]["content"] for p in prompts[:64]])

@@ -18,6 +18,7 @@ from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.ingest import DOC_SCHEMA
 from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, benchmark_stage, filtered_stage, ingested_stage
 from albor_pipeline.core.markdown import markdown_table
+from albor_pipeline.core.shards import shard_files
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, DecontaminateSpec, NearDedupSpec, PipelineSpec
@@ -45,7 +46,7 @@ INPUTS: dict[str, tuple[Callable[[str], str], Callable[[Layout, str], Path]]] = 
 def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext, config: HoldoutConfig) -> StageOutput:
     settings = resolve(spec.holdout, config, f"{stage} run config")
     layout = ctx.layout
-    sources = [(n, INPUTS[stage][1](layout, n)) for n in names]
+    sources = [(n, shard) for n in names for shard in shard_files(INPUTS[stage][1](layout, n))]
     # Conversations: exact dedup only. Documents: also near dedup and decontamination.
     near = spec.near_dedup if stage == DOCUMENTS else None
     decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None

@@ -41,12 +41,13 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
         "examples": result.examples,
     }
     return StageOutput(
-        artifacts=[result.artifact],
+        artifacts=result.artifacts,
         config=settings.model_dump(mode="json"),
         summary=summary,
         metadata={
             "documents_in": result.documents_in,
             "kept": result.kept,
+            "shards": len(result.artifacts),
             "removed_total": sum(result.removed.values()),
             "removed": dg.MetadataValue.md(
                 markdown_table([{"reason": k, "documents": v} for k, v in result.removed.items()]) or "none"

@@ -85,14 +85,16 @@ def _benchmark(bench: BenchmarkSpec) -> dg.SourceAsset:
     )
 
 
-def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOutput:
+def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestConfig) -> StageOutput:
     resolved = resolve(src, config, f"{ingested_stage(src.name)} run config")
     layout = ctx.layout
     source = source_fingerprint(resolved, layout.fingerprint_cache(src.name))
-    result = ingest_source(resolved, layout.ingested(src.name), layout.root, ctx.log.info, ctx.executor)
+    out = layout.ingested(src.name)
+    result = ingest_source(resolved, out, layout.root, ctx.log.info, ctx.executor, shard_mb)
     summary = {
         "files": result.files,
-        "documents": result.artifact.rows,
+        "documents": result.rows,
+        "shards": len(result.artifacts),
         "text_bytes": result.text_bytes,
         "skipped": result.skipped,
         "cleanup": result.cleanup,
@@ -100,8 +102,8 @@ def ingest(src: SourceSpec, ctx: StageContext, config: IngestConfig) -> StageOut
     }
     skipped = markdown_table([{"reason": k, "files": v} for k, v in result.skipped.items()])
     return StageOutput(
-        artifacts=[result.artifact],
-        config=resolved.model_dump(mode="json"),
+        artifacts=result.artifacts,
+        config={**resolved.model_dump(mode="json"), "shard_mb": shard_mb},
         summary=summary,
         inputs=[source],
         metadata={
@@ -134,7 +136,7 @@ def stages(spec: PipelineSpec) -> list[Stage[IngestConfig]]:
             description=DESCRIPTIONS.get(src.kind, DESCRIPTIONS[SourceKind.code]).format(name=src.name),
             config=IngestConfig,
             defaults=spec_defaults(IngestConfig, src),
-            work=partial(ingest, src),
+            work=partial(ingest, src, spec.shard_mb),
             observes=(source_stage(src.name),),
             checks=(schema_check(DOC_SCHEMA),),
         )
