@@ -65,11 +65,11 @@ def test_documents_drop_contaminated_train_documents_only(tmp_path):
     report = result.decontaminated
     assert report["dropped"] == {"b": 2} and report["benchmarks"]["python_bench"]["train_dropped"] == 2
     assert result.rows["train"] == {"a": len(originals), "b": 0}  # no distinct real file removed
-    kept = set(pq.read_table(tmp_path / "d" / "train.parquet").column("text").to_pylist())
+    kept = set(pq.read_table(tmp_path / "d" / "train").column("text").to_pylist())
     assert kept == set(originals)
-    assert check_no_contamination(tmp_path / "d" / "train.parquet", SPEC).passed
+    assert check_no_contamination(tmp_path / "d" / "train", SPEC).passed
     plain = build_documents([("a", a), ("b", b)], ALL_TRAIN, tmp_path / "p", tmp_path)
-    leak = check_no_contamination(tmp_path / "p" / "train.parquet", SPEC)
+    leak = check_no_contamination(tmp_path / "p" / "train", SPEC)
     assert plain.decontaminated == {} and not leak.passed and leak.metadata["per_benchmark"] == {"python_bench": 2}
     # Held-out documents keep benchmark text: only train must be clean.
     held = build_documents(

@@ -21,7 +21,7 @@ from albor_pipeline.core.executor import INLINE, LocalExecutor, RayExecutor, Tas
 from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.hygiene import clean_source
 from albor_pipeline.core.ingest import ingest_source
-from albor_pipeline.core.shards import shard_files
+from albor_pipeline.core.shards import read_shards, shard_files
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.spec import (
@@ -140,7 +140,8 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
             None,
             ex,
         )
-        train = tmp_path / f"d_{name}" / "train.parquet"
+        train = tmp_path / f"train_{name}.parquet"  # the train split in one file of many row groups
+        pq.write_table(read_shards(tmp_path / f"d_{name}" / "train"), train, row_group_size=64)
         fimmed = apply_fim(train, FimSpec(rate=0.5), tmp_path / f"f_{name}.parquet", tmp_path, executor=ex)
         corpus = build_corpus(fim_in, tok, CorpusSpec(seq_len=100), tmp_path / f"c_{name}", tmp_path, ex)
         outputs[name] = [

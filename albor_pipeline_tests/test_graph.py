@@ -139,7 +139,7 @@ def test_provenance_files_and_verify(built, capsys):
     prov = json.loads((out / "provenance.json").read_text())
     paths = {a["path"] for a in prov["artifacts"]}
     assert {
-        "documents/train.parquet",
+        "documents/train/part-00000-0000.parquet",
         "tokenizer/tokenizer.json",
         "corpus/train/part-00000.parquet",
         "corpus/val/megatron.idx",

@@ -13,8 +13,9 @@ from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.executor import LocalExecutor
 from albor_pipeline.core.files import fingerprint_files, list_source_files
 from albor_pipeline.core.ingest import IngestError, ingest_source, source_files, source_fingerprint
+from albor_pipeline.core.mix import mix_documents
 from albor_pipeline.core.shards import read_shards, shard_files
-from albor_pipeline.spec import HoldoutSpec, SourceSpec
+from albor_pipeline.spec import HoldoutSpec, SourceSpec, SplitMixSpec
 
 from .support import STDLIB
 
@@ -181,14 +182,16 @@ def test_a_source_becomes_bounded_shards_the_same_on_any_executor(tmp_path):
     assert len(whole.artifacts) == 1 and len(small.artifacts) > 5
     assert [(a.sha256, a.rows) for a in pooled.artifacts] == [(a.sha256, a.rows) for a in small.artifacts]
     assert read_shards(tmp_path / "small").equals(read_shards(tmp_path / "whole"))
-    # Downstream, shards are read in order: `documents` writes the same bytes from either set.
-    built = [
-        build_documents(
-            [("s", p) for p in shard_files(tmp_path / name)], HoldoutSpec(), tmp_path / f"d_{name}", tmp_path
-        )
-        for name in ("whole", "small")
-    ]
-    assert [a.sha256 for a in built[0].artifacts.values()] == [a.sha256 for a in built[1].artifacts.values()]
+    # Downstream, shards are read in order: `documents` splits hold the same rows in the same
+    # order (in as many shards as its input had), and the mix writes the very same bytes.
+    mixed = []
+    for name in ("whole", "small"):
+        docs = tmp_path / f"d_{name}"
+        built = build_documents([("s", p) for p in shard_files(tmp_path / name)], HoldoutSpec(), docs, tmp_path)
+        assert [len(built.artifacts[s]) for s in ("train", "val", "test")] == [len(shard_files(tmp_path / name))] * 3
+        mixed.append(mix_documents(docs / "train", SplitMixSpec(), ["s"], tmp_path / f"m_{name}.parquet", tmp_path))
+    assert read_shards(tmp_path / "d_whole" / "train").equals(read_shards(tmp_path / "d_small" / "train"))
+    assert mixed[0].artifact.sha256 == mixed[1].artifact.sha256 and mixed[0].artifact.rows > 10
     for art in small.artifacts:  # a shard holds at most 0.05 MB of files, or one bigger file
         files = pq.read_table(tmp_path / art.path, columns=["file"]).column(0).to_pylist()
         assert sum((STDLIB / "email" / f).stat().st_size for f in files) <= 50_000 or len(files) == 1

@@ -95,7 +95,7 @@ def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
     result = build_documents([("a", a), ("b", b), ("c", c)], holdout, tmp_path / "documents", tmp_path)
     n_a = pq.read_metadata(a).num_rows
     assert result.duplicates == {"a <- b": n_a}
-    tables = {s: pq.read_table(tmp_path / "documents" / f"{s}.parquet") for s in ("train", "val", "test")}
+    tables = {s: pq.read_table(tmp_path / "documents" / s) for s in ("train", "val", "test")}
     hashes = {s: set(t.column("sha256").to_pylist()) for s, t in tables.items()}
     assert (
         not (hashes["train"] & hashes["val"])
@@ -124,7 +124,7 @@ def test_document_keeps_its_split_when_sources_grow(tmp_path):
         return {
             row["file"]: s
             for s in ("train", "val", "test")
-            for row in pq.read_table(out / "documents" / f"{s}.parquet", columns=["file"]).to_pylist()
+            for row in pq.read_table(out / "documents" / s, columns=["file"]).to_pylist()
         }
 
     before = splits("before")

@@ -63,15 +63,15 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     assert kept.near["removed"] == {} and sum(sum(r.values()) for r in kept.rows.values()) == len(originals) + 7
     split_of = {}
     for split in ("train", "val", "test"):
-        for text in pq.read_table(tmp_path / "k" / f"{split}.parquet").column("text").to_pylist():
+        for text in pq.read_table(tmp_path / "k" / split).column("text").to_pylist():
             split_of[text] = split
     assert all(split_of[c] == split_of[o] for c, o in zip(copies, originals))  # cluster-aware holdout
     for out in ("r", "k"):
-        paths = {s: tmp_path / out / f"{s}.parquet" for s in ("train", "val", "test")}
+        paths = {s: tmp_path / out / s for s in ("train", "val", "test")}
         assert check_no_near_leak(paths, 5, 112, 14, 0.8).passed
     # A content-hash holdout alone puts near-copies across splits: the check sees it.
     plain = build_documents([("a", a), ("b", b)], holdout, tmp_path / "p", tmp_path)
-    paths = {s: tmp_path / "p" / f"{s}.parquet" for s in ("train", "val", "test")}
+    paths = {s: tmp_path / "p" / s for s in ("train", "val", "test")}
     leak = check_no_near_leak(paths, 5, 112, 14, 0.8)
     assert plain.near == {} and not leak.passed and leak.metadata["crossing"] >= 1
 

@@ -98,7 +98,7 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     res["documents_mb_s"] = round(text_bytes / 1e6 / sec, 1)
     names = [name for name, _ in ingested]
     sec, _ = median_time(
-        lambda: mix_documents(work / "documents/train.parquet", SplitMixSpec(), names, work / "mixed.parquet", work),
+        lambda: mix_documents(work / "documents" / "train", SplitMixSpec(), names, work / "mixed.parquet", work),
         repeat,
     )
     mixed_bytes = sum(len(t.encode()) for b in iter_texts(work / "mixed.parquet") for t in b)
@@ -131,7 +131,7 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     ours, bare = [], []
     for _ in range(repeat):
         start = time.perf_counter()
-        result = build_tokenizer(work / "mixed.parquet", work / "documents/val.parquet", spec, work / "tok", work)
+        result = build_tokenizer(work / "mixed.parquet", work / "documents" / "val", spec, work / "tok", work)
         ours.append(result.report["train_seconds"])  # training alone, as the bare run measures
         ours_total = time.perf_counter() - start
         bare.append(median_time(bare_train, 1)[0])
@@ -142,7 +142,7 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     res["tokenizer_train_ratio"] = round(statistics.median(ours) / statistics.median(bare), 3)
     res["tokenizer_trainer"] = spec.trainer.value
     # Quality: bytes/token on the val documents, ours against the bare HF-trained tokenizer.
-    val_texts = [t for b in iter_texts(work / "documents/val.parquet") for t in b]
+    val_texts = [t for b in iter_texts(work / "documents" / "val") for t in b]
     val_bytes = sum(len(t.encode()) for t in val_texts)
     for name, trained_tok in (
         ("ours", Tokenizer.from_file(str(work / "tok" / "tokenizer.json"))),
@@ -707,9 +707,10 @@ def bench_loader(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any]
     src = code_sources(corpora[:1])[0]
     shards = ingest_source(src, work / "ingested", work).artifacts
     build_documents([(src.name, work / a.path) for a in shards], HoldoutSpec(), work / "documents", work)
-    apply_fim(work / "documents/train.parquet", FimSpec(), work / "fim.parquet", work)
+    mix_documents(work / "documents" / "train", SplitMixSpec(), [src.name], work / "mixed.parquet", work)
+    apply_fim(work / "mixed.parquet", FimSpec(), work / "fim.parquet", work)
     tok_spec = TokenizerSpec(vocab_size=32768, max_chars=5_000_000)
-    build_tokenizer(work / "documents/train.parquet", work / "documents/val.parquet", tok_spec, work / "tok", work)
+    build_tokenizer(work / "mixed.parquet", work / "documents" / "val", tok_spec, work / "tok", work)
     spec = CorpusSpec(formats=["parquet", "nanogpt"])
     corpus = work / "corpus"
     build_corpus(work / "fim.parquet", work / "tok/tokenizer.json", spec, corpus, work, LOCAL)

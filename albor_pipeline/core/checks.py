@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from albor_pipeline.core.chat import ChatIds, assistant_text
 from albor_pipeline.core.decontam import contaminated
 from albor_pipeline.core.neardup import NearDupIndex
+from albor_pipeline.core.shards import iter_batches
 from albor_pipeline.core.vocab import EOS, PAD, added_tokens, token_to_bytes
 from albor_pipeline.spec import ChatTokens, DecontaminateSpec
 
@@ -48,13 +49,13 @@ def check_schema(paths: list[Path], expected: pa.Schema) -> CheckOutcome:
 
 def _hashes(path: Path) -> set[str]:
     out: set[str] = set()
-    for batch in pq.ParquetFile(path).iter_batches(columns=["sha256"], batch_size=65536):
+    for batch in iter_batches(path, ["sha256"], 65536):
         out.update(batch.column(0).to_pylist())
     return out
 
 
 def check_no_leak(train: Path, *held_out: Path) -> CheckOutcome:
-    """No held-out document (by sha256) is also in train."""
+    """No held-out document (by sha256) is also in train (each a Parquet file or shard set)."""
     train_hashes = _hashes(train)
     leaks = {p.stem: len(_hashes(p) & train_hashes) for p in held_out}
     return CheckOutcome(
@@ -325,14 +326,14 @@ def check_no_near_leak(paths: dict[str, Path], ngram: int, num_perm: int, bands:
     index = NearDupIndex(ngram, num_perm, bands, threshold)
     split_of_doc: list[str] = []
     for split, path in paths.items():
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=2048, columns=["text"]):
+        for batch in iter_batches(path, ["text"]):
             for text in batch.column(0).to_pylist():
                 index.add(text)
                 split_of_doc.append(split)
 
     def texts() -> Iterator[str]:
         for path in paths.values():
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=2048, columns=["text"]):
+            for batch in iter_batches(path, ["text"]):
                 yield from batch.column(0).to_pylist()
 
     index.verify(texts())

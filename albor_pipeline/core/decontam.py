@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import Artifact, sha256_file
 from albor_pipeline.core.ingest import IngestError, data_file_texts
 from albor_pipeline.core.layout import benchmark_stage
 from albor_pipeline.core.neardup import ngrams, word_hashes
+from albor_pipeline.core.shards import iter_batches
 from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec
 
 
@@ -82,10 +82,11 @@ def _any_in(needles: np.ndarray, sorted_haystack: np.ndarray) -> bool:
 
 
 def contaminated(path: Path, spec: DecontaminateSpec) -> Counter[str]:
-    """Per benchmark, how many documents of the Parquet at `path` share an n-gram with it."""
+    """Per benchmark, how many documents of the Parquet file or shard set at `path` share an
+    n-gram with it."""
     found: Counter[str] = Counter()
     decon = Decontaminator(spec)
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=2048, columns=["text"]):
+    for batch in iter_batches(path, ["text"]):
         for text in batch.column(0).to_pylist():
             found.update(decon.hits(word_hashes(text)))
     return found

@@ -20,11 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, record, staged_dir
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, staged_dir
 from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.core.neardup import NearDupIndex, Signer, word_hashes
+from albor_pipeline.core.shards import Shard, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
 
@@ -42,7 +43,7 @@ def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:
 
 @dataclass
 class DocumentsResult:
-    artifacts: dict[str, Artifact]
+    artifacts: dict[str, list[Artifact]]  # split -> its shard set, a shard per input shard
     rows: dict[str, dict[str, int]]  # split -> source -> rows
     duplicates: dict[str, int] = field(default_factory=dict)  # "kept_source <- dropped_source" -> n
     near: dict[str, Any] = field(default_factory=dict)  # near-dedup: removed per source, clusters, examples
@@ -149,6 +150,22 @@ def _scan(
     return near_report, decon_report
 
 
+def _write_splits(staging: str, item: tuple[int, str, list[str | None]]) -> dict[str, Shard]:
+    """Input shard `item` = (index, path, its documents' labels) written as shard `index` of
+    each split's set (possibly empty, so every split has a shard per input shard): a pure
+    function of the shard and its labels, so it runs on any executor."""
+    i, path, labels = item
+    with ExitStack() as stack:
+        sinks = {s: stack.enter_context(ParquetSink(Path(staging) / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS}
+        start = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+            label_arr = pa.array(labels[start : start + batch.num_rows], pa.string())
+            start += batch.num_rows
+            for split in SPLITS:
+                sinks[split].write(batch.filter(pc.fill_null(pc.equal(label_arr, split), False)))
+    return {s: Shard.of(sink.path, sink.rows) for s, sink in sinks.items()}
+
+
 def _near_dedup(
     index: NearDupIndex,
     inputs: list[tuple[str, Path]],
@@ -197,8 +214,9 @@ def build_documents(
     decon: Decontaminator | None = None,
     executor: Executor = INLINE,
 ) -> DocumentsResult:
-    """Dedup `inputs` (source name, Parquet) in order and write one Parquet per split: exact
-    duplicates first, then (with `near`) near-duplicate clusters, then (with `decon`) train
+    """Dedup `inputs` (source name, Parquet shard) in order and write each split as a shard set
+    under `out_dir` (shard i of a split holds input shard i's documents of it, written by a
+    task on `executor`): exact duplicates first, then (with `near`) near-duplicate clusters, then (with `decon`) train
     documents sharing an n-gram with a benchmark."""
     first_source: dict[bytes, str] = {}
     duplicates: Counter = Counter()
@@ -221,21 +239,20 @@ def build_documents(
         _scan(inputs, labels, near, decon, out_dir.parent, progress, executor) if near or decon else ({}, {})
     )
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
-    with staged_dir(out_dir) as staging, ExitStack() as stack:
-        sinks = {s: stack.enter_context(ParquetSink(staging / f"{s}.parquet", DOC_SCHEMA)) for s in SPLITS}
-        for i, (name, path) in enumerate(inputs):
-            start = 0
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
-                label_arr = pa.array(labels[i][start : start + batch.num_rows], pa.string())
-                start += batch.num_rows
-                for split in SPLITS:
-                    part = batch.filter(pc.fill_null(pc.equal(label_arr, split), False))
-                    sinks[split].write(part)
-                    rows[split][name] += part.num_rows
-            if progress:
-                progress(f"documents: {name} done")
+    shards: dict[str, list[Artifact]] = {s: [] for s in SPLITS}
+    with staged_dir(out_dir) as staging:
+        for split in SPLITS:
+            (staging / split).mkdir()
+        items = [(i, str(path), labels[i]) for i, (_, path) in enumerate(inputs)]
+        written = for_items(executor, len(items), 2).map(partial(_write_splits, str(staging)), items)
+        for (name, _), parts in zip(inputs, written):
+            for split, shard in parts.items():
+                shards[split].append(shard.artifact(out_dir / split, data_root))
+                rows[split][name] += shard.rows
+        if progress:
+            progress(f"documents: {len(inputs)} input shard(s) split")
     return DocumentsResult(
-        artifacts={s: record(out_dir / f"{s}.parquet", data_root, rows=sinks[s].rows) for s in SPLITS},
+        artifacts=shards,
         rows={s: dict(rows[s]) for s in SPLITS},
         duplicates=dict(sorted(duplicates.items())),
         near=report,

@@ -88,7 +88,8 @@ class Layout:
         return self.root / DOCUMENTS
 
     def documents(self, split: str) -> Path:
-        return self.documents_dir / f"{split}.parquet"
+        """A shard set, a shard per filtered shard."""
+        return self.documents_dir / split
 
     def mixed(self, split: str) -> Path:
         return self.root / "mixed" / f"{split}.parquet"
@@ -116,7 +117,8 @@ class Layout:
         return self.root / CONVERSATIONS
 
     def conversations(self, split: str) -> Path:
-        return self.conversations_dir / f"{split}.parquet"
+        """A shard set, a shard per ingested shard."""
+        return self.conversations_dir / split
 
     def chat_mixed(self, split: str) -> Path:
         return self.root / "chat_mixed" / f"{split}.parquet"

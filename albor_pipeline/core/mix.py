@@ -20,10 +20,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
 from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, record
 from albor_pipeline.core.ingest import DOC_SCHEMA
+from albor_pipeline.core.shards import iter_batches, parquet_files
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import MixUnit, SplitMixSpec
 
@@ -117,9 +117,10 @@ def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def gather(src: Path, order_idx: np.ndarray, sink: ParquetSink, bucket_rows: int = GATHER_ROWS) -> None:
-    """Write rows `order_idx[0], order_idx[1], ...` of `src` to `sink`, in bounded memory.
+    """Write rows `order_idx[0], order_idx[1], ...` of `src` (a Parquet file or shard set, rows
+    numbered across its shards) to `sink`, in bounded memory.
 
-    A two-pass external shuffle: stream `src` once, sending each row (with its output
+    A two-pass external shuffle: stream `src`'s shards once, sending each row (with its output
     positions) to the temp bucket that holds those positions; then read the buckets
     in order, each sorted by position. Memory is one batch plus one bucket, never the
     split; disk is one extra copy of the output.
@@ -134,7 +135,7 @@ def gather(src: Path, order_idx: np.ndarray, sink: ParquetSink, bucket_rows: int
     ):
         writers: dict[int, ipc.RecordBatchStreamWriter] = {}
         offset = ptr = 0
-        for batch in pq.ParquetFile(src).iter_batches(batch_size=READ_ROWS, columns=DOC_SCHEMA.names):
+        for batch in iter_batches(src, DOC_SCHEMA.names, READ_ROWS):
             end = int(np.searchsorted(inputs, offset + batch.num_rows, side="left"))
             pos = by_input[ptr:end]
             taken = batch.take(pa.array(inputs[ptr:end] - offset)).append_column("_pos", pa.array(pos))
@@ -159,9 +160,10 @@ def mix_documents(
     data_root: Path,
     progress: Progress | None = None,
 ) -> MixResult:
-    """Write the weighted, shuffled mix of one split's documents to `out`."""
+    """Write the weighted, shuffled mix of one split's documents (a shard set) to `out`: a plan
+    from the rows per source, then one external shuffle over the shards."""
     grouped = (
-        pl.read_parquet(split_path, columns=["source"])
+        pl.read_parquet(parquet_files(split_path), columns=["source"])
         .with_row_index("i")
         .group_by("source", maintain_order=True)
         .agg(pl.col("i"))
@@ -176,7 +178,7 @@ def mix_documents(
         lengths = np.concatenate(
             [
                 pc.utf8_length(batch.column(0)).to_numpy(zero_copy_only=False)
-                for batch in pq.ParquetFile(split_path).iter_batches(batch_size=GATHER_ROWS, columns=["text"])
+                for batch in iter_batches(split_path, ["text"], GATHER_ROWS)
             ]
             or [np.zeros(0, dtype=np.int64)]
         )

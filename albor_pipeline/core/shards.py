@@ -91,15 +91,25 @@ def shard_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("part-*.parquet"))
 
 
-def iter_batches(directory: Path, columns: list[str] | None = None, batch_size: int = 2048) -> Iterator[pa.RecordBatch]:
-    """Every record batch of a shard set, in shard order: memory bounded by a batch."""
-    for path in shard_files(directory):
-        yield from pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns)
+def parquet_files(path: Path) -> list[Path]:
+    """A Parquet input's files: a shard set's shards in order, or the one file."""
+    return shard_files(path) if path.is_dir() or not path.suffix else [path]
 
 
-def read_shards(directory: Path, columns: list[str] | None = None) -> pa.Table:
-    """A whole (small) shard set as one table: for sets a stage needs whole anyway."""
-    tables = [pq.read_table(p, columns=columns) for p in shard_files(directory)]
+def iter_batches(path: Path, columns: list[str] | None = None, batch_size: int = 2048) -> Iterator[pa.RecordBatch]:
+    """Every record batch of a Parquet file or shard set, in order: memory bounded by a batch."""
+    for file in parquet_files(path):
+        yield from pq.ParquetFile(file).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def read_shards(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """A whole (small) Parquet file or shard set as one table: for inputs a stage needs whole."""
+    tables = [pq.read_table(p, columns=columns) for p in parquet_files(path)]
     if not tables:
-        raise FileNotFoundError(f"shard set {directory} has no shards")
+        raise FileNotFoundError(f"shard set {path} has no shards")
     return pa.concat_tables(tables)
+
+
+def count_rows(path: Path) -> int:
+    """Rows of a Parquet file or shard set, from the footers alone."""
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in parquet_files(path))

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 from tiktoken_ext.openai_public import r50k_pat_str
@@ -36,6 +35,7 @@ from albor_pipeline.core.artifacts import (
     write_json,
 )
 from albor_pipeline.core.markdown import markdown_table
+from albor_pipeline.core.shards import iter_batches
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import (
     BOS,
@@ -61,10 +61,10 @@ class TokenizerError(ValueError):
 def iter_texts(
     path: Path, max_chars: int | None = None, doc_cap: int | None = None, batch_rows: int = 1024
 ) -> Iterator[list[str]]:
-    """Stream batches of documents from Parquet, truncating each to `doc_cap` and
-    stopping after `max_chars` in total."""
+    """Stream batches of documents from a Parquet file or shard set, truncating each to
+    `doc_cap` and stopping after `max_chars` in total."""
     total = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=["text"]):
+    for batch in iter_batches(path, ["text"], batch_rows):
         texts = batch.column(0).to_pylist()
         if doc_cap:
             texts = [t[:doc_cap] for t in texts]
@@ -284,7 +284,7 @@ def compare(tok: Tokenizer, val_path: Path, baselines: tuple[Path, ...], gpt2_ra
     )
     ours = _hf_counter(tok)
     totals: dict[str, Counter[str]] = defaultdict(Counter)
-    for batch in pq.ParquetFile(val_path).iter_batches(batch_size=1024, columns=["text", "source"]):
+    for batch in iter_batches(val_path, ["text", "source"], 1024):
         texts, sources = batch.column(0).to_pylist(), batch.column(1).to_pylist()
         counts = {"ours": ours(texts), **{name: count(texts) for name, count in counters.items()}}
         for i, (text, source) in enumerate(zip(texts, sources)):

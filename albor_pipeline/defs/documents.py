@@ -55,7 +55,7 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
     )
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     return StageOutput(
-        artifacts=[result.artifacts[s] for s in SPLITS],
+        artifacts=[shard for s in SPLITS for shard in result.artifacts[s]],
         config={
             **settings.model_dump(mode="json"),
             **({"near_dedup": near.model_dump(mode="json")} if near else {}),
@@ -76,13 +76,13 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
             "near_duplicates": dg.MetadataValue.json(result.near),
             "decontaminated_dropped": sum(result.decontaminated.get("dropped", {}).values()),
             "decontaminated": dg.MetadataValue.json(result.decontaminated),
-            **{f"{s}_rows": result.artifacts[s].rows for s in SPLITS},
+            **{f"{s}_rows": sum(a.rows or 0 for a in result.artifacts[s]) for s in SPLITS},
         },
     )
 
 
 def _no_train_leak(stage: str, layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    return check_no_leak(*(OUT_DIRS[stage](layout) / f"{s}.parquet" for s in SPLITS))
+    return check_no_leak(*(OUT_DIRS[stage](layout) / s for s in SPLITS))
 
 
 def _no_near_leak(layout: Layout, manifest: StageManifest) -> CheckOutcome:
