@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from albor_pipeline.core.artifacts import ParquetSink
-from albor_pipeline.core.documents import build_documents, split_of
+from albor_pipeline.core.documents import build_documents, first_occurrences, split_of
 from albor_pipeline.core.fim import apply_fim, fim_batch
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
 from albor_pipeline.core.mix import MixError, draw_indices, gather, mix_documents, plan_counts
@@ -107,6 +107,23 @@ def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
     for split, hs in hashes.items():
         assert all(split_of(h, holdout) == split for h in hs)
     assert len(hashes["val"]) > 0 and len(hashes["test"]) > 0
+
+
+def test_sort_based_exact_dedup_equals_a_dict_of_every_hash(tmp_path):
+    """`first_occurrences` (128-bit keys, one sort) against the obvious dict loop, on real
+    files ingested twice and a third package, in two orders."""
+    shards = [_ingest_stdlib(tmp_path, n, p) for n, p in (("a", "email"), ("b", "json"), ("c", "email"))]
+    for paths in (shards, shards[::-1]):
+        first, kept_by, owner = first_occurrences(paths)
+        seen: dict[str, int] = {}
+        want_first, want_by = [], []
+        for i, path in enumerate(paths):
+            for sha in pq.read_table(path, columns=["sha256"]).column(0).to_pylist():
+                want_first.append(sha not in seen)
+                want_by.append(seen.setdefault(sha, i))
+        assert first.tolist() == want_first and kept_by.tolist() == want_by
+        assert owner.tolist() == [i for i, p in enumerate(paths) for _ in range(pq.read_metadata(p).num_rows)]
+        assert 0 < sum(want_first) < len(want_first)
 
 
 def test_document_keeps_its_split_when_sources_grow(tmp_path):

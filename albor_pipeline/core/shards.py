@@ -109,7 +109,3 @@ def read_shards(path: Path, columns: list[str] | None = None) -> pa.Table:
         raise FileNotFoundError(f"shard set {path} has no shards")
     return pa.concat_tables(tables)
 
-
-def count_rows(path: Path) -> int:
-    """Rows of a Parquet file or shard set, from the footers alone."""
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in parquet_files(path))
