@@ -45,6 +45,7 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
 
     from albor_pipeline.core.checks import check_no_near_leak
     from albor_pipeline.core.documents import build_documents
+    from albor_pipeline.core.executor import LocalExecutor
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
 
     from .support import write_docs
@@ -74,6 +75,9 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     paths = {s: tmp_path / "p" / s for s in ("train", "val", "test")}
     leak = check_no_near_leak(paths, 5, 112, 14, 0.8)
     assert plain.near == {} and not leak.passed and leak.metadata["crossing"] >= 1
+    # Signatures a shard per task on two processes: the same verdict and counts.
+    pooled = check_no_near_leak(paths, 5, 112, 14, 0.8, LocalExecutor(2))
+    assert (pooled.passed, pooled.metadata) == (leak.passed, leak.metadata)
 
 
 def test_candidates_are_a_rule_about_the_pair_not_its_bucket():

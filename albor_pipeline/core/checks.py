@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,9 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.core.chat import ChatIds, assistant_text
 from albor_pipeline.core.decontam import contaminated
-from albor_pipeline.core.neardup import NearDupIndex
-from albor_pipeline.core.shards import iter_batches
+from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.neardup import NearDupIndex, Signer, word_hashes
+from albor_pipeline.core.shards import iter_batches, parquet_files
 from albor_pipeline.core.vocab import EOS, PAD, added_tokens, token_to_bytes
 from albor_pipeline.spec import ChatTokens, DecontaminateSpec
 
@@ -320,16 +323,26 @@ def check_choice_ids(path: Path) -> CheckOutcome:
     )
 
 
-def check_no_near_leak(paths: dict[str, Path], ngram: int, num_perm: int, bands: int, threshold: float) -> CheckOutcome:
-    """No document of one split is a near-duplicate (verified Jaccard >= threshold on LSH
-    candidates) of a document of another split."""
+def _signatures(signer: Signer, path: Path) -> np.ndarray:
+    """The MinHash signatures of one shard's documents (a row each): a per-shard task."""
+    sigs = [signer.signature(word_hashes(t)) for b in iter_batches(path, ["text"]) for t in b.column(0).to_pylist()]
+    return np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), dtype=np.uint64)
+
+
+def check_no_near_leak(
+    paths: dict[str, Path], ngram: int, num_perm: int, bands: int, threshold: float, executor: Executor = INLINE
+) -> CheckOutcome:
+    """No document of one split (a Parquet file or shard set) is a near-duplicate (verified
+    Jaccard >= threshold on LSH candidates) of a document of another split. Signatures are
+    computed a shard per task on `executor`; buckets and verification in this process."""
     index = NearDupIndex(ngram, num_perm, bands, threshold)
     split_of_doc: list[str] = []
-    for split, path in paths.items():
-        for batch in iter_batches(path, ["text"]):
-            for text in batch.column(0).to_pylist():
-                index.add(text)
-                split_of_doc.append(split)
+    shards = [(split, file) for split, path in paths.items() for file in parquet_files(path)]
+    task = partial(_signatures, index.signer)
+    for (split, _), sigs in zip(shards, for_items(executor, len(shards), 2).map(task, [f for _, f in shards])):
+        for sig in sigs:
+            index.add_signature(sig)
+        split_of_doc += [split] * len(sigs)
 
     def texts() -> Iterator[str]:
         for path in paths.values():
@@ -345,9 +358,12 @@ def check_no_near_leak(paths: dict[str, Path], ngram: int, num_perm: int, bands:
     )
 
 
-def check_no_contamination(train: Path, spec: DecontaminateSpec) -> CheckOutcome:
-    """No train document shares an n-gram with any benchmark item."""
-    found = contaminated(train, spec)
+def check_no_contamination(train: Path, spec: DecontaminateSpec, executor: Executor = INLINE) -> CheckOutcome:
+    """No train document shares an n-gram with any benchmark item (a shard per task)."""
+    files = parquet_files(train)
+    found: Counter[str] = Counter()
+    for hits in for_items(executor, len(files), 2).map(partial(contaminated, spec=spec), files):
+        found.update(hits)
     return CheckOutcome(
         not found,
         f"{sum(found.values())} (train document, benchmark) pair(s) share a {spec.ngram}-gram"

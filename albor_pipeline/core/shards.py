@@ -108,4 +108,3 @@ def read_shards(path: Path, columns: list[str] | None = None) -> pa.Table:
     if not tables:
         raise FileNotFoundError(f"shard set {path} has no shards")
     return pa.concat_tables(tables)
-

@@ -14,11 +14,11 @@ from albor_pipeline.core.checks import (
     check_sft_mask,
     check_sft_structure,
 )
-from albor_pipeline.core.layout import TOKENIZER, Layout, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
+from albor_pipeline.core.layout import TOKENIZER, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
 from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
+from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.spec import CHAT_KINDS, ChatSpec, PipelineSpec, SourceKind
 
 GROUP = "chat"
@@ -98,23 +98,21 @@ def _max_tokens(manifest: StageManifest) -> int:
     return ChatSpec.model_validate(manifest.config).max_tokens
 
 
-def _mask(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    return check_sft_mask(parquet_outputs(layout, manifest), layout.tokenizer_json, _max_tokens(manifest))
+def _mask(ctx: CheckContext) -> CheckOutcome:
+    return check_sft_mask(ctx.parquet_outputs, ctx.layout.tokenizer_json, _max_tokens(ctx.manifest))
 
 
-def _structure(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    settings = ChatSpec.model_validate(manifest.config)
-    return check_sft_structure(
-        parquet_outputs(layout, manifest), layout.tokenizer_json, settings.tokens, settings.max_tokens
-    )
+def _structure(ctx: CheckContext) -> CheckOutcome:
+    settings = ChatSpec.model_validate(ctx.manifest.config)
+    return check_sft_structure(ctx.parquet_outputs, ctx.layout.tokenizer_json, settings.tokens, settings.max_tokens)
 
 
-def _length(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    return check_max_tokens(parquet_outputs(layout, manifest), _max_tokens(manifest))
+def _length(ctx: CheckContext) -> CheckOutcome:
+    return check_max_tokens(ctx.parquet_outputs, _max_tokens(ctx.manifest))
 
 
-def _choices(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    return check_choice_ids(parquet_outputs(layout, manifest)[0])
+def _choices(ctx: CheckContext) -> CheckOutcome:
+    return check_choice_ids(ctx.parquet_outputs[0])
 
 
 def stages(spec: PipelineSpec) -> list[Stage[SftConfig] | Stage[EvalConfig]]:

@@ -9,7 +9,7 @@ from functools import partial
 import dagster as dg
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.artifacts import StageManifest, read_manifest
+from albor_pipeline.core.artifacts import read_manifest
 from albor_pipeline.core.checks import (
     CheckOutcome,
     check_doc_lens,
@@ -18,11 +18,11 @@ from albor_pipeline.core.checks import (
     check_sequences,
 )
 from albor_pipeline.core.corpus import SEQ_SCHEMA, build_corpus
-from albor_pipeline.core.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split
+from albor_pipeline.core.layout import TOKENIZER, corpus_stage, fim_stage, long_split
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.core.vocab import EOS, PAD
-from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
+from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.spec import SPLITS, CorpusSpec, LongSpec, Packing, PipelineSpec
 
 
@@ -104,34 +104,34 @@ def long_corpus(
     return pack(ctx, split, long_split(split), corpus_settings, min_chars=settings.min_chars)
 
 
-def _doc_lens(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    ids = read_manifest(layout, TOKENIZER).summary["special_ids"]
-    return check_doc_lens(parquet_outputs(layout, manifest), manifest.config["seq_len"], ids[EOS], ids[PAD])
+def _doc_lens(ctx: CheckContext) -> CheckOutcome:
+    ids = read_manifest(ctx.layout, TOKENIZER).summary["special_ids"]
+    return check_doc_lens(ctx.parquet_outputs, ctx.manifest.config["seq_len"], ids[EOS], ids[PAD])
 
 
-def _no_short_splits(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    eos = read_manifest(layout, TOKENIZER).summary["special_ids"][EOS]
-    return check_no_short_splits(parquet_outputs(layout, manifest), manifest.config["seq_len"], eos)
+def _no_short_splits(ctx: CheckContext) -> CheckOutcome:
+    eos = read_manifest(ctx.layout, TOKENIZER).summary["special_ids"][EOS]
+    return check_no_short_splits(ctx.parquet_outputs, ctx.manifest.config["seq_len"], eos)
 
 
-def _sequences(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    vocab = Tokenizer.from_file(str(layout.tokenizer_json)).get_vocab_size()
-    return check_sequences(parquet_outputs(layout, manifest), manifest.config["seq_len"], vocab)
+def _sequences(ctx: CheckContext) -> CheckOutcome:
+    vocab = Tokenizer.from_file(str(ctx.layout.tokenizer_json)).get_vocab_size()
+    return check_sequences(ctx.parquet_outputs, ctx.manifest.config["seq_len"], vocab)
 
 
-def _min_chars(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    min_chars = manifest.config["long"]["min_chars"]
-    return check_min_chars(parquet_outputs(layout, manifest), layout.tokenizer_json, min_chars)
+def _min_chars(ctx: CheckContext) -> CheckOutcome:
+    min_chars = ctx.manifest.config["long"]["min_chars"]
+    return check_min_chars(ctx.parquet_outputs, ctx.layout.tokenizer_json, min_chars)
 
 
 def _unless_empty(check: Check) -> Check:
     """A long subset may hold no sequence (a small split with no long document): that passes,
     saying so, instead of failing every check of an empty corpus."""
 
-    def run(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-        if manifest.summary["sequences"] == 0:
-            return CheckOutcome(True, f"empty: {manifest.summary['documents']} long document(s), no full sequence")
-        return check.run(layout, manifest)
+    def run(ctx: CheckContext) -> CheckOutcome:
+        if ctx.manifest.summary["sequences"] == 0:
+            return CheckOutcome(True, f"empty: {ctx.manifest.summary['documents']} long document(s), no full sequence")
+        return check.run(ctx)
 
     return replace(check, run=run)
 

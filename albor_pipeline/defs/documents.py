@@ -11,7 +11,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import StageManifest
 from albor_pipeline.core.checks import CheckOutcome, check_no_contamination, check_no_leak, check_no_near_leak
 from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.documents import build_documents
@@ -20,7 +19,7 @@ from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, benchma
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.shards import shard_files
 from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, schema_check, spec_defaults
+from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, DecontaminateSpec, NearDedupSpec, PipelineSpec
 
 
@@ -81,19 +80,19 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
     )
 
 
-def _no_train_leak(stage: str, layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    return check_no_leak(*(OUT_DIRS[stage](layout) / s for s in SPLITS))
+def _no_train_leak(stage: str, ctx: CheckContext) -> CheckOutcome:
+    return check_no_leak(*(OUT_DIRS[stage](ctx.layout) / s for s in SPLITS))
 
 
-def _no_near_leak(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    near = NearDedupSpec.model_validate(manifest.config["near_dedup"])
-    paths = {s: layout.documents(s) for s in SPLITS}
-    return check_no_near_leak(paths, near.ngram, near.num_perm, near.bands, near.threshold)
+def _no_near_leak(ctx: CheckContext) -> CheckOutcome:
+    near = NearDedupSpec.model_validate(ctx.manifest.config["near_dedup"])
+    paths = {s: ctx.layout.documents(s) for s in SPLITS}
+    return check_no_near_leak(paths, near.ngram, near.num_perm, near.bands, near.threshold, ctx.executor)
 
 
-def _no_benchmark_ngrams(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    spec = DecontaminateSpec.model_validate(manifest.config["decontaminate"])
-    return check_no_contamination(layout.documents("train"), spec)
+def _no_benchmark_ngrams(ctx: CheckContext) -> CheckOutcome:
+    spec = DecontaminateSpec.model_validate(ctx.manifest.config["decontaminate"])
+    return check_no_contamination(ctx.layout.documents("train"), spec, ctx.executor)
 
 
 def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: str) -> Stage[HoldoutConfig]:

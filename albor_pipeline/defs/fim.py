@@ -6,12 +6,11 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import StageManifest
 from albor_pipeline.core.checks import CheckOutcome, check_fim_rate
 from albor_pipeline.core.fim import FIM_SCHEMA, apply_fim
-from albor_pipeline.core.layout import Layout, fim_stage, mixed_stage
+from albor_pipeline.core.layout import fim_stage, mixed_stage
 from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.defs.stage import Check, Stage, StageContext, parquet_outputs, resolve, schema_check, spec_defaults
+from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.spec import SPLITS, PipelineSpec
 
 
@@ -54,9 +53,9 @@ def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) ->
     )
 
 
-def _rate_within_bounds(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    rate = manifest.config["rate"] if manifest.config["enabled"] else 0.0
-    return check_fim_rate(parquet_outputs(layout, manifest)[0], rate)
+def _rate_within_bounds(ctx: CheckContext) -> CheckOutcome:
+    rate = ctx.manifest.config["rate"] if ctx.manifest.config["enabled"] else 0.0
+    return check_fim_rate(ctx.parquet_outputs[0], rate)
 
 
 def stages(spec: PipelineSpec) -> list[Stage[FimConfig]]:

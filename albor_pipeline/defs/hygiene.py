@@ -6,14 +6,13 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import StageManifest
 from albor_pipeline.core.checks import CheckOutcome
 from albor_pipeline.core.hygiene import clean_source, rescan
 from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.layout import Layout, filtered_stage, ingested_stage
+from albor_pipeline.core.layout import filtered_stage, ingested_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, schema_check, spec_defaults
+from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.spec import DOCUMENT_KINDS, HygieneSpec, PipelineSpec, RedactMode, SourceSpec
 
 GROUP = "hygiene"
@@ -61,11 +60,11 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
     )
 
 
-def _no_secrets_left(name: str, layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    mode = HygieneSpec.model_validate(manifest.config).redact
+def _no_secrets_left(name: str, ctx: CheckContext) -> CheckOutcome:
+    mode = HygieneSpec.model_validate(ctx.manifest.config).redact
     if mode in (RedactMode.report, RedactMode.off):
         return CheckOutcome(True, f"redact: {mode.value}: findings are kept by configuration", {"mode": mode.value})
-    left = rescan(layout.filtered(name), RESCAN_SAMPLE)
+    left = rescan(ctx.layout.filtered(name), RESCAN_SAMPLE)
     return CheckOutcome(
         not left,
         f"re-scanning up to {RESCAN_SAMPLE} documents found {sum(left.values())} secrets or PII",

@@ -118,12 +118,27 @@ class StageContext:
 
 
 @dataclass(frozen=True)
+class CheckContext:
+    """What a check gets: where files live, the stage's manifest (its recorded outputs and
+    settings), and where per-shard work runs (for checks that scan a whole corpus)."""
+
+    layout: Layout
+    manifest: StageManifest
+    executor: Executor = INLINE
+
+    @property
+    def parquet_outputs(self) -> list[Path]:
+        """The Parquet files the stage recorded."""
+        return [self.layout.root / a.path for a in self.manifest.outputs if a.path.endswith(".parquet")]
+
+
+@dataclass(frozen=True)
 class Check:
     """An asset check beside its stage: a core check over the stage's recorded outputs."""
 
     name: str
     description: str
-    run: Callable[[Layout, StageManifest], CheckOutcome]
+    run: Callable[[CheckContext], CheckOutcome]
     blocking: bool = False
 
 
@@ -211,8 +226,9 @@ def _check_result(outcome: CheckOutcome) -> dg.AssetCheckResult:
 
 def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=stage.key, name=check.name, blocking=check.blocking, description=check.description)
-    def _check(store: ArtifactStore) -> dg.AssetCheckResult:
-        return _check_result(check.run(store.layout, read_manifest(store.layout, stage.name)))
+    def _check(store: ArtifactStore, execution: Execution) -> dg.AssetCheckResult:
+        manifest = read_manifest(store.layout, stage.name)
+        return _check_result(check.run(CheckContext(store.layout, manifest, execution.executor())))
 
     return _check
 
@@ -245,16 +261,11 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
     return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c) for c in stage.checks])
 
 
-def parquet_outputs(layout: Layout, manifest: StageManifest) -> list[Path]:
-    """The Parquet files a stage recorded."""
-    return [layout.root / a.path for a in manifest.outputs if a.path.endswith(".parquet")]
-
-
 def schema_check(schema: pa.Schema) -> Check:
     """Blocking: every Parquet file the stage wrote has the stage contract's schema."""
     return Check(
         "schema",
         "Parquet schema matches the stage contract.",
-        lambda layout, manifest: check_schema(parquet_outputs(layout, manifest), schema),
+        lambda ctx: check_schema(ctx.parquet_outputs, schema),
         blocking=True,
     )

@@ -6,14 +6,13 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import StageManifest
 from albor_pipeline.core.checks import CheckOutcome, check_roundtrip
-from albor_pipeline.core.layout import TOKENIZER, Layout, mixed_stage
+from albor_pipeline.core.layout import TOKENIZER, mixed_stage
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.core.tokenizer import build_tokenizer, comparison_table, report_rows
 from albor_pipeline.core.vocab import FIM_TOKENS
-from albor_pipeline.defs.stage import Check, Stage, StageContext, resolve, spec_defaults
+from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, spec_defaults
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
 
 TIMING = ("train_seconds", "train_mb_per_s")  # vary run to run: metadata only, never hashed
@@ -64,8 +63,8 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
     )
 
 
-def _val_roundtrip(layout: Layout, manifest: StageManifest) -> CheckOutcome:
-    return check_roundtrip(layout.tokenizer_report)
+def _val_roundtrip(ctx: CheckContext) -> CheckOutcome:
+    return check_roundtrip(ctx.layout.tokenizer_report)
 
 
 def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
