@@ -149,7 +149,7 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
             ingested.skipped,
             [a.sha256 for a in cleaned.artifacts],
             cleaned.findings,
-            [a.sha256 for a in docs.artifacts.values()],
+            [a.sha256 for split in docs.artifacts.values() for a in split],
             docs.near,
             fimmed.artifact.sha256,
             (fimmed.transformed, fimmed.text_bytes),

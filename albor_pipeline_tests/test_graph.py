@@ -111,6 +111,9 @@ def test_every_stage_materializes_with_provenance_metadata(built):
         a.path: a.sha256 for s in spec.sources for a in read_manifest(Layout(out), f"filtered/{s.name}").outputs
     }
     assert "x" in mats["mixed/train"].metadata["summary"].value
+    # A stage of many files points at the directory holding them all.
+    assert mats["documents"].metadata["dagster/uri"].path == str(out / "documents")
+    assert mats["mixed/train"].metadata["dagster/uri"].path == str(out / "mixed" / "train.parquet")
     checks = result.get_asset_check_evaluations()
     assert len(checks) >= 14 and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
 

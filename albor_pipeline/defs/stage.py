@@ -7,6 +7,7 @@ stage runs through `core.stage.run_stage`, which verifies inputs and writes the 
 """
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
@@ -199,10 +200,11 @@ def materialize_result(layout: Layout, manifest: StageManifest, out: StageOutput
     """The owner-facing metadata of a finished stage; its DataVersion is the hash over its outputs."""
     outputs = manifest.outputs
     rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs)
-    first = layout.root / outputs[0].path
+    # The one file, or the directory holding every output (a shard set, or a stage's splits).
+    where = os.path.commonpath([layout.root / a.path for a in outputs]) if len(outputs) > 1 else None
     meta: dict[str, Any] = {
         "dagster/row_count": rows,
-        "dagster/uri": dg.MetadataValue.path(str(first if len(outputs) == 1 else first.parent)),
+        "dagster/uri": dg.MetadataValue.path(where or str(layout.root / outputs[0].path)),
         "sha256": outputs[0].sha256 if len(outputs) == 1 else manifest.data_version,
         "bytes": sum(a.bytes for a in outputs),
         "outputs": outputs_table(outputs),
