@@ -423,6 +423,7 @@ def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) 
         "tokenizer_s": round(step_s.get("tokenizer", 0.0), 2),
         "peak_rss_mb": round(peak_kb / 1024, 1),
         "peak_process_rss_mb": round(rss["process_maxrss_kb"] / 1024, 1),
+        "peak_process": rss["process"],  # which process that was (its command line)
         "source_mb": round(source_bytes / 1e6, 1),
         "steps_s": {k: round(v, 2) for k, v in sorted(step_s.items(), key=lambda kv: -kv[1])},
         "groups_s": step_groups(step_s),
@@ -517,8 +518,8 @@ def rss(pid):
         pass
     return 0
 def name(pid):
-    try:
-        return open(f"/proc/{pid}/comm").read().strip()
+    try:  # the command line: every pool worker's comm is just "python3"
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode(errors="replace")[:160]
     except OSError:
         return "?"
 proc = subprocess.Popen(sys.argv[1:], stdout=sys.stderr)
