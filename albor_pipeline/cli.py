@@ -11,11 +11,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from albor_pipeline.core.artifacts import iter_manifests, write_bytes
+from albor_pipeline.core.artifacts import StageManifest, iter_manifests, write_bytes
+from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
 from albor_pipeline.core.lock import exclusive
-from albor_pipeline.core.provenance import stale_stages, verify
-from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec
+from albor_pipeline.core.provenance import stale_stages, verify, verify_bucket
+from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
 
 
 def _use(args: argparse.Namespace) -> None:
@@ -23,7 +24,7 @@ def _use(args: argparse.Namespace) -> None:
     if getattr(args, "spec", None):
         os.environ["ALBOR_SPEC"] = str(Path(args.spec).resolve())
     if getattr(args, "data_dir", None):
-        os.environ["ALBOR_DATA_DIR"] = str(Path(args.data_dir).resolve())
+        os.environ["ALBOR_DATA_DIR"] = str(data_dir(args.data_dir))
 
 
 POSTGRES_ENV = "ALBOR_POSTGRES_URL"
@@ -98,8 +99,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         for event in result.get_asset_materialization_events()
         if event.asset_key is not None
     }
-    layout = Layout(root)
-    print("\n".join([f"Artifacts: {layout.root}", f"Provenance: {layout.provenance_md}", *summary_lines(facts)]))
+    where = [f"Artifacts: {root}"]
+    if isinstance(root, Path):
+        where.append(f"Provenance: {Layout(root).provenance_md}")
+    else:
+        where.append(f"Working copy: {work_dir(root)}")
+    print("\n".join([*where, *summary_lines(facts)]))
     return 0
 
 
@@ -140,16 +145,31 @@ def summary_lines(stages: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _provenance(root: Path | str) -> tuple[bytes, list[StageManifest]] | None:
+    """provenance.json and every stage manifest of the data dir (a directory or a bucket)."""
+    if isinstance(root, Path):
+        layout = Layout(root)
+        if not layout.provenance_json.exists():
+            return None
+        return layout.provenance_json.read_bytes(), list(iter_manifests(layout))
+    bucket = Bucket(root, Layout(work_dir(root)))
+    manifests = bucket.manifests()
+    name = Layout(Path()).provenance_json.name
+    found = [a for m in manifests if m.stage == PROVENANCE for a in m.outputs if a.path == name]
+    return (bucket.read(found[0]), manifests) if found else None
+
+
 def cmd_summary(args: argparse.Namespace) -> int:
     _use(args)
-    layout = Layout(data_dir())
-    if not layout.provenance_json.exists():
-        print(f"albor: nothing materialized yet under {layout.root}", file=sys.stderr)
+    root = data_dir()
+    found = _provenance(root)
+    if found is None:
+        print(f"albor: nothing materialized yet under {root}", file=sys.stderr)
         return 1
-    prov = json.loads(layout.provenance_json.read_text(encoding="utf-8"))
+    prov = json.loads(found[0])
     stages = {name: stage["summary"] for name, stage in prov["stages"].items()}
-    print("\n".join([f"Artifacts: {layout.root}", f"Provenance: {layout.provenance_md}", *summary_lines(stages)]))
-    rebuilt = stale_stages(list(iter_manifests(layout))).get(PROVENANCE)
+    print("\n".join([f"Artifacts: {root}", *summary_lines(stages)]))
+    rebuilt = stale_stages(found[1]).get(PROVENANCE)
     if rebuilt:
         print(f"  (this is the last complete build; rebuilt since: {', '.join(rebuilt)})")
     return 0
@@ -161,7 +181,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     root = data_dir()
     try:
-        report = verify(root)
+        report = verify(root) if isinstance(root, Path) else verify_bucket(Bucket(root, Layout(work_dir(root))))
     except FileNotFoundError as exc:
         print(f"albor verify: {exc}", file=sys.stderr)
         return 2
@@ -174,10 +194,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"{'stale':10} {stage} (rebuilt after it: {', '.join(rebuilt)})")
     if PROVENANCE in report.stale:
         print(
-            f"albor verify: {Layout(root).provenance_md.name} describes the last complete build; "
+            f"albor verify: {Layout(Path()).provenance_md.name} describes the last complete build; "
             f"stages rebuilt since: {', '.join(report.stale[PROVENANCE])}",
             file=sys.stderr,
         )
+    if report.unreferenced:
+        print(f"albor verify: {report.unreferenced} object(s) no manifest names (older versions of stages)")
     if report.temps:
         print(f"albor verify: {len(report.temps)} temp file(s) of runs that died (the next run removes them)")
     for line in report.failed:

@@ -16,7 +16,7 @@ from albor_pipeline.defs.automation import automation_definitions
 from albor_pipeline.defs.provenance import provenance_stage
 from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.defs.stage import Stage, stage_definitions
-from albor_pipeline.spec import PipelineSpec, data_dir, load_spec
+from albor_pipeline.spec import PipelineSpec, data_dir, load_spec, work_dir
 
 STAGE_MODULES = (ingestion, hygiene, documents, mix, fim, tokenizer, corpus, chat)
 
@@ -27,7 +27,12 @@ def pipeline_stages(spec: PipelineSpec) -> list[Stage[Any]]:
     return [*stages, provenance_stage(spec, tuple(s.name for s in stages))]
 
 
-def build_definitions(spec: PipelineSpec, output_dir: Path | None = None) -> dg.Definitions:
+def _store(spec: PipelineSpec, root: Path | str) -> ArtifactStore:
+    work = str(work_dir(root)) if isinstance(root, str) else None
+    return ArtifactStore(data_dir=str(root), work_dir=work, on_busy=spec.locking.on_busy.value)
+
+
+def build_definitions(spec: PipelineSpec, output_dir: Path | str | None = None) -> dg.Definitions:
     stages = pipeline_stages(spec)
     return dg.Definitions.merge(
         ingestion.source_definitions(spec),
@@ -35,7 +40,7 @@ def build_definitions(spec: PipelineSpec, output_dir: Path | None = None) -> dg.
         automation_definitions(spec, stages, ingestion.observed(spec)),
         dg.Definitions(
             resources={
-                "store": ArtifactStore(data_dir=str(data_dir(output_dir)), on_busy=spec.locking.on_busy.value),
+                "store": _store(spec, data_dir(output_dir)),
                 "execution": Execution(**spec.execution.model_dump(mode="json")),
             },
             executor=dg.in_process_executor,

@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from albor_pipeline.core.bucket import is_remote
 from albor_pipeline.core.vocab import SPECIALS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -554,6 +555,23 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> PipelineSpec:
         raise SpecError(f"{spec_path}: {exc}") from None
 
 
-def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
-    """The output root: `path`, else `$ALBOR_DATA_DIR`, else `data/artifacts`."""
-    return Path(path or os.environ.get("ALBOR_DATA_DIR") or DEFAULT_DATA_DIR).resolve()
+def data_dir(path: str | os.PathLike[str] | None = None) -> Path | str:
+    """The output root: `path`, else `$ALBOR_DATA_DIR`, else `data/artifacts`.
+
+    A local directory (resolved), or an object-store URI such as `s3://bucket/prefix`
+    (`core/bucket.py`), kept as given without a trailing slash.
+    """
+    where = os.fspath(path or os.environ.get("ALBOR_DATA_DIR") or DEFAULT_DATA_DIR)
+    if is_remote(where):
+        return where.rstrip("/")
+    return Path(where).resolve()
+
+
+def work_dir(uri: str) -> Path:
+    """The local working copy of a data dir in a bucket: `$ALBOR_WORK_DIR`, else one per URI
+    under `$XDG_CACHE_HOME/albor` (default `~/.cache/albor`)."""
+    if os.environ.get("ALBOR_WORK_DIR"):
+        return Path(os.environ["ALBOR_WORK_DIR"]).resolve()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    scheme, _, rest = uri.partition("://")
+    return (cache / "albor" / scheme / rest).resolve()

@@ -10,14 +10,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from albor_pipeline.cli import main as albor
+from albor_pipeline.core.artifacts import Artifact, iter_manifests, read_manifest
+from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.executor import INLINE, LocalExecutor
 from albor_pipeline.core.ingest import IngestError, ingest_source, source_fingerprint
+from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.licences import detect_licences
+from albor_pipeline.definitions import build_definitions
+from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.spec import SourceSpec
-from albor_pipeline_tests.support import STDLIB, free_port, wait_for
+from albor_pipeline_tests.support import STDLIB, free_port, materialize_all, wait_for
 
 boto3 = pytest.importorskip("boto3", reason="moto[server] (dev extra) is not installed")
 
@@ -105,3 +112,76 @@ def test_a_jsonl_source_in_a_bucket_reads_plain_and_gzip_and_names_a_bad_line(s3
     assert not (tmp_path / "bad").exists()
     with pytest.raises(FileNotFoundError, match="s3://albor-jsonl/nothing"):
         ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/nothing"), tmp_path / "none", tmp_path)
+
+
+def _bucket_files(client, bucket: str, prefix: str) -> dict[str, bytes]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+    return {k[len(prefix) :]: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+
+
+def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, monkeypatch, capsys):
+    """Every stage commits to the bucket: its outputs as objects named by their SHA-256, then
+    its manifest. The manifests equal a local data dir's byte for byte; `albor verify` and
+    `albor summary` work against the bucket; a fresh working copy rebuilds a stage from the
+    bucket alone and uploads nothing new; a failed publish leaves the previous commit; a
+    changed object is named by verify and refused by a stage that fetches it."""
+    s3.create_bucket(Bucket="albor-data")
+    uri = "s3://albor-data/team/run"
+    spec = make_spec()
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "work"))
+    materialize_all(spec, uri)
+    materialize_all(spec, tmp_path / "local")
+
+    local = Layout(tmp_path / "local")
+    stored = _bucket_files(s3, "albor-data", "team/run/")
+    manifests = {k: v for k, v in stored.items() if k.startswith("manifests/")}
+    assert manifests == {f"manifests/{p.name}": p.read_bytes() for p in local.manifests_dir.glob("*.json")}
+    outputs = {a.sha256: a for m in iter_manifests(local) for a in m.outputs}
+    objects = {k.rsplit("/", 1)[1]: v for k, v in stored.items() if k.startswith("objects/")}
+    assert set(objects) == set(outputs)  # one object per distinct output, nothing else
+    for sha, art in outputs.items():
+        assert objects[sha] == (local.root / art.path).read_bytes(), art.path
+
+    capsys.readouterr()
+    assert albor(["verify", "--data-dir", uri]) == 0
+    err = capsys.readouterr().err
+    paths = {(a.path, a.sha256) for m in iter_manifests(local) for a in m.outputs}
+    assert f"{len(paths)} ok, 0 failed, 0 stale stage(s)" in err
+    assert albor(["summary", "--data-dir", uri]) == 0
+    assert "corpus/train:" in capsys.readouterr().out
+
+    # A fresh working copy (another machine): corpus/train alone, its inputs from the bucket.
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "fresh"))
+    corpus_train = dg.AssetKey(["corpus", "train"])
+    job = build_definitions(spec, uri).resolve_job_def(BUILD_JOB)
+    assert job.execute_in_process(asset_selection=[corpus_train]).success
+    fresh = Layout(tmp_path / "fresh")
+    fetched = {p.relative_to(fresh.root).as_posix() for p in fresh.root.rglob("*") if p.is_file()}
+    needed = {
+        a.path for stage in ("fim/train", "tokenizer", "corpus/train") for a in read_manifest(local, stage).outputs
+    }
+    assert needed <= fetched
+    assert not any(p.startswith(("documents/", "ingested/", "mixed/")) for p in fetched)  # only what it reads
+    assert _bucket_files(s3, "albor-data", "team/run/") == stored  # same bytes: nothing new, same manifest
+
+    # A publish that fails (an output vanished before upload) leaves the bucket's commit as it was.
+    bucket = Bucket(uri, fresh)
+    manifest = read_manifest(fresh, "corpus/train")
+    gone = Artifact(path="corpus/train/gone.bin", sha256="0" * 64, bytes=5)
+    with pytest.raises(FileNotFoundError):
+        bucket.publish(manifest.model_copy(update={"outputs": [*manifest.outputs, gone]}))
+    assert _bucket_files(s3, "albor-data", "team/run/") == stored
+
+    # An object changed behind the pipeline's back: verify names it, a stage refuses it.
+    fim = read_manifest(local, "fim/train").outputs[0]
+    s3.put_object(Bucket="albor-data", Key=f"team/run/objects/{fim.sha256[:2]}/{fim.sha256}", Body=b"not parquet")
+    capsys.readouterr()
+    assert albor(["verify", "--data-dir", uri]) == 1
+    assert f"CHANGED: {fim.path}" in capsys.readouterr().err
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "third"))
+    job = build_definitions(spec, uri).resolve_job_def(BUILD_JOB)
+    result = job.execute_in_process(asset_selection=[corpus_train], raise_on_error=False)
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert f"{fim.path}: object {uri}/objects/" in failure.step_failure_data.error.cause.message
+    assert "hashes to" in failure.step_failure_data.error.cause.message

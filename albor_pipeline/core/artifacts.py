@@ -209,20 +209,30 @@ class StaleInputError(RuntimeError):
     """An input file no longer matches what the stage that wrote it recorded."""
 
 
-def check_recorded(root: Path, artifacts: list[Artifact]) -> list[Artifact]:
+def _problem(root: Path, art: Artifact) -> str | None:
+    path = root / art.path
+    if not path.is_file():
+        return "is missing"
+    if path.stat().st_size != art.bytes or sha256_file(path) != art.sha256:
+        return "was changed"
+    return None
+
+
+def check_recorded(
+    root: Path, artifacts: list[Artifact], fetch: Callable[[list[Artifact]], object] | None = None
+) -> list[Artifact]:
     """`artifacts` if every file under `root` still has its recorded size and SHA-256.
 
     A stage checks its inputs before reading them, so it never builds on (and records as
     its lineage) a file that was edited, truncated or replaced after its producer ran.
+    `fetch`, given for a data dir in a bucket, downloads (and hashes) the files that are
+    missing or changed in the working copy instead.
     """
-    for art in artifacts:
-        path = root / art.path
-        if not path.is_file():
-            problem = "is missing"
-        elif path.stat().st_size != art.bytes or sha256_file(path) != art.sha256:
-            problem = "was changed"
-        else:
-            continue
+    bad = [(art, problem) for art in artifacts if (problem := _problem(root, art))]
+    if bad and fetch is not None:
+        fetch([art for art, _ in bad])
+    elif bad:
+        art, problem = bad[0]
         raise StaleInputError(
             f"input {art.path} {problem} since it was materialized (recorded sha256 {art.sha256}); "
             "re-materialize the stage that writes it"

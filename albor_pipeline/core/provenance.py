@@ -7,11 +7,13 @@ says the same for people, with full hashes. `verify` re-hashes every listed file
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from albor_pipeline.core.artifacts import TEMP_SUFFIX, StageManifest, iter_manifests, read_manifest, sha256_file
+from albor_pipeline.core.bucket import IO_THREADS, Bucket
 from albor_pipeline.core.layout import (
     DOCUMENTS,
     TOKENIZER,
@@ -345,6 +347,7 @@ class VerifyReport:
     unrecorded: list[str]  # files under the data dir that no stage recorded
     stale: dict[str, list[str]]  # stage -> upstream stages rebuilt after it ran
     temps: list[str]  # left by runs that died; the next run removes them
+    unreferenced: int = 0  # a bucket's objects no manifest names (older versions): not failures
 
     @property
     def failed(self) -> list[str]:
@@ -385,6 +388,21 @@ def verify(root: Path) -> VerifyReport:
         elif rel.as_posix() not in recorded:
             unrecorded.append(rel.as_posix())
     return VerifyReport(rows, unrecorded, stale_stages(manifests), temps)
+
+
+def verify_bucket(bucket: Bucket) -> VerifyReport:
+    """`verify` for a data dir in a bucket: every object a manifest there names is re-hashed
+    (streamed, nothing is downloaded to disk). Its working copy plays no part."""
+    manifests = bucket.manifests()
+    if not manifests:
+        raise FileNotFoundError(f"nothing materialized under {bucket.uri} (no stage manifests)")
+    arts = {(a.path, a.sha256): a for m in manifests for a in m.outputs}
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        actual = dict(zip(arts, pool.map(bucket.hash_object, (sha for _, sha in arts))))
+    rows = [VerifyRow(path, sha, actual[(path, sha)]) for path, sha in sorted(arts)]
+    named = {sha for _, sha in arts}
+    unreferenced = sum(sha not in named for sha in bucket.objects())
+    return VerifyReport(rows, [], stale_stages(manifests), [], unreferenced)
 
 
 def stale_stages(manifests: list[StageManifest]) -> dict[str, list[str]]:

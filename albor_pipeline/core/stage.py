@@ -48,13 +48,21 @@ Inputs = Mapping[str, list[Artifact]]
 """Each upstream stage's outputs, as it recorded them and checked against the files."""
 
 
-def verified_inputs(layout: Layout, stages: Sequence[str]) -> dict[str, list[Artifact]]:
+Fetch = Callable[[list[Artifact]], object]
+"""Brings recorded files the working copy lacks from where the data dir lives (`core/bucket.py`)."""
+
+
+def verified_inputs(layout: Layout, stages: Sequence[str], fetch: Fetch | None = None) -> dict[str, list[Artifact]]:
     """The recorded outputs of `stages`, each file re-hashed against its record first."""
-    return {stage: check_recorded(layout.root, read_manifest(layout, stage).outputs) for stage in stages}
+    return {stage: check_recorded(layout.root, read_manifest(layout, stage).outputs, fetch) for stage in stages}
 
 
 def run_stage(
-    layout: Layout, stage: str, upstream: Sequence[str], work: Callable[[Inputs], StageOutput]
+    layout: Layout,
+    stage: str,
+    upstream: Sequence[str],
+    work: Callable[[Inputs], StageOutput],
+    fetch: Fetch | None = None,
 ) -> tuple[StageManifest, StageOutput]:
     """Verify `upstream`'s files, run `work` on them, then record the stage's manifest.
 
@@ -64,7 +72,7 @@ def run_stage(
     """
     try:
         with reserved_write(layout.manifest(stage), MANIFEST_ROOM) as record:
-            inputs = verified_inputs(layout, upstream)
+            inputs = verified_inputs(layout, upstream, fetch)
             out = work(inputs)
             manifest = StageManifest(
                 stage=stage,

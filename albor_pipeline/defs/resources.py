@@ -9,28 +9,63 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
+from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorded
+from albor_pipeline.core.bucket import Bucket, is_remote
 from albor_pipeline.core.executor import Executor, cpu_count, make_executor
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.lock import data_dir_lock
+from albor_pipeline.core.shards import MB
+from albor_pipeline.core.stage import Fetch
 from albor_pipeline.defs.launcher import WORKER_TAG, fail_dead_runs, this_worker
 from albor_pipeline.spec import ExecutionSpec, apply_overrides
 
 
 class ArtifactStore(dg.ConfigurableResource):
-    """The output root (`ALBOR_DATA_DIR`, default data/artifacts).
+    """The output root (`ALBOR_DATA_DIR`, default data/artifacts): a directory, or a bucket
+    (`s3://bucket/prefix`) worked on through the local copy `work_dir` (`core/bucket.py`).
 
     A run holds the data dir's lock from its first step to its end, so two runs (the
     CLI, the UI, the automation sensor, another `dagster` command) never mix files.
     """
 
     data_dir: str
+    work_dir: str | None = None  # a bucket's working copy (spec.work_dir)
     on_busy: str = "wait"  # spec `locking.on_busy`: wait for the other run, or fail at once
 
     _held: ExitStack = PrivateAttr(default_factory=ExitStack)
 
     @property
     def layout(self) -> Layout:
-        return Layout(Path(self.data_dir))
+        """Where stages read and write: the data dir, or a bucket's working copy."""
+        bucket = self.bucket
+        return bucket.layout if bucket else Layout(Path(self.data_dir))
+
+    @property
+    def bucket(self) -> Bucket | None:
+        if not is_remote(self.data_dir):
+            return None
+        assert self.work_dir, "a data dir in a bucket needs a working copy (work_dir)"
+        return Bucket(self.data_dir, Layout(Path(self.work_dir)))
+
+    def fetch(self) -> Fetch | None:
+        """How a stage gets recorded files its working copy lacks (None: a local data dir has them all)."""
+        bucket = self.bucket
+        return bucket.fetch if bucket else None
+
+    def ensure(self, artifacts: list[Artifact]) -> None:
+        """Make `artifacts` present in the working copy (a check reads its stage's outputs)."""
+        if (fetch := self.fetch()) is not None:
+            check_recorded(self.layout.root, artifacts, fetch)
+
+    def publish(self, manifest: StageManifest, log: dg.DagsterLogManager) -> str | None:
+        """Commit a finished stage to the bucket (outputs, then its manifest); its manifest's URI."""
+        bucket = self.bucket
+        if bucket is None:
+            return None
+        sent = bucket.publish(manifest)
+        where = bucket.manifest_uri(manifest.stage)
+        log.info(f"published {manifest.stage}: {sent / MB:.1f} MB of new objects, then {where}")
+        return where
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         log = context.log
@@ -40,6 +75,9 @@ class ArtifactStore(dg.ConfigurableResource):
         removed = self._held.enter_context(data_dir_lock(self.layout, holder, wait=self.on_busy != "fail", log=info))
         if removed:
             info(f"removed {len(removed)} temp file(s) left by runs that died")
+        if (bucket := self.bucket) is not None:
+            changed = bucket.pull()
+            info(f"data dir {self.data_dir}: working copy {self.work_dir}, {len(changed)} manifest(s) pulled")
         if context.instance is not None and run_id:
             context.instance.add_run_tags(run_id, {WORKER_TAG: this_worker()})
             fail_dead_runs(context.instance, log)

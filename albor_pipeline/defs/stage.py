@@ -196,15 +196,20 @@ def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:
     )
 
 
-def materialize_result(layout: Layout, manifest: StageManifest, out: StageOutput) -> dg.MaterializeResult:
-    """The owner-facing metadata of a finished stage; its DataVersion is the hash over its outputs."""
+def materialize_result(
+    layout: Layout, manifest: StageManifest, out: StageOutput, uri: str | None = None
+) -> dg.MaterializeResult:
+    """The owner-facing metadata of a finished stage; its DataVersion is the hash over its outputs.
+
+    `uri`: where the stage was committed when that is not the working copy (a bucket's manifest).
+    """
     outputs = manifest.outputs
     rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs)
     # The one file, or the directory holding every output (a shard set, or a stage's splits).
     where = os.path.commonpath([layout.root / a.path for a in outputs]) if len(outputs) > 1 else None
     meta: dict[str, Any] = {
         "dagster/row_count": rows,
-        "dagster/uri": dg.MetadataValue.path(where or str(layout.root / outputs[0].path)),
+        "dagster/uri": dg.MetadataValue.path(uri or where or str(layout.root / outputs[0].path)),
         "sha256": outputs[0].sha256 if len(outputs) == 1 else manifest.data_version,
         "bytes": sum(a.bytes for a in outputs),
         "outputs": outputs_table(outputs),
@@ -230,6 +235,7 @@ def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefiniti
     @dg.asset_check(asset=stage.key, name=check.name, blocking=check.blocking, description=check.description)
     def _check(store: ArtifactStore, execution: Execution) -> dg.AssetCheckResult:
         manifest = read_manifest(store.layout, stage.name)
+        store.ensure(manifest.outputs)
         return _check_result(check.run(CheckContext(store.layout, manifest, execution.executor())))
 
     return _check
@@ -257,8 +263,9 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
             stage.name,
             stage.deps,
             lambda inputs: stage.work(StageContext(layout, inputs, context.log, executor), config),
+            store.fetch(),
         )
-        return materialize_result(layout, manifest, out)
+        return materialize_result(layout, manifest, out, store.publish(manifest, context.log))
 
     return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c) for c in stage.checks])
 

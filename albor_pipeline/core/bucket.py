@@ -1,0 +1,189 @@
+"""A data dir in an object store (`s3://bucket/prefix`): immutable objects, manifests last.
+
+An object store has no rename, so a stage's files cannot be swapped in as a set the way
+`staged_dir` does on a disk. Instead every output is stored once under its SHA-256
+(`objects/ab/abcd…`), which never changes once written, and the stage's manifest (one
+PUT, atomic) is written after all of them: it is the commit point. A reader that goes
+through the manifests therefore sees a stage's previous outputs or its new ones, never a
+mix, whatever happened to the run that was publishing; an unchanged shard is never
+uploaded twice.
+
+The run works in a local working copy of the data dir (`Layout`): stages read and write
+files there exactly as on a local data dir, `pull` makes its manifests the bucket's,
+`fetch` downloads (and hashes) the inputs a stage needs that the copy lacks, and
+`publish` uploads a finished stage. Objects no manifest names any more (older versions)
+stay until removed; `verify` lists them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from albor_pipeline.core.artifacts import Artifact, StageManifest, atomic_path, json_bytes, write_bytes
+from albor_pipeline.core.files import remote
+from albor_pipeline.core.layout import Layout
+
+IO_THREADS = 8  # concurrent object transfers: an object store's latency, not its bandwidth, bounds one
+CHUNK = 1 << 20
+
+
+def is_remote(location: str | Path) -> bool:
+    """True for an object-store URI (`s3://…`, any scheme pyarrow.fs knows but `file`)."""
+    return isinstance(location, str) and "://" in location and not location.startswith("file://")
+
+
+class BucketError(OSError):
+    """An object is missing from the bucket or does not hash to what a manifest recorded."""
+
+
+def _copy_hashing(src: pafs.NativeFile, dst: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with open(dst, "wb") as out:
+        while chunk := src.read(CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The data dir at `uri`, worked on through the local copy `layout`."""
+
+    uri: str
+    layout: Layout
+
+    @property
+    def _fs(self) -> pafs.FileSystem:
+        return remote(self.uri)[0]
+
+    @property
+    def _base(self) -> str:
+        return remote(self.uri)[1]
+
+    def object_key(self, sha256: str) -> str:
+        return f"{self._base}/objects/{sha256[:2]}/{sha256}"
+
+    def object_uri(self, sha256: str) -> str:
+        return f"{self.uri.rstrip('/')}/objects/{sha256[:2]}/{sha256}"
+
+    def _manifest_key(self, name: str) -> str:
+        return f"{self._base}/{self.layout.manifests_dir.name}/{name}"
+
+    def manifest_uri(self, stage: str) -> str:
+        return f"{self.uri.rstrip('/')}/{self.layout.manifests_dir.name}/{self.layout.manifest(stage).name}"
+
+    def _manifest_files(self) -> dict[str, bytes]:
+        """Every manifest in the bucket, by file name."""
+        fs = self._fs
+        found = fs.get_file_info(pafs.FileSelector(self._manifest_key(""), allow_not_found=True))
+        out = {}
+        for info in sorted(found, key=lambda i: i.path):
+            if info.type == pafs.FileType.File and info.base_name.endswith(".json"):
+                with fs.open_input_stream(info.path) as fh:
+                    out[info.base_name] = bytes(fh.read())
+        return out
+
+    def manifests(self) -> list[StageManifest]:
+        """The bucket's committed stages, in file-name order."""
+        return [StageManifest.model_validate_json(data) for data in self._manifest_files().values()]
+
+    def pull(self) -> list[str]:
+        """Make the working copy's manifests exactly the bucket's; returns the file names changed.
+
+        The bucket is the record: a stage this copy committed but never published (its run
+        died between the two) is forgotten here, and its files are re-fetched when needed.
+        """
+        remote_files = self._manifest_files()
+        local_dir = self.layout.manifests_dir
+        changed = []
+        for name, data in remote_files.items():
+            path = local_dir / name
+            if not path.is_file() or path.read_bytes() != data:
+                write_bytes(path, data)
+                changed.append(name)
+        for path in sorted(local_dir.glob("*.json")) if local_dir.is_dir() else []:
+            if path.name not in remote_files:
+                path.unlink()
+                changed.append(path.name)
+        return changed
+
+    def fetch(self, artifacts: Iterable[Artifact]) -> int:
+        """Download `artifacts` into the working copy, each checked against its SHA-256; bytes fetched."""
+        todo = list(artifacts)
+        with ThreadPoolExecutor(IO_THREADS) as pool:
+            return sum(pool.map(self._fetch_one, todo))
+
+    def _fetch_one(self, art: Artifact) -> int:
+        final = self.layout.root / art.path
+        try:
+            stream = self._fs.open_input_stream(self.object_key(art.sha256))
+        except FileNotFoundError:
+            raise BucketError(f"{art.path}: object {self.object_uri(art.sha256)} is missing from the bucket") from None
+        with stream, atomic_path(final) as tmp:
+            sha, size = _copy_hashing(stream, tmp)
+            if sha != art.sha256:
+                raise BucketError(
+                    f"{art.path}: object {self.object_uri(art.sha256)} hashes to {sha}, not its name; "
+                    "the bucket was changed outside the pipeline"
+                )
+        return size
+
+    def publish(self, manifest: StageManifest) -> int:
+        """Upload the stage's outputs the bucket lacks, then its manifest; bytes uploaded.
+
+        The manifest goes last and alone: until it lands, readers see the previous commit.
+        """
+        with ThreadPoolExecutor(IO_THREADS) as pool:
+            sent = sum(pool.map(self._upload_one, manifest.outputs))
+        name = self.layout.manifest(manifest.stage).name
+        with self._fs.open_output_stream(self._manifest_key(name)) as out:
+            out.write(json_bytes(manifest.model_dump(mode="json")))  # the bytes `run_stage` wrote locally
+        return sent
+
+    def _upload_one(self, art: Artifact) -> int:
+        key = self.object_key(art.sha256)
+        fs = self._fs
+        info = fs.get_file_info(key)
+        if info.type == pafs.FileType.File and info.size == art.bytes:
+            return 0  # immutable: same name, same bytes
+        # pyarrow completes an upload when its stream closes, even on an error: a failed
+        # upload is deleted, and a short one (its size differs) is replaced on the next publish.
+        try:
+            with open(self.layout.root / art.path, "rb") as src, fs.open_output_stream(key) as out:
+                while chunk := src.read(CHUNK):
+                    out.write(chunk)
+        except BaseException:
+            with suppress(OSError):
+                fs.delete_file(key)
+            raise
+        return art.bytes
+
+    def read(self, art: Artifact) -> bytes:
+        """A small recorded file's bytes, straight from the bucket."""
+        with self._fs.open_input_stream(self.object_key(art.sha256)) as fh:
+            return bytes(fh.read())
+
+    def hash_object(self, sha256: str) -> str | None:
+        """The SHA-256 of the object stored under `sha256`, or None if it is missing."""
+        try:
+            stream = self._fs.open_input_stream(self.object_key(sha256))
+        except FileNotFoundError:
+            return None
+        digest = hashlib.sha256()
+        with stream:
+            while chunk := stream.read(CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    def objects(self) -> list[str]:
+        """The SHA-256 names of every object in the bucket."""
+        found = self._fs.get_file_info(pafs.FileSelector(f"{self._base}/objects", recursive=True, allow_not_found=True))
+        return sorted(i.base_name for i in found if i.type == pafs.FileType.File)
