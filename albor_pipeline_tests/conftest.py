@@ -53,5 +53,5 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]
     train = write_docs(tmp / "train.parquet", train_texts)
     build_tokenizer(train, write_docs(tmp / "val.parquet", docs[:5]), TokenizerSpec(vocab_size=1500), tmp / "tok", tmp)
     src = write_docs(tmp / "docs.parquet", docs)
-    apply_fim(src, FimSpec(rate=0.5, format="mixed", seed=1, min_chars=0), tmp / "fim.parquet", tmp)
+    apply_fim(src, FimSpec(rate=0.5, format="mixed", seed=1, min_chars=0), tmp / "fim", tmp)
     return tmp, docs

@@ -315,7 +315,7 @@ def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):
     (byte-identical shards) and has the same merges as one without them."""
     with_chat, fim_only = chat_tok
     assert (with_chat.parent / "merges.txt").read_bytes() == (fim_only.parent / "merges.txt").read_bytes()
-    fim = pipeline[0] / "fim.parquet"
+    fim = pipeline[0] / "fim"
     spec = CorpusSpec(seq_len=128, formats=["parquet", "nanogpt"])
     a = build_corpus(fim, with_chat, spec, tmp_path / "a", tmp_path)
     b = build_corpus(fim, fim_only, spec, tmp_path / "b", tmp_path)

@@ -83,10 +83,13 @@ def test_fim_rate_check(tmp_path):
         pq.write_table(pa.table({"fim_format": pa.array(["psm"] * n_fim + [None] * (n - n_fim), pa.string())}), path)
         return path
 
-    assert check_fim_rate(fim_file(500, 1000), 0.5).passed
-    assert not check_fim_rate(fim_file(0, 1000), 0.5).passed
-    assert not check_fim_rate(fim_file(900, 1000), 0.5).passed
-    assert check_fim_rate(fim_file(0, 1000), 0.0).passed
+    assert check_fim_rate([fim_file(500, 1000)], 0.5).passed
+    assert not check_fim_rate([fim_file(0, 1000)], 0.5).passed
+    assert not check_fim_rate([fim_file(900, 1000)], 0.5).passed
+    assert check_fim_rate([fim_file(0, 1000)], 0.0).passed
+    low, high = fim_file(100, 500), fim_file(400, 500)  # 500 of 1,000 over two shards; neither alone passes
+    assert check_fim_rate([low, high], 0.5).passed
+    assert not check_fim_rate([low], 0.5).passed and not check_fim_rate([high], 0.5).passed
 
 
 def test_roundtrip_check(tmp_path):

@@ -99,7 +99,7 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     tmp, _ = pipeline
     out = tmp / f"out_{encoder}"
     spec = CorpusSpec(seq_len=128, remainder="pad", encoder=encoder, formats=["parquet", "megatron", "nanogpt"])
-    result = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, tmp)
     tok = Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json"))
     eos, pad = tok.token_to_id("</s>"), tok.token_to_id("<pad>")
     table = pq.read_table(out / "part-00000.parquet")
@@ -109,7 +109,7 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     assert result.padded_tokens == len(tokens) - result.tokens
     stream = tokens[: result.tokens]
     assert (tokens[result.tokens :] == pad).all()
-    fim_rows = pq.read_table(tmp / "fim.parquet").to_pylist()
+    fim_rows = pq.read_table(tmp / "fim").to_pylist()
     ends = np.flatnonzero(stream == eos)
     assert len(ends) == len(fim_rows) and ends[-1] == len(stream) - 1
     start = 0
@@ -170,7 +170,7 @@ def test_best_fit_corpus_passes_its_checks_and_beats_concat_on_cuts(pipeline):
         spec = CorpusSpec(
             seq_len=256, remainder="pad", packing=packing, best_fit_window=64, formats=["parquet", "megatron"]
         )
-        results[packing] = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+        results[packing] = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, tmp)
         shards = sorted(out.glob("part-*.parquet"))
         assert check_doc_lens(shards, 256, eos_id=2, pad_id=3).passed
         assert check_no_short_splits(shards, 256, eos_id=2).passed == (packing == "best_fit")
@@ -186,9 +186,9 @@ def test_per_source_accounting_counts_repeats_tokens_and_epochs(pipeline):
     table = pq.read_table(write_docs(tmp / "acct.parquet", [t for _, t in rows]))
     table = table.set_column(1, "source", pa.array([s for s, _ in rows]))
     pq.write_table(table, tmp / "acct_src.parquet")
-    apply_fim(tmp / "acct_src.parquet", FimSpec(rate=0.0), tmp / "acct_fim.parquet", tmp, enabled=False)
+    apply_fim(tmp / "acct_src.parquet", FimSpec(rate=0.0), tmp / "acct_fim", tmp, enabled=False)
     spec = CorpusSpec(seq_len=64, formats=["parquet"])
-    result = build_corpus(tmp / "acct_fim.parquet", tmp / "tok" / "tokenizer.json", spec, tmp / "acct_out", tmp)
+    result = build_corpus(tmp / "acct_fim", tmp / "tok" / "tokenizer.json", spec, tmp / "acct_out", tmp)
     tok = plain_tokenizer(Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json")))
     n = {t: len(tok.encode(t, add_special_tokens=False).ids) + 1 for t in (x, y, z)}  # + EOS
     a, b = result.sources["a"], result.sources["b"]
@@ -210,7 +210,7 @@ def test_doc_lens_rebuild_the_documents_and_bos_starts_each(pipeline, bos, worke
     tmp, _ = pipeline
     out = tmp / f"doclens_{bos}"
     spec = CorpusSpec(seq_len=64, remainder="pad", bos=bos, formats=["parquet", "megatron"])
-    result = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp, LocalExecutor(workers))
+    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, tmp, LocalExecutor(workers))
     shards = sorted(out.glob("part-*.parquet"))
     assert check_doc_lens(shards, 64, eos_id=2, pad_id=3).passed
     table = pq.read_table(shards)
@@ -229,7 +229,7 @@ def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
     tmp, _ = pipeline
     out = tmp / "exports"
     spec = CorpusSpec(seq_len=64, formats=["parquet", "megatron", "nanogpt"])
-    result = build_corpus(tmp / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, tmp)
     raw = (out / "megatron.idx").read_bytes()
     assert raw[:9] == b"MMIDIDX\x00\x00"
     version, dtype_code = np.frombuffer(raw[9:17], "<u8")[0], raw[17]
@@ -259,7 +259,7 @@ def test_megatron_index_small_case():
 
 def test_corpus_is_deterministic_and_independent_of_worker_processes(pipeline):
     tmp, _ = pipeline
-    table = pq.read_table(tmp / "fim.parquet")
+    table = pq.read_table(tmp / "fim")
     pq.write_table(table, tmp / "fim_small_groups.parquet", row_group_size=7)  # many row groups
     spec = CorpusSpec(seq_len=100, formats=["parquet", "megatron", "nanogpt"])
     tok = tmp / "tok" / "tokenizer.json"
@@ -269,14 +269,20 @@ def test_corpus_is_deterministic_and_independent_of_worker_processes(pipeline):
     ]
     assert [x.sha256 for x in runs[0].artifacts] == [x.sha256 for x in runs[1].artifacts]
     assert [x.sha256 for x in runs[0].artifacts] == [x.sha256 for x in runs[2].artifacts]
-    single = build_corpus(tmp / "fim.parquet", tok, spec, tmp / "d_one_group", tmp)
+    single = build_corpus(tmp / "fim", tok, spec, tmp / "d_one_group", tmp)
     assert [x.sha256 for x in single.artifacts] == [x.sha256 for x in runs[0].artifacts]
+    resharded = tmp / "fim_resharded"  # the same rows in 5 shards of other sizes (another shard_mb)
+    resharded.mkdir(exist_ok=True)
+    for k, (lo, hi) in enumerate(zip([0, 1, 9, 10, 30], [1, 9, 10, 30, table.num_rows])):
+        pq.write_table(table.slice(lo, hi - lo), resharded / f"part-{k:05d}-0000.parquet", row_group_size=5)
+    sharded = build_corpus(resharded, tok, spec, tmp / "d_sharded", tmp, LocalExecutor(2))
+    assert [x.sha256 for x in sharded.artifacts] == [x.sha256 for x in runs[0].artifacts]
     assert runs[0].dropped_tokens == runs[0].tokens - runs[0].sequences * 100
 
 
 def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pipeline):
     tmp, _ = pipeline
-    table = pq.read_table(tmp / "fim.parquet")
+    table = pq.read_table(tmp / "fim")
     good, bad = tmp / "fim_groups.parquet", tmp / "fim_bad_group.parquet"
     pq.write_table(table, good, row_group_size=7, compression="zstd")
     tok = tmp / "tok" / "tokenizer.json"
@@ -288,7 +294,7 @@ def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pi
     start = pq.ParquetFile(good).metadata.row_group(3).column(0).data_page_offset
     data[start : start + 16] = b"\xff" * 16
     bad.write_bytes(bytes(data))
-    with pytest.raises(TaskError, match=r"encode_row_group failed on 3 \(local\)"):
+    with pytest.raises(TaskError, match=r"encode_row_group failed on \('.*fim_bad_group.parquet', 3\) \(local\)"):
         build_corpus(bad, tok, CorpusSpec(seq_len=100), out, tmp, LocalExecutor(2))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".d_kept")) == []
@@ -456,12 +462,10 @@ def test_autotokenizer_folder_matches_the_corpus_ids(pipeline, tmp_path):
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp / "tok"))
     assert (hf.bos_token_id, hf.eos_token_id, hf.pad_token_id, hf.unk_token_id) == (1, 2, 3, 0)
     assert hf.model_max_length == 2048 and hf.convert_tokens_to_ids("<|fim_middle|>") == 1502  # vocab 1500 + 2
-    plain = apply_fim(
-        write_docs(tmp_path / "docs.parquet", docs), FimSpec(rate=0.0), tmp_path / "fim.parquet", tmp_path
-    )
+    plain = apply_fim(write_docs(tmp_path / "docs.parquet", docs), FimSpec(rate=0.0), tmp_path / "fim", tmp_path)
     assert plain.transformed == 0
     spec = CorpusSpec(seq_len=64, formats=["megatron"])
-    build_corpus(tmp_path / "fim.parquet", tmp / "tok" / "tokenizer.json", spec, tmp_path / "c", tmp_path)
+    build_corpus(tmp_path / "fim", tmp / "tok" / "tokenizer.json", spec, tmp_path / "c", tmp_path)
     stream = np.fromfile(tmp_path / "c" / "megatron.bin", dtype=np.uint16)
     ends = np.cumsum(_megatron_lengths(tmp_path / "c"))
     corpus_docs = [d[:-1].tolist() for d in np.split(stream, ends[:-1])]  # each without its EOS

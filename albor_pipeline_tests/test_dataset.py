@@ -25,7 +25,7 @@ FORMATS = ["parquet", "megatron", "nanogpt"]
 def corpora(pipeline: tuple[Path, list[str]]) -> dict[str, Path]:
     """concat, best_fit and a long subset of the same FIM'd documents."""
     tmp, _ = pipeline
-    fim, tok = tmp / "fim.parquet", tmp / "tok" / "tokenizer.json"
+    fim, tok = tmp / "fim", tmp / "tok" / "tokenizer.json"
     specs = {
         "concat": (CorpusSpec(seq_len=SEQ_LEN, formats=FORMATS), 0),
         "best_fit": (CorpusSpec(seq_len=SEQ_LEN, packing="best_fit", best_fit_window=16, formats=FORMATS), 0),

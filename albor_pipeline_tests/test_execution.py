@@ -21,7 +21,8 @@ from albor_pipeline.core.executor import INLINE, LocalExecutor, RayExecutor, Tas
 from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.hygiene import clean_source
 from albor_pipeline.core.ingest import ingest_source
-from albor_pipeline.core.shards import read_shards, shard_files
+from albor_pipeline.core.mix import mix_documents
+from albor_pipeline.core.shards import shard_files
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.spec import (
@@ -33,6 +34,7 @@ from albor_pipeline.spec import (
     NearDedupSpec,
     SourceSpec,
     SpecError,
+    SplitMixSpec,
     load_spec,
 )
 from albor_pipeline_tests.support import (
@@ -117,7 +119,7 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
     src = SourceSpec(name="s", kind="code", path=STDLIB, include=("*.py", *(f"{p}/**/*.py" for p in STDLIB_PACKAGES)))
     corpus_tmp, _ = pipeline
     fim_in, tok = tmp_path / "fim_in.parquet", corpus_tmp / "tok" / "tokenizer.json"
-    pq.write_table(pq.read_table(corpus_tmp / "fim.parquet"), fim_in, row_group_size=7)  # many row groups
+    pq.write_table(pq.read_table(corpus_tmp / "fim"), fim_in, row_group_size=7)  # many row groups
     executors = {
         "inline": INLINE,
         "local2": LocalExecutor(2),
@@ -140,9 +142,10 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
             None,
             ex,
         )
-        train = tmp_path / f"train_{name}.parquet"  # the train split in one file of many row groups
-        pq.write_table(read_shards(tmp_path / f"d_{name}" / "train"), train, row_group_size=64)
-        fimmed = apply_fim(train, FimSpec(rate=0.5), tmp_path / f"f_{name}.parquet", tmp_path, executor=ex)
+        mixed = mix_documents(
+            tmp_path / f"d_{name}" / "train", SplitMixSpec(), ["s"], tmp_path / f"m_{name}", tmp_path, None, 0.2, ex
+        )
+        fimmed = apply_fim(tmp_path / f"m_{name}", FimSpec(rate=0.5), tmp_path / f"f_{name}", tmp_path, executor=ex)
         corpus = build_corpus(fim_in, tok, CorpusSpec(seq_len=100), tmp_path / f"c_{name}", tmp_path, ex)
         outputs[name] = [
             [a.sha256 for a in ingested.artifacts],
@@ -151,11 +154,13 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
             cleaned.findings,
             [a.sha256 for split in docs.artifacts.values() for a in split],
             docs.near,
-            fimmed.artifact.sha256,
+            [a.sha256 for a in mixed.artifacts],
+            [a.sha256 for a in fimmed.artifacts],
             (fimmed.transformed, fimmed.text_bytes),
             [a.sha256 for a in corpus.artifacts],
         ]
     assert len(outputs["inline"][0]) >= 4  # ingest and hygiene had several tasks
+    assert len(outputs["inline"][6]) >= 4  # so did the mix's scatter and gather, and FIM
     assert all(out == outputs["inline"] for out in outputs.values()), outputs
     assert outputs["inline"][3].get("E-mail", 0) > 0  # the email package's authors: real work was done
     assert outputs["inline"][5]["candidate_pairs"] > 0  # near dedup compared documents

@@ -113,7 +113,7 @@ def test_every_stage_materializes_with_provenance_metadata(built):
     assert "x" in mats["mixed/train"].metadata["summary"].value
     # A stage of many files points at the directory holding them all.
     assert mats["documents"].metadata["dagster/uri"].path == str(out / "documents")
-    assert mats["mixed/train"].metadata["dagster/uri"].path == str(out / "mixed" / "train.parquet")
+    assert mats["mixed/train"].metadata["dagster/uri"].path == str(out / "mixed" / "train")
     checks = result.get_asset_check_evaluations()
     assert len(checks) >= 14 and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
 
@@ -224,7 +224,7 @@ def test_changed_input_stops_the_stage_and_keeps_its_outputs(built, tmp_path):
     spec, out, _ = built
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
-    fim = copy / "fim" / "train.parquet"
+    fim = copy / "fim" / "train" / "part-00000-0000.parquet"
     pq.write_table(pq.read_table(fim), fim, compression="snappy")  # same rows, other bytes
     corpus_before = {p.name: p.read_bytes() for p in (copy / "corpus" / "train").iterdir()}
     job = build_definitions(spec, copy).resolve_job_def(BUILD_JOB)
@@ -232,13 +232,13 @@ def test_changed_input_stops_the_stage_and_keeps_its_outputs(built, tmp_path):
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
     message = failure.step_failure_data.error.cause.message
-    assert "input fim/train.parquet was changed since it was materialized" in message
+    assert "input fim/train/part-00000-0000.parquet was changed since it was materialized" in message
     assert read_manifest(Layout(out), "fim/train").outputs[0].sha256 in message
     assert {p.name: p.read_bytes() for p in (copy / "corpus" / "train").iterdir()} == corpus_before
     fim.unlink()
     result = job.execute_in_process(asset_selection=[dg.AssetKey(["corpus", "train"])], raise_on_error=False)
     failure = next(e for e in result.all_events if e.is_step_failure)
-    assert "input fim/train.parquet is missing" in failure.step_failure_data.error.cause.message
+    assert "input fim/train/part-00000-0000.parquet is missing" in failure.step_failure_data.error.cause.message
 
 
 def test_non_default_settings_build_end_to_end(tmp_path):

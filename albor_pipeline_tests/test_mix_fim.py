@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from albor_pipeline.core.artifacts import ParquetSink
 from albor_pipeline.core.documents import build_documents, first_occurrences, split_of
+from albor_pipeline.core.executor import INLINE, LocalExecutor
 from albor_pipeline.core.fim import apply_fim, fim_batch
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
-from albor_pipeline.core.mix import MixError, draw_indices, gather, mix_documents, plan_counts
+from albor_pipeline.core.mix import MixError, draw_indices, mix_documents, plan_counts, shard_bounds, shuffle
+from albor_pipeline.core.shards import read_shards, shard_name
 from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
 
@@ -47,9 +48,9 @@ def test_chars_mix_gives_each_source_its_share_of_text(tmp_path):
     texts = ["x" * 2000 + str(i) for i in range(40)] + [f"short {i:04d}" for i in range(200)]
     docs = _docs_file(tmp_path, texts, ["long"] * 40 + ["short"] * 200)
     mix = SplitMixSpec(seed=3, weights={"long": 0.5, "short": 0.5}, unit="chars")
-    result = mix_documents(docs, mix, ["long", "short"], tmp_path / "chars.parquet", tmp_path)
+    result = mix_documents(docs, mix, ["long", "short"], tmp_path / "chars", tmp_path)
     out = Counter()
-    for row in pq.read_table(tmp_path / "chars.parquet").to_pylist():
+    for row in read_shards(tmp_path / "chars").to_pylist():
         out[row["source"]] += len(row["text"])
     assert abs(out["long"] - out["short"]) <= 2010  # equal shares, within one long document
     assert {p.source: p.rule for p in result.plan} == {"long": "weight 0.5 of chars", "short": "weight 0.5 of chars"}
@@ -175,30 +176,45 @@ def test_mix_output_counts_and_determinism(tmp_path):
     sources = ["big"] * 100 + ["small"] * 30
     docs = _docs_file(tmp_path, texts, sources)
     mix = SplitMixSpec(seed=9, weights={"big": 0.5, "small": 0.5})
-    r1 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m1.parquet", tmp_path)
-    r2 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m2.parquet", tmp_path)
-    assert r1.artifact.sha256 == r2.artifact.sha256
-    rows = pq.read_table(tmp_path / "m1.parquet").to_pylist()
+    r1 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m1", tmp_path)
+    r2 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m2", tmp_path, executor=LocalExecutor(2))
+    assert [a.sha256 for a in r1.artifacts] == [a.sha256 for a in r2.artifacts]
+    rows = read_shards(tmp_path / "m1").to_pylist()
     assert Counter(r["source"] for r in rows) == {"big": 65, "small": 65}
     small_counts = Counter(r["text"] for r in rows if r["source"] == "small")
     assert set(small_counts.values()) <= {2, 3} and len(small_counts) == 30
     assert len({r["text"] for r in rows if r["source"] == "big"}) == 65  # downsampled without replacement
     order = [r["text"] for r in rows]
     assert order != sorted(order, key=lambda t: int(t.split()[1]))  # shuffled globally
-    r3 = mix_documents(
-        docs, SplitMixSpec(seed=10, weights=mix.weights), ["big", "small"], tmp_path / "m3.parquet", tmp_path
-    )
-    assert r3.artifact.sha256 != r1.artifact.sha256
+    r3 = mix_documents(docs, SplitMixSpec(seed=10, weights=mix.weights), ["big", "small"], tmp_path / "m3", tmp_path)
+    assert [a.sha256 for a in r3.artifacts] != [a.sha256 for a in r1.artifacts]
+
+
+def test_shard_bounds_cut_by_cumulative_bytes():
+    sizes = np.array([40, 70, 10, 300, 5, 5, 90, 1])
+    # first bytes at 0, 40, 110, 120, 420, 425, 430, 520: in 100-byte shards 0, 0, 1, 1, 4, 4, 4, 5
+    assert shard_bounds(sizes, 100).tolist() == [0, 2, 4, 7, 8]
+    assert shard_bounds(sizes, 10**6).tolist() == [0, 8]
 
 
 def test_external_shuffle_equals_in_memory_take(tmp_path):
+    """Scatter and gather tasks over 4 input shards into shards of 97 rows (rows of every
+    input in every output shard, some twice) give exactly the in-memory take, on any executor."""
     docs = _docs_file(tmp_path, [f"doc {i} " * (i % 7 + 1) for i in range(1000)], ["s"] * 1000)
+    shards = tmp_path / "in"
+    shards.mkdir()
+    table = pq.read_table(docs)
+    for k, (a, b) in enumerate([(0, 300), (300, 310), (310, 600), (600, 1000)]):  # 4+: a local pool runs them
+        pq.write_table(table.slice(a, b - a), shards / shard_name(k))
     rng = np.random.default_rng(3)
     order = rng.permutation(np.concatenate([np.arange(1000), np.arange(1000), rng.choice(1000, 300, replace=False)]))
-    with ParquetSink(tmp_path / "g.parquet", DOC_SCHEMA) as sink:
-        gather(docs, order, sink, bucket_rows=97)  # many buckets, rows spread across all of them
-    assert pq.read_table(tmp_path / "g.parquet").equals(pq.read_table(docs).take(order))
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # temp buckets removed
+    for name, executor in (("inline", INLINE), ("local2", LocalExecutor(2))):
+        out = tmp_path / name
+        out.mkdir()
+        written = shuffle(shards, order, out, np.array([*range(0, 2300, 97), 2300]), executor)
+        assert [s.rows for s in written] == [97] * 23 + [2300 - 97 * 23]
+        assert read_shards(out).equals(table.take(order)), name
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # scatter files removed
 
 
 SENTINELS = [FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, "</s>", "<s>"]
@@ -253,21 +269,27 @@ def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path):
     spec = FimSpec(rate=0.5, format="mixed", spm_rate=0.3, seed=42)
     regrouped = tmp_path / "regrouped.parquet"  # other row groups: other tasks
     pq.write_table(pq.read_table(src), regrouped, row_group_size=333)
-    a = apply_fim(src, spec, tmp_path / "a.parquet", tmp_path)
-    b = apply_fim(regrouped, spec, tmp_path / "b.parquet", tmp_path)
-    c = apply_fim(src, spec, tmp_path / "c.parquet", tmp_path)
-    assert a.artifact.sha256 == b.artifact.sha256 == c.artifact.sha256
+    a = apply_fim(src, spec, tmp_path / "a", tmp_path)
+    b = apply_fim(regrouped, spec, tmp_path / "b", tmp_path)
+    c = apply_fim(src, spec, tmp_path / "c", tmp_path, executor=LocalExecutor(2))
+    assert [x.artifacts[0].sha256 for x in (a, b, c)] == [a.artifacts[0].sha256] * 3
+    split = tmp_path / "split"  # other shards: other tasks, the same rows
+    split.mkdir()
+    for k, (lo, hi) in enumerate([(0, 1000), (1000, 2500), (2500, 2600), (2600, 4000)]):
+        pq.write_table(pq.read_table(src).slice(lo, hi - lo), split / shard_name(k))
+    apply_fim(split, spec, tmp_path / "split_fim", tmp_path, executor=LocalExecutor(2))
+    assert read_shards(tmp_path / "split_fim").equals(read_shards(tmp_path / "a"))
     n = a.rows
     sigma = (n * 0.25) ** 0.5
     assert abs(a.transformed - 0.5 * n) < 4 * sigma, a.transformed
     assert abs(a.spm - 0.3 * a.transformed) < 4 * (a.transformed * 0.21) ** 0.5, a.spm
-    out = pq.read_table(tmp_path / "a.parquet").to_pylist()
+    out = read_shards(tmp_path / "a").to_pylist()
     original = pq.read_table(src).column("text").to_pylist()
     assert out[5]["fim_format"] is None and out[5]["text"] == "short"  # under min_chars: untouched
     for row, text in zip(out, original):
         assert _undo(row["fim_format"], row["text"], row["fim_prefix"], row["fim_middle"], row["fim_suffix"]) == text
-    other = apply_fim(src, FimSpec(rate=0.5, seed=43), tmp_path / "d.parquet", tmp_path)
-    assert other.artifact.sha256 != a.artifact.sha256
-    off = apply_fim(src, spec, tmp_path / "e.parquet", tmp_path, enabled=False)
+    other = apply_fim(src, FimSpec(rate=0.5, seed=43), tmp_path / "d", tmp_path)
+    assert other.artifacts[0].sha256 != a.artifacts[0].sha256
+    off = apply_fim(src, spec, tmp_path / "e", tmp_path, enabled=False)
     assert off.transformed == 0
-    assert pq.read_table(tmp_path / "e.parquet").column("text").to_pylist() == original
+    assert read_shards(tmp_path / "e").column("text").to_pylist() == original

@@ -98,19 +98,19 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     res["documents_mb_s"] = round(text_bytes / 1e6 / sec, 1)
     names = [name for name, _ in ingested]
     sec, _ = median_time(
-        lambda: mix_documents(work / "documents" / "train", SplitMixSpec(), names, work / "mixed.parquet", work),
+        lambda: mix_documents(work / "documents" / "train", SplitMixSpec(), names, work / "mixed", work),
         repeat,
     )
-    mixed_bytes = sum(len(t.encode()) for b in iter_texts(work / "mixed.parquet") for t in b)
+    mixed_bytes = sum(len(t.encode()) for b in iter_texts(work / "mixed") for t in b)
     res["mix_mb_s"] = round(mixed_bytes / 1e6 / sec, 1)
-    sec, _ = median_time(lambda: apply_fim(work / "mixed.parquet", FimSpec(), work / "fim.parquet", work), repeat)
+    sec, _ = median_time(lambda: apply_fim(work / "mixed", FimSpec(), work / "fim", work), repeat)
     res["fim_mb_s"] = round(mixed_bytes / 1e6 / sec, 1)
 
     # Tokenizer training: the asset's function vs a bare BpeTrainer on the same text.
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     spec = TokenizerSpec(vocab_size=32768, max_chars=tok_chars)
-    texts = [t for b in iter_texts(work / "mixed.parquet", max_chars=tok_chars) for t in b]
+    texts = [t for b in iter_texts(work / "mixed", max_chars=tok_chars) for t in b]
 
     bare_tok: list[Tokenizer] = []
 
@@ -131,7 +131,7 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     ours, bare = [], []
     for _ in range(repeat):
         start = time.perf_counter()
-        result = build_tokenizer(work / "mixed.parquet", work / "documents" / "val", spec, work / "tok", work)
+        result = build_tokenizer(work / "mixed", work / "documents" / "val", spec, work / "tok", work)
         ours.append(result.report["train_seconds"])  # training alone, as the bare run measures
         ours_total = time.perf_counter() - start
         bare.append(median_time(bare_train, 1)[0])
@@ -154,7 +154,7 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     # Pretokenize: the whole stage (read, encode, pack, write) vs bare encoders on the same documents.
     tok_path = work / "tok" / "tokenizer.json"
     tok = Tokenizer.from_file(str(tok_path))
-    fim_texts = pq.read_table(work / "fim.parquet", columns=["text"]).column(0).to_pylist()
+    fim_texts = pq.read_table(work / "fim", columns=["text"]).column(0).to_pylist()
     fim_bytes = sum(len(t.encode()) for t in fim_texts)
     plain = plain_tokenizer(tok)
     # Bare tiktoken as a user would set it up: the same ranks, GPT-2's pattern as tiktoken ships
@@ -170,7 +170,7 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
         tkf_s.append(median_time(lambda: tiktoken_fast.encode_ordinary_batch(fim_texts, num_threads=threads), 1)[0])
         gt_s.append(median_time(lambda: gigatoken_enc.encode_batch(fim_texts, parallel=True), 1)[0])
         sec, corpus = median_time(
-            lambda: build_corpus(work / "fim.parquet", tok_path, CorpusSpec(), work / "corpus", work, LOCAL), 1
+            lambda: build_corpus(work / "fim", tok_path, CorpusSpec(), work / "corpus", work, LOCAL), 1
         )
         stage_s.append(sec)
     res["pretokenize_encoder"] = corpus.encoder
@@ -572,15 +572,22 @@ def task_costs(spec_path: Path, art: Path) -> dict[str, Any]:
     from albor_pipeline.core.documents import _scan_group, _ScanJob
     from albor_pipeline.core.encode import pick_encoder
     from albor_pipeline.core.encode_worker import EncodeJob, encode_row_group
+    from albor_pipeline.core.fim import _fim_shard, _FimJob
     from albor_pipeline.core.hygiene import _clean_shard, _CleanJob
     from albor_pipeline.core.ingest import _ingest_group, _IngestJob, file_groups
     from albor_pipeline.core.layout import Layout
     from albor_pipeline.core.neardup import Signer
-    from albor_pipeline.core.shards import MB, shard_files
+    from albor_pipeline.core.shards import MB, first_rows, row_groups, shard_files
     from albor_pipeline.spec import load_spec
 
     spec, layout = load_spec(spec_path), Layout(art)
-    tasks: dict[str, list[tuple[float, float]]] = {"ingest": [], "hygiene": [], "documents": [], "corpus": []}
+    tasks: dict[str, list[tuple[float, float]]] = {
+        "ingest": [],
+        "hygiene": [],
+        "documents": [],
+        "fim": [],
+        "corpus": [],
+    }
 
     def timed(stage: str, fn: Callable[[], Any], mb: float) -> None:
         start = time.perf_counter()
@@ -607,13 +614,18 @@ def task_costs(spec_path: Path, art: Path) -> dict[str, Any]:
             for g in range(pq.ParquetFile(path).num_row_groups):
                 rows = tuple(range(pq.ParquetFile(path).metadata.row_group(g).num_rows))
                 timed("documents", partial(_scan_group, job, (0, g, 0, rows)), mb(path, g))
+    mixed = shard_files(layout.mixed("train"))
+    fim_job = _FimJob(spec.fim, True, str(scratch))
+    for i, (path, first) in enumerate(zip(mixed, first_rows(mixed))):
+        size = sum(mb(path, g) for g in range(pq.ParquetFile(path).num_row_groups))
+        timed("fim", partial(_fim_shard, fim_job, (i, str(path), first)), size)
     shutil.rmtree(scratch)
     fim = layout.fim("train")
     tok = Tokenizer.from_file(str(layout.tokenizer_json))
     encoder, _ = pick_encoder(tok, "auto", [])
-    job2 = EncodeJob(str(fim), str(layout.tokenizer_json), encoder.name, False, 0)
-    for g in range(pq.ParquetFile(fim).num_row_groups):
-        timed("corpus", partial(encode_row_group, job2, g), mb(fim, g))
+    job2 = EncodeJob(str(layout.tokenizer_json), encoder.name, False, 0)
+    for file, g in row_groups(fim):
+        timed("corpus", partial(encode_row_group, job2, (file, g)), mb(Path(file), g))
     out: dict[str, Any] = {}
     for stage, runs in tasks.items():
         secs = np.array([t for t, _ in runs])
@@ -708,13 +720,13 @@ def bench_loader(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any]
     src = code_sources(corpora[:1])[0]
     shards = ingest_source(src, work / "ingested", work).artifacts
     build_documents([(src.name, work / a.path) for a in shards], HoldoutSpec(), work / "documents", work)
-    mix_documents(work / "documents" / "train", SplitMixSpec(), [src.name], work / "mixed.parquet", work)
-    apply_fim(work / "mixed.parquet", FimSpec(), work / "fim.parquet", work)
+    mix_documents(work / "documents" / "train", SplitMixSpec(), [src.name], work / "mixed", work)
+    apply_fim(work / "mixed", FimSpec(), work / "fim", work)
     tok_spec = TokenizerSpec(vocab_size=32768, max_chars=5_000_000)
-    build_tokenizer(work / "mixed.parquet", work / "documents" / "val", tok_spec, work / "tok", work)
+    build_tokenizer(work / "mixed", work / "documents" / "val", tok_spec, work / "tok", work)
     spec = CorpusSpec(formats=["parquet", "nanogpt"])
     corpus = work / "corpus"
-    build_corpus(work / "fim.parquet", work / "tok/tokenizer.json", spec, corpus, work, LOCAL)
+    build_corpus(work / "fim", work / "tok/tokenizer.json", spec, corpus, work, LOCAL)
     seq_len = spec.seq_len
     tokens = np.memmap(corpus / "tokens.bin", dtype=np.uint16, mode="r")
     n = len(tokens) // seq_len

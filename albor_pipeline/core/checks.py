@@ -68,14 +68,16 @@ def check_no_leak(train: Path, *held_out: Path) -> CheckOutcome:
     )
 
 
-def check_fim_rate(path: Path, rate: float, sigmas: float = 5.0) -> CheckOutcome:
-    """Observed FIM share within `sigmas` binomial standard deviations of `rate`.
+def check_fim_rate(paths: list[Path], rate: float, sigmas: float = 5.0) -> CheckOutcome:
+    """Observed FIM share (over the shards `paths`) within `sigmas` binomial standard deviations of `rate`.
 
     Rows under min_chars are never transformed, so the bound counts only rows that could be.
     """
-    table = pq.read_table(path, columns=["fim_format"])
-    n = table.num_rows
-    k = n - table.column(0).null_count
+    n = k = 0
+    for path in paths:
+        for batch in pq.ParquetFile(path).iter_batches(columns=["fim_format"]):
+            n += batch.num_rows
+            k += batch.num_rows - batch.column(0).null_count
     sd = math.sqrt(max(n * rate * (1 - rate), 1e-12))
     ok = n == 0 or k <= n * rate + sigmas * sd + 1
     ok = ok and (n < 30 or k >= n * rate - sigmas * sd - n * 0.05)  # short rows are exempt, allow 5 %

@@ -33,8 +33,9 @@ from albor_pipeline.core.artifacts import (
     write_json,
 )
 from albor_pipeline.core.encode import Encoder, pick_encoder
-from albor_pipeline.core.encode_worker import EncodeJob, RowGroupEncoder, encode_row_group
+from albor_pipeline.core.encode_worker import EncodeJob, RowGroup, RowGroupEncoder, encode_row_group
 from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.shards import row_groups
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import BOS, EOS, PAD
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy
@@ -321,11 +322,10 @@ class CorpusResult:
 
 
 def _encoded_row_groups(
-    fim_path: Path,
+    groups: list[RowGroup],
     tokenizer_path: Path,
     tok: Tokenizer,
     encoder: Encoder,
-    groups: int,
     executor: Executor,
     bos: bool,
     min_chars: int,
@@ -333,13 +333,13 @@ def _encoded_row_groups(
     """Encoded row groups in input order, so output never depends on where they ran.
 
     Inline, the stage's own encoder runs; on an executor, each task reads its row group
-    straight from the Parquet file (no text crosses a process boundary) and encodes it
+    straight from its Parquet shard (no text crosses a process boundary) and encodes it
     with the encoder the stage picked, built once per worker.
     """
     if executor is INLINE:
-        return map(RowGroupEncoder(str(fim_path), tok, encoder, bos, min_chars).encode, range(groups))
-    job = EncodeJob(str(fim_path), str(tokenizer_path), encoder.name, bos, min_chars)
-    return executor.map(partial(encode_row_group, job), range(groups))
+        return map(RowGroupEncoder(tok, encoder, bos, min_chars).encode, groups)
+    job = EncodeJob(str(tokenizer_path), encoder.name, bos, min_chars)
+    return executor.map(partial(encode_row_group, job), groups)
 
 
 def build_corpus(
@@ -352,18 +352,19 @@ def build_corpus(
     progress: Progress | None = None,
     min_chars: int = 0,
 ) -> CorpusResult:
-    """Pretokenize one split's FIM'd documents into `out_dir`.
+    """Pretokenize one split's FIM'd documents (a shard set or file) into `out_dir`: an ordered
+    pass over the row groups' token streams.
 
     `executor`: where row groups are encoded (inline for files of fewer than 4 on a local pool).
     `min_chars`: only documents of at least this many characters (before FIM): the long subset.
     """
     start = time.perf_counter()
     tok = Tokenizer.from_file(str(tokenizer_path))
-    pfile = pq.ParquetFile(fim_path)
-    executor = for_items(executor, pfile.num_row_groups, 4)
+    groups = row_groups(fim_path)
+    executor = for_items(executor, len(groups), 4)
     with staged_dir(out_dir) as staging:  # the split's files are replaced as one set, or not at all
         result = _write_corpus(
-            tok, pfile, fim_path, tokenizer_path, spec, staging, data_root, executor, progress, start, min_chars
+            tok, groups, tokenizer_path, spec, staging, data_root, executor, progress, start, min_chars
         )
     final = [(out_dir / Path(a.path).name).relative_to(data_root).as_posix() for a in result.artifacts]
     result.artifacts = [a.model_copy(update={"path": path}) for a, path in zip(result.artifacts, final)]
@@ -372,8 +373,7 @@ def build_corpus(
 
 def _write_corpus(
     tok: Tokenizer,
-    pfile: pq.ParquetFile,
-    fim_path: Path,
+    groups: list[RowGroup],
     tokenizer_path: Path,
     spec: CorpusSpec,
     out_dir: Path,
@@ -387,9 +387,9 @@ def _write_corpus(
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
     if eos is None or pad is None:
         raise ValueError(f"{EOS} and {PAD} must be tokens of the tokenizer")
-    groups = pfile.num_row_groups
     # A quick guard on this data (the test suite proves id equality broadly): 32 documents, 8k chars each.
-    sample = [t[:8192] for t in pfile.read_row_group(0, columns=["text"]).column(0).to_pylist()[:32]] if groups else []
+    first = pq.ParquetFile(groups[0][0]).read_row_group(groups[0][1], columns=["text"]) if groups else None
+    sample = [t[:8192] for t in first.column(0).to_pylist()[:32]] if first is not None else []
     encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
     formats = set(spec.formats)
     docs = tokens = text_bytes = 0
@@ -406,9 +406,9 @@ def _write_corpus(
                 streams.append((stream, token_dtype(vocab, signed)))
         writes = BackgroundWrites(shards.write)  # Parquet encoding overlaps reading and packing
         try:
-            encoded = _encoded_row_groups(fim_path, tokenizer_path, tok, encoder, groups, executor, spec.bos, min_chars)
-            for index, (flat, lengths, rows, nbytes) in enumerate(encoded):
-                meta = pfile.read_row_group(index, columns=["source", "sha256"]).take(pa.array(rows))
+            encoded = _encoded_row_groups(groups, tokenizer_path, tok, encoder, executor, spec.bos, min_chars)
+            for (path, index), (flat, lengths, rows, nbytes) in zip(groups, encoded):
+                meta = pq.ParquetFile(path).read_row_group(index, columns=["source", "sha256"]).take(pa.array(rows))
                 accounting.add(meta.column("source").to_pylist(), meta.column("sha256").to_pylist(), lengths)
                 for fh, dtype in streams:
                     fh.write(flat.astype(dtype, copy=False).tobytes())

@@ -66,11 +66,14 @@ def encode_rows(
     return out.astype(np.uint32, copy=False), np.frombuffer(lengths, dtype=np.int64)
 
 
-class RowGroupEncoder:
-    """Encodes row groups of one FIM Parquet file (in a worker process, or in-process)."""
+RowGroup = tuple[str, int]
+"""(Parquet file, row group index): an item of a per-row-group task (`shards.row_groups`)."""
 
-    def __init__(self, fim_path: str, tok: Tokenizer, encoder: Encoder, bos: bool = False, min_chars: int = 0) -> None:
-        self.file = pq.ParquetFile(fim_path)
+
+class RowGroupEncoder:
+    """Encodes row groups of FIM Parquet files (in a worker process, or in-process)."""
+
+    def __init__(self, tok: Tokenizer, encoder: Encoder, bos: bool = False, min_chars: int = 0) -> None:
         self.encoder, self.bos, self.min_chars = encoder, bos, min_chars
         ids = {t: tok.token_to_id(t) for t in (BOS, EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
         missing = [t for t, i in ids.items() if i is None]
@@ -79,15 +82,16 @@ class RowGroupEncoder:
         self.ids: dict[str, int] = {t: i for t, i in ids.items() if i is not None}
 
     @classmethod
-    def load(cls, fim_path: str, tokenizer_path: str, encoder_name: str, bos: bool, min_chars: int) -> RowGroupEncoder:
+    def load(cls, tokenizer_path: str, encoder_name: str, bos: bool, min_chars: int) -> RowGroupEncoder:
         """A single-threaded encoder of `encoder_name`, as a worker process builds it."""
         tok = Tokenizer.from_file(tokenizer_path)
-        return cls(fim_path, tok, make_encoder(tok, encoder_name, threads=1), bos, min_chars)
+        return cls(tok, make_encoder(tok, encoder_name, threads=1), bos, min_chars)
 
-    def encode(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    def encode(self, group: RowGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """(flat ids with EOS after each document, per-document lengths, the documents' rows in
         the row group, text bytes) of one row group's documents of at least `min_chars` characters."""
-        table = self.file.read_row_group(index, columns=READ_COLUMNS)
+        path, index = group
+        table = pq.ParquetFile(path).read_row_group(index, columns=READ_COLUMNS)
         rows = np.arange(table.num_rows, dtype=np.int64)
         if self.min_chars:
             # Characters before FIM: a FIM'd text carries the three sentinels on top.
@@ -105,7 +109,6 @@ class RowGroupEncoder:
 class EncodeJob:
     """What every row group of one corpus build is encoded with."""
 
-    fim_path: str
     tokenizer_path: str
     encoder: str  # `make_encoder`'s name: the one the stage picked
     bos: bool
@@ -114,9 +117,9 @@ class EncodeJob:
 
 @lru_cache(maxsize=2)
 def _row_group_encoder(job: EncodeJob) -> RowGroupEncoder:
-    return RowGroupEncoder.load(job.fim_path, job.tokenizer_path, job.encoder, job.bos, job.min_chars)
+    return RowGroupEncoder.load(job.tokenizer_path, job.encoder, job.bos, job.min_chars)
 
 
-def encode_row_group(job: EncodeJob, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """`RowGroupEncoder.encode` of row group `index`, with the encoder cached per process."""
-    return _row_group_encoder(job).encode(index)
+def encode_row_group(job: EncodeJob, group: RowGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """`RowGroupEncoder.encode` of one row group, with the encoder cached per process."""
+    return _row_group_encoder(job).encode(group)

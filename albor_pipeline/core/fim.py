@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, record
-from albor_pipeline.core.executor import INLINE, Executor, remote_only
-from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.core.artifacts import Artifact, ParquetSink, staged_dir
+from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.ingest import DOC_SCHEMA
+from albor_pipeline.core.shards import Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
 from albor_pipeline.spec import FimFormat, FimSpec
@@ -57,7 +58,7 @@ def join_fim(fmt: str, prefix: str, middle: str, suffix: str) -> str:
 
 @dataclass
 class FimResult:
-    artifact: Artifact
+    artifacts: list[Artifact]
     rows: int
     transformed: int
     spm: int
@@ -92,11 +93,9 @@ def fim_batch(texts: list[str], first_row: int, fim: FimSpec) -> dict[str, list[
     return out
 
 
-def _fim_row_group(src: str, fim: FimSpec, enabled: bool, group: tuple[int, int]) -> pa.RecordBatch:
-    """FIM of row group `index` of `src`, whose first row is row `first_row` of the split: a
-    pure function of the group (every draw depends only on the seed and the row)."""
-    index, first_row = group
-    table = pq.ParquetFile(src).read_row_group(index, columns=DOC_SCHEMA.names)
+def _fim_table(table: pa.Table, first_row: int, fim: FimSpec, enabled: bool) -> pa.RecordBatch:
+    """FIM of documents whose first is row `first_row` of the split: a pure function of the
+    rows (every draw depends only on the seed and the row)."""
     texts = table.column("text").to_pylist()
     if enabled:
         cols = fim_batch(texts, first_row, fim)
@@ -108,6 +107,40 @@ def _fim_row_group(src: str, fim: FimSpec, enabled: bool, group: tuple[int, int]
     )
 
 
+@dataclass(frozen=True)
+class _FimJob:
+    fim: FimSpec
+    enabled: bool
+    staging: str  # where each task writes its shard
+
+
+@dataclass(frozen=True)
+class _FimShard:
+    shard: Shard
+    transformed: int
+    spm: int
+    text_bytes: int  # the documents' own bytes (sentinels not counted)
+
+
+def _fim_shard(job: _FimJob, item: tuple[int, str, int]) -> _FimShard:
+    """FIM of the i-th mixed shard, whose first row is row `first_row` of the split, written
+    as the i-th FIM shard."""
+    i, src, first_row = item
+    pfile = pq.ParquetFile(src)
+    transformed = spm = text_bytes = 0
+    with ParquetSink(Path(job.staging) / shard_name(i), FIM_SCHEMA) as sink:
+        for index in range(pfile.num_row_groups):
+            table = pfile.read_row_group(index, columns=DOC_SCHEMA.names)
+            batch = _fim_table(table, first_row + sink.rows, job.fim, job.enabled)
+            formats = batch.column("fim_format")
+            fimmed = len(formats) - formats.null_count
+            transformed += fimmed
+            spm += pc.sum(pc.equal(formats, "spm")).as_py() or 0
+            text_bytes += (pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0) - fimmed * FIM_SENTINEL_CHARS
+            sink.write(batch)
+    return _FimShard(Shard.of(sink.path, sink.rows), transformed, spm, text_bytes)
+
+
 def apply_fim(
     src: Path,
     fim: FimSpec,
@@ -117,25 +150,23 @@ def apply_fim(
     progress: Progress | None = None,
     executor: Executor = INLINE,
 ) -> FimResult:
-    """Write `src` with FIM applied (or only the FIM columns added, when not `enabled`).
-
-    Row groups run on `executor` when it is a cluster (`remote_only`) and are written in
-    order: the same bytes wherever they ran."""
-    meta = pq.ParquetFile(src).metadata
-    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    groups = list(zip(range(len(sizes)), np.cumsum([0, *sizes[:-1]]).tolist()))
-    transformed = spm = text_bytes = 0
-    task = partial(_fim_row_group, str(src), fim, enabled)
-    with ParquetSink(out, FIM_SCHEMA) as sink:
-        for batch in remote_only(executor).map(task, groups):
-            formats = batch.column("fim_format")
-            fimmed = len(formats) - formats.null_count
-            transformed += fimmed
-            spm += pc.sum(pc.equal(formats, "spm")).as_py() or 0
-            sink.write(batch)
-            out_bytes = pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0
-            text_bytes += out_bytes - fimmed * FIM_SENTINEL_CHARS  # the documents' own bytes
-            if progress and sink.rows % (BATCH_ROWS * 8) < batch.num_rows:
-                progress(f"fim: {sink.rows:,} rows, {text_bytes / 1e6:.1f} MB")
-        rows = sink.rows
-    return FimResult(record(out, data_root, rows=rows), rows, transformed, spm, text_bytes)
+    """Write the shard set (or file) `src` with FIM applied (or only the FIM columns added,
+    when not `enabled`) as the shard set `out`, a task per shard on `executor`. Draws depend
+    on the row's index in the split alone, so the rows are the same for any shard boundaries."""
+    files = parquet_files(src)
+    items = list(zip(range(len(files)), map(str, files), first_rows(files)))
+    done: list[_FimShard] = []
+    with staged_dir(out) as staging:
+        task = partial(_fim_shard, _FimJob(fim, enabled, str(staging)))
+        for result in for_items(executor, len(items), 4).map(task, items):
+            done.append(result)
+            if progress:
+                mb = sum(d.text_bytes for d in done) / 1e6
+                progress(f"fim: {len(done)}/{len(items)} shards, {sum(d.shard.rows for d in done):,} rows, {mb:.1f} MB")
+    return FimResult(
+        artifacts=[d.shard.artifact(out, data_root) for d in done],
+        rows=sum(d.shard.rows for d in done),
+        transformed=sum(d.transformed for d in done),
+        spm=sum(d.spm for d in done),
+        text_bytes=sum(d.text_bytes for d in done),
+    )

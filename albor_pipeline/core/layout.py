@@ -92,10 +92,12 @@ class Layout:
         return self.documents_dir / split
 
     def mixed(self, split: str) -> Path:
-        return self.root / "mixed" / f"{split}.parquet"
+        """A shard set, in mix order (shards of about `shard_mb`)."""
+        return self.root / "mixed" / split
 
     def fim(self, split: str) -> Path:
-        return self.root / "fim" / f"{split}.parquet"
+        """A shard set, a shard per mixed shard."""
+        return self.root / "fim" / split
 
     @property
     def tokenizer_dir(self) -> Path:
@@ -121,7 +123,8 @@ class Layout:
         return self.conversations_dir / split
 
     def chat_mixed(self, split: str) -> Path:
-        return self.root / "chat_mixed" / f"{split}.parquet"
+        """A shard set, as `mixed`."""
+        return self.root / "chat_mixed" / split
 
     def sft_dir(self, split: str) -> Path:
         return self.root / "sft" / split

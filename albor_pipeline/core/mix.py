@@ -4,15 +4,15 @@ Source i gets floor(N * w_i / sum(w)) rows (N = `rows` or the total input rows),
 round(count_i * repeat_i) with a `repeat` multiplier. Downsampling draws without
 replacement; upsampling takes whole copies plus a random remainder, so each document
 appears floor or ceil(multiplier) times. The result is shuffled with the split's seed; the
-shuffle is an external one, so memory stays bounded by a batch, not the split.
+shuffle is an external one in per-shard tasks, so memory stays bounded by a shard, not the split.
 """
 
 from __future__ import annotations
 
 import math
 import tempfile
-from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +20,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, record
+from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, staged_dir
+from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.shards import iter_batches, parquet_files
+from albor_pipeline.core.shards import MB, Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import MixUnit, SplitMixSpec
-
-GATHER_ROWS = 2048  # rows per shuffle bucket (one bucket is in memory at a time)
-READ_ROWS = 256
 
 
 class MixError(ValueError):
@@ -49,7 +48,7 @@ class SourcePlan:
 
 @dataclass
 class MixResult:
-    artifact: Artifact
+    artifacts: list[Artifact]
     plan: list[SourcePlan]
     warnings: list[str] = field(default_factory=list)
 
@@ -116,40 +115,95 @@ def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def gather(src: Path, order_idx: np.ndarray, sink: ParquetSink, bucket_rows: int = GATHER_ROWS) -> None:
-    """Write rows `order_idx[0], order_idx[1], ...` of `src` (a Parquet file or shard set, rows
-    numbered across its shards) to `sink`, in bounded memory.
+@dataclass(frozen=True)
+class _ShuffleJob:
+    tmp: str  # the scatter files
+    staging: str  # where the output shards go
+    bounds: tuple[int, ...]  # output shard k holds output positions bounds[k] .. bounds[k+1]-1
+    inputs: int  # input shards (= scatter files)
 
-    A two-pass external shuffle: stream `src`'s shards once, sending each row (with its output
-    positions) to the temp bucket that holds those positions; then read the buckets
-    in order, each sorted by position. Memory is one batch plus one bucket, never the
-    split; disk is one extra copy of the output.
+    @property
+    def shards(self) -> int:
+        return len(self.bounds) - 1
+
+
+def _scatter(job: _ShuffleJob, item: tuple[int, str, np.ndarray, np.ndarray]) -> None:
+    """Send the picked rows of input shard i (`rows`, bound for output positions `pos`) to
+    the output shards holding those positions: one Arrow file, a record batch per output shard."""
+    i, src, rows, pos = item
+    order = np.argsort(pos, kind="stable")
+    pos = pos[order]
+    table = pq.read_table(src, columns=DOC_SCHEMA.names).take(pa.array(rows[order]))
+    table = table.append_column("_pos", pa.array(pos, pa.int64())).combine_chunks()
+    bounds = np.searchsorted(pos, job.bounds)
+    with ipc.new_file(f"{job.tmp}/{i:05d}.arrow", _SCATTER_SCHEMA) as writer:
+        for k in range(job.shards):
+            part = table.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k]))
+            writer.write_batch(
+                pa.RecordBatch.from_arrays(
+                    [part.column(n).combine_chunks() for n in _SCATTER_SCHEMA.names], schema=_SCATTER_SCHEMA
+                )
+            )
+
+
+def _gather(job: _ShuffleJob, k: int) -> Shard:
+    """Output shard k: its rows from every scatter file, in output order."""
+    parts = []
+    for i in range(job.inputs):
+        with pa.OSFile(f"{job.tmp}/{i:05d}.arrow") as fh:  # read, not mapped: the file goes away
+            parts.append(ipc.open_file(fh).get_batch(k))
+    table = pa.Table.from_batches(parts, _SCATTER_SCHEMA).sort_by("_pos").drop_columns(["_pos"])
+    with ParquetSink(Path(job.staging) / shard_name(k), DOC_SCHEMA) as sink:
+        sink.write(table)
+    return Shard.of(sink.path, sink.rows)
+
+
+_SCATTER_SCHEMA = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
+
+
+def shuffle(
+    src: Path, order_idx: np.ndarray, staging: Path, bounds: np.ndarray, executor: Executor = INLINE
+) -> list[Shard]:
+    """Write rows `order_idx[0], order_idx[1], ...` of `src` (a Parquet file or shard set, rows
+    numbered across its shards) into `staging`, output shard k holding positions
+    `bounds[k]` up to `bounds[k+1]`.
+
+    An external shuffle in two task waves: a scatter task per input shard sends each picked
+    row to the output shard that holds its position, then a gather task per output shard
+    sorts its rows into place and writes it. A task holds one input or one output shard,
+    never the split; disk holds one extra copy of the output meanwhile.
     """
+    files = parquet_files(src)
+    starts = first_rows(files)
+    starts.append(starts[-1] + pq.ParquetFile(files[-1]).metadata.num_rows)
     by_input = np.argsort(order_idx, kind="stable")  # output positions, ordered by input row
     inputs = order_idx[by_input]
-    buckets = -(-len(order_idx) // bucket_rows)
-    schema = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
-    with (
-        tempfile.TemporaryDirectory(prefix=".mix-", suffix=TEMP_SUFFIX, dir=sink.path.parent) as tmp,
-        ExitStack() as stack,
-    ):
-        writers: dict[int, ipc.RecordBatchStreamWriter] = {}
-        offset = ptr = 0
-        for batch in iter_batches(src, DOC_SCHEMA.names, READ_ROWS):
-            end = int(np.searchsorted(inputs, offset + batch.num_rows, side="left"))
-            pos = by_input[ptr:end]
-            taken = batch.take(pa.array(inputs[ptr:end] - offset)).append_column("_pos", pa.array(pos))
-            bucket_of = pos // bucket_rows
-            for b in np.unique(bucket_of):
-                if b not in writers:
-                    writers[b] = stack.enter_context(ipc.new_stream(f"{tmp}/{b}.arrow", schema))
-                writers[b].write_batch(taken.filter(pa.array(bucket_of == b)))
-            offset, ptr = offset + batch.num_rows, end
-        stack.close()
-        for b in range(buckets):
-            with ipc.open_stream(f"{tmp}/{b}.arrow") as reader:
-                table = reader.read_all()
-            sink.write(table.sort_by("_pos").drop_columns(["_pos"]))
+    cuts = np.searchsorted(inputs, starts)
+    with tempfile.TemporaryDirectory(prefix=".mix-", suffix=TEMP_SUFFIX, dir=staging.parent) as tmp:
+        job = _ShuffleJob(tmp, str(staging), tuple(int(b) for b in bounds), len(files))
+        scatter = [
+            (i, str(f), inputs[cuts[i] : cuts[i + 1]] - starts[i], by_input[cuts[i] : cuts[i + 1]])
+            for i, f in enumerate(files)
+        ]
+        for _ in for_items(executor, len(scatter), 4).map(partial(_scatter, job), scatter):
+            pass
+        return list(for_items(executor, job.shards, 4).map(partial(_gather, job), range(job.shards)))
+
+
+def shard_bounds(sizes: np.ndarray, max_bytes: int) -> np.ndarray:
+    """Output shard boundaries for rows of `sizes` bytes, in output order: a row goes to the
+    shard its first byte falls in (cumulative bytes // `max_bytes`), so a shard holds about
+    `max_bytes` and the cut depends on the rows alone, not on the input's shards."""
+    ids = (np.cumsum(sizes) - sizes) // max_bytes
+    return np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [len(sizes)]]).astype(np.int64)
+
+
+def _text_sizes(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(UTF-8 bytes, characters) of every document of one shard."""
+    text = pq.read_table(path, columns=["text"]).column(0)
+    nbytes = pc.binary_length(text).to_numpy(zero_copy_only=False)
+    chars = pc.utf8_length(text).to_numpy(zero_copy_only=False)
+    return nbytes.astype(np.int64), chars.astype(np.int64)
 
 
 def mix_documents(
@@ -159,9 +213,12 @@ def mix_documents(
     out: Path,
     data_root: Path,
     progress: Progress | None = None,
+    shard_mb: float = 32,
+    executor: Executor = INLINE,
 ) -> MixResult:
-    """Write the weighted, shuffled mix of one split's documents (a shard set) to `out`: a plan
-    from the rows per source, then one external shuffle over the shards."""
+    """Write the weighted, shuffled mix of one split's documents (a shard set) as the shard
+    set `out` (shards of about `shard_mb` of text): a plan from the rows per source, then one
+    external shuffle over the shards. Every per-shard step runs on `executor`."""
     grouped = (
         pl.read_parquet(parquet_files(split_path), columns=["source"])
         .with_row_index("i")
@@ -173,23 +230,20 @@ def mix_documents(
         for name, idx in zip(grouped.get_column("source"), grouped.get_column("i"))
     }
     counts = {name: len(pos) for name, pos in positions.items()}
+    files = parquet_files(split_path)
+    sizes = list(for_items(executor, len(files), 4).map(_text_sizes, map(str, files)))
+    nbytes = np.concatenate([b for b, _ in sizes])
     chars = None
-    if mix.unit == MixUnit.chars:  # one int per row, read batch by batch (no text held)
-        lengths = np.concatenate(
-            [
-                pc.utf8_length(batch.column(0)).to_numpy(zero_copy_only=False)
-                for batch in iter_batches(split_path, ["text"], GATHER_ROWS)
-            ]
-            or [np.zeros(0, dtype=np.int64)]
-        )
+    if mix.unit == MixUnit.chars:
+        lengths = np.concatenate([c for _, c in sizes])
         chars = {name: int(lengths[pos].sum()) for name, pos in positions.items()}
     plans, warnings = plan_counts(counts, mix, order, chars)
     rng = np.random.default_rng(mix.seed)
     picked = [positions[p.source][draw_indices(p.input_rows, p.output_rows, rng)] for p in plans if p.output_rows]
     order_idx = np.concatenate(picked)[rng.permutation(sum(len(p) for p in picked))]
-    with ParquetSink(out, DOC_SCHEMA) as sink:
-        gather(split_path, order_idx, sink)
-        if progress:
-            progress(f"mix: wrote {sink.rows:,} rows to {out.name}")
-        rows = sink.rows
-    return MixResult(artifact=record(out, data_root, rows=rows), plan=plans, warnings=warnings)
+    with staged_dir(out) as staging:
+        bounds = shard_bounds(nbytes[order_idx], int(shard_mb * MB))
+        shards = shuffle(split_path, order_idx, staging, bounds, executor)
+    if progress:
+        progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
+    return MixResult(artifacts=[s.artifact(out, data_root) for s in shards], plan=plans, warnings=warnings)

@@ -19,14 +19,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
 from albor_pipeline.core.chat import LETTERS, ChatIds, Message, Piece, mc_prompt, render_pieces
 from albor_pipeline.core.corpus import token_dtype
 from albor_pipeline.core.encode import Encoder, encode_lists, pick_encoder
-from albor_pipeline.core.shards import read_shards
+from albor_pipeline.core.shards import iter_batches, read_shards
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat
 
@@ -69,7 +68,7 @@ def encode_pieces(batch: list[list[Piece]], encoder: Encoder) -> list[tuple[np.n
 
 
 def _rows(path: Path) -> Iterator[tuple[list[str], list[str], list[str]]]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=["text", "source", "sha256"]):
+    for batch in iter_batches(path, ["text", "source", "sha256"], BATCH_ROWS):
         yield batch.column(0).to_pylist(), batch.column(1).to_pylist(), batch.column(2).to_pylist()
 
 

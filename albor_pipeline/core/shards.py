@@ -27,6 +27,11 @@ def shard_name(task: int, part: int = 0) -> str:
     return f"part-{task:05d}-{part:04d}.parquet"
 
 
+def is_shard(path: Path) -> bool:
+    """A file of a shard set (its set is named by the directory, not by the file)."""
+    return path.name.startswith("part-") and path.suffix == ".parquet"
+
+
 @dataclass(frozen=True)
 class Shard:
     """One written shard: its file name in the set, full SHA-256, size and rows."""
@@ -94,6 +99,21 @@ def shard_files(directory: Path) -> list[Path]:
 def parquet_files(path: Path) -> list[Path]:
     """A Parquet input's files: a shard set's shards in order, or the one file."""
     return shard_files(path) if path.is_dir() or not path.suffix else [path]
+
+
+def first_rows(files: list[Path]) -> list[int]:
+    """The set-wide index of each file's first row, from the Parquet footers."""
+    starts, total = [], 0
+    for file in files:
+        starts.append(total)
+        total += pq.ParquetFile(file).metadata.num_rows
+    return starts
+
+
+def row_groups(path: Path) -> list[tuple[str, int]]:
+    """(file, row group) of every row group of a Parquet file or shard set, in order: the
+    items of a per-row-group task."""
+    return [(str(f), g) for f in parquet_files(path) for g in range(pq.ParquetFile(f).num_row_groups)]
 
 
 def iter_batches(path: Path, columns: list[str] | None = None, batch_size: int = 2048) -> Iterator[pa.RecordBatch]:

@@ -41,7 +41,7 @@ def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) ->
         "observed_rate": round(observed, 6),
     }
     return StageOutput(
-        artifacts=[result.artifact],
+        artifacts=result.artifacts,
         config={**settings.model_dump(mode="json"), "enabled": enabled},
         summary=summary,
         metadata={
@@ -55,7 +55,7 @@ def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) ->
 
 def _rate_within_bounds(ctx: CheckContext) -> CheckOutcome:
     rate = ctx.manifest.config["rate"] if ctx.manifest.config["enabled"] else 0.0
-    return check_fim_rate(ctx.parquet_outputs[0], rate)
+    return check_fim_rate(ctx.parquet_outputs, rate)
 
 
 def stages(spec: PipelineSpec) -> list[Stage[FimConfig]]:

@@ -54,7 +54,14 @@ def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: M
     layout = ctx.layout
     order = [s.name for s in spec.sources_of(*pool.kinds)]
     result = mix_documents(
-        pool.source(layout, split), settings, order, pool.out(layout, split), layout.root, progress=ctx.log.info
+        pool.source(layout, split),
+        settings,
+        order,
+        pool.out(layout, split),
+        layout.root,
+        ctx.log.info,
+        spec.shard_mb,
+        ctx.executor,
     )
     for warning in result.warnings:
         ctx.log.warning(warning)
@@ -69,8 +76,8 @@ def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: M
         for p in result.plan
     ]
     return StageOutput(
-        artifacts=[result.artifact],
-        config=settings.model_dump(mode="json"),
+        artifacts=result.artifacts,
+        config={**settings.model_dump(mode="json"), "shard_mb": spec.shard_mb},
         summary={"plan": rows, "warnings": result.warnings},
         metadata={
             "sources": dg.MetadataValue.md(markdown_table(rows)),

@@ -22,6 +22,7 @@ from albor_pipeline.core.artifacts import Artifact, StageManifest, read_manifest
 from albor_pipeline.core.checks import CheckOutcome, check_schema
 from albor_pipeline.core.executor import INLINE, Executor
 from albor_pipeline.core.layout import Layout
+from albor_pipeline.core.shards import is_shard
 from albor_pipeline.core.stage import Inputs, StageOutput, run_stage
 from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.spec import M, apply_overrides
@@ -206,10 +207,11 @@ def materialize_result(
     outputs = manifest.outputs
     rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs)
     # The one file, or the directory holding every output (a shard set, or a stage's splits).
-    where = os.path.commonpath([layout.root / a.path for a in outputs]) if len(outputs) > 1 else None
+    paths = [layout.root / a.path for a in outputs]
+    where = os.path.commonpath(paths) if len(paths) > 1 else str(paths[0].parent if is_shard(paths[0]) else paths[0])
     meta: dict[str, Any] = {
         "dagster/row_count": rows,
-        "dagster/uri": dg.MetadataValue.path(uri or where or str(layout.root / outputs[0].path)),
+        "dagster/uri": dg.MetadataValue.path(uri or where),
         "sha256": outputs[0].sha256 if len(outputs) == 1 else manifest.data_version,
         "bytes": sum(a.bytes for a in outputs),
         "outputs": outputs_table(outputs),
