@@ -111,3 +111,37 @@ def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
         index.add(t)
     index.verify(texts.values())
     assert index.clusters.groups() == {1: [1, 2]} and index.duplicates() == {2}
+
+
+def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, monkeypatch):
+    """Near-copy clusters of four (so later pairs of a cluster are skipped once it is joined)
+    over three input shards: pairs scored in blocks of three on two processes give exactly
+    the report of one serial pass, and of the in-memory index over the same texts."""
+    from albor_pipeline.core import documents, neardup
+    from albor_pipeline.core.executor import LocalExecutor
+    from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
+
+    from .support import write_docs
+
+    originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    variants = [t.replace("def ", "def  ", k) + f"\n# variant {k}\n" for t in originals[:8] for k in (1, 2, 3)]
+    inputs = [
+        ("a", write_docs(tmp_path / "a.parquet", originals)),
+        ("b", write_docs(tmp_path / "b.parquet", variants[:12])),
+        ("c", write_docs(tmp_path / "c.parquet", variants[12:])),
+    ]
+    serial = documents.build_documents(inputs, HoldoutSpec(), tmp_path / "s", tmp_path, near=NearDedupSpec())
+    monkeypatch.setattr(neardup, "MIN_PAIR_BLOCK", 3)
+    pooled = documents.build_documents(
+        inputs, HoldoutSpec(), tmp_path / "p", tmp_path, near=NearDedupSpec(), executor=LocalExecutor(2)
+    )
+    assert pooled.near == serial.near
+    assert serial.near["removed"] == {"b": 12, "c": 12} and serial.near["cluster_sizes"] == {"4": 8}
+    assert serial.near["candidate_pairs"] > serial.near["verified_pairs"] == 24
+    index = NearDupIndex()
+    for text in [*originals, *variants]:
+        index.add(text)
+    index.verify([*originals, *variants])
+    assert len(index.verified) == 24
+    assert [j for *_, j in index.verified[:5]] == [e[2] for e in serial.near["examples"]]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # shingle spool removed

@@ -332,26 +332,32 @@ def _signatures(signer: Signer, path: Path) -> np.ndarray:
 
 
 def check_no_near_leak(
-    paths: dict[str, Path], ngram: int, num_perm: int, bands: int, threshold: float, executor: Executor = INLINE
+    paths: dict[str, Path],
+    ngram: int,
+    num_perm: int,
+    bands: int,
+    threshold: float,
+    executor: Executor = INLINE,
+    spool_dir: Path | None = None,
 ) -> CheckOutcome:
     """No document of one split (a Parquet file or shard set) is a near-duplicate (verified
-    Jaccard >= threshold on LSH candidates) of a document of another split. Signatures are
-    computed a shard per task on `executor`; buckets and verification in this process."""
-    index = NearDupIndex(ngram, num_perm, bands, threshold)
+    Jaccard >= threshold on LSH candidates) of a document of another split. Signatures and
+    the candidates' verification run a shard (or a run of pairs) per task on `executor`,
+    spooling to `spool_dir`; buckets and clusters in this process."""
+    index = NearDupIndex(ngram, num_perm, bands, threshold, spool_dir)
     split_of_doc: list[str] = []
     shards = [(split, file) for split, path in paths.items() for file in parquet_files(path)]
+    where = []
     task = partial(_signatures, index.signer)
-    for (split, _), sigs in zip(shards, for_items(executor, len(shards), 2).map(task, [f for _, f in shards])):
+    for k, ((split, _), sigs) in enumerate(
+        zip(shards, for_items(executor, len(shards), 2).map(task, [f for _, f in shards]))
+    ):
         for sig in sigs:
             index.add_signature(sig)
         split_of_doc += [split] * len(sigs)
-
-    def texts() -> Iterator[str]:
-        for path in paths.values():
-            for batch in iter_batches(path, ["text"]):
-                yield from batch.column(0).to_pylist()
-
-    index.verify(texts())
+        where.append(np.stack([np.full(len(sigs), k), np.arange(len(sigs))], axis=1))
+    located = np.concatenate(where) if where else np.zeros((0, 2), dtype=np.int64)
+    index.verify_shards([str(f) for _, f in shards], located, spool_dir, executor)
     crossing = [(a, b, j) for a, b, j in index.verified if split_of_doc[a] != split_of_doc[b]]
     return CheckOutcome(
         not crossing,

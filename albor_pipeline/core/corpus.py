@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import struct
 import time
-from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from albor_pipeline.core.artifacts import (
     staged_dir,
     write_json,
 )
+from albor_pipeline.core.documents import sha_keys
 from albor_pipeline.core.encode import Encoder, pick_encoder
 from albor_pipeline.core.encode_worker import EncodeJob, RowGroup, RowGroupEncoder, encode_row_group
 from albor_pipeline.core.executor import INLINE, Executor, for_items
@@ -214,40 +214,39 @@ class SourceAccounting:
 
     The mix can repeat a source's documents many times while its share of tokens stays
     small; this says both. Epochs = the source's tokens / the tokens of its unique documents
-    (a repeated document counts its first occurrence's tokens once). Memory: one 32-byte key
-    per unique document.
+    (a repeated document counts its first occurrence's tokens once). Memory: ~30 bytes a
+    document (its source, a 16-byte key of its SHA-256 and its tokens), counted by one
+    sort at the end.
     """
 
     def __init__(self) -> None:
-        self.documents: Counter[str] = Counter()
-        self.tokens: Counter[str] = Counter()
-        self.unique_tokens: Counter[str] = Counter()
-        self.copies: dict[str, Counter[bytes]] = defaultdict(Counter)
+        self._codes: dict[str, int] = {}
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def add(self, sources: list[str], sha256s: list[str], lengths: np.ndarray) -> None:
-        for source, sha, n in zip(sources, sha256s, lengths.tolist()):
-            copies = self.copies[source]
-            key = bytes.fromhex(sha)
-            copies[key] += 1
-            if copies[key] == 1:
-                self.unique_tokens[source] += n
-            self.documents[source] += 1
-            self.tokens[source] += n
+    def add(self, sources: list[str], sha256s: pa.Array, lengths: np.ndarray) -> None:
+        codes = np.array([self._codes.setdefault(s, len(self._codes)) for s in sources], dtype=np.int32)
+        self._parts.append((codes, sha_keys(sha256s), lengths.astype(np.int64, copy=False)))
 
     def summary(self) -> dict[str, dict[str, float | int]]:
-        total = sum(self.tokens.values())
-        return {
-            source: {
-                "documents": self.documents[source],
-                "unique_documents": len(copies),
-                "max_repeat": max(copies.values()),
-                "mean_repeat": round(self.documents[source] / len(copies), 4),
-                "tokens": self.tokens[source],
-                "token_share": round(self.tokens[source] / total, 6) if total else 0.0,
-                "epochs": round(self.tokens[source] / self.unique_tokens[source], 4),
+        if not self._parts:
+            return {}
+        codes, keys, lengths = (np.concatenate(column) for column in zip(*self._parts))
+        total = int(lengths.sum())
+        out = {}
+        for source, code in sorted(self._codes.items()):
+            mine = codes == code
+            _, first, copies = np.unique(keys[mine], return_index=True, return_counts=True)
+            tokens, unique_tokens = int(lengths[mine].sum()), int(lengths[mine][first].sum())
+            out[source] = {
+                "documents": int(mine.sum()),
+                "unique_documents": len(first),
+                "max_repeat": int(copies.max()),
+                "mean_repeat": round(int(mine.sum()) / len(first), 4),
+                "tokens": tokens,
+                "token_share": round(tokens / total, 6) if total else 0.0,
+                "epochs": round(tokens / unique_tokens, 4),
             }
-            for source, copies in sorted(self.copies.items())
-        }
+        return out
 
 
 def _list_array(values: np.ndarray, counts: np.ndarray) -> pa.ListArray:
@@ -409,7 +408,7 @@ def _write_corpus(
             encoded = _encoded_row_groups(groups, tokenizer_path, tok, encoder, executor, spec.bos, min_chars)
             for (path, index), (flat, lengths, rows, nbytes) in zip(groups, encoded):
                 meta = pq.ParquetFile(path).read_row_group(index, columns=["source", "sha256"]).take(pa.array(rows))
-                accounting.add(meta.column("source").to_pylist(), meta.column("sha256").to_pylist(), lengths)
+                accounting.add(meta.column("source").to_pylist(), meta.column("sha256").combine_chunks(), lengths)
                 for fh, dtype in streams:
                     fh.write(flat.astype(dtype, copy=False).tobytes())
                 doc_lengths.append(lengths)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -50,17 +49,6 @@ class DocumentsResult:
     decontaminated: dict[str, Any] = field(default_factory=dict)  # per benchmark and source, examples
 
 
-def _texts(inputs: list[tuple[str, Path]], labels: list[list[str | None]]) -> Iterator[tuple[int, int, str, str]]:
-    """(input, row, text, file) of every document still labelled, in input order."""
-    for i, (_, path) in enumerate(inputs):
-        row = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=["text", "file"]):
-            for text, file in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-                if labels[i][row] is not None:
-                    yield i, row, text, file
-                row += 1
-
-
 @dataclass(frozen=True)
 class _ScanJob:
     """What every row-group task of the scan needs: the inputs, the signer, the benchmarks."""
@@ -71,22 +59,26 @@ class _ScanJob:
 
 
 SCAN_MIN_GROUPS = 8  # a local pool's start-up pays off from ~2k documents
-ScanItem = tuple[int, int, int, tuple[int, ...]]  # (input, row group, its first row, labelled rows in it)
+ScanItem = tuple[int, int, int, np.ndarray]  # (input, row group, its first row, labelled rows in it)
 
 
-def _scan_group(job: _ScanJob, item: ScanItem) -> tuple[list[np.ndarray], list[list[str]], list[str]]:
-    """MinHash signatures, benchmark hits and file names of one row group's labelled documents (their
+def _scan_group(job: _ScanJob, item: ScanItem) -> tuple[list[np.ndarray], list[list[str]]]:
+    """MinHash signatures and benchmark hits of one row group's labelled documents (their
     words hashed once for both): a pure function of the group, for any executor."""
     i, group, _, rows = item
-    table = pq.ParquetFile(job.paths[i]).read_row_group(group, columns=["text", "file"])
-    texts, files = table.column("text").to_pylist(), table.column("file").to_pylist()
+    texts = pq.ParquetFile(job.paths[i]).read_row_group(group, columns=["text"]).column(0).to_pylist()
     sigs, hits = [], []
-    for row in rows:
+    for row in rows.tolist():
         words = word_hashes(texts[row])
         if job.signer is not None:
             sigs.append(job.signer.signature(words))
         hits.append(job.decon.hits(words) if job.decon else [])
-    return sigs, hits, [files[row] for row in rows]
+    return sigs, hits
+
+
+def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
+    """`source:file` of one document, read when a report names it (a few examples)."""
+    return f"{inputs[i][0]}:{pq.read_table(inputs[i][1], columns=['file']).column(0)[row].as_py()}"
 
 
 def _scan(
@@ -106,41 +98,45 @@ def _scan(
     items: list[ScanItem] = []
     for i, (_, path) in enumerate(inputs):
         meta = pq.ParquetFile(path).metadata
+        labelled = np.array([label is not None for label in labels[i]], dtype=bool)
         start = 0
         for group in range(meta.num_row_groups):
             end = start + meta.row_group(group).num_rows
-            rows = tuple(r - start for r in range(start, end) if labels[i][r] is not None)
-            if rows:
+            rows = np.flatnonzero(labelled[start:end])
+            if len(rows):
                 items.append((i, group, start, rows))
             start = end
     job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, decon)
-    where: list[tuple[int, int]] = []
-    files: list[str] = []
+    located: list[np.ndarray] = []  # (input, row) of each scanned document, in document order
     hits: dict[int, list[str]] = {}
+    docs = 0
     results = for_items(executor, len(items), SCAN_MIN_GROUPS).map(partial(_scan_group, job), items)
-    for (i, _, first, rows), (sigs, found, names) in zip(items, results):
-        for k, row in enumerate(rows):
+    for (i, _, first, rows), (sigs, found) in zip(items, results):
+        for k in range(len(rows)):
             if index is not None:
                 index.add_signature(sigs[k])
             if found[k]:
-                hits[len(where)] = found[k]
-            where.append((i, first + row))
-            files.append(f"{inputs[i][0]}:{names[k]}")
-    near_report = _near_dedup(index, inputs, labels, where, files, near, progress) if index and near else {}
+                hits[docs + k] = found[k]
+        located.append(np.stack([np.full(len(rows), i), first + rows], axis=1))
+        docs += len(rows)
+    where = np.concatenate(located) if located else np.zeros((0, 2), dtype=np.int64)
+    near_report = (
+        _near_dedup(index, inputs, labels, where, near, spool_dir, progress, executor) if index and near else {}
+    )
     decon_report: dict[str, Any] = {}
     if decon:
         dropped: Counter[str] = Counter()
         per_benchmark: Counter[str] = Counter()
         examples: list[list[str]] = []
         for doc, names in sorted(hits.items()):
-            i, row = where[doc]
+            i, row = where[doc].tolist()
             if labels[i][row] != "train":  # only train must not contain eval text
                 continue
             labels[i][row] = None
             dropped[inputs[i][0]] += 1
             per_benchmark.update(names)
             if len(examples) < 5:
-                examples.append([files[doc], ", ".join(names)])
+                examples.append([_file_of(inputs, i, row), ", ".join(names)])
         decon_report = {
             "ngram": decon.n,
             "benchmarks": {n: {**r, "train_dropped": per_benchmark[n]} for n, r in decon.report().items()},
@@ -209,10 +205,11 @@ def _near_dedup(
     index: NearDupIndex,
     inputs: list[tuple[str, Path]],
     labels: list[list[str | None]],
-    where: list[tuple[int, int]],
-    files: list[str],
+    where: np.ndarray,
     spec: NearDedupSpec,
+    spool_dir: Path,
     progress: Progress | None,
+    executor: Executor,
 ) -> dict[str, Any]:
     """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
     or take their representative's split (cluster-aware holdout). The representative is the
@@ -220,14 +217,14 @@ def _near_dedup(
     index.candidates()
     if progress:
         progress(f"documents: {len(where):,} signatures, {len(index.pairs):,} LSH candidate pairs")
-    index.verify(text for _, _, text, _ in _texts(inputs, labels))
+    index.verify_shards([str(p) for _, p in inputs], where, spool_dir, executor)
     removed: Counter[str] = Counter()
     sizes: Counter[int] = Counter()
     for root, members in index.clusters.groups().items():
         sizes[len(members)] += 1
-        ri, rrow = where[root]
+        ri, rrow = where[root].tolist()
         for member in members[1:]:
-            i, row = where[member]
+            i, row = where[member].tolist()
             if spec.remove:
                 labels[i][row] = None
                 removed[inputs[i][0]] += 1
@@ -239,7 +236,10 @@ def _near_dedup(
         "cluster_sizes": {str(k): v for k, v in sorted(sizes.items())},
         "candidate_pairs": len(index.pairs),
         "verified_pairs": len(index.verified),
-        "examples": [[files[a], files[b], j] for a, b, j in index.verified[:5]],
+        "examples": [
+            [_file_of(inputs, *where[a].tolist()), _file_of(inputs, *where[b].tolist()), j]
+            for a, b, j in index.verified[:5]
+        ],
     }
 
 

@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from albor_pipeline.core.artifacts import TEMP_SUFFIX
+from albor_pipeline.core.executor import Executor, for_items
 
 U64 = np.uint64
 P = U64(0x100000001B3)  # FNV prime: odd, so it has an inverse mod 2**64
@@ -293,16 +299,54 @@ class NearDupIndex:
         return self.pairs
 
     def verify(self, texts: Iterable[str]) -> None:
-        """Exact Jaccard for every candidate pair not already in one cluster (that would not
-        change the clusters); `texts` are the added texts again, in order."""
+        """Exact Jaccard of the candidate pairs, in this process; `texts` are the added texts
+        again, in order. (`documents` scores the pairs in executor tasks instead.)"""
         if not self._spool.closed:
             self.candidates()
         needed = {d for pair in self.pairs for d in pair}
         sets = {d: shingles(t, self.ngram) for d, t in enumerate(texts) if d in needed}
-        for a, b in self.pairs:
+        self.cluster(score_pairs(np.array(self.pairs, dtype=np.int64).reshape(-1, 2), sets.__getitem__, self.threshold))
+
+    def verify_shards(self, files: list[str], where: np.ndarray, spool_dir: Path | None, executor: Executor) -> None:
+        """Exact Jaccard of the candidate pairs in `executor` tasks, then the clusters here.
+        Document d is row `where[d, 1]` of the Parquet file `files[where[d, 0]]`. A task per
+        file spools its candidate documents' shingles to `spool_dir` (shared with the
+        workers), then a task per run of pairs scores them (`score_pair_block`); this
+        process holds the pairs, never a shingle."""
+        if not self._spool.closed:
+            self.candidates()
+        pairs = np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
+        docs = np.unique(pairs)
+        loc = where[docs]
+        with tempfile.TemporaryDirectory(prefix=".albor-shingles-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
+            used = np.unique(loc[:, 0])
+            items = [(int(f), files[f], loc[loc[:, 0] == f, 1]) for f in used]
+            job = _ShingleJob(self.ngram, spool)
+            spans = np.zeros((len(docs), 3), dtype=np.int64)  # (spool file, start, end) per doc
+            for (f, _, _), offsets in zip(
+                items, for_items(executor, len(items), 2).map(partial(_shingle_file, job), items)
+            ):
+                mine = np.flatnonzero(loc[:, 0] == f)
+                spans[mine] = np.stack([np.full(len(mine), f), offsets[:-1], offsets[1:]], axis=1)
+            size = max(MIN_PAIR_BLOCK, -(-len(pairs) // (PAIR_BLOCKS_PER_WORKER * executor.workers)))
+            blocks = []
+            for start in range(0, len(pairs), size):
+                block = pairs[start : start + size]
+                block_docs = np.unique(block)
+                blocks.append((block, block_docs, spans[np.searchsorted(docs, block_docs)]))
+            task = partial(score_pair_block, PairJob(spool, self.threshold))
+            scored = list(for_items(executor, len(blocks), 2).map(task, blocks))
+        self.cluster(np.concatenate(scored) if scored else np.zeros(0))
+
+    def cluster(self, scores: np.ndarray) -> None:
+        """Join the candidate pairs scoring at least `threshold`, in pair order; a pair already
+        in one cluster is skipped (its score, NaN when `score_pairs` skipped it too, cannot
+        change the clusters)."""
+        for (a, b), score in zip(self.pairs, scores.tolist()):
             if self.clusters.find(a) == self.clusters.find(b):
                 continue
-            score = jaccard(sets[a], sets[b])
+            if score != score:  # NaN: only ever for a pair joined by earlier ones
+                raise AssertionError(f"near dedup: pair ({a}, {b}) was not scored")
             if score >= self.threshold:
                 self.clusters.union(a, b)
                 self.verified.append((a, b, round(score, 4)))
@@ -310,6 +354,66 @@ class NearDupIndex:
     def duplicates(self) -> set[int]:
         """Members that are not their cluster's representative (the first document)."""
         return {d for d in self.clusters.parent if self.clusters.find(d) != d}
+
+
+def score_pairs(pairs: np.ndarray, shingles_of: Callable[[int], np.ndarray], threshold: float) -> np.ndarray:
+    """Exact Jaccard of each pair of `pairs` (rows of two document ids), in order; NaN for a
+    pair that earlier pairs of this list already joined at `threshold` or more (then its score
+    cannot change a cluster). Any contiguous run of the sorted pairs can be scored on its own:
+    `NearDupIndex.cluster` over the joined scores gives the clusters of one serial pass."""
+    clusters = Clusters()
+    scores = np.full(len(pairs), np.nan)
+    for p, (a, b) in enumerate(pairs.tolist()):
+        if clusters.find(a) == clusters.find(b):
+            continue
+        scores[p] = jaccard(shingles_of(a), shingles_of(b))
+        if scores[p] >= threshold:
+            clusters.union(a, b)
+    return scores
+
+
+@dataclass(frozen=True)
+class _ShingleJob:
+    ngram: int
+    spool: str
+
+
+def _shingle_file(job: _ShingleJob, item: tuple[int, str, np.ndarray]) -> np.ndarray:
+    """The shingles of rows `rows` of Parquet file f (candidate documents), concatenated into
+    the spool file f; returns their offsets in it. A pure function of the file."""
+    f, path, rows = item
+    texts = pq.read_table(path, columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
+    sets = [shingles(text, job.ngram) for text in texts]
+    np.save(f"{job.spool}/{f:05d}.npy", np.concatenate([np.zeros(0, U64), *sets]))
+    return np.cumsum([0, *map(len, sets)])
+
+
+PAIR_BLOCKS_PER_WORKER = 4  # pair blocks per worker: an even spread, and few tasks
+MIN_PAIR_BLOCK = 2048  # pairs a block holds at least (shipping a task costs ~ms)
+
+
+@dataclass(frozen=True)
+class PairJob:
+    """Scoring candidate pairs from spooled shingles: `spool`/NNNNN.npy holds the shingles of
+    the candidate documents of input shard N, concatenated."""
+
+    spool: str
+    threshold: float
+
+
+def score_pair_block(job: PairJob, block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """`score_pairs` of a run of pairs: a task of `documents` on any executor. `docs` are the
+    block's document ids, sorted; `where[k]` is (spool file, start, end) of `docs[k]`'s shingles."""
+    pairs, docs, where = block
+    files: dict[int, np.ndarray] = {}
+
+    def shingles_of(doc: int) -> np.ndarray:
+        f, start, end = where[np.searchsorted(docs, doc)].tolist()
+        if f not in files:
+            files[f] = np.load(f"{job.spool}/{f:05d}.npy", mmap_mode="r")
+        return np.asarray(files[f][start:end])
+
+    return score_pairs(pairs, shingles_of, job.threshold)
 
 
 def near_duplicates(

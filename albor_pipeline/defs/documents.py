@@ -87,7 +87,9 @@ def _no_train_leak(stage: str, ctx: CheckContext) -> CheckOutcome:
 def _no_near_leak(ctx: CheckContext) -> CheckOutcome:
     near = NearDedupSpec.model_validate(ctx.manifest.config["near_dedup"])
     paths = {s: ctx.layout.documents(s) for s in SPLITS}
-    return check_no_near_leak(paths, near.ngram, near.num_perm, near.bands, near.threshold, ctx.executor)
+    return check_no_near_leak(
+        paths, near.ngram, near.num_perm, near.bands, near.threshold, ctx.executor, ctx.layout.root
+    )
 
 
 def _no_benchmark_ngrams(ctx: CheckContext) -> CheckOutcome:
