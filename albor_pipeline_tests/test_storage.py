@@ -129,8 +129,13 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, mo
     s3.create_bucket(Bucket="albor-data")
     uri = "s3://albor-data/team/run"
     spec = make_spec()
-    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "work"))
-    materialize_all(spec, uri)
+    for name, value in (("ALBOR_WORK_DIR", tmp_path / "work"), ("DAGSTER_HOME", tmp_path / "home")):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("ALBOR_SPEC", "")  # restored after the test: `albor run --spec` sets it
+    monkeypatch.setenv("ALBOR_DATA_DIR", "")
+    assert albor(["run", "--spec", str(tmp_path / "spec.yaml"), "--data-dir", uri, "--log-level", "ERROR"]) == 0
+    out = capsys.readouterr().out
+    assert f"Artifacts: {uri}\nWorking copy: {tmp_path / 'work'}" in out and "corpus/train:" in out
     materialize_all(spec, tmp_path / "local")
 
     local = Layout(tmp_path / "local")
