@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from albor_pipeline.core.documents import build_documents, first_occurrences, split_of
+from albor_pipeline.core.documents import build_documents, exact_dedup, split_of
 from albor_pipeline.core.executor import INLINE, LocalExecutor
 from albor_pipeline.core.fim import apply_fim, fim_batch
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
@@ -110,21 +110,42 @@ def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
     assert len(hashes["val"]) > 0 and len(hashes["test"]) > 0
 
 
-def test_sort_based_exact_dedup_equals_a_dict_of_every_hash(tmp_path):
-    """`first_occurrences` (128-bit keys, one sort) against the obvious dict loop, on real
-    files ingested twice and a third package, in two orders."""
+@pytest.mark.parametrize("partition_bytes", [None, 24 * 8])
+def test_hash_partitioned_exact_dedup_equals_a_dict_of_every_hash(tmp_path, monkeypatch, partition_bytes):
+    """`exact_dedup` (128-bit keys hash-partitioned over tasks) against the obvious dict loop,
+    on real files ingested twice and a third package, in two orders; with one partition
+    inline, and with partitions of 8 keys on two processes."""
+    from albor_pipeline.core import hashpart
+    from albor_pipeline.core.documents import DROPPED, SPLIT_CODES
+
+    executor = INLINE
+    if partition_bytes:
+        monkeypatch.setattr(hashpart, "PARTITION_BYTES", partition_bytes)
+        executor = LocalExecutor(2)
+    holdout = HoldoutSpec(val_fraction=0.2, test_fraction=0.1)
     shards = [_ingest_stdlib(tmp_path, n, p) for n, p in (("a", "email"), ("b", "json"), ("c", "email"))]
     for paths in (shards, shards[::-1]):
-        first, kept_by, owner = first_occurrences(paths)
+        exact = exact_dedup(paths, holdout, tmp_path, executor)
         seen: dict[str, int] = {}
-        want_first, want_by = [], []
+        want_codes, want_repeats, want_inputs, doc, owner = [], [], [], 0, []
         for i, path in enumerate(paths):
+            codes = []
             for sha in pq.read_table(path, columns=["sha256"]).column(0).to_pylist():
-                want_first.append(sha not in seen)
-                want_by.append(seen.setdefault(sha, i))
-        assert first.tolist() == want_first and kept_by.tolist() == want_by
-        assert owner.tolist() == [i for i, p in enumerate(paths) for _ in range(pq.read_metadata(p).num_rows)]
-        assert 0 < sum(want_first) < len(want_first)
+                if sha in seen:
+                    want_repeats.append([doc, seen[sha]])
+                    want_inputs.append([i, owner[seen[sha]]])
+                owner.append(i)
+                codes.append(DROPPED if sha in seen else SPLIT_CODES[split_of(sha, holdout)])
+                seen.setdefault(sha, doc)
+                doc += 1
+            want_codes.append(codes)
+        assert [c.tolist() for c in exact.codes] == want_codes
+        assert exact.repeats.tolist() == want_repeats and 0 < len(want_repeats) < doc
+        assert exact.firsts[-1] == doc
+        assert exact.input_of(exact.repeats).tolist() == want_inputs
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # key spool removed
+    if partition_bytes:
+        assert hashpart.partition_count(doc, 24) > 4
 
 
 def test_document_keeps_its_split_when_sources_grow(tmp_path):

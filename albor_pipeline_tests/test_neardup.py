@@ -115,9 +115,10 @@ def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
 
 def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, monkeypatch):
     """Near-copy clusters of four (so later pairs of a cluster are skipped once it is joined)
-    over three input shards: pairs scored in blocks of three on two processes give exactly
-    the report of one serial pass, and of the in-memory index over the same texts."""
-    from albor_pipeline.core import documents, neardup
+    over three input shards: keys in many hash partitions and pairs scored in blocks of three
+    on two processes give exactly the report of one serial pass, and of the in-memory index
+    over the same texts."""
+    from albor_pipeline.core import documents, hashpart, neardup
     from albor_pipeline.core.executor import LocalExecutor
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
 
@@ -132,6 +133,7 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     ]
     serial = documents.build_documents(inputs, HoldoutSpec(), tmp_path / "s", tmp_path, near=NearDedupSpec())
     monkeypatch.setattr(neardup, "MIN_PAIR_BLOCK", 3)
+    monkeypatch.setattr(hashpart, "PARTITION_BYTES", 24 * 8)  # keys and band keys in many partitions
     pooled = documents.build_documents(
         inputs, HoldoutSpec(), tmp_path / "p", tmp_path, near=NearDedupSpec(), executor=LocalExecutor(2)
     )
@@ -144,4 +146,37 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     index.verify([*originals, *variants])
     assert len(index.verified) == 24
     assert [j for *_, j in index.verified[:5]] == [e[2] for e in serial.near["examples"]]
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # shingle spool removed
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # spools removed
+
+
+def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatch):
+    """LSH candidates from signatures spooled by three tasks and bucketed in many hash
+    partitions on two processes equal the in-memory index's (one partition) and a plain
+    loop over every pair: share a band's key and agree in enough signature positions."""
+    from albor_pipeline.core import hashpart
+    from albor_pipeline.core.executor import LocalExecutor
+    from albor_pipeline.core.neardup import band_keys, lsh_candidates, word_hashes
+
+    originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    texts = [*originals, "", *(t.replace("def ", "def  ", 2) + "\n# copy\n" for t in originals[:10])]
+    index = NearDupIndex()
+    for text in texts:
+        index.add(text)
+    serial = index.candidates()
+    sigs = np.stack([index.signer.signature(word_hashes(t)) for t in texts])
+    keys = band_keys(sigs, index.bands)
+    agree = index.lsh(tmp_path, len(texts)).agree
+    brute = [
+        (a, b)
+        for a in range(len(texts))
+        for b in range(a + 1, len(texts))
+        if sigs[a, 0] != np.iinfo(np.uint64).max and (keys[a] == keys[b]).any() and (sigs[a] == sigs[b]).sum() >= agree
+    ]
+    assert serial == brute and len(brute) >= 10
+    monkeypatch.setattr(hashpart, "PARTITION_BYTES", 18 * 40)
+    job = index.lsh(tmp_path, len(texts))
+    assert job.partitions > 8
+    firsts = np.array([0, 7, 30, len(texts)])
+    offsets = np.stack([job.spool_signatures(t, firsts[t], sigs[firsts[t] : firsts[t + 1]]) for t in range(3)])
+    pooled = lsh_candidates(job, offsets, firsts, LocalExecutor(2))
+    assert [tuple(p) for p in pooled.tolist()] == serial

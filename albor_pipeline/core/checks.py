@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,10 +18,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
+from albor_pipeline.core.artifacts import TEMP_SUFFIX
 from albor_pipeline.core.chat import ChatIds, assistant_text
 from albor_pipeline.core.decontam import contaminated
 from albor_pipeline.core.executor import INLINE, Executor, for_items
-from albor_pipeline.core.neardup import NearDupIndex, Signer, word_hashes
+from albor_pipeline.core.neardup import LshJob, NearDupIndex, Signer, word_hashes
 from albor_pipeline.core.shards import iter_batches, parquet_files
 from albor_pipeline.core.vocab import EOS, PAD, added_tokens, token_to_bytes
 from albor_pipeline.spec import ChatTokens, DecontaminateSpec
@@ -325,10 +327,12 @@ def check_choice_ids(path: Path) -> CheckOutcome:
     )
 
 
-def _signatures(signer: Signer, path: Path) -> np.ndarray:
-    """The MinHash signatures of one shard's documents (a row each): a per-shard task."""
+def _signatures(signer: Signer, lsh: LshJob, item: tuple[int, int, Path]) -> np.ndarray:
+    """Shard `item` = (task, its first document, path): its documents' MinHash signatures
+    spooled for LSH, a per-shard task; returns the partition offsets."""
+    task, first, path = item
     sigs = [signer.signature(word_hashes(t)) for b in iter_batches(path, ["text"]) for t in b.column(0).to_pylist()]
-    return np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), dtype=np.uint64)
+    return lsh.spool_signatures(task, first, np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64))
 
 
 def check_no_near_leak(
@@ -341,28 +345,28 @@ def check_no_near_leak(
     spool_dir: Path | None = None,
 ) -> CheckOutcome:
     """No document of one split (a Parquet file or shard set) is a near-duplicate (verified
-    Jaccard >= threshold on LSH candidates) of a document of another split. Signatures and
-    the candidates' verification run a shard (or a run of pairs) per task on `executor`,
-    spooling to `spool_dir`; buckets and clusters in this process."""
-    index = NearDupIndex(ngram, num_perm, bands, threshold, spool_dir)
-    split_of_doc: list[str] = []
+    Jaccard >= threshold on LSH candidates) of a document of another split. Signatures, LSH
+    buckets and the candidates' verification run a shard (or a partition, or a run of pairs)
+    per task on `executor`, spooling to `spool_dir`; clusters in this process."""
+    index = NearDupIndex(ngram, num_perm, bands, threshold)
     shards = [(split, file) for split, path in paths.items() for file in parquet_files(path)]
-    where = []
-    task = partial(_signatures, index.signer)
-    for k, ((split, _), sigs) in enumerate(
-        zip(shards, for_items(executor, len(shards), 2).map(task, [f for _, f in shards]))
-    ):
-        for sig in sigs:
-            index.add_signature(sig)
-        split_of_doc += [split] * len(sigs)
-        where.append(np.stack([np.full(len(sigs), k), np.arange(len(sigs))], axis=1))
-    located = np.concatenate(where) if where else np.zeros((0, 2), dtype=np.int64)
+    rows = [pq.ParquetFile(f).metadata.num_rows for _, f in shards]
+    firsts = np.concatenate(([0], np.cumsum(rows, dtype=np.int64)))
+    shard_of = np.repeat(np.arange(len(shards)), rows)  # document -> its shard
+    located = np.stack([shard_of, np.arange(firsts[-1]) - firsts[shard_of]], axis=1)
+    shard_split = np.array([split for split, _ in shards], dtype=object)
+    with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
+        lsh = index.lsh(spool, int(firsts[-1]))
+        items = [(k, int(firsts[k]), f) for k, (_, f) in enumerate(shards)]
+        offsets = list(for_items(executor, len(items), 2).map(partial(_signatures, index.signer, lsh), items))
+        stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
+        index.find_candidates(lsh, stacked, firsts, executor)
     index.verify_shards([str(f) for _, f in shards], located, spool_dir, executor)
-    crossing = [(a, b, j) for a, b, j in index.verified if split_of_doc[a] != split_of_doc[b]]
+    crossing = [(a, b, j) for a, b, j in index.verified if shard_split[shard_of[a]] != shard_split[shard_of[b]]]
     return CheckOutcome(
         not crossing,
         f"{len(crossing)} near-duplicate pairs across splits (of {len(index.pairs)} LSH candidates)",
-        {"crossing": len(crossing), "candidates": len(index.pairs), "documents": len(split_of_doc)},
+        {"crossing": len(crossing), "candidates": len(index.pairs), "documents": int(firsts[-1])},
     )
 
 

@@ -7,6 +7,7 @@ disjoint by construction and a document never moves when other documents come or
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -19,11 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, staged_dir
+from albor_pipeline.core import hashpart
+from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, staged_dir
 from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
-from albor_pipeline.core.neardup import NearDupIndex, Signer, word_hashes
+from albor_pipeline.core.neardup import LshJob, NearDupIndex, Signer, word_hashes
 from albor_pipeline.core.shards import Shard, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
@@ -51,29 +53,41 @@ class DocumentsResult:
 
 @dataclass(frozen=True)
 class _ScanJob:
-    """What every row-group task of the scan needs: the inputs, the signer, the benchmarks."""
+    """What every row-group task of the scan needs: the inputs, the LSH job, the benchmarks."""
 
     paths: tuple[str, ...]
     signer: Signer | None
+    lsh: LshJob | None
     decon: Decontaminator | None
 
 
 SCAN_MIN_GROUPS = 8  # a local pool's start-up pays off from ~2k documents
-ScanItem = tuple[int, int, int, np.ndarray]  # (input, row group, its first row, labelled rows in it)
 
 
-def _scan_group(job: _ScanJob, item: ScanItem) -> tuple[list[np.ndarray], list[list[str]]]:
-    """MinHash signatures and benchmark hits of one row group's labelled documents (their
-    words hashed once for both): a pure function of the group, for any executor."""
-    i, group, _, rows = item
-    texts = pq.ParquetFile(job.paths[i]).read_row_group(group, columns=["text"]).column(0).to_pylist()
-    sigs, hits = [], []
-    for row in rows.tolist():
-        words = word_hashes(texts[row])
+@dataclass(frozen=True)
+class _ScanItem:
+    task: int
+    first: int  # the scan's number of its first document
+    input: int
+    group: int  # row group of the input
+    group_row: int  # the input row of the group's first row
+    rows: np.ndarray  # the group's rows to scan (exact-unique documents)
+
+
+def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict[int, list[str]]]:
+    """One row group's documents' words hashed once for both: MinHash signatures spooled for
+    LSH (returns the partition offsets) and benchmark hits by the group's document index.
+    A pure function of the group, for any executor."""
+    texts = pq.ParquetFile(job.paths[item.input]).read_row_group(item.group, columns=["text"]).column(0)
+    sigs, hits = [], {}
+    for k, row in enumerate(item.rows.tolist()):
+        words = word_hashes(texts[row].as_py())
         if job.signer is not None:
             sigs.append(job.signer.signature(words))
-        hits.append(job.decon.hits(words) if job.decon else [])
-    return sigs, hits
+        if job.decon and (found := job.decon.hits(words)):
+            hits[k] = found
+    offsets = job.lsh.spool_signatures(item.task, item.first, np.stack(sigs)) if job.lsh and sigs else None
+    return offsets, hits
 
 
 def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
@@ -83,7 +97,7 @@ def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
 
 def _scan(
     inputs: list[tuple[str, Path]],
-    labels: list[list[str | None]],
+    codes: list[np.ndarray],
     near: NearDedupSpec | None,
     decon: Decontaminator | None,
     spool_dir: Path,
@@ -91,38 +105,44 @@ def _scan(
     executor: Executor,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One pass over the exact-unique documents (words hashed once) for near-dup signatures
-    and benchmark n-grams, a task per row group on `executor`, collected in document order;
-    then near-dup clusters, then decontamination, updating `labels`. Returns the near-dup
-    and decontamination reports."""
-    index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold, spool_dir) if near else None
-    items: list[ScanItem] = []
+    and benchmark n-grams, a task per row group on `executor`; then near-dup clusters, then
+    decontamination, updating the split `codes`. Returns the near-dup and decontamination
+    reports."""
+    items: list[_ScanItem] = []
+    docs = 0
     for i, (_, path) in enumerate(inputs):
         meta = pq.ParquetFile(path).metadata
-        labelled = np.array([label is not None for label in labels[i]], dtype=bool)
         start = 0
         for group in range(meta.num_row_groups):
             end = start + meta.row_group(group).num_rows
-            rows = np.flatnonzero(labelled[start:end])
+            rows = np.flatnonzero(codes[i][start:end] != DROPPED)
             if len(rows):
-                items.append((i, group, start, rows))
+                items.append(_ScanItem(len(items), docs, i, group, start, rows))
+                docs += len(rows)
             start = end
-    job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, decon)
-    located: list[np.ndarray] = []  # (input, row) of each scanned document, in document order
-    hits: dict[int, list[str]] = {}
-    docs = 0
-    results = for_items(executor, len(items), SCAN_MIN_GROUPS).map(partial(_scan_group, job), items)
-    for (i, _, first, rows), (sigs, found) in zip(items, results):
-        for k in range(len(rows)):
-            if index is not None:
-                index.add_signature(sigs[k])
-            if found[k]:
-                hits[docs + k] = found[k]
-        located.append(np.stack([np.full(len(rows), i), first + rows], axis=1))
-        docs += len(rows)
-    where = np.concatenate(located) if located else np.zeros((0, 2), dtype=np.int64)
-    near_report = (
-        _near_dedup(index, inputs, labels, where, near, spool_dir, progress, executor) if index and near else {}
+    # (input, row) of each scanned document, in scan order
+    where = np.concatenate(
+        [np.zeros((0, 2), dtype=np.int64)]
+        + [np.stack([np.full(len(it.rows), it.input), it.group_row + it.rows], axis=1) for it in items]
     )
+    firsts = np.array([it.first for it in items] + [docs], dtype=np.int64)
+    index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
+    hits: dict[int, list[str]] = {}
+    with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
+        lsh = index.lsh(spool, docs) if index else None
+        job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, lsh, decon)
+        offsets = []
+        results = for_items(executor, len(items), SCAN_MIN_GROUPS).map(partial(_scan_group, job), items)
+        for item, (parts, found) in zip(items, results):
+            if parts is not None:
+                offsets.append(parts)
+            hits.update({item.first + k: names for k, names in found.items()})
+        if index and lsh:
+            stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
+            index.find_candidates(lsh, stacked, firsts, executor)
+    near_report = {}
+    if index and near:
+        near_report = _near_dedup(index, inputs, codes, where, near, spool_dir, progress, executor)
     decon_report: dict[str, Any] = {}
     if decon:
         dropped: Counter[str] = Counter()
@@ -130,9 +150,9 @@ def _scan(
         examples: list[list[str]] = []
         for doc, names in sorted(hits.items()):
             i, row = where[doc].tolist()
-            if labels[i][row] != "train":  # only train must not contain eval text
+            if codes[i][row] != SPLIT_CODES["train"]:  # only train must not contain eval text
                 continue
-            labels[i][row] = None
+            codes[i][row] = DROPPED
             dropped[inputs[i][0]] += 1
             per_benchmark.update(names)
             if len(examples) < 5:
@@ -167,44 +187,104 @@ def sha_keys(column: pa.Array) -> np.ndarray:
     return np.ascontiguousarray(packed).view(np.dtype((np.void, 16))).ravel()
 
 
-def first_occurrences(paths: list[Path]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact dedup over every document of `paths` in order, sort-based: per document, (is it
-    the first with its SHA-256, the input holding that first one, its own input). Memory is
-    ~30 bytes a document, not a Python dict of every hash."""
-    keys, owner = [], []
-    for i, path in enumerate(paths):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65536, columns=["sha256"]):
-            keys.append(sha_keys(batch.column(0)))
-            owner.append(np.full(batch.num_rows, i, dtype=np.int32))
-    if not keys:
-        return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
-    flat, owners = np.concatenate(keys), np.concatenate(owner)
-    _, index, inverse = np.unique(flat, return_index=True, return_inverse=True)  # index: first occurrences
-    first = np.zeros(len(flat), dtype=bool)
-    first[index] = True
-    return first, owners[index[inverse.ravel()]], owners
+SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
+DROPPED = np.uint8(255)  # a document's split code once dedup or decontamination drops it
+_KEY_RECORD = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("doc", "<i8")])
 
 
-def _write_splits(staging: str, item: tuple[int, str, list[str | None]]) -> dict[str, Shard]:
-    """Input shard `item` = (index, path, its documents' labels) written as shard `index` of
-    each split's set (possibly empty, so every split has a shard per input shard): a pure
-    function of the shard and its labels, so it runs on any executor."""
-    i, path, labels = item
+@dataclass(frozen=True)
+class _KeyJob:
+    spool: str
+    partitions: int
+    holdout: HoldoutSpec
+
+
+def _key_shard(job: _KeyJob, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Input shard i's SHA-256 keys scattered by hash partition, tagged with their global
+    document index (`first` is the shard's first); returns the partition offsets and each
+    document's split code (its split is a function of its hash alone)."""
+    i, path, first = item
+    keys, codes = [], []
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=65536, columns=["sha256"]):
+        keys.append(sha_keys(batch.column(0)))
+        codes += [SPLIT_CODES[split_of(sha, job.holdout)] for sha in batch.column(0).to_pylist()]
+    words = np.concatenate(keys).view(np.uint64).reshape(-1, 2) if keys else np.zeros((0, 2), np.uint64)
+    records = np.empty(len(words), _KEY_RECORD)
+    records["hi"], records["lo"] = words[:, 0], words[:, 1]
+    records["doc"] = np.arange(first, first + len(words))
+    part = words[:, 0] % np.uint64(job.partitions)
+    offsets = hashpart.scatter(hashpart.spool_file(job.spool, "keys", i), records, part, job.partitions)
+    return offsets, np.array(codes, dtype=np.uint8)
+
+
+def _repeats(job: _KeyJob, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
+    """(document, first document with its SHA-256) for every repeat in one hash partition: its
+    records arrive in document order, so a stable sort puts each key's first document first."""
+    records = hashpart.gather(job.spool, "keys", item[1], item[2])
+    if records is None:
+        return np.zeros((0, 2), dtype=np.int64)
+    order = np.lexsort((records["lo"], records["hi"]))  # stable: documents stay ascending per key
+    hi, lo, doc = records["hi"][order], records["lo"][order], records["doc"][order]
+    starts = np.concatenate(([True], (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])))
+    kept = doc[starts][np.cumsum(starts) - 1]
+    return np.stack([doc[~starts], kept[~starts]], axis=1)
+
+
+@dataclass
+class ExactDedup:
+    """Exact dedup of a list of inputs, documents numbered in input order."""
+
+    codes: list[np.ndarray]  # per input, each document's split code; DROPPED for a repeat
+    repeats: np.ndarray  # (document, first document with its SHA-256) per repeat, by document
+    firsts: np.ndarray  # each input's first document number, then the total
+
+    def input_of(self, docs: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.firsts, docs, side="right") - 1
+
+
+def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, executor: Executor = INLINE) -> ExactDedup:
+    """Exact dedup over every document of `paths` in order, by hash partitioning: a task per
+    input scatters its 128-bit SHA-256 keys, a task per partition finds the repeats. Only the
+    repeats and a byte per document reach this process, never a key per document."""
+    rows = [pq.ParquetFile(path).metadata.num_rows for path in paths]
+    firsts = np.concatenate(([0], np.cumsum(rows, dtype=np.int64)))
+    job_args = (hashpart.partition_count(int(firsts[-1]), _KEY_RECORD.itemsize), holdout)
+    with tempfile.TemporaryDirectory(prefix=".albor-keys-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
+        job = _KeyJob(spool, *job_args)
+        items = [(i, str(path), int(firsts[i])) for i, path in enumerate(paths)]
+        scattered = list(for_items(executor, len(items), 2).map(partial(_key_shard, job), items))
+        offsets = np.stack([o for o, _ in scattered]) if scattered else np.zeros((0, 2), np.int64)
+        parts = hashpart.partition_items(offsets)
+        found = list(for_items(executor, len(parts), 2).map(partial(_repeats, job), parts))
+    repeats = np.concatenate([np.zeros((0, 2), np.int64), *found])
+    repeats = repeats[np.argsort(repeats[:, 0], kind="stable")]
+    codes = [c for _, c in scattered]
+    for i in range(len(paths)):
+        mine = repeats[(repeats[:, 0] >= firsts[i]) & (repeats[:, 0] < firsts[i + 1]), 0] - firsts[i]
+        codes[i][mine] = DROPPED
+    return ExactDedup(codes, repeats, firsts)
+
+
+def _write_splits(staging: str, item: tuple[int, str, np.ndarray]) -> dict[str, Shard]:
+    """Input shard `item` = (index, path, its documents' split codes) written as shard `index`
+    of each split's set (possibly empty, so every split has a shard per input shard): a pure
+    function of the shard and its codes, so it runs on any executor."""
+    i, path, codes = item
     with ExitStack() as stack:
         sinks = {s: stack.enter_context(ParquetSink(Path(staging) / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS}
         start = 0
         for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
-            label_arr = pa.array(labels[start : start + batch.num_rows], pa.string())
+            mine = codes[start : start + batch.num_rows]
             start += batch.num_rows
             for split in SPLITS:
-                sinks[split].write(batch.filter(pc.fill_null(pc.equal(label_arr, split), False)))
+                sinks[split].write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
     return {s: Shard.of(sink.path, sink.rows) for s, sink in sinks.items()}
 
 
 def _near_dedup(
     index: NearDupIndex,
     inputs: list[tuple[str, Path]],
-    labels: list[list[str | None]],
+    codes: list[np.ndarray],
     where: np.ndarray,
     spec: NearDedupSpec,
     spool_dir: Path,
@@ -214,7 +294,6 @@ def _near_dedup(
     """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
     or take their representative's split (cluster-aware holdout). The representative is the
     first member in spec order, as in exact dedup. Returns the report."""
-    index.candidates()
     if progress:
         progress(f"documents: {len(where):,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify_shards([str(p) for _, p in inputs], where, spool_dir, executor)
@@ -226,10 +305,10 @@ def _near_dedup(
         for member in members[1:]:
             i, row = where[member].tolist()
             if spec.remove:
-                labels[i][row] = None
+                codes[i][row] = DROPPED
                 removed[inputs[i][0]] += 1
             else:
-                labels[i][row] = labels[ri][rrow]
+                codes[i][row] = codes[ri][rrow]
     return {
         "removed": dict(sorted(removed.items())),
         "clusters": sum(sizes.values()),
@@ -255,32 +334,24 @@ def build_documents(
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, Parquet shard) in order and write each split as a shard set
     under `out_dir` (shard i of a split holds input shard i's documents of it, written by a
-    task on `executor`): exact duplicates first, then (with `near`) near-duplicate clusters, then (with `decon`) train
-    documents sharing an n-gram with a benchmark."""
-    first, kept_by, owner = first_occurrences([path for _, path in inputs])
-    duplicates: Counter = Counter()
+    task on `executor`): exact duplicates first, then (with `near`) near-duplicate clusters,
+    then (with `decon`) train documents sharing an n-gram with a benchmark. Each global step
+    is hash-partitioned over tasks; this process holds a byte per document (its split)."""
+    exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, executor)
     names = np.array([name for name, _ in inputs], dtype=object)
-    for (a, b), n in Counter(zip(names[kept_by[~first]].tolist(), names[owner[~first]].tolist())).items():
-        duplicates[f"{a} <- {b}"] += n
-    labels: list[list[str | None]] = []
-    start = 0
-    for _, path in inputs:
-        own: list[str | None] = []
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=["sha256"]):
-            keep = first[start : start + batch.num_rows].tolist()
-            start += batch.num_rows
-            own += [split_of(sha, holdout) if k else None for sha, k in zip(batch.column(0).to_pylist(), keep)]
-        labels.append(own)
+    kept_by, dropped_from = (names[exact.input_of(exact.repeats[:, k])].tolist() for k in (1, 0))
+    duplicates = Counter(f"{a} <- {b}" for a, b in zip(kept_by, dropped_from))
+    codes = exact.codes
     near = near if near is not None and near.enabled else None
     report, decon_report = (
-        _scan(inputs, labels, near, decon, out_dir.parent, progress, executor) if near or decon else ({}, {})
+        _scan(inputs, codes, near, decon, out_dir.parent, progress, executor) if near or decon else ({}, {})
     )
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     shards: dict[str, list[Artifact]] = {s: [] for s in SPLITS}
     with staged_dir(out_dir) as staging:
         for split in SPLITS:
             (staging / split).mkdir()
-        items = [(i, str(path), labels[i]) for i, (_, path) in enumerate(inputs)]
+        items = [(i, str(path), codes[i]) for i, (_, path) in enumerate(inputs)]
         written = for_items(executor, len(items), 2).map(partial(_write_splits, str(staging)), items)
         for (name, _), parts in zip(inputs, written):
             for split, shard in parts.items():

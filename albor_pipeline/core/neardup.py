@@ -6,8 +6,8 @@ of the bytes (polynomial, mod 2**64, so any span's hash is two multiplications a
 an n-gram's hash combines its words' hashes the same way. MinHash uses `num_perm`
 xor-multiply permutations of a mixed shingle hash. LSH puts documents that agree on all
 `rows` values of any of `bands` bands into one bucket: each band's rows hash to one key,
-the keys are spooled to disk as documents stream by, and each band is bucketed by
-sorting its key column (datatrove's design, without an all-pairs step anywhere). A
+the keys are hash-partitioned to disk by the signature tasks, and a task per partition
+buckets each band by sorting its keys (`LshJob`). A
 candidate pair becomes a near-duplicate only when the exact Jaccard of the two shingle
 sets reaches `threshold`.
 """
@@ -25,8 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from albor_pipeline.core import hashpart
 from albor_pipeline.core.artifacts import TEMP_SUFFIX
-from albor_pipeline.core.executor import Executor, for_items
+from albor_pipeline.core.executor import INLINE, Executor, for_items
 
 U64 = np.uint64
 P = U64(0x100000001B3)  # FNV prime: odd, so it has an inverse mod 2**64
@@ -170,7 +171,7 @@ def band_keys(sigs: np.ndarray, bands: int) -> np.ndarray:
     """One 64-bit key per LSH band of each signature (rows of `sigs`, or one signature): a hash
     of the band's rows (a collision only adds a candidate pair, which the signature estimate
     and exact Jaccard then reject)."""
-    rows = np.asarray(sigs).reshape(*np.shape(sigs)[:-1], bands, -1)
+    rows = np.asarray(sigs).reshape(*np.shape(sigs)[:-1], bands, np.shape(sigs)[-1] // bands)
     with np.errstate(over="ignore"):
         key = rows[..., 0].copy()
         for j in range(1, rows.shape[-1]):
@@ -223,86 +224,132 @@ def bucket_pairs(keys: np.ndarray, docs: np.ndarray, sigs: np.ndarray, agree: in
 @dataclass(frozen=True)
 class Signer:
     """A document's MinHash signature from its `word_hashes`: a pure function, so signatures
-    can be computed in executor tasks and added to a `NearDupIndex` in document order."""
+    can be computed in executor tasks."""
 
     ngram: int = 5
     num_perm: int = 112
 
     def signature(self, words: np.ndarray) -> np.ndarray:
-        """All-MAX for a document without shingles (`candidates` skips it)."""
+        """All-MAX for a document without shingles (LSH skips it)."""
         return MinHasher(self.num_perm).signature(ngrams(words, self.ngram))
 
 
+_LSH_RECORD = np.dtype([("band", "<u2"), ("key", "<u8"), ("doc", "<i8")])
+
+
+@dataclass(frozen=True)
+class LshJob:
+    """LSH by hash partitioning. Each signature task spools its documents' signatures and
+    scatters their band keys (`spool_signatures`); then a task per partition buckets each
+    band by sorting its keys and keeps the pairs whose signatures agree enough
+    (`lsh_candidates`). All of a (band, key) bucket is in one partition, so the candidates
+    are those of one pass over every document (datatrove's design, without an all-pairs
+    step anywhere)."""
+
+    spool: str
+    num_perm: int
+    bands: int
+    agree: int  # signature positions a candidate pair shares (`min_agreement`)
+    partitions: int
+
+    def spool_signatures(self, task: int, first: int, sigs: np.ndarray) -> np.ndarray:
+        """Spool task `task`'s signatures (documents `first`, `first` + 1, ...) and scatter
+        their band keys; returns the partition offsets for `lsh_candidates`."""
+        sigs = np.asarray(sigs, dtype=U64).reshape(-1, self.num_perm)
+        np.save(hashpart.spool_file(self.spool, "sigs", task), sigs)
+        docs = np.flatnonzero(sigs[:, 0] != MAX_HASH)  # a document without shingles has no buckets
+        keys = band_keys(sigs[docs], self.bands)  # (documents, bands)
+        records = np.empty(keys.size, _LSH_RECORD)
+        records["band"] = np.repeat(np.arange(self.bands), len(docs))
+        records["key"] = keys.T.ravel()
+        records["doc"] = np.tile(first + docs, self.bands)
+        part = records["key"] % U64(self.partitions)
+        return hashpart.scatter(hashpart.spool_file(self.spool, "lsh", task), records, part, self.partitions)
+
+    def signatures(self, firsts: np.ndarray, docs: np.ndarray) -> np.ndarray:
+        """The spooled signatures of `docs`; task t spooled documents firsts[t] .. firsts[t+1]-1."""
+        tasks = np.searchsorted(firsts, docs, side="right") - 1
+        out = np.empty((len(docs), self.num_perm), dtype=U64)
+        for t in np.unique(tasks).tolist():
+            mine = tasks == t
+            out[mine] = np.load(hashpart.spool_file(self.spool, "sigs", t), mmap_mode="r")[docs[mine] - firsts[t]]
+        return out
+
+
+def _bucket_partition(job: LshJob, firsts: np.ndarray, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The candidate pairs of one hash partition of band keys: a task on any executor."""
+    records = hashpart.gather(job.spool, "lsh", item[1], item[2])
+    if records is None:
+        return np.zeros((0, 2), dtype=np.int64)
+    shared = []
+    for band in np.unique(records["band"]).tolist():
+        mine = records[records["band"] == band]  # documents ascending
+        order = np.argsort(mine["key"], kind="stable")
+        same = mine["key"][order][1:] == mine["key"][order][:-1]
+        in_bucket = np.zeros(len(mine), dtype=bool)
+        in_bucket[1:] |= same
+        in_bucket[:-1] |= same
+        if in_bucket.any():
+            shared.append(mine[np.sort(order[in_bucket])])
+    if not shared:
+        return np.zeros((0, 2), dtype=np.int64)
+    need = np.unique(np.concatenate([s["doc"] for s in shared]))
+    sigs = job.signatures(firsts, need)
+    return np.concatenate(
+        [need[bucket_pairs(s["key"], np.searchsorted(need, s["doc"]), sigs, job.agree)] for s in shared]
+    )
+
+
+def lsh_candidates(job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor) -> np.ndarray:
+    """Every candidate pair (earlier, later), sorted, from the signature tasks' partition
+    offsets (a row per task) and first documents (then the total): a task per partition."""
+    items = hashpart.partition_items(offsets)
+    found = list(for_items(executor, len(items), 2).map(partial(_bucket_partition, job, firsts), items))
+    pairs = np.concatenate([np.zeros((0, 2), dtype=np.int64), *found])
+    return np.unique(pairs, axis=0) if len(pairs) else pairs
+
+
 class NearDupIndex:
-    """Near-dedup over documents seen in order: `add` each text (its signature is spooled to
-    an unlinked temp file in `spool_dir`, so memory holds no signatures), `candidates`
-    buckets one band at a time by sorting and keeps pairs whose signatures agree enough,
-    `verify` takes the texts again (only candidate pairs' shingles are rebuilt); then read
-    `clusters` and `verified`."""
+    """Near-dedup clusters from LSH candidate pairs: `find_candidates` from spooled tasks (or
+    `add` texts in memory and call `candidates`), then `verify_shards` (exact Jaccard in
+    executor tasks) or `verify` (in this process); then read `clusters` and `verified`."""
 
-    SPOOL_DOCS = 4096  # signatures buffered before a write
-
-    def __init__(
-        self,
-        ngram: int = 5,
-        num_perm: int = 112,
-        bands: int = 14,
-        threshold: float = 0.8,
-        spool_dir: Path | None = None,
-    ) -> None:
+    def __init__(self, ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8) -> None:
         self.ngram, self.num_perm, self.bands, self.threshold = ngram, num_perm, bands, threshold
         self.signer = Signer(ngram, num_perm)
-        # Unlinked at once (nothing to clean up after a crash); closed by `candidates`.
-        self._spool = tempfile.TemporaryFile(dir=spool_dir, prefix=".albor-minhash-", suffix=".tmp")  # noqa: SIM115
-        self._buffer: list[np.ndarray] = []
-        self.count = 0
+        self._added: list[np.ndarray] = []  # `add`'s signatures: the in-memory path
         self.pairs: list[tuple[int, int]] = []
         self.clusters = Clusters()
         self.verified: list[tuple[int, int, float]] = []
 
+    def lsh(self, spool: str | Path, documents: int) -> LshJob:
+        """The LSH job for `documents` documents spooled to `spool`."""
+        partitions = hashpart.partition_count(documents * self.bands, _LSH_RECORD.itemsize)
+        agree = min_agreement(self.threshold, self.num_perm)
+        return LshJob(str(spool), self.num_perm, self.bands, agree, partitions)
+
+    def find_candidates(self, job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor) -> None:
+        """`pairs` from spooled signature tasks (`lsh_candidates`)."""
+        self.pairs = [(int(a), int(b)) for a, b in lsh_candidates(job, offsets, firsts, executor).tolist()]
+
     def add(self, text: str) -> int:
-        """Index one document."""
-        return self.add_signature(self.signer.signature(word_hashes(text)))
-
-    def add_signature(self, sig: np.ndarray) -> int:
-        """Index the next document by its `Signer.signature`."""
-        self._buffer.append(sig)
-        if len(self._buffer) >= self.SPOOL_DOCS:
-            self._flush()
-        self.count += 1
-        return self.count - 1
-
-    def _flush(self) -> None:
-        if self._buffer:
-            self._spool.write(np.stack(self._buffer).tobytes())
-            self._buffer = []
+        """Index one document in memory (tests and small corpora)."""
+        self._added.append(self.signer.signature(word_hashes(text)))
+        return len(self._added) - 1
 
     def candidates(self) -> list[tuple[int, int]]:
-        """LSH candidate pairs (earlier, later), sorted; one band's keys in memory at a time,
-        signatures read from the spool as buckets need them."""
-        self._flush()
-        self._spool.flush()
-        if not self.count:
-            self.pairs = []
-            return self.pairs
-        sigs = np.memmap(self._spool, dtype=U64, mode="r", shape=(self.count, self.num_perm))
-        docs = np.flatnonzero(sigs[:, 0] != MAX_HASH)
-        rows, agree = self.num_perm // self.bands, min_agreement(self.threshold, self.num_perm)
-        found = []
-        for band in range(self.bands):
-            keys = band_keys(np.ascontiguousarray(sigs[docs, band * rows : (band + 1) * rows]), 1)[:, 0]
-            found.append(bucket_pairs(keys, docs, sigs, agree))
-        del sigs
-        self._spool.close()
-        pairs = np.unique(np.concatenate(found), axis=0) if found else np.zeros((0, 2), dtype=np.int64)
-        self.pairs = [(int(a), int(b)) for a, b in pairs]
+        """The LSH candidate pairs of the `add`ed documents (one spooled task, inline)."""
+        with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX) as spool:
+            job = self.lsh(spool, len(self._added))
+            sigs = np.stack(self._added) if self._added else np.zeros((0, self.num_perm), dtype=U64)
+            offsets = job.spool_signatures(0, 0, sigs)
+            self.find_candidates(job, offsets[None], np.array([0, len(sigs)]), INLINE)
         return self.pairs
 
     def verify(self, texts: Iterable[str]) -> None:
-        """Exact Jaccard of the candidate pairs, in this process; `texts` are the added texts
-        again, in order. (`documents` scores the pairs in executor tasks instead.)"""
-        if not self._spool.closed:
-            self.candidates()
+        """Exact Jaccard of the candidate pairs (`candidates` first), in this process; `texts`
+        are the added texts again, in order. (`documents` scores pairs in executor tasks.)"""
+        self.candidates()
         needed = {d for pair in self.pairs for d in pair}
         sets = {d: shingles(t, self.ngram) for d, t in enumerate(texts) if d in needed}
         self.cluster(score_pairs(np.array(self.pairs, dtype=np.int64).reshape(-1, 2), sets.__getitem__, self.threshold))
@@ -313,8 +360,6 @@ class NearDupIndex:
         file spools its candidate documents' shingles to `spool_dir` (shared with the
         workers), then a task per run of pairs scores them (`score_pair_block`); this
         process holds the pairs, never a shingle."""
-        if not self._spool.closed:
-            self.candidates()
         pairs = np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
         docs = np.unique(pairs)
         loc = where[docs]
