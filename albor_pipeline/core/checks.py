@@ -352,17 +352,22 @@ def check_no_near_leak(
     shards = [(split, file) for split, path in paths.items() for file in parquet_files(path)]
     rows = [pq.ParquetFile(f).metadata.num_rows for _, f in shards]
     firsts = np.concatenate(([0], np.cumsum(rows, dtype=np.int64)))
-    shard_of = np.repeat(np.arange(len(shards)), rows)  # document -> its shard
-    located = np.stack([shard_of, np.arange(firsts[-1]) - firsts[shard_of]], axis=1)
     shard_split = np.array([split for split, _ in shards], dtype=object)
+
+    def locate(docs: np.ndarray) -> np.ndarray:
+        shard = np.searchsorted(firsts, docs, side="right") - 1
+        return np.stack([shard, docs - firsts[shard]], axis=1)
+
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
         lsh = index.lsh(spool, int(firsts[-1]))
         items = [(k, int(firsts[k]), f) for k, (_, f) in enumerate(shards)]
         offsets = list(for_items(executor, len(items), 2).map(partial(_signatures, index.signer, lsh), items))
         stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
         index.find_candidates(lsh, stacked, firsts, executor)
-    index.verify_shards([str(f) for _, f in shards], located, spool_dir, executor)
-    crossing = [(a, b, j) for a, b, j in index.verified if shard_split[shard_of[a]] != shard_split[shard_of[b]]]
+    index.verify_shards([str(f) for _, f in shards], locate, spool_dir, executor)
+    pairs = np.array([(a, b) for a, b, _ in index.verified], dtype=np.int64).reshape(-1, 2)
+    sides = shard_split[locate(pairs.ravel())[:, 0]].reshape(-1, 2)
+    crossing = [v for v, (x, y) in zip(index.verified, sides) if x != y]
     return CheckOutcome(
         not crossing,
         f"{len(crossing)} near-duplicate pairs across splits (of {len(index.pairs)} LSH candidates)",

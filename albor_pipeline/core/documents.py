@@ -71,7 +71,7 @@ class _ScanItem:
     input: int
     group: int  # row group of the input
     group_row: int  # the input row of the group's first row
-    rows: np.ndarray  # the group's rows to scan (exact-unique documents)
+    rows: np.ndarray  # the group's rows to scan (exact-unique documents), int32
 
 
 def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict[int, list[str]]]:
@@ -88,6 +88,24 @@ def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict
             hits[k] = found
     offsets = job.lsh.spool_signatures(item.task, item.first, np.stack(sigs)) if job.lsh and sigs else None
     return offsets, hits
+
+
+class _Locator:
+    """(input, row) of scanned documents, from the scan's items (a 4-byte row per document)."""
+
+    def __init__(self, items: list[_ScanItem], firsts: np.ndarray) -> None:
+        self.firsts, self.documents = firsts, int(firsts[-1])
+        self.inputs = np.array([it.input for it in items], dtype=np.int64)
+        self.group_rows = np.array([it.group_row for it in items], dtype=np.int64)
+        self.rows = np.concatenate([np.zeros(0, np.int32), *(it.rows for it in items)])
+
+    def __call__(self, docs: np.ndarray) -> np.ndarray:
+        items = np.searchsorted(self.firsts, docs, side="right") - 1
+        return np.stack([self.inputs[items], self.group_rows[items] + self.rows[docs]], axis=1)
+
+    def one(self, doc: int) -> tuple[int, int]:
+        i, row = self(np.array([doc]))[0].tolist()
+        return i, row
 
 
 def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
@@ -115,17 +133,13 @@ def _scan(
         start = 0
         for group in range(meta.num_row_groups):
             end = start + meta.row_group(group).num_rows
-            rows = np.flatnonzero(codes[i][start:end] != DROPPED)
+            rows = np.flatnonzero(codes[i][start:end] != DROPPED).astype(np.int32)
             if len(rows):
                 items.append(_ScanItem(len(items), docs, i, group, start, rows))
                 docs += len(rows)
             start = end
-    # (input, row) of each scanned document, in scan order
-    where = np.concatenate(
-        [np.zeros((0, 2), dtype=np.int64)]
-        + [np.stack([np.full(len(it.rows), it.input), it.group_row + it.rows], axis=1) for it in items]
-    )
     firsts = np.array([it.first for it in items] + [docs], dtype=np.int64)
+    where = _Locator(items, firsts)
     index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
     hits: dict[int, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
@@ -149,7 +163,7 @@ def _scan(
         per_benchmark: Counter[str] = Counter()
         examples: list[list[str]] = []
         for doc, names in sorted(hits.items()):
-            i, row = where[doc].tolist()
+            i, row = where.one(doc)
             if codes[i][row] != SPLIT_CODES["train"]:  # only train must not contain eval text
                 continue
             codes[i][row] = DROPPED
@@ -258,7 +272,7 @@ def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, execut
         found = list(for_items(executor, len(parts), 2).map(partial(_repeats, job), parts))
     repeats = np.concatenate([np.zeros((0, 2), np.int64), *found])
     repeats = repeats[np.argsort(repeats[:, 0], kind="stable")]
-    codes = [c for _, c in scattered]
+    codes = [np.array(c) for _, c in scattered]  # writable (Ray hands back read-only arrays)
     for i in range(len(paths)):
         mine = repeats[(repeats[:, 0] >= firsts[i]) & (repeats[:, 0] < firsts[i + 1]), 0] - firsts[i]
         codes[i][mine] = DROPPED
@@ -285,7 +299,7 @@ def _near_dedup(
     index: NearDupIndex,
     inputs: list[tuple[str, Path]],
     codes: list[np.ndarray],
-    where: np.ndarray,
+    where: _Locator,
     spec: NearDedupSpec,
     spool_dir: Path,
     progress: Progress | None,
@@ -295,15 +309,15 @@ def _near_dedup(
     or take their representative's split (cluster-aware holdout). The representative is the
     first member in spec order, as in exact dedup. Returns the report."""
     if progress:
-        progress(f"documents: {len(where):,} signatures, {len(index.pairs):,} LSH candidate pairs")
+        progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify_shards([str(p) for _, p in inputs], where, spool_dir, executor)
     removed: Counter[str] = Counter()
     sizes: Counter[int] = Counter()
     for root, members in index.clusters.groups().items():
         sizes[len(members)] += 1
-        ri, rrow = where[root].tolist()
+        ri, rrow = where.one(root)
         for member in members[1:]:
-            i, row = where[member].tolist()
+            i, row = where.one(member)
             if spec.remove:
                 codes[i][row] = DROPPED
                 removed[inputs[i][0]] += 1
@@ -316,8 +330,7 @@ def _near_dedup(
         "candidate_pairs": len(index.pairs),
         "verified_pairs": len(index.verified),
         "examples": [
-            [_file_of(inputs, *where[a].tolist()), _file_of(inputs, *where[b].tolist()), j]
-            for a, b, j in index.verified[:5]
+            [_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j] for a, b, j in index.verified[:5]
         ],
     }
 

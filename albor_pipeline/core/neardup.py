@@ -354,15 +354,21 @@ class NearDupIndex:
         sets = {d: shingles(t, self.ngram) for d, t in enumerate(texts) if d in needed}
         self.cluster(score_pairs(np.array(self.pairs, dtype=np.int64).reshape(-1, 2), sets.__getitem__, self.threshold))
 
-    def verify_shards(self, files: list[str], where: np.ndarray, spool_dir: Path | None, executor: Executor) -> None:
+    def verify_shards(
+        self,
+        files: list[str],
+        locate: Callable[[np.ndarray], np.ndarray],
+        spool_dir: Path | None,
+        executor: Executor,
+    ) -> None:
         """Exact Jaccard of the candidate pairs in `executor` tasks, then the clusters here.
-        Document d is row `where[d, 1]` of the Parquet file `files[where[d, 0]]`. A task per
+        `locate(docs)` gives each document's (index into `files`, row). A task per
         file spools its candidate documents' shingles to `spool_dir` (shared with the
         workers), then a task per run of pairs scores them (`score_pair_block`); this
         process holds the pairs, never a shingle."""
         pairs = np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
         docs = np.unique(pairs)
-        loc = where[docs]
+        loc = locate(docs).reshape(-1, 2)
         with tempfile.TemporaryDirectory(prefix=".albor-shingles-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
             used = np.unique(loc[:, 0])
             items = [(int(f), files[f], loc[loc[:, 0] == f, 1]) for f in used]
