@@ -116,6 +116,18 @@ def test_every_stage_materializes_with_provenance_metadata(built):
     assert mats["mixed/train"].metadata["dagster/uri"].path == str(out / "mixed" / "train")
     checks = result.get_asset_check_evaluations()
     assert len(checks) >= 14 and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    # Each stage and check reports its per-shard tasks' seconds, by task function.
+    tasks = mats["documents"].metadata["tasks"].value
+    assert {"_key_shard", "_repeats", "_scan_group", "_write_splits"} <= set(tasks)
+    assert (
+        tasks["_key_shard"]["tasks"]
+        == tasks["_write_splits"]["tasks"]
+        == len(mats["documents"].metadata["inputs"].value)
+    )
+    assert all(0 <= t["p50_s"] <= t["max_s"] <= t["total_s"] for t in tasks.values())
+    assert sum(t["total_s"] for t in tasks.values()) > 0
+    leak = next(c for c in checks if c.check_name == "no_near_leak")
+    assert leak.metadata["tasks"].value["_signatures"]["tasks"] == len(read_manifest(Layout(out), "documents").outputs)
 
 
 def test_dataset_card_loads_in_hf_datasets(built, tmp_path, monkeypatch):

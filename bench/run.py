@@ -58,7 +58,6 @@ from albor_pipeline.spec import (  # noqa: E402
     HoldoutSpec,
     HygieneSpec,
     NearDedupSpec,
-    SourceKind,
     SourceSpec,
     SplitMixSpec,
     TokenizerSpec,
@@ -369,6 +368,24 @@ def write_spec(path: Path, corpora: list[Path], data_samples: bool = True) -> Pa
     return path
 
 
+def run_tasks(instance: Any, run_id: str) -> dict[str, Any]:
+    """The per-shard task costs the run's stages and checks reported (their `tasks` metadata:
+    seconds of each task where it ran, by task function), keyed "asset task" or
+    "asset:check task". What a cluster plan scales."""
+    from dagster._core.events import DagsterEventType
+
+    out: dict[str, Any] = {}
+    for e in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
+        mat = e.dagster_event.event_specific_data.materialization
+        for fn, stats in (mat.metadata["tasks"].value if "tasks" in mat.metadata else {}).items():
+            out[f"{mat.asset_key.to_user_string()} {fn}"] = stats
+    for e in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION):
+        ev = e.dagster_event.event_specific_data
+        for fn, stats in (ev.metadata["tasks"].value if "tasks" in ev.metadata else {}).items():
+            out[f"{ev.asset_key.to_user_string()}:{ev.check_name} {fn}"] = stats
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["total_s"]))
+
+
 def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) -> dict[str, Any]:
     """`dagster asset materialize` cold on `spec`: wall, sum of step seconds, peak RSS; with
     `profile`, under py-spy (all processes, 100 Hz), summarised by `profile_summary`. `code`
@@ -414,6 +431,7 @@ def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) 
         steps = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_SUCCESS)
         step_s = {e.step_key: e.dagster_event.event_specific_data.duration_ms / 1000 for e in steps}
         stage_s = sum(step_s.values())
+        tasks = run_tasks(instance, run.run_id)
     ingested = (work / "artifacts" / "ingested").rglob("*.parquet")  # shard sets (files before them)
     source_bytes = sum(pc.sum(pc.binary_length(pq.read_table(p, columns=["text"]).column(0))).as_py() for p in ingested)
     return {
@@ -426,6 +444,8 @@ def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) 
         "peak_process": rss["process"],  # which process that was (its command line)
         "source_mb": round(source_bytes / 1e6, 1),
         "steps_s": {k: round(v, 2) for k, v in sorted(step_s.items(), key=lambda kv: -kv[1])},
+        "tasks": tasks,
+        "task_s": round(sum(t["total_s"] for t in tasks.values()), 2),
         "groups_s": step_groups(step_s),
     }
 
@@ -566,80 +586,6 @@ def doubled_corpus(corpora: list[Path], work: Path) -> list[Path]:
     return replicated_corpus(corpora, work, 1)
 
 
-def task_costs(spec_path: Path, art: Path) -> dict[str, Any]:
-    """Each per-shard task of a finished graph run, rerun inline and timed one by one: count,
-    seconds (p50 / p90 / max / total) and input MB per stage. What a cluster plan scales."""
-    from albor_pipeline.core.documents import _scan_group, _ScanJob
-    from albor_pipeline.core.encode import pick_encoder
-    from albor_pipeline.core.encode_worker import EncodeJob, encode_row_group
-    from albor_pipeline.core.fim import _fim_shard, _FimJob
-    from albor_pipeline.core.hygiene import _clean_shard, _CleanJob
-    from albor_pipeline.core.ingest import _ingest_group, _IngestJob, file_groups
-    from albor_pipeline.core.layout import Layout
-    from albor_pipeline.core.neardup import Signer
-    from albor_pipeline.core.shards import MB, first_rows, row_groups, shard_files
-    from albor_pipeline.spec import load_spec
-
-    spec, layout = load_spec(spec_path), Layout(art)
-    tasks: dict[str, list[tuple[float, float]]] = {
-        "ingest": [],
-        "hygiene": [],
-        "documents": [],
-        "fim": [],
-        "corpus": [],
-    }
-
-    def timed(stage: str, fn: Callable[[], Any], mb: float) -> None:
-        start = time.perf_counter()
-        fn()
-        tasks[stage].append((time.perf_counter() - start, mb))
-
-    def mb(path: Path, group: int) -> float:
-        return pq.ParquetFile(path).metadata.row_group(group).total_byte_size / 1e6
-
-    scratch = Path(tempfile.mkdtemp(prefix="tasks-", dir=art.parent))  # task outputs, thrown away
-    for src in spec.sources_of(SourceKind.code):
-        root, max_bytes = src.path, int(spec.shard_mb * MB)
-        ingest_job = _IngestJob(src, str(scratch), max_bytes)
-        for i, group in enumerate(file_groups(src, source_files(src), max_bytes)):
-            size = sum((Path(root) / rel).stat().st_size for rel in group) / 1e6
-            timed("ingest", partial(_ingest_group, ingest_job, (i, group)), size)
-        clean_job = _CleanJob(src.hygiene, str(scratch))
-        for shard in shard_files(layout.ingested(src.name)):
-            size = sum(mb(shard, g) for g in range(pq.ParquetFile(shard).num_row_groups))
-            timed("hygiene", partial(_clean_shard, clean_job, str(shard)), size)
-        near = spec.near_dedup
-        for path in shard_files(layout.filtered(src.name)):
-            job = _ScanJob((str(path),), Signer(near.ngram, near.num_perm), None)
-            for g in range(pq.ParquetFile(path).num_row_groups):
-                rows = np.arange(pq.ParquetFile(path).metadata.row_group(g).num_rows)
-                timed("documents", partial(_scan_group, job, (0, g, 0, rows)), mb(path, g))
-    mixed = shard_files(layout.mixed("train"))
-    fim_job = _FimJob(spec.fim, True, str(scratch))
-    for i, (path, first) in enumerate(zip(mixed, first_rows(mixed))):
-        size = sum(mb(path, g) for g in range(pq.ParquetFile(path).num_row_groups))
-        timed("fim", partial(_fim_shard, fim_job, (i, str(path), first)), size)
-    shutil.rmtree(scratch)
-    fim = layout.fim("train")
-    tok = Tokenizer.from_file(str(layout.tokenizer_json))
-    encoder, _ = pick_encoder(tok, "auto", [])
-    job2 = EncodeJob(str(layout.tokenizer_json), encoder.name, False, 0)
-    for file, g in row_groups(fim):
-        timed("corpus", partial(encode_row_group, job2, (file, g)), mb(Path(file), g))
-    out: dict[str, Any] = {}
-    for stage, runs in tasks.items():
-        secs = np.array([t for t, _ in runs])
-        out[stage] = {
-            "tasks": len(runs),
-            "p50_s": round(float(np.percentile(secs, 50)), 4),
-            "p90_s": round(float(np.percentile(secs, 90)), 4),
-            "max_s": round(float(secs.max()), 4),
-            "total_s": round(float(secs.sum()), 2),
-            "mb_per_task": round(sum(m for _, m in runs) / len(runs), 2),
-        }
-    return out
-
-
 SCALE_TOKENIZER_CHARS = 250_000_000  # the scale graphs' `tokenizer.max_chars`
 
 
@@ -666,8 +612,6 @@ def bench_scale(corpora: list[Path], work: Path, target_mb: int) -> dict[str, An
             res[f"{label}_{backend}"] = run_graph(spec, work / f"scale_{label}_{backend}")
         local, ray = res[f"{label}_local"], res[f"{label}_ray"]
         res[f"{label}_ray_overhead_pct"] = round(100 * (ray["wall_s"] - local["wall_s"]) / ray["wall_s"], 1)
-        if label == "1x":
-            res["tasks_1x"] = task_costs(work / "scale_1x_local.yaml", work / "scale_1x_local" / "artifacts")
     for backend in ("local", "ray"):
         one, two = res[f"1x_{backend}"], res[f"2x_{backend}"]
         res[f"{backend}_wall_ratio"] = round(two["wall_s"] / one["wall_s"], 2)
@@ -885,11 +829,14 @@ def _scale_rows(sc: dict[str, Any]) -> list[tuple[str, Any, str]]:
                 )
             )
         rows.append(("  Ray overhead (wall)", f"{sc[f'{label}_ray_overhead_pct']} %", "<= 15 %"))
-    for stage, t in sc.get("tasks_1x", {}).items():
+    for label in ("1x", "2x"):
+        local = sc[f"{label}_local"]
+        rows.append((f"scale {label} local: task s / step s", f"{local['task_s']} / {local['stages_s']}", ""))
+    for where, t in sc["1x_local"]["tasks"].items():
         rows.append(
             (
-                f"tasks 1x {stage}: n / p50 / p90 / max s / total s / MB per task",
-                f"{t['tasks']} / {t['p50_s']} / {t['p90_s']} / {t['max_s']} / {t['total_s']} / {t['mb_per_task']}",
+                f"tasks 1x {where}: n / p50 / p90 / max s / total s",
+                f"{t['tasks']} / {t['p50_s']} / {t['p90_s']} / {t['max_s']} / {t['total_s']}",
                 "",
             )
         )

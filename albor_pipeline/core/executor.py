@@ -10,11 +10,14 @@ a pipeline block and its executor).
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
 
 from albor_pipeline.spec import Backend, ExecutionSpec
 
@@ -43,7 +46,8 @@ class InlineExecutor:
     workers = 1
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-        return map(fn, items)  # errors reach the caller as they are
+        # window 1: each task runs as it is collected; its errors reach the caller as they are
+        return _windowed(self.name, lambda timed, item: timed(item), lambda done: done, fn, items, 1)
 
 
 class LocalExecutor:
@@ -56,8 +60,7 @@ class LocalExecutor:
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         if self.workers <= 1:
-            for item in items:
-                yield fn(item)
+            yield from INLINE.map(fn, items)
             return
         pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
         try:
@@ -90,17 +93,65 @@ class RayExecutor:
         if not ray.is_initialized():
             raise RuntimeError("execution.backend is ray but Ray is not initialised (no Ray resource connected)")
         remote: Any = ray.remote(num_cpus=1, max_retries=0)(_apply)  # ray.remote takes no partials
-        fn_ref = ray.put(fn)  # shipped once, not with every task
+        fn_ref = ray.put(_Timed(fn))  # shipped once, not with every task
 
-        def get(ref: Any) -> R:
-            result: R = ray.get(ref)
+        def get(ref: Any) -> tuple[float, R]:
+            result: tuple[float, R] = ray.get(ref)
             return result
 
-        yield from _windowed(self.name, lambda f, item: remote.remote(fn_ref, item), get, fn, items, 2 * self.workers)
+        yield from _windowed(self.name, lambda _, item: remote.remote(fn_ref, item), get, fn, items, 2 * self.workers)
 
 
 def _apply(fn: Callable[[T], R], item: T) -> R:
     return fn(item)
+
+
+class _Timed(Generic[T, R]):
+    """`fn` returning (the seconds it took where it ran, its result)."""
+
+    def __init__(self, fn: Callable[[T], R]) -> None:
+        self.fn = fn
+
+    def __call__(self, item: T) -> tuple[float, R]:
+        start = time.perf_counter()
+        result = self.fn(item)
+        return time.perf_counter() - start, result
+
+
+def task_name(fn: Callable[..., Any]) -> str:
+    return str(getattr(getattr(fn, "func", fn), "__name__", fn))  # a partial names its function
+
+
+class TaskLog:
+    """The seconds of every task this process collected, by task function: a stage reports its
+    own (`mark`, then `since`) as the cost of its per-shard work, wherever it ran."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {}
+
+    def record(self, name: str, seconds: float) -> None:
+        self.seconds.setdefault(name, []).append(seconds)
+
+    def mark(self) -> dict[str, int]:
+        return {name: len(runs) for name, runs in self.seconds.items()}
+
+    def since(self, mark: dict[str, int]) -> dict[str, dict[str, float]]:
+        """Per task function since `mark`: tasks, p50 / p90 / max / total seconds."""
+        out = {}
+        for name, runs in sorted(self.seconds.items()):
+            secs = np.array(runs[mark.get(name, 0) :])
+            if len(secs):
+                out[name] = {
+                    "tasks": len(secs),
+                    "p50_s": round(float(np.percentile(secs, 50)), 4),
+                    "p90_s": round(float(np.percentile(secs, 90)), 4),
+                    "max_s": round(float(secs.max()), 4),
+                    "total_s": round(float(secs.sum()), 4),
+                }
+        return out
+
+
+TASKS = TaskLog()
 
 
 class TaskError(RuntimeError):
@@ -115,30 +166,33 @@ def _describe(item: object) -> str:
 
 def _windowed(
     backend: str,
-    submit: Callable[[Callable[[T], R], T], Any],
-    result: Callable[[Any], R],
+    submit: Callable[[_Timed[T, R], T], Any],
+    result: Callable[[Any], tuple[float, R]],
     fn: Callable[[T], R],
     items: Iterable[T],
     window: int,
 ) -> Iterator[R]:
-    """Submit ahead by at most `window` items and yield results in input order, so memory
-    holds a window of results, never the whole input's."""
+    """Submit `fn` (timed) ahead by at most `window` items and yield results in input order,
+    so memory holds a window of results, never the whole input's; each task's seconds go to
+    `TASKS`."""
     pending: deque[tuple[T, Any]] = deque()
+    timed, name = _Timed(fn), task_name(fn)
 
     def collect() -> R:
         item, handle = pending.popleft()
         try:
-            return result(handle)
+            seconds, value = result(handle)
         except Exception as exc:
             cause = getattr(exc, "cause", None) or exc  # Ray wraps the task's own exception
             if type(cause).__module__.startswith("albor_pipeline."):
                 # Our own errors (bad input named by file and line, ...) read the same on every backend.
                 raise cause from None
-            name = getattr(fn, "func", fn).__name__  # a partial names its function
             raise TaskError(f"{name} failed on {_describe(item)} ({backend}): {type(cause).__name__}: {cause}") from exc
+        TASKS.record(name, seconds)
+        return value
 
     for item in items:
-        pending.append((item, submit(fn, item)))
+        pending.append((item, submit(timed, item)))
         if len(pending) >= window:
             yield collect()
     while pending:

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from albor_pipeline.core.artifacts import Artifact, StageManifest, read_manifest
 from albor_pipeline.core.checks import CheckOutcome, check_schema
-from albor_pipeline.core.executor import INLINE, Executor
+from albor_pipeline.core.executor import INLINE, TASKS, Executor
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.shards import is_shard
 from albor_pipeline.core.stage import Inputs, StageOutput, run_stage
@@ -198,11 +198,16 @@ def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:
 
 
 def materialize_result(
-    layout: Layout, manifest: StageManifest, out: StageOutput, uri: str | None = None
+    layout: Layout,
+    manifest: StageManifest,
+    out: StageOutput,
+    uri: str | None = None,
+    tasks: dict[str, dict[str, float]] | None = None,
 ) -> dg.MaterializeResult:
     """The owner-facing metadata of a finished stage; its DataVersion is the hash over its outputs.
 
     `uri`: where the stage was committed when that is not the working copy (a bucket's manifest).
+    `tasks`: its per-shard tasks' seconds by task function (`TaskLog.since`).
     """
     outputs = manifest.outputs
     rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs)
@@ -218,18 +223,18 @@ def materialize_result(
         "inputs": dg.MetadataValue.json({a.path: a.sha256 for a in manifest.inputs}),
         "config": dg.MetadataValue.json(json.loads(json.dumps(manifest.config, default=str))),
         "versions": dg.MetadataValue.json(library_versions()),
+        **({"tasks": dg.MetadataValue.json(tasks)} if tasks else {}),
         **out.metadata,
     }
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
 
 
-def _check_result(outcome: CheckOutcome) -> dg.AssetCheckResult:
+def _check_result(outcome: CheckOutcome, tasks: dict[str, dict[str, float]]) -> dg.AssetCheckResult:
+    metadata = {**outcome.metadata, **({"tasks": tasks} if tasks else {})}
     return dg.AssetCheckResult(
         passed=outcome.passed,
         description=outcome.description,
-        metadata={
-            k: dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else v for k, v in outcome.metadata.items()
-        },
+        metadata={k: dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else v for k, v in metadata.items()},
     )
 
 
@@ -238,7 +243,9 @@ def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefiniti
     def _check(store: ArtifactStore, execution: Execution) -> dg.AssetCheckResult:
         manifest = read_manifest(store.layout, stage.name)
         store.ensure(manifest.outputs)
-        return _check_result(check.run(CheckContext(store.layout, manifest, execution.executor())))
+        mark = TASKS.mark()
+        outcome = check.run(CheckContext(store.layout, manifest, execution.executor()))
+        return _check_result(outcome, TASKS.since(mark))
 
     return _check
 
@@ -259,7 +266,7 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
     def _asset(context: dg.AssetExecutionContext, store: ArtifactStore, execution: Execution) -> dg.MaterializeResult:
         config = stage.config(**context.op_execution_context.op_config)
         layout = store.layout
-        executor = execution.executor()
+        executor, mark = execution.executor(), TASKS.mark()
         manifest, out = run_stage(
             layout,
             stage.name,
@@ -267,7 +274,8 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
             lambda inputs: stage.work(StageContext(layout, inputs, context.log, executor), config),
             store.fetch(),
         )
-        return materialize_result(layout, manifest, out, store.publish(manifest, context.log))
+        tasks = TASKS.since(mark)
+        return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks)
 
     return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c) for c in stage.checks])
 
