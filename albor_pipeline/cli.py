@@ -8,6 +8,7 @@ import os
 import sys
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def cmd_gc(args: argparse.Namespace) -> int:
+    _use(args)
+    root = data_dir()
+    if isinstance(root, Path):
+        print(f"albor gc: {root} is a local data dir; it keeps only committed outputs (nothing to collect)")
+        return 0
+    bucket = Bucket(root, Layout(work_dir(root)))
+    if not bucket.manifests():
+        print(f"albor gc: nothing materialized under {root} (no stage manifests); nothing deleted", file=sys.stderr)
+        return 2
+    done = bucket.collect(timedelta(hours=args.older_than_hours))
+    print(
+        f"albor gc: deleted {done.deleted} object(s) no manifest names ({done.bytes / 1e6:,.1f} MB); "
+        f"kept {done.recent} written in the last {args.older_than_hours:g} h (a run may still be publishing)"
+    )
+    return 0
+
+
 def cmd_spec(args: argparse.Namespace) -> int:
     _use(args)
     print(json.dumps(load_spec().model_dump(mode="json"), indent=2))
@@ -222,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         ("run", cmd_run, "materialize every stage on the spec"),
         ("verify", cmd_verify, "re-hash every artifact the stages recorded; list stale stages"),
         ("summary", cmd_summary, "print what the last run produced"),
+        ("gc", cmd_gc, "delete a bucket data dir's objects no manifest names (older versions)"),
         ("spec", cmd_spec, "print the resolved, validated spec"),
         ("instance", cmd_instance, "write $DAGSTER_HOME/dagster.yaml (PostgreSQL when ALBOR_POSTGRES_URL is set)"),
     ):
@@ -229,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--spec", help="pipeline spec (default: $ALBOR_SPEC or data/pipeline.yaml)")
         p.add_argument("--data-dir", help="output root (default: $ALBOR_DATA_DIR or data/artifacts)")
         p.set_defaults(fn=fn)
+        if name == "gc":
+            p.add_argument(
+                "--older-than-hours",
+                type=float,
+                default=24.0,
+                help="only objects written longer ago than this (default 24: a run still publishing is spared)",
+            )
         if name == "run":
             p.add_argument(
                 "--log-level",

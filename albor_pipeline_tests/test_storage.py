@@ -116,7 +116,9 @@ def test_a_jsonl_source_in_a_bucket_reads_plain_and_gzip_and_names_a_bad_line(s3
 
 def _bucket_files(client, bucket: str, prefix: str) -> dict[str, bytes]:
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+    # Not pyarrow's empty directory markers ("objects/ff/"), which it leaves when a delete
+    # empties a "directory": no data, and listings through pyarrow see directories, not files.
+    keys = [o["Key"] for page in pages for o in page.get("Contents", []) if not o["Key"].endswith("/")]
     return {k[len(prefix) :]: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
 
 
@@ -177,6 +179,19 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, mo
     with pytest.raises(FileNotFoundError):
         bucket.publish(manifest.model_copy(update={"outputs": [*manifest.outputs, gone]}))
     assert _bucket_files(s3, "albor-data", "team/run/") == stored
+
+    # Objects no manifest names (an older version, a dead run's upload) go with `albor gc`,
+    # once older than its cutoff; everything a manifest names stays.
+    orphan = f"team/run/objects/ff/{'f' * 64}"
+    s3.put_object(Bucket="albor-data", Key=orphan, Body=b"an older shard")
+    capsys.readouterr()
+    assert albor(["gc", "--data-dir", uri]) == 0
+    out = capsys.readouterr().out
+    assert "deleted 0 object(s)" in out and "kept 1 written in the last 24 h" in out
+    assert albor(["gc", "--data-dir", uri, "--older-than-hours", "0"]) == 0
+    assert "deleted 1 object(s) no manifest names (0.0 MB); kept 0" in capsys.readouterr().out
+    assert _bucket_files(s3, "albor-data", "team/run/") == stored
+    assert albor(["gc", "--data-dir", str(tmp_path / "local")]) == 0  # a local data dir: nothing to collect
 
     # An object changed behind the pipeline's back: verify names it, a stage refuses it.
     fim = read_manifest(local, "fim/train").outputs[0]

@@ -12,7 +12,7 @@ The run works in a local working copy of the data dir (`Layout`): stages read an
 files there exactly as on a local data dir, `pull` makes its manifests the bucket's,
 `fetch` downloads (and hashes) the inputs a stage needs that the copy lacks, and
 `publish` uploads a finished stage. Objects no manifest names any more (older versions)
-stay until removed; `verify` lists them.
+stay until `collect` removes them (`albor gc`); `verify` counts them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -183,7 +184,38 @@ class Bucket:
                 digest.update(chunk)
         return digest.hexdigest()
 
+    def _object_infos(self) -> list[pafs.FileInfo]:
+        found = self._fs.get_file_info(pafs.FileSelector(f"{self._base}/objects", recursive=True, allow_not_found=True))
+        return sorted((i for i in found if i.type == pafs.FileType.File), key=lambda i: i.base_name)
+
     def objects(self) -> list[str]:
         """The SHA-256 names of every object in the bucket."""
-        found = self._fs.get_file_info(pafs.FileSelector(f"{self._base}/objects", recursive=True, allow_not_found=True))
-        return sorted(i.base_name for i in found if i.type == pafs.FileType.File)
+        return [i.base_name for i in self._object_infos()]
+
+    def collect(self, older_than: timedelta) -> Collected:
+        """Delete the objects no manifest names (as an output or an input) that were written
+        more than `older_than` ago. The age guards a run still publishing: its objects go up
+        before its manifest, so for a while nothing names them."""
+        named = {a.sha256 for m in self.manifests() for a in (*m.outputs, *m.inputs)}
+        cutoff = datetime.now(timezone.utc) - older_than
+        done = Collected()
+        for info in self._object_infos():
+            if info.base_name in named:
+                continue
+            written = info.mtime if info.mtime is None or info.mtime.tzinfo else info.mtime.replace(tzinfo=timezone.utc)
+            if written is not None and written > cutoff:
+                done.recent += 1
+                continue
+            self._fs.delete_file(info.path)
+            done.deleted += 1
+            done.bytes += info.size
+        return done
+
+
+@dataclass
+class Collected:
+    """What `Bucket.collect` did: objects deleted and their bytes, unnamed ones kept as too recent."""
+
+    deleted: int = 0
+    bytes: int = 0
+    recent: int = 0
