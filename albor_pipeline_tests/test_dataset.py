@@ -11,9 +11,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from tokenizers import Tokenizer
 
-from albor_pipeline.core.checks import check_min_chars
+from albor_pipeline.core.checks import check_min_chars, token_chars
 from albor_pipeline.core.corpus import build_corpus
+from albor_pipeline.core.executor import LocalExecutor
+from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.dataset import IGNORE_INDEX, Batches, Sequences
 from albor_pipeline.spec import CorpusSpec
 
@@ -27,7 +30,7 @@ def corpora(pipeline: tuple[Path, list[str]]) -> dict[str, Path]:
     tmp, _ = pipeline
     fim, tok = tmp / "fim", tmp / "tok" / "tokenizer.json"
     specs = {
-        "concat": (CorpusSpec(seq_len=SEQ_LEN, formats=FORMATS), 0),
+        "concat": (CorpusSpec(seq_len=SEQ_LEN, formats=FORMATS, shard_sequences=50), 0),  # several shards
         "best_fit": (CorpusSpec(seq_len=SEQ_LEN, packing="best_fit", best_fit_window=16, formats=FORMATS), 0),
         "long": (CorpusSpec(seq_len=4 * SEQ_LEN, formats=FORMATS, shard_sequences=7), 6000),
     }
@@ -112,8 +115,23 @@ def test_long_subset_holds_only_long_documents(pipeline, corpora):
     outcome = check_min_chars(long, tok, 6000)
     assert outcome.passed, outcome.description
     # Honest: the same check fails on the full corpus, which holds short documents.
-    full = check_min_chars(sorted(corpora["concat"].glob("part-*.parquet")), tok, 6000)
+    shards = sorted(corpora["concat"].glob("part-*.parquet"))
+    full = check_min_chars(shards, tok, 6000)
     assert not full.passed and full.metadata["short"] > 0
+    # Shards checked one per task, documents continued across shards joined: the same counts
+    # as one pass over the whole token stream, inline and on two processes.
+    tokenizer = Tokenizer.from_file(str(tok))
+    stream = np.concatenate([np.array(ids) for ids in _stored(corpora["concat"])[0]])
+    stream = stream[stream != tokenizer.token_to_id(PAD)]
+    ends = np.flatnonzero(stream == tokenizer.token_to_id(EOS)) + 1
+    per_doc = np.diff(np.cumsum(token_chars(tokenizer)[stream])[ends - 1], prepend=0)
+    whole = {"documents": len(per_doc), "short": int((per_doc < 6000).sum()), "shortest_chars": int(per_doc.min())}
+    assert len(shards) > 1 and full.metadata == {**whole, "min_chars": 6000}
+    last_ids = [pq.read_table(p, columns=["input_ids"]).column(0)[-1].as_py()[-1] for p in shards[:-1]]
+    assert any(i != tokenizer.token_to_id(EOS) for i in last_ids)  # a document continues into the next shard
+    pooled = check_min_chars(shards, tok, 6000, LocalExecutor(2))
+    assert (pooled.passed, pooled.description, pooled.metadata) == (full.passed, full.description, full.metadata)
+    assert check_min_chars(long, tok, 6000, LocalExecutor(2)).metadata == outcome.metadata
     # Several shards (7 sequences each): random access crosses shard edges.
     assert len(long) > 1 and Sequences(corpora["long"])[7]["input_ids"].tolist() == _stored(corpora["long"])[0][7]
 

@@ -6,11 +6,11 @@ import json
 import math
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,8 @@ from albor_pipeline.core.neardup import LshJob, NearDupIndex, Signer, word_hashe
 from albor_pipeline.core.shards import iter_batches, parquet_files
 from albor_pipeline.core.vocab import EOS, PAD, added_tokens, token_to_bytes
 from albor_pipeline.spec import ChatTokens, DecontaminateSpec
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,17 +88,30 @@ def check_fim_rate(paths: list[Path], rate: float, sigmas: float = 5.0) -> Check
     return CheckOutcome(ok, f"{k}/{n} rows FIM'd at rate {rate}", {"observed": k / n if n else 0.0, "rows": n})
 
 
-def check_sequences(paths: list[Path], seq_len: int, vocab_size: int) -> CheckOutcome:
-    """Every sequence has seq_len ids, every id < vocab_size, and there is at least one."""
+def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path]) -> list[T]:
+    """`fn` of each shard of `paths`, a task each on `executor` (inline for one shard)."""
+    return list(for_items(executor, len(paths), 2).map(fn, paths))
+
+
+def _sequence_counts(seq_len: int, path: Path) -> tuple[int, int, int]:
+    """(sequences, of the wrong length, max id) of one corpus shard."""
     sequences = bad_len = 0
     max_id = -1
-    for path in paths:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            col = batch.column("input_ids")
-            sequences += len(col)
-            bad_len += int(pc.sum(pc.not_equal(pc.list_value_length(col), seq_len)).as_py() or 0)
-            if len(col):
-                max_id = max(max_id, int(pc.max(pc.list_flatten(col)).as_py()))
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["input_ids"]):
+        col = batch.column(0)
+        sequences += len(col)
+        bad_len += int(pc.sum(pc.not_equal(pc.list_value_length(col), seq_len)).as_py() or 0)
+        if len(col):
+            max_id = max(max_id, int(pc.max(pc.list_flatten(col)).as_py()))
+    return sequences, bad_len, max_id
+
+
+def check_sequences(paths: list[Path], seq_len: int, vocab_size: int, executor: Executor = INLINE) -> CheckOutcome:
+    """Every sequence has seq_len ids, every id < vocab_size, and there is at least one (a
+    shard per task)."""
+    counts = per_shard(executor, partial(_sequence_counts, seq_len), paths)
+    sequences, bad_len = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    max_id = max((c[2] for c in counts), default=-1)
     ok = sequences > 0 and bad_len == 0 and max_id < vocab_size
     return CheckOutcome(
         ok,
@@ -115,16 +130,15 @@ def check_roundtrip(report_path: Path) -> CheckOutcome:
     )
 
 
-def _packed_batches(paths: list[Path]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(flat ids, piece lengths, pieces per sequence) of each record batch of corpus shards."""
-    for path in paths:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["input_ids", "doc_lens"]):
-            lens = batch.column("doc_lens")
-            yield (
-                batch.column("input_ids").flatten().to_numpy(zero_copy_only=False),
-                lens.flatten().to_numpy(zero_copy_only=False).astype(np.int64),
-                pc.list_value_length(lens).to_numpy(zero_copy_only=False).astype(np.int64),
-            )
+def _packed_batches(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(flat ids, piece lengths, pieces per sequence) of each record batch of a corpus shard."""
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["input_ids", "doc_lens"]):
+        lens = batch.column("doc_lens")
+        yield (
+            batch.column("input_ids").flatten().to_numpy(zero_copy_only=False),
+            lens.flatten().to_numpy(zero_copy_only=False).astype(np.int64),
+            pc.list_value_length(lens).to_numpy(zero_copy_only=False).astype(np.int64),
+        )
 
 
 def _piece_ends(pieces: np.ndarray, counts: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -137,11 +151,10 @@ def _piece_ends(pieces: np.ndarray, counts: np.ndarray, seq_len: int) -> tuple[n
     return ends, last
 
 
-def check_doc_lens(paths: list[Path], seq_len: int, eos_id: int, pad_id: int) -> CheckOutcome:
-    """`doc_lens` agrees with the tokens: pieces sum to the non-pad length, every piece but a
-    sequence's last ends in EOS, and EOS appears nowhere else."""
+def _doc_lens_counts(seq_len: int, eos_id: int, pad_id: int, path: Path) -> tuple[int, int, int]:
+    """(sequences, bad sums, EOS mismatches) of one corpus shard."""
     sequences = bad_sum = bad_eos = 0
-    for ids, pieces, counts in _packed_batches(paths):
+    for ids, pieces, counts in _packed_batches(path):
         n = len(counts)
         sequences += n
         sums = np.bincount(np.repeat(np.arange(n), counts), weights=pieces, minlength=n)
@@ -150,6 +163,16 @@ def check_doc_lens(paths: list[Path], seq_len: int, eos_id: int, pad_id: int) ->
         ends, last = _piece_ends(pieces, counts, seq_len)
         eos_at = np.flatnonzero(ids == eos_id)
         bad_eos += int(np.count_nonzero(ids[ends[~last]] != eos_id)) + int(np.count_nonzero(~np.isin(eos_at, ends)))
+    return sequences, bad_sum, bad_eos
+
+
+def check_doc_lens(
+    paths: list[Path], seq_len: int, eos_id: int, pad_id: int, executor: Executor = INLINE
+) -> CheckOutcome:
+    """`doc_lens` agrees with the tokens: pieces sum to the non-pad length, every piece but a
+    sequence's last ends in EOS, and EOS appears nowhere else (a shard per task)."""
+    counts = per_shard(executor, partial(_doc_lens_counts, seq_len, eos_id, pad_id), paths)
+    sequences, bad_sum, bad_eos = (sum(c[k] for c in counts) for k in range(3))
     ok = sequences > 0 and bad_sum == 0 and bad_eos == 0
     return CheckOutcome(
         ok,
@@ -158,14 +181,21 @@ def check_doc_lens(paths: list[Path], seq_len: int, eos_id: int, pad_id: int) ->
     )
 
 
-def check_no_short_splits(paths: list[Path], seq_len: int, eos_id: int) -> CheckOutcome:
-    """best_fit: a piece that does not end a document is a full `seq_len` chunk of a longer one,
-    so no document shorter than `seq_len` was split."""
+def _short_split_counts(seq_len: int, eos_id: int, path: Path) -> tuple[int, int]:
+    """(document pieces, pieces of a document shorter than seq_len that was split) of a shard."""
     pieces_seen = split = 0
-    for ids, pieces, counts in _packed_batches(paths):
+    for ids, pieces, counts in _packed_batches(path):
         ends, _ = _piece_ends(pieces, counts, seq_len)
         pieces_seen += len(pieces)
         split += int(np.count_nonzero((ids[ends] != eos_id) & (pieces != seq_len)))
+    return pieces_seen, split
+
+
+def check_no_short_splits(paths: list[Path], seq_len: int, eos_id: int, executor: Executor = INLINE) -> CheckOutcome:
+    """best_fit: a piece that does not end a document is a full `seq_len` chunk of a longer one,
+    so no document shorter than `seq_len` was split (a shard per task)."""
+    counts = per_shard(executor, partial(_short_split_counts, seq_len, eos_id), paths)
+    pieces_seen, split = sum(c[0] for c in counts), sum(c[1] for c in counts)
     return CheckOutcome(
         pieces_seen > 0 and split == 0,
         f"{split} of {pieces_seen} document pieces are parts of a document shorter than seq_len",
@@ -185,32 +215,64 @@ def token_chars(tok: Tokenizer) -> np.ndarray:
     return chars
 
 
-def check_min_chars(paths: list[Path], tokenizer_path: Path, min_chars: int) -> CheckOutcome:
+@dataclass
+class _ShardChars:
+    """One corpus shard's documents by characters. `head`: the characters up to its first EOS
+    (the end of a document that may have started in earlier shards), None without an EOS;
+    `inner`: documents wholly inside it, those under `min_chars`, the shortest one's
+    characters; `tail`: characters and tokens after its last EOS (continued in the next shard)."""
+
+    head: int | None
+    inner: int
+    short: int
+    shortest: int | None
+    tail_chars: int
+    tail_tokens: int
+
+
+def _shard_chars(tokenizer_path: str, min_chars: int, path: Path) -> _ShardChars:
+    tok = Tokenizer.from_file(tokenizer_path)
+    chars, eos, pad = token_chars(tok), tok.token_to_id(EOS), tok.token_to_id(PAD)
+    parts = [ids[ids != pad] for ids, _, _ in _packed_batches(path)]
+    stream = np.concatenate([np.zeros(0, np.uint32), *parts])
+    ends = np.flatnonzero(stream == eos) + 1
+    per_token = chars[stream].astype(np.int64)
+    if not len(ends):
+        return _ShardChars(None, 0, 0, None, int(per_token.sum()), len(stream))
+    per_doc = np.diff(np.cumsum(per_token)[ends - 1], prepend=0)
+    inner, tail = per_doc[1:], per_token[ends[-1] :]
+    shortest = int(inner.min()) if len(inner) else None
+    return _ShardChars(
+        int(per_doc[0]), len(inner), int((inner < min_chars).sum()), shortest, int(tail.sum()), len(tail)
+    )
+
+
+def check_min_chars(
+    paths: list[Path], tokenizer_path: Path, min_chars: int, executor: Executor = INLINE
+) -> CheckOutcome:
     """Length staging: every whole document in the sequences has at least `min_chars`
     characters before FIM, counted from its tokens' bytes (special tokens, i.e. FIM
-    sentinels and BOS/EOS, add none; literal special-token text does)."""
-    tok = Tokenizer.from_file(str(tokenizer_path))
-    chars = token_chars(tok)
-    eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
+    sentinels and BOS/EOS, add none; literal special-token text does). A shard per task;
+    a document continued across shards is joined here from its pieces' characters."""
     documents = short = 0
-    shortest: int | None = None
-    pending = np.zeros(0, dtype=np.uint32)  # the tokens of a document continued in the next sequence
-    for ids, _, _ in _packed_batches(paths):
-        stream = np.concatenate([pending, ids[ids != pad]])
-        ends = np.flatnonzero(stream == eos) + 1
-        if len(ends):
-            per_doc = np.diff(np.cumsum(chars[stream[: ends[-1]]], dtype=np.int64)[ends - 1], prepend=0)
-            documents += len(per_doc)
-            short += int((per_doc < min_chars).sum())
-            low = int(per_doc.min())
-            shortest = low if shortest is None else min(shortest, low)
-        pending = stream[ends[-1] :] if len(ends) else stream
+    lows: list[int] = []
+    carry_chars = carry_tokens = 0  # the document continued from earlier shards
+    for shard in per_shard(executor, partial(_shard_chars, str(tokenizer_path), min_chars), paths):
+        if shard.head is None:
+            carry_chars, carry_tokens = carry_chars + shard.tail_chars, carry_tokens + shard.tail_tokens
+            continue
+        first = carry_chars + shard.head
+        documents += 1 + shard.inner
+        short += int(first < min_chars) + shard.short
+        lows += [first] if shard.shortest is None else [first, shard.shortest]
+        carry_chars, carry_tokens = shard.tail_chars, shard.tail_tokens
+    shortest = min(lows, default=None)
     # A last document whose EOS fell in the dropped remainder cannot be measured; it is the
     # only content of a subset whose one long document fills a sequence but not two.
     return CheckOutcome(
-        short == 0 and (documents > 0 or len(pending) > 0),
+        short == 0 and (documents > 0 or carry_tokens > 0),
         f"{short} of {documents} whole documents have fewer than {min_chars} characters (shortest {shortest})"
-        + (f"; the last one continues past the final sequence ({len(pending)} tokens seen)" if len(pending) else ""),
+        + (f"; the last one continues past the final sequence ({carry_tokens} tokens seen)" if carry_tokens else ""),
         {"documents": documents, "short": short, "shortest_chars": shortest or 0, "min_chars": min_chars},
     )
 

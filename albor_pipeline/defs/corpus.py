@@ -106,22 +106,22 @@ def long_corpus(
 
 def _doc_lens(ctx: CheckContext) -> CheckOutcome:
     ids = read_manifest(ctx.layout, TOKENIZER).summary["special_ids"]
-    return check_doc_lens(ctx.parquet_outputs, ctx.manifest.config["seq_len"], ids[EOS], ids[PAD])
+    return check_doc_lens(ctx.parquet_outputs, ctx.manifest.config["seq_len"], ids[EOS], ids[PAD], ctx.executor)
 
 
 def _no_short_splits(ctx: CheckContext) -> CheckOutcome:
     eos = read_manifest(ctx.layout, TOKENIZER).summary["special_ids"][EOS]
-    return check_no_short_splits(ctx.parquet_outputs, ctx.manifest.config["seq_len"], eos)
+    return check_no_short_splits(ctx.parquet_outputs, ctx.manifest.config["seq_len"], eos, ctx.executor)
 
 
 def _sequences(ctx: CheckContext) -> CheckOutcome:
     vocab = Tokenizer.from_file(str(ctx.layout.tokenizer_json)).get_vocab_size()
-    return check_sequences(ctx.parquet_outputs, ctx.manifest.config["seq_len"], vocab)
+    return check_sequences(ctx.parquet_outputs, ctx.manifest.config["seq_len"], vocab, ctx.executor)
 
 
 def _min_chars(ctx: CheckContext) -> CheckOutcome:
     min_chars = ctx.manifest.config["long"]["min_chars"]
-    return check_min_chars(ctx.parquet_outputs, ctx.layout.tokenizer_json, min_chars)
+    return check_min_chars(ctx.parquet_outputs, ctx.layout.tokenizer_json, min_chars, ctx.executor)
 
 
 def _unless_empty(check: Check) -> Check:
