@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
+from albor_pipeline.core import checks
 from albor_pipeline.core.checks import check_min_chars, token_chars
 from albor_pipeline.core.corpus import build_corpus
 from albor_pipeline.core.executor import LocalExecutor
@@ -106,7 +107,7 @@ def test_chunk_views_are_slices_of_the_full_sequences(corpora, name):
         Sequences(corpora[name], chunk_len=SEQ_LEN // 3)
 
 
-def test_long_subset_holds_only_long_documents(pipeline, corpora):
+def test_long_subset_holds_only_long_documents(pipeline, corpora, monkeypatch):
     tmp, docs = pipeline
     tok = tmp / "tok" / "tokenizer.json"
     long = sorted(corpora["long"].glob("part-*.parquet"))
@@ -131,6 +132,8 @@ def test_long_subset_holds_only_long_documents(pipeline, corpora):
     assert any(i != tokenizer.token_to_id(EOS) for i in last_ids)  # a document continues into the next shard
     pooled = check_min_chars(shards, tok, 6000, LocalExecutor(2))
     assert (pooled.passed, pooled.description, pooled.metadata) == (full.passed, full.description, full.metadata)
+    monkeypatch.setattr(checks, "CHECK_BATCH", 7)  # a shard read in several batches: the same
+    assert check_min_chars(shards, tok, 6000).metadata == full.metadata
     assert check_min_chars(long, tok, 6000, LocalExecutor(2)).metadata == outcome.metadata
     # Several shards (7 sequences each): random access crosses shard edges.
     assert len(long) > 1 and Sequences(corpora["long"])[7]["input_ids"].tolist() == _stored(corpora["long"])[0][7]

@@ -130,9 +130,12 @@ def check_roundtrip(report_path: Path) -> CheckOutcome:
     )
 
 
+CHECK_BATCH = 1024  # sequences a corpus check holds at once
+
+
 def _packed_batches(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(flat ids, piece lengths, pieces per sequence) of each record batch of a corpus shard."""
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["input_ids", "doc_lens"]):
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=CHECK_BATCH, columns=["input_ids", "doc_lens"]):
         lens = batch.column("doc_lens")
         yield (
             batch.column("input_ids").flatten().to_numpy(zero_copy_only=False),
@@ -231,20 +234,29 @@ class _ShardChars:
 
 
 def _shard_chars(tokenizer_path: str, min_chars: int, path: Path) -> _ShardChars:
+    """A shard's `_ShardChars`, a record batch at a time (a corpus shard holds ~10**8 tokens)."""
     tok = Tokenizer.from_file(tokenizer_path)
     chars, eos, pad = token_chars(tok), tok.token_to_id(EOS), tok.token_to_id(PAD)
-    parts = [ids[ids != pad] for ids, _, _ in _packed_batches(path)]
-    stream = np.concatenate([np.zeros(0, np.uint32), *parts])
-    ends = np.flatnonzero(stream == eos) + 1
-    per_token = chars[stream].astype(np.int64)
-    if not len(ends):
-        return _ShardChars(None, 0, 0, None, int(per_token.sum()), len(stream))
-    per_doc = np.diff(np.cumsum(per_token)[ends - 1], prepend=0)
-    inner, tail = per_doc[1:], per_token[ends[-1] :]
-    shortest = int(inner.min()) if len(inner) else None
-    return _ShardChars(
-        int(per_doc[0]), len(inner), int((inner < min_chars).sum()), shortest, int(tail.sum()), len(tail)
-    )
+    head: int | None = None
+    inner = short = 0
+    shortest: int | None = None
+    carry_chars = carry_tokens = 0  # since the shard's start or its last EOS so far
+    for ids, _, _ in _packed_batches(path):
+        stream = ids[ids != pad]
+        per_token = chars[stream].astype(np.int64)
+        ends = np.flatnonzero(stream == eos) + 1
+        if not len(ends):
+            carry_chars, carry_tokens = carry_chars + int(per_token.sum()), carry_tokens + len(stream)
+            continue
+        per_doc = np.diff(np.cumsum(per_token)[ends - 1], prepend=0)
+        per_doc[0] += carry_chars
+        if head is None:
+            head, per_doc = int(per_doc[0]), per_doc[1:]
+        if len(per_doc):
+            inner, short = inner + len(per_doc), short + int((per_doc < min_chars).sum())
+            shortest = min(int(per_doc.min()), shortest if shortest is not None else int(per_doc.min()))
+        carry_chars, carry_tokens = int(per_token[ends[-1] :].sum()), len(stream) - int(ends[-1])
+    return _ShardChars(head, inner, short, shortest, carry_chars, carry_tokens)
 
 
 def check_min_chars(
