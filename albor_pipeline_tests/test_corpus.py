@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -12,8 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from albor_pipeline.core import corpus as corpus_module
 from albor_pipeline.core.checks import check_doc_lens, check_no_short_splits
-from albor_pipeline.core.corpus import BestFitPacker, ConcatPacker, build_corpus, megatron_index
+from albor_pipeline.core.corpus import (
+    Packed,
+    PlanSummary,
+    Segments,
+    best_fit_plan,
+    build_corpus,
+    concat_plan,
+    concat_segments,
+    fill,
+    megatron_index,
+)
 from albor_pipeline.core.encode import (
     BYTELEVEL_PATTERN,
     FAST_BYTELEVEL_PATTERN,
@@ -45,46 +57,73 @@ def glue(stream: np.ndarray, pieces: np.ndarray, eos: int) -> list[int]:
     return glued
 
 
+def _stream(lengths: np.ndarray) -> np.ndarray:
+    """Documents of `lengths` tokens: document i is i % 7 + 10 repeated, then EOS (9)."""
+    return np.concatenate([np.r_[np.full(n - 1, i % 7 + 10, np.uint32), 9] for i, n in enumerate(lengths)])
+
+
+def _packed(parts: list[Packed], seq_len: int) -> Packed:
+    return Packed(
+        np.concatenate([p.seqs for p in parts]) if parts else np.zeros((0, seq_len), np.uint32),
+        np.concatenate([p.pieces for p in parts]) if parts else np.zeros(0, np.uint32),
+        np.concatenate([p.counts for p in parts]) if parts else np.zeros(0, np.int64),
+    )
+
+
+def _concat_packed(
+    lengths: np.ndarray, seq_len: int, pad_remainder: bool, cuts: list[int]
+) -> tuple[Packed, PlanSummary]:
+    """The concat plan filled shard by shard, the shards cut before the sequences in `cuts`."""
+    ends = np.cumsum(lengths)
+    plan = concat_plan(ends, seq_len, pad_remainder)
+    stream, parts = _stream(lengths), []
+    bounds = [0, *sorted({c for c in cuts if 0 < c < plan.sequences}), plan.sequences]
+    for first, end in itertools.pairwise(bounds):
+        if end > first:
+            segments = concat_segments(ends, first * seq_len, min(end * seq_len, int(ends[-1])), seq_len)
+            parts.append(fill(stream, 0, segments, seq_len, pad_id=0))
+    return _packed(parts, seq_len), plan
+
+
 def test_concat_packing_records_document_pieces():
-    packer = ConcatPacker(4, pad_id=0, pad_remainder=True)
-    # Documents of 3, 5 and 2 tokens (EOS = 9 ends each), in two batches.
-    first = packer.add(np.array([1, 1, 9, 2, 2, 2, 2, 9], dtype=np.uint32), np.array([3, 5]))
-    assert first.seqs.tolist() == [[1, 1, 9, 2], [2, 2, 2, 9]]
-    assert first.pieces.tolist() == [3, 1, 4] and first.counts.tolist() == [2, 1]
-    assert packer.cut_documents == 1  # the 5-token document spans the first edge
-    second = packer.add(np.array([3, 9], dtype=np.uint32), np.array([2]))
-    assert second.seqs.shape == (0, 4) and packer.ids.tolist() == [3, 9] and packer.lens.tolist() == [2]
-    last = packer.finish()
-    assert last.seqs.tolist() == [[3, 9, 0, 0]] and last.pieces.tolist() == [2] and last.counts.tolist() == [1]
-    assert packer.padded == 2 and packer.dropped == 0
+    # Documents of 3, 5 and 2 tokens, cut every 4 tokens, the tail padded.
+    packed, plan = _concat_packed(np.array([3, 5, 2]), 4, pad_remainder=True, cuts=[1])
+    assert packed.seqs.tolist() == [[10, 10, 9, 11], [11, 11, 11, 9], [12, 9, 0, 0]]
+    assert packed.pieces.tolist() == [3, 1, 4, 2] and packed.counts.tolist() == [2, 1, 1]
+    assert (plan.sequences, plan.cut_documents, plan.padded, plan.dropped) == (3, 1, 2, 0)
+    _, dropped = _concat_packed(np.array([3, 5, 2]), 4, pad_remainder=False, cuts=[])
+    assert (dropped.sequences, dropped.padded, dropped.dropped) == (2, 0, 2)
 
 
-@given(st.lists(st.integers(1, 40), min_size=1, max_size=60), st.integers(1, 7), st.integers(2, 16))
+@given(
+    st.lists(st.integers(1, 40), min_size=1, max_size=60),
+    st.lists(st.integers(0, 40), max_size=6),
+    st.integers(2, 16),
+    st.booleans(),
+)
 @settings(max_examples=300, deadline=None)
-def test_concat_packing_pieces_rebuild_the_documents(doc_lengths, batches, seq_len):
-    """However documents arrive in batches: every full sequence's pieces sum to seq_len,
-    and gluing pieces back across cuts gives exactly the documents' lengths."""
+def test_concat_packing_pieces_rebuild_the_documents(doc_lengths, cuts, seq_len, pad_remainder):
+    """However the sequences are cut into shards: the stream cut every seq_len, every full
+    sequence's pieces sum to seq_len, and gluing pieces back gives exactly the documents."""
     lengths = np.array(doc_lengths, dtype=np.int64)
-    ids = np.concatenate([np.r_[np.full(n - 1, 1, np.uint32), 9] for n in lengths])
-    packer, pieces, counts, seqs = ConcatPacker(seq_len, pad_id=0, pad_remainder=True), [], [], []
-    doc_ends = np.cumsum(lengths)
-    for part in np.array_split(np.arange(len(lengths)), batches):
-        if not len(part):
-            continue
-        lo, hi = (doc_ends[part[0]] - lengths[part[0]]), doc_ends[part[-1]]
-        packed = packer.add(ids[lo:hi], lengths[part])
-        pieces.append(packed.pieces), counts.append(packed.counts), seqs.append(packed.seqs)
-    tail = packer.finish()
-    pieces.append(tail.pieces), counts.append(tail.counts)
-    all_pieces, all_counts = np.concatenate(pieces).astype(np.int64), np.concatenate(counts)
-    full = int(sum(len(s) for s in seqs))
-    per_seq = np.add.reduceat(all_pieces, np.r_[0, np.cumsum(all_counts)[:-1]]) if len(all_counts) else []
-    assert all(total == seq_len for total in per_seq[:full])
-    assert all_pieces.sum() == lengths.sum()
-    stream = np.concatenate([*(s.reshape(-1) for s in seqs), tail.seqs.reshape(-1)])
-    assert glue(stream, all_pieces, eos=9) == doc_lengths
-    expected_cut = sum(1 for end, n in zip(doc_ends, lengths) if (end - n) // seq_len != (end - 1) // seq_len)
-    assert packer.cut_documents == expected_cut
+    packed, plan = _concat_packed(lengths, seq_len, pad_remainder, cuts)
+    whole, _ = _concat_packed(lengths, seq_len, pad_remainder, [])
+    assert np.array_equal(packed.seqs, whole.seqs) and np.array_equal(packed.pieces, whole.pieces)
+    stream = _stream(lengths)
+    full = len(stream) // seq_len
+    assert np.array_equal(packed.seqs[:full].reshape(-1), stream[: full * seq_len])
+    pieces = packed.pieces.astype(np.int64)
+    per_seq = np.add.reduceat(pieces, np.r_[0, np.cumsum(packed.counts)[:-1]]) if len(packed.counts) else []
+    assert all(total == seq_len for total in per_seq[:full]) and len(packed.seqs) == plan.sequences
+    kept = len(stream) if pad_remainder else full * seq_len
+    assert pieces.sum() == kept and plan.dropped == len(stream) - kept
+    if pad_remainder:
+        assert glue(packed.seqs.reshape(-1), pieces, eos=9) == doc_lengths
+    ends = np.cumsum(lengths)
+    expected_cut = sum(
+        1 for end, n in zip(ends, lengths) if (end - n) // seq_len != (end - 1) // seq_len and end - n < full * seq_len
+    )
+    assert plan.cut_documents == expected_cut
 
 
 def _flat_tokens(out: Path) -> np.ndarray:
@@ -123,43 +162,58 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     assert not set(stream[lo : ends[literal_row]].tolist()) & {0, 1, 2, 3, 1500, 1501, 1502}
 
 
+def _best_fit_packed(lengths: np.ndarray, seq_len: int, window: int, cuts: list[int]) -> tuple[Packed, PlanSummary]:
+    """The best_fit plan filled shard by shard, the shards cut before the sequences in `cuts`."""
+    segments, plan = best_fit_plan(lengths, seq_len, window)
+    stream, parts = _stream(lengths), []
+    bounds = [0, *sorted({c for c in cuts if 0 < c < plan.sequences}), plan.sequences]
+    first_segment = np.r_[0, np.cumsum(segments.counts)]
+    for first, end in itertools.pairwise(bounds):
+        a, b = first_segment[first], first_segment[end]
+        part = Segments(segments.starts[a:b], segments.lens[a:b], segments.counts[first:end])
+        parts.append(fill(stream, 0, part, seq_len, pad_id=0))
+    return _packed(parts, seq_len), plan
+
+
 def test_best_fit_packs_whole_documents_and_splits_only_long_ones():
-    packer = BestFitPacker(8, pad_id=0, window=10)
-    docs = [np.r_[np.full(n - 1, k, np.uint32), 9] for k, n in enumerate([5, 3, 6, 2, 19], start=1)]
-    head = packer.add(np.concatenate(docs), np.array([5, 3, 6, 2, 19]))
-    assert head.seqs.tolist() == [[5] * 8, [5] * 8]  # the 19-token document's full chunks
-    tail = packer.finish()
-    # best-fit decreasing over (6, 5, 3, 3 [19's tail], 2): bins [6, 2], [5, 3], [3]
-    assert tail.counts.tolist() == [2, 2, 1] and tail.pieces.tolist() == [6, 2, 5, 3, 3]
-    assert tail.seqs[2].tolist() == [5, 5, 9, 0, 0, 0, 0, 0]
-    assert packer.cut_documents == 1 and packer.padded == 5
+    packed, plan = _best_fit_packed(np.array([5, 3, 6, 2, 19]), 8, window=10, cuts=[])
+    # the 19-token document's full chunks first, then best-fit decreasing over
+    # (6, 5, 3, 3 [19's tail], 2): bins [6, 2], [5, 3], [3]
+    assert packed.seqs[:2].tolist() == [[14] * 8, [14] * 8]
+    assert packed.counts.tolist() == [1, 1, 2, 2, 1] and packed.pieces.tolist() == [8, 8, 6, 2, 5, 3, 3]
+    assert packed.seqs[4].tolist() == [14, 14, 9, 0, 0, 0, 0, 0]
+    assert (plan.sequences, plan.cut_documents, plan.padded) == (5, 1, 5)
 
 
-@given(st.lists(st.integers(1, 50), min_size=1, max_size=80), st.integers(1, 9), st.integers(2, 16), st.integers(1, 5))
+@given(
+    st.lists(st.integers(1, 50), min_size=1, max_size=80),
+    st.integers(1, 9),
+    st.integers(2, 16),
+    st.lists(st.integers(0, 30), max_size=5),
+)
 @settings(max_examples=300, deadline=None)
-def test_best_fit_keeps_every_short_document_whole(doc_lengths, window, seq_len, batches):
+def test_best_fit_keeps_every_short_document_whole(doc_lengths, window, seq_len, cuts):
     lengths = np.array(doc_lengths, dtype=np.int64)
-    ids = np.concatenate([np.r_[np.full(n - 1, i % 7 + 10, np.uint32), 9] for i, n in enumerate(lengths)])
-    ends = np.cumsum(lengths)
-    runs = []
-    for parts in (1, batches):  # the output does not depend on how documents arrive
-        packer, out = BestFitPacker(seq_len, pad_id=0, window=window), []
-        for part in np.array_split(np.arange(len(lengths)), parts):
-            if len(part):
-                out.append(packer.add(ids[ends[part[0]] - lengths[part[0]] : ends[part[-1]]], lengths[part]))
-        out.append(packer.finish())
-        runs.append(out)
-    flat = [np.concatenate([p.seqs.reshape(-1) for p in out]) for out in runs]
-    assert np.array_equal(flat[0], flat[1])
-    seqs = np.concatenate([p.seqs for p in runs[0]])
-    pieces = np.concatenate([p.pieces for p in runs[0]]).astype(np.int64)
+    packed, plan = _best_fit_packed(lengths, seq_len, window, cuts)
+    whole, _ = _best_fit_packed(lengths, seq_len, window, [])
+    assert np.array_equal(packed.seqs, whole.seqs)  # the output does not depend on the shard cuts
+    pieces = packed.pieces.astype(np.int64)
     # Exactly: every document up to seq_len whole; a longer one as full chunks plus its tail.
     expected = [n for n in doc_lengths if n <= seq_len]
     for n in (n for n in doc_lengths if n > seq_len):
         expected += [seq_len] * (n // seq_len) + ([n % seq_len] if n % seq_len else [])
     assert sorted(pieces.tolist()) == sorted(expected)
-    assert int((seqs == 0).sum()) == packer.padded == len(seqs) * seq_len - lengths.sum()
-    assert packer.cut_documents == int((lengths > seq_len).sum())
+    assert int((packed.seqs == 0).sum()) == plan.padded == len(packed.seqs) * seq_len - lengths.sum()
+    assert plan.cut_documents == int((lengths > seq_len).sum())
+    # every piece is a run of one document's tokens, whole documents end in EOS
+    at = 0
+    flat = packed.seqs.reshape(-1)
+    for row, count in enumerate(packed.counts.tolist()):
+        pos = row * seq_len
+        for piece in pieces[at : at + count].tolist():
+            assert len(set(flat[pos : pos + piece - 1].tolist())) <= 1
+            pos += piece
+        at += count
 
 
 def test_best_fit_corpus_passes_its_checks_and_beats_concat_on_cuts(pipeline):
@@ -294,7 +348,10 @@ def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pi
     start = pq.ParquetFile(good).metadata.row_group(3).column(0).data_page_offset
     data[start : start + 16] = b"\xff" * 16
     bad.write_bytes(bytes(data))
-    with pytest.raises(TaskError, match=r"encode_row_group failed on \('.*fim_bad_group.parquet', 3\) \(local\)"):
+    with pytest.raises(
+        TaskError,
+        match=r"encode_row_group failed on SpoolItem\(group=\('.*fim_bad_group.parquet', 3\), task=3\) \(local\)",
+    ):
         build_corpus(bad, tok, CorpusSpec(seq_len=100), out, tmp, LocalExecutor(2))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".d_kept")) == []
@@ -486,3 +543,49 @@ def test_megatron_hf_tokenizer_wrapper_reads_the_folder(pipeline):
     assert (wrapper.eod, wrapper.bos_id) == (2, 1)
     ids = wrapper.text_to_ids(LITERAL)
     assert 2 not in ids and wrapper.ids_to_text(ids) == LITERAL
+
+
+def _sequences(out: Path) -> tuple[list[list[int]], list[list[int]]]:
+    table = pq.read_table(sorted(out.glob("part-*.parquet")))
+    return table.column("input_ids").to_pylist(), table.column("doc_lens").to_pylist()
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_corpus_shards_and_packing_chunks_change_files_not_sequences(pipeline, monkeypatch, packing):
+    """Packing tasks fill shards of `shard_sequences` in chunks of PACK_SEQUENCES from the token
+    spool: neither, nor the workers, changes a sequence or an export."""
+    tmp, _ = pipeline
+    tok = tmp / "tok" / "tokenizer.json"
+    pq.write_table(pq.read_table(tmp / "fim"), tmp / "fim_groups7.parquet", row_group_size=7)
+    fim = tmp / "fim_groups7.parquet"
+
+    def spec(shard_sequences: int) -> CorpusSpec:
+        return CorpusSpec(
+            seq_len=64,
+            remainder="pad",
+            packing=packing,
+            best_fit_window=16,
+            shard_sequences=shard_sequences,
+            formats=["parquet", "megatron", "nanogpt"],
+        )
+
+    one = build_corpus(fim, tok, spec(100_000), tmp / f"one_{packing}", tmp)
+    sharded = build_corpus(fim, tok, spec(3), tmp / f"sharded_{packing}", tmp, LocalExecutor(2))
+    monkeypatch.setattr(corpus_module, "PACK_SEQUENCES", 2)
+    chunked = build_corpus(fim, tok, spec(3), tmp / f"chunked_{packing}", tmp)
+    assert len([a for a in one.artifacts if a.path.endswith(".parquet")]) == 1
+    assert len([a for a in sharded.artifacts if a.path.endswith(".parquet")]) == -(-one.sequences // 3) > 5
+    assert _sequences(tmp / f"sharded_{packing}") == _sequences(tmp / f"one_{packing}")
+    assert [(a.path, a.sha256) for a in chunked.artifacts] == [
+        (a.path.replace("sharded", "chunked"), a.sha256) for a in sharded.artifacts
+    ]
+    exports = {"megatron.bin", "megatron.idx", "tokens.bin"}
+    assert {Path(a.path).name: a.sha256 for a in one.artifacts if Path(a.path).name in exports} == {
+        Path(a.path).name: a.sha256 for a in sharded.artifacts if Path(a.path).name in exports
+    }
+    assert (one.sequences, one.padded_tokens, one.cut_documents) == (
+        sharded.sequences,
+        sharded.padded_tokens,
+        sharded.cut_documents,
+    )
+    assert not list(tmp.glob(".albor-tokens-*"))  # the spool is gone

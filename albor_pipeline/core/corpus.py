@@ -2,20 +2,22 @@
 
 Outputs Parquet shards (`input_ids: list<uint32>`, seed 000's schema) and, on request,
 a Megatron MMIDIDX v1 `.bin/.idx` pair (one sequence per document, EOD appended) and a
-flat nanoGPT-style token `.bin` with a JSON sidecar. Memory is bounded by the batch.
+flat nanoGPT-style token `.bin` with a JSON sidecar. Memory per task is bounded by a row
+group or a chunk of sequences; the stage's own process holds ~30 bytes a document.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import struct
+import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, suppress
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -23,19 +25,26 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.core.artifacts import (
+    TEMP_SUFFIX,
     Artifact,
-    BackgroundWrites,
     ParquetSink,
     atomic_path,
     record,
     staged_dir,
     write_json,
 )
-from albor_pipeline.core.documents import sha_keys
 from albor_pipeline.core.encode import Encoder, pick_encoder
-from albor_pipeline.core.encode_worker import EncodeJob, RowGroup, RowGroupEncoder, encode_row_group
+from albor_pipeline.core.encode_worker import (
+    EncodeJob,
+    GroupTokens,
+    RowGroup,
+    RowGroupEncoder,
+    SpoolItem,
+    encode_row_group,
+    spool_tokens,
+)
 from albor_pipeline.core.executor import INLINE, Executor, for_items
-from albor_pipeline.core.shards import row_groups
+from albor_pipeline.core.shards import Shard, row_groups
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import BOS, EOS, PAD
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy
@@ -71,115 +80,73 @@ class Packed:
     pieces: np.ndarray  # uint32 lengths of the document pieces
     counts: np.ndarray  # pieces per sequence
 
-    def split(self, k: int) -> tuple[Packed, Packed]:
-        """(the first k sequences, the rest)."""
-        at = int(self.counts[:k].sum())
-        return (
-            Packed(self.seqs[:k], self.pieces[:at], self.counts[:k]),
-            Packed(self.seqs[k:], self.pieces[at:], self.counts[k:]),
-        )
+
+@dataclass
+class Segments:
+    """Sequences as segments of the token stream: segment j is `lens[j]` tokens from stream
+    position `starts[j]`; sequence i is the next `counts[i]` segments, then padding. The
+    segments are the sequences' document pieces (`doc_lens`)."""
+
+    starts: np.ndarray  # int64
+    lens: np.ndarray  # int64
+    counts: np.ndarray  # int64, one per sequence
 
 
-def _empty(seq_len: int) -> Packed:
-    return Packed(np.zeros((0, seq_len), dtype=np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.int64))
+@dataclass(frozen=True)
+class PlanSummary:
+    """What packing does to the stream as a whole (stage metadata)."""
+
+    sequences: int
+    cut_documents: int  # documents split across two or more sequences
+    padded: int
+    dropped: int
 
 
-def _concat(parts: list[Packed], seq_len: int) -> Packed:
-    if not parts:
-        return _empty(seq_len)
-    return Packed(
-        np.concatenate([p.seqs for p in parts]),
-        np.concatenate([p.pieces for p in parts]),
-        np.concatenate([p.counts for p in parts]),
-    )
+def concat_plan(ends: np.ndarray, seq_len: int, pad_remainder: bool) -> PlanSummary:
+    """`concat` over documents ending at stream positions `ends`: cut every `seq_len` tokens;
+    the tail is one padded sequence (`pad_remainder`) or dropped."""
+    total = int(ends[-1]) if len(ends) else 0
+    full, rest = divmod(total, seq_len)
+    edges = np.arange(1, full + 1, dtype=np.int64) * seq_len
+    at = np.searchsorted(ends, edges)  # the document holding each edge, or ending on it
+    cut = len(np.unique(at[ends[at] != edges])) if full else 0
+    padded = seq_len - rest if pad_remainder and rest else 0
+    return PlanSummary(full + (padded > 0), cut, padded, 0 if pad_remainder else rest)
 
 
-class ConcatPacker:
-    """Concatenates EOS-terminated documents and cuts the stream every `seq_len` tokens.
-
-    Keeps the leftover tokens (and their piece lengths) for the next call, so sequences do
-    not depend on how the documents arrive in batches, and counts the documents a sequence
-    edge cuts. The final leftover is padded (`pad`) or dropped.
-    """
-
-    def __init__(self, seq_len: int, pad_id: int, pad_remainder: bool = False) -> None:
-        self.seq_len, self.pad_id, self.pad_remainder = seq_len, pad_id, pad_remainder
-        self.ids = np.zeros(0, dtype=np.uint32)
-        self.lens = np.zeros(0, dtype=np.int64)  # piece lengths of the leftover, summing to len(ids)
-        self.cut_documents = self.padded = self.dropped = 0
-
-    def add(self, flat: np.ndarray, lengths: np.ndarray) -> Packed:
-        """Pack `flat` (documents of `lengths` tokens) after the leftover; return the full sequences."""
-        L = self.seq_len
-        continued = len(self.ids) > 0  # the leftover's first piece continues a document already cut
-        ids = np.concatenate([self.ids, flat]) if continued else flat
-        lens = np.concatenate([self.lens, lengths.astype(np.int64)]) if continued else lengths.astype(np.int64)
-        n = len(ids) // L
-        cut = n * L
-        ends = np.cumsum(lens)
-        edges = np.arange(L, cut + 1, L, dtype=np.int64)
-        cutting = edges[~np.isin(edges, ends)]  # sequence edges inside a document
-        cut_docs = np.unique(np.searchsorted(ends, cutting, side="right"))
-        self.cut_documents += int(len(cut_docs) - (continued and len(cut_docs) > 0 and cut_docs[0] == 0))
-        bounds = np.union1d(ends[ends < cut], edges)
-        starts = np.concatenate([[0], bounds[:-1]])
-        pieces = (bounds - starts).astype(np.uint32)
-        counts = np.bincount(starts // L, minlength=n) if n else np.zeros(0, dtype=np.int64)
-        self.ids = ids[cut:]
-        self.lens = np.diff(np.concatenate([[cut], ends[ends > cut]]))
-        return Packed(ids[:cut].reshape(n, L), pieces, counts)
-
-    def finish(self) -> Packed:
-        """The leftover as one padded sequence (`pad_remainder`), else nothing (it is dropped)."""
-        if not len(self.ids):
-            return _empty(self.seq_len)
-        if not self.pad_remainder:
-            self.dropped = len(self.ids)
-            return _empty(self.seq_len)
-        self.padded = self.seq_len - len(self.ids)
-        padded = np.concatenate([self.ids, np.full(self.padded, self.pad_id, dtype=np.uint32)])
-        return Packed(padded.reshape(1, self.seq_len), self.lens.astype(np.uint32), np.array([len(self.lens)]))
+def concat_segments(ends: np.ndarray, lo: int, hi: int, seq_len: int) -> Segments:
+    """The `concat` segments of stream positions [lo, hi) (lo on a sequence edge): the pieces
+    between the document ends and sequence edges inside it. Any cut of the stream into
+    ranges gives the same pieces, so shards never depend on one another."""
+    inner = np.asarray(ends[np.searchsorted(ends, lo, side="right") : np.searchsorted(ends, hi, side="left")])
+    bounds = np.concatenate([[lo], np.union1d(inner, np.arange(lo + seq_len, hi, seq_len, dtype=np.int64)), [hi]])
+    starts = bounds[:-1].astype(np.int64)
+    counts = np.bincount((starts - lo) // seq_len, minlength=-(-(hi - lo) // seq_len))
+    return Segments(starts, np.diff(bounds).astype(np.int64), counts.astype(np.int64))
 
 
-class BestFitPacker:
-    """Whole documents into `seq_len` bins, best-fit decreasing over a window of documents.
+def best_fit_plan(lengths: np.ndarray, seq_len: int, window: int) -> tuple[Segments, PlanSummary]:
+    """`best_fit`: whole documents into `seq_len` bins, best-fit decreasing over windows of
+    `window` documents, each window padded on its own, so memory is bounded by the window
+    and the output depends only on the documents' order.
 
-    A document longer than `seq_len` is the only one ever split: its full `seq_len` chunks
-    become sequences of their own and its tail is packed like a document. Each window of
-    `window` documents is packed into its own bins, padded with `pad_id`, so memory is
-    bounded by the window and the output depends only on the documents' order.
-    """
+    A document longer than `seq_len` is the only one ever split: its full chunks become
+    sequences of their own (where it comes in the stream) and its tail is packed like a
+    document."""
+    L = seq_len
+    starts_of = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
+    starts: list[int] = []
+    lens: list[int] = []
+    counts: list[int] = []
+    pending: list[tuple[int, int]] = []  # (stream position, tokens) of the window's documents
+    cut = padded = 0
 
-    def __init__(self, seq_len: int, pad_id: int, window: int) -> None:
-        self.seq_len, self.pad_id, self.window = seq_len, pad_id, window
-        self.docs: list[np.ndarray] = []
-        self.cut_documents = self.padded = self.dropped = 0
-
-    def add(self, flat: np.ndarray, lengths: np.ndarray) -> Packed:
-        L, out = self.seq_len, []
-        for doc in np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []:
-            if len(doc) > L:
-                self.cut_documents += 1
-                full = len(doc) // L * L
-                chunks = doc[:full].reshape(-1, L)
-                out.append(Packed(chunks, np.full(len(chunks), L, np.uint32), np.ones(len(chunks), np.int64)))
-                doc = doc[full:]
-            if len(doc):
-                self.docs.append(doc)
-            if len(self.docs) >= self.window:
-                out.append(self._pack_window())
-        return _concat(out, L)
-
-    def finish(self) -> Packed:
-        return self._pack_window()
-
-    def _pack_window(self) -> Packed:
-        L, docs = self.seq_len, self.docs
-        self.docs = []
+    def pack_window() -> None:
+        nonlocal padded
         bins: list[list[int]] = []
         room: list[tuple[int, int]] = []  # (free tokens, bin), sorted: the best fit is the first that fits
-        for i in sorted(range(len(docs)), key=lambda i: (-len(docs[i]), i)):
-            n = len(docs[i])
+        for i in sorted(range(len(pending)), key=lambda i: (-pending[i][1], i)):
+            n = pending[i][1]
             at = bisect.bisect_left(room, (n, -1))
             if at < len(room):
                 free, b = room.pop(at)
@@ -188,25 +155,42 @@ class BestFitPacker:
                 free, b = L, len(bins)
                 bins.append([i])
             bisect.insort(room, (free - n, b))
-        if not bins:
-            return _empty(L)
-        seqs = np.full((len(bins), L), self.pad_id, dtype=np.uint32)
-        pieces = []
-        for row, members in enumerate(bins):
-            tokens = np.concatenate([docs[i] for i in members])
-            seqs[row, : len(tokens)] = tokens
-            self.padded += L - len(tokens)
-            pieces += [len(docs[i]) for i in members]
-        return Packed(seqs, np.array(pieces, dtype=np.uint32), np.array([len(m) for m in bins], dtype=np.int64))
+        for members in bins:
+            for i in members:
+                starts.append(pending[i][0])
+                lens.append(pending[i][1])
+            counts.append(len(members))
+            padded += L - sum(pending[i][1] for i in members)
+        pending.clear()
+
+    for start, n in zip(starts_of.tolist(), lengths.tolist()):
+        if n > L:
+            cut += 1
+            chunks = n // L
+            starts += range(start, start + chunks * L, L)
+            lens += [L] * chunks
+            counts += [1] * chunks
+            start, n = start + chunks * L, n - chunks * L
+        if n:
+            pending.append((start, n))
+        if len(pending) >= window:
+            pack_window()
+    pack_window()
+    segments = Segments(np.array(starts, np.int64), np.array(lens, np.int64), np.array(counts, np.int64))
+    return segments, PlanSummary(len(counts), cut, padded, 0)
 
 
-Packer = ConcatPacker | BestFitPacker
-
-
-def make_packer(spec: CorpusSpec, pad_id: int) -> Packer:
-    if spec.packing is Packing.best_fit:
-        return BestFitPacker(spec.seq_len, pad_id, spec.best_fit_window)
-    return ConcatPacker(spec.seq_len, pad_id, pad_remainder=spec.remainder is RemainderPolicy.pad)
+def fill(stream: np.ndarray, base: int, segments: Segments, seq_len: int, pad_id: int) -> Packed:
+    """The sequences of `segments`, whose tokens are in `stream` (stream position `base` on)."""
+    starts, lens, counts = segments.starts, segments.lens, segments.counts
+    out = np.full(len(counts) * seq_len, pad_id, dtype=np.uint32)
+    before = np.cumsum(lens) - lens  # tokens of the earlier segments
+    first = np.cumsum(counts) - counts  # each sequence's first segment
+    dest = np.repeat(np.arange(len(counts), dtype=np.int64) * seq_len - before[first], counts) + before
+    seg = np.repeat(np.arange(len(lens)), lens)
+    within = np.arange(int(lens.sum()), dtype=np.int64) - before[seg]
+    out[dest[seg] + within] = stream[starts[seg] - base + within]
+    return Packed(out.reshape(len(counts), seq_len), lens.astype(np.uint32), counts)
 
 
 class SourceAccounting:
@@ -223,9 +207,10 @@ class SourceAccounting:
         self._codes: dict[str, int] = {}
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def add(self, sources: list[str], sha256s: pa.Array, lengths: np.ndarray) -> None:
-        codes = np.array([self._codes.setdefault(s, len(self._codes)) for s in sources], dtype=np.int32)
-        self._parts.append((codes, sha_keys(sha256s), lengths.astype(np.int64, copy=False)))
+    def add(self, group: GroupTokens) -> None:
+        mine = np.array([self._codes.setdefault(s, len(self._codes)) for s in group.sources], dtype=np.int32)
+        codes = mine[group.codes] if len(mine) else group.codes
+        self._parts.append((codes, group.keys, group.lengths.astype(np.int64, copy=False)))
 
     def summary(self) -> dict[str, dict[str, float | int]]:
         if not self._parts:
@@ -273,38 +258,6 @@ def megatron_index(lengths: np.ndarray, dtype: np.dtype) -> bytes:
     return header + lengths.astype(np.int32).tobytes() + pointers.tobytes() + doc_idx.tobytes()
 
 
-class _ShardedSink:
-    """Parquet shards of at most `per_shard` sequences: part-00000.parquet, ..."""
-
-    def __init__(self, out_dir: Path, per_shard: int) -> None:
-        self.out_dir, self.per_shard = out_dir, per_shard
-        self.paths: list[Path] = []
-        self.rows: list[int] = []
-        self._sink: ParquetSink | None = None
-
-    def write(self, packed: Packed) -> None:
-        while len(packed.seqs):
-            if self._sink is None or self._sink.rows >= self.per_shard:
-                self.close()
-                # No dictionary: ~32k distinct ids per row group make it cost time and bytes (+23 %).
-                self._sink = ParquetSink(
-                    self.out_dir / f"part-{len(self.paths):05d}.parquet",
-                    SEQ_SCHEMA,
-                    ROW_GROUP_SEQUENCES,
-                    use_dictionary=False,
-                )
-                self._sink.__enter__()
-                self.paths.append(self._sink.path)
-            head, packed = packed.split(self.per_shard - self._sink.rows)
-            self._sink.write(sequences_batch(head))
-
-    def close(self, exc: BaseException | None = None) -> None:
-        if self._sink is not None:
-            self.rows.append(self._sink.rows)
-            self._sink.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
-            self._sink = None
-
-
 @dataclass
 class CorpusResult:
     artifacts: list[Artifact]
@@ -320,25 +273,63 @@ class CorpusResult:
     seconds: float
 
 
-def _encoded_row_groups(
-    groups: list[RowGroup],
-    tokenizer_path: Path,
-    tok: Tokenizer,
-    encoder: Encoder,
-    executor: Executor,
-    bos: bool,
-    min_chars: int,
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """Encoded row groups in input order, so output never depends on where they ran.
+PACK_SEQUENCES = 256  # sequences a packing task fills at once: ~2 MB of ids at seq_len 2048
 
-    Inline, the stage's own encoder runs; on an executor, each task reads its row group
-    straight from its Parquet shard (no text crosses a process boundary) and encodes it
-    with the encoder the stage picked, built once per worker.
-    """
-    if executor is INLINE:
-        return map(RowGroupEncoder(tok, encoder, bos, min_chars).encode, groups)
-    job = EncodeJob(str(tokenizer_path), encoder.name, bos, min_chars)
-    return executor.map(partial(encode_row_group, job), groups)
+
+@dataclass(frozen=True)
+class PackJob:
+    """The plan a packing task reads from the token spool: token files, document ends
+    (`concat`) or explicit segments (`best_fit`)."""
+
+    spool: str
+    out_dir: str
+    seq_len: int
+    pad_id: int
+    dtype: str
+    tokens: int
+    packing: Packing
+
+    def _plan(self, name: str) -> np.ndarray:
+        return np.load(Path(self.spool) / f"{name}.npy", mmap_mode="r")
+
+    def segments(self, first: int, end: int) -> Segments:
+        """Sequences [first, end)'s segments."""
+        if self.packing is Packing.concat:
+            lo, hi = first * self.seq_len, min(end * self.seq_len, self.tokens)
+            return concat_segments(self._plan("ends"), lo, hi, self.seq_len)
+        bounds = np.asarray(self._plan("seq_first")[first : end + 1])
+        a, b = int(bounds[0]), int(bounds[-1])
+        return Segments(
+            np.asarray(self._plan("seg_starts")[a:b]), np.asarray(self._plan("seg_lens")[a:b]), np.diff(bounds)
+        )
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        """Stream positions [lo, hi) as uint32, from the row groups' token files."""
+        offsets = self._plan("offsets")
+        task = int(np.searchsorted(offsets, lo, side="right")) - 1
+        parts, itemsize = [], np.dtype(self.dtype).itemsize
+        while lo < hi:
+            end = min(hi, int(offsets[task + 1]))
+            if end > lo:
+                start = (lo - int(offsets[task])) * itemsize
+                parts.append(np.fromfile(spool_tokens(self.spool, task), self.dtype, count=end - lo, offset=start))
+            lo, task = end, task + 1
+        return np.concatenate(parts).astype(np.uint32) if parts else np.zeros(0, np.uint32)
+
+
+def pack_shard(job: PackJob, item: tuple[int, int, int]) -> Shard:
+    """Write corpus shard `part-NNNNN.parquet` holding sequences [first, end) of the plan:
+    a task per shard, so no sequence passes through the stage's own process."""
+    shard, first, end = item
+    path = Path(job.out_dir) / f"part-{shard:05d}.parquet"
+    # No dictionary: ~32k distinct ids per row group make it cost time and bytes (+23 %).
+    with ParquetSink(path, SEQ_SCHEMA, ROW_GROUP_SEQUENCES, use_dictionary=False) as sink:
+        for lo in range(first, end, PACK_SEQUENCES):
+            segments = job.segments(lo, min(lo + PACK_SEQUENCES, end))
+            base = int(segments.starts.min())
+            stream = job.read(base, int((segments.starts + segments.lens).max()))
+            sink.write(sequences_batch(fill(stream, base, segments, job.seq_len, job.pad_id)))
+    return Shard.of(path, sink.rows)
 
 
 def build_corpus(
@@ -351,37 +342,98 @@ def build_corpus(
     progress: Progress | None = None,
     min_chars: int = 0,
 ) -> CorpusResult:
-    """Pretokenize one split's FIM'd documents (a shard set or file) into `out_dir`: an ordered
-    pass over the row groups' token streams.
+    """Pretokenize one split's FIM'd documents (a shard set or file) into `out_dir`.
 
-    `executor`: where row groups are encoded (inline for files of fewer than 4 on a local pool).
+    Two waves of tasks around a plan: a task per row group encodes it and spools its ids;
+    the plan (every sequence's segments of the token stream) follows from the documents'
+    lengths alone; then a task per Parquet shard fills its sequences from the spool and
+    writes it, while this process concatenates the spooled ids into the exports. The bytes
+    never depend on where or in which order tasks ran.
+
+    `executor`: where tasks run (inline for fewer than 4 row groups or 2 shards on a local pool).
     `min_chars`: only documents of at least this many characters (before FIM): the long subset.
     """
     start = time.perf_counter()
-    tok = Tokenizer.from_file(str(tokenizer_path))
-    groups = row_groups(fim_path)
-    executor = for_items(executor, len(groups), 4)
-    with staged_dir(out_dir) as staging:  # the split's files are replaced as one set, or not at all
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        tempfile.TemporaryDirectory(prefix=".albor-tokens-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool,
+        staged_dir(out_dir) as staging,  # the split's files are replaced as one set, or not at all
+    ):
         result = _write_corpus(
-            tok, groups, tokenizer_path, spec, staging, data_root, executor, progress, start, min_chars
+            tokenizer_path, fim_path, spec, staging, data_root, Path(spool), executor, progress, start, min_chars
         )
     final = [(out_dir / Path(a.path).name).relative_to(data_root).as_posix() for a in result.artifacts]
     result.artifacts = [a.model_copy(update={"path": path}) for a, path in zip(result.artifacts, final)]
     return result
 
 
-def _write_corpus(
+def _encode(
     tok: Tokenizer,
     groups: list[RowGroup],
+    job: EncodeJob,
+    encoder: Encoder,
+    executor: Executor,
+    progress: Progress | None,
+    start: float,
+) -> tuple[list[GroupTokens], SourceAccounting]:
+    """The first wave: every row group encoded and spooled, in input order."""
+    executor = for_items(executor, len(groups), 4)
+    # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
+    inline = RowGroupEncoder(tok, encoder, job.bos, job.min_chars) if executor is INLINE else None
+    items = [SpoolItem(group, task) for task, group in enumerate(groups)]
+    done: list[GroupTokens] = []
+    accounting = SourceAccounting()
+    docs = tokens = text_bytes = 0
+    last_report = start
+    for group in executor.map(partial(encode_row_group, job, encoder=inline), items):
+        done.append(replace(group, keys=np.zeros(0), codes=np.zeros(0)))  # accounting keeps those
+        accounting.add(group)
+        docs, tokens, text_bytes = (
+            docs + len(group.lengths),
+            tokens + int(group.lengths.sum()),
+            text_bytes + group.text_bytes,
+        )
+        now = time.perf_counter()
+        if progress and now - last_report >= PROGRESS_SECONDS:
+            last_report = now
+            progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6 / (now - start):.1f} MB/s")
+    if progress:
+        progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6:.1f} MB encoded")
+    return done, accounting
+
+
+def _concat_streams(spool: Path, tasks: int, finals: list[Path], data_root: Path, rows: list[int]) -> list[Artifact]:
+    """The spooled ids end to end into each of `finals` (the same bytes: one hash)."""
+    digest, size = hashlib.sha256(), 0
+    with ExitStack() as stack:
+        outs = [stack.enter_context(open(stack.enter_context(atomic_path(f)), "wb")) for f in finals]
+        for task in range(tasks):
+            with open(spool_tokens(spool, task), "rb") as src:
+                while chunk := src.read(1 << 22):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    for out in outs:
+                        out.write(chunk)
+    sha = digest.hexdigest()
+    return [
+        Artifact(path=f.relative_to(data_root).as_posix(), sha256=sha, bytes=size, rows=n) for f, n in zip(finals, rows)
+    ]
+
+
+def _write_corpus(
     tokenizer_path: Path,
+    fim_path: Path,
     spec: CorpusSpec,
     out_dir: Path,
     data_root: Path,
+    spool: Path,
     executor: Executor,
     progress: Progress | None,
     start: float,
     min_chars: int,
 ) -> CorpusResult:
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    groups = row_groups(fim_path)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
     if eos is None or pad is None:
@@ -391,59 +443,50 @@ def _write_corpus(
     sample = [t[:8192] for t in first.column(0).to_pylist()[:32]] if first is not None else []
     encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
     formats = set(spec.formats)
-    docs = tokens = text_bytes = 0
-    last_report = start
-    doc_lengths: list[np.ndarray] = []
-    packer = make_packer(spec, pad)
-    accounting = SourceAccounting()
-    shards = _ShardedSink(out_dir, spec.shard_sequences)
-    with ExitStack() as stack:
-        streams: list[tuple[BinaryIO, np.dtype]] = []
-        for fmt, name, signed in STREAMS:
-            if fmt in formats:
-                stream = stack.enter_context(open(stack.enter_context(atomic_path(out_dir / name)), "wb"))
-                streams.append((stream, token_dtype(vocab, signed)))
-        writes = BackgroundWrites(shards.write)  # Parquet encoding overlaps reading and packing
-        try:
-            encoded = _encoded_row_groups(groups, tokenizer_path, tok, encoder, executor, spec.bos, min_chars)
-            for (path, index), (flat, lengths, rows, nbytes) in zip(groups, encoded):
-                meta = pq.ParquetFile(path).read_row_group(index, columns=["source", "sha256"]).take(pa.array(rows))
-                accounting.add(meta.column("source").to_pylist(), meta.column("sha256").combine_chunks(), lengths)
-                for fh, dtype in streams:
-                    fh.write(flat.astype(dtype, copy=False).tobytes())
-                doc_lengths.append(lengths)
-                docs += len(lengths)
-                tokens += len(flat)
-                text_bytes += nbytes
-                if ExportFormat.parquet in formats:
-                    writes.submit(packer.add(flat, lengths))
-                now = time.perf_counter()
-                if progress and now - last_report >= PROGRESS_SECONDS:
-                    last_report = now
-                    progress(
-                        f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6 / (now - start):.1f} MB/s"
-                    )
-            if progress:
-                progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6:.1f} MB encoded")
-            if ExportFormat.parquet in formats:
-                writes.submit(packer.finish())
-            writes.close()
-            padded, dropped = packer.padded, packer.dropped
-        except BaseException as exc:
-            with suppress(BaseException):
-                writes.close()
-            shards.close(exc)
-            raise
-        shards.close()
-    lengths_all = np.concatenate(doc_lengths) if doc_lengths else np.zeros(0, dtype=np.int64)
-    artifacts = [record(p, data_root, rows=n) for p, n in zip(shards.paths, shards.rows)]
+    dtype = token_dtype(vocab)
+    job = EncodeJob(str(tokenizer_path), encoder.name, spec.bos, min_chars, str(spool), dtype.name)
+    encoded, accounting = _encode(tok, groups, job, encoder, executor, progress, start)
+    lengths = np.concatenate([g.lengths for g in encoded]) if encoded else np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    offsets = np.concatenate([[0], np.cumsum([int(g.lengths.sum()) for g in encoded])]).astype(np.int64)
+    docs, tokens, text_bytes = len(lengths), int(ends[-1]) if len(ends) else 0, sum(g.text_bytes for g in encoded)
+    del encoded
+
+    np.save(spool / "offsets.npy", offsets)
+    if spec.packing is Packing.best_fit:
+        segments, plan = best_fit_plan(lengths, spec.seq_len, spec.best_fit_window)
+        np.save(spool / "seg_starts.npy", segments.starts)
+        np.save(spool / "seg_lens.npy", segments.lens)
+        np.save(spool / "seq_first.npy", np.concatenate([[0], np.cumsum(segments.counts)]).astype(np.int64))
+        del segments
+    else:
+        plan = concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad)
+        np.save(spool / "ends.npy", ends)
+    pack_job = PackJob(str(spool), str(out_dir), spec.seq_len, pad, dtype.name, tokens, spec.packing)
+    per_shard = spec.shard_sequences
+    items = (
+        [
+            (k, first, min(first + per_shard, plan.sequences))
+            for k, first in enumerate(range(0, plan.sequences, per_shard))
+        ]
+        if ExportFormat.parquet in formats
+        else []
+    )
+
+    streams = [out_dir / name for fmt, name, _ in STREAMS if fmt in formats]
+    stream_rows = [docs if name == "megatron.bin" else tokens for fmt, name, _ in STREAMS if fmt in formats]
+    with ThreadPoolExecutor(1) as background:  # the exports are written here while tasks pack
+        exports = background.submit(_concat_streams, spool, len(groups), streams, data_root, stream_rows)
+        shards = list(for_items(executor, len(items), 2).map(partial(pack_shard, pack_job), items))
+        stream_artifacts = dict(zip((p.name for p in streams), exports.result()))
+    if progress and shards:
+        progress(f"corpus: {plan.sequences:,} sequences in {len(shards)} shard(s)")
+
+    artifacts = [shard.artifact(out_dir, data_root) for shard in shards]
     if ExportFormat.megatron in formats:
         with atomic_path(out_dir / "megatron.idx") as tmp:
-            tmp.write_bytes(megatron_index(lengths_all, token_dtype(vocab, signed=True)))
-        artifacts += [
-            record(out_dir / "megatron.bin", data_root, rows=docs),
-            record(out_dir / "megatron.idx", data_root),
-        ]
+            tmp.write_bytes(megatron_index(lengths, token_dtype(vocab, signed=True)))
+        artifacts += [stream_artifacts["megatron.bin"], record(out_dir / "megatron.idx", data_root)]
     if ExportFormat.nanogpt in formats:
         write_json(
             out_dir / "tokens.json",
@@ -456,11 +499,8 @@ def _write_corpus(
                 "seq_len": spec.seq_len,
             },
         )
-        artifacts += [
-            record(out_dir / "tokens.bin", data_root, rows=tokens),
-            record(out_dir / "tokens.json", data_root),
-        ]
-    sequences = sum(shards.rows)
+        artifacts += [stream_artifacts["tokens.bin"], record(out_dir / "tokens.json", data_root)]
+    sequences = sum(shard.rows for shard in shards)
     reader_index = {
         "format": INDEX_FORMAT,
         "seq_len": spec.seq_len,
@@ -475,7 +515,7 @@ def _write_corpus(
             "sequences": sequences,
             "shard_sequences": spec.shard_sequences,
             "row_group_sequences": ROW_GROUP_SEQUENCES,
-            "shards": [{"file": p.name, "sequences": n} for p, n in zip(shards.paths, shards.rows)],
+            "shards": [{"file": shard.name, "sequences": shard.rows} for shard in shards],
         }
         if ExportFormat.parquet in formats
         else None,
@@ -487,14 +527,15 @@ def _write_corpus(
     }
     write_json(out_dir / INDEX_FILE, reader_index)
     artifacts.append(record(out_dir / INDEX_FILE, data_root))
+    parquet = ExportFormat.parquet in formats
     return CorpusResult(
         artifacts=artifacts,
         documents=docs,
         sequences=sequences,
         tokens=tokens,
-        dropped_tokens=dropped,
-        padded_tokens=padded,
-        cut_documents=packer.cut_documents,
+        dropped_tokens=plan.dropped if parquet else 0,
+        padded_tokens=plan.padded if parquet else 0,
+        cut_documents=plan.cut_documents if parquet else 0,
         sources=accounting.summary(),
         text_bytes=text_bytes,
         encoder=encoder_note,

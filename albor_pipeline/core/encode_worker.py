@@ -1,9 +1,11 @@
-"""Encoding one row group of a FIM Parquet file: the corpus stage's per-shard task.
+"""Encoding one row group of a FIM Parquet file: the corpus stage's first per-shard task.
 
-`encode_row_group` is a pure function of (file, tokenizer, encoder, row group), so the
-corpus stage runs it inline or on any executor (`core/executor.py`) and gets the same
-ids. An executor's worker process builds the encoder once and reuses it for every row
-group it is given.
+`encode_row_group` is a pure function of (file, tokenizer, encoder, row group): it writes
+the row group's ids to its own file of the stage's token spool and returns only what the
+stage's plan needs (each document's length, source and key), so no token crosses a process
+boundary. The corpus stage runs it inline or on any executor (`core/executor.py`) and gets
+the same bytes. An executor's worker process builds the encoder once and reuses it for
+every row group it is given.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
+from albor_pipeline.core.documents import sha_keys
 from albor_pipeline.core.encode import Encoder, make_encoder
 from albor_pipeline.core.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
 
@@ -70,6 +74,18 @@ RowGroup = tuple[str, int]
 """(Parquet file, row group index): an item of a per-row-group task (`shards.row_groups`)."""
 
 
+@dataclass(frozen=True)
+class GroupTokens:
+    """A row group's encoded documents, less their ids (spooled by the task): the stage's plan
+    and per-source accounting need only these, about 30 bytes a document."""
+
+    lengths: np.ndarray  # int64 tokens of each kept document (EOS, and BOS if on, included)
+    sources: list[str]  # the distinct sources of the row group
+    codes: np.ndarray  # int32: each kept document's index into `sources`
+    keys: np.ndarray  # each kept document's SHA-256 key (`documents.sha_keys`)
+    text_bytes: int
+
+
 class RowGroupEncoder:
     """Encodes row groups of FIM Parquet files (in a worker process, or in-process)."""
 
@@ -87,39 +103,63 @@ class RowGroupEncoder:
         tok = Tokenizer.from_file(tokenizer_path)
         return cls(tok, make_encoder(tok, encoder_name, threads=1), bos, min_chars)
 
-    def encode(self, group: RowGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(flat ids with EOS after each document, per-document lengths, the documents' rows in
-        the row group, text bytes) of one row group's documents of at least `min_chars` characters."""
+    def encode(self, group: RowGroup) -> tuple[np.ndarray, GroupTokens]:
+        """(flat ids with EOS after each document, the rest) of one row group's documents of at
+        least `min_chars` characters."""
         path, index = group
-        table = pq.ParquetFile(path).read_row_group(index, columns=READ_COLUMNS)
-        rows = np.arange(table.num_rows, dtype=np.int64)
+        table = pq.ParquetFile(path).read_row_group(index, columns=[*READ_COLUMNS, "source", "sha256"])
         if self.min_chars:
             # Characters before FIM: a FIM'd text carries the three sentinels on top.
             fim = pc.if_else(pc.is_null(table.column("fim_format")), 0, FIM_SENTINEL_CHARS)
             chars = pc.subtract(pc.utf8_length(table.column("text")), fim)
-            keep = pc.greater_equal(chars, self.min_chars)
-            rows = rows[keep.to_numpy(zero_copy_only=False)]
-            table = table.filter(keep)
-        flat, lengths = encode_rows(table.to_pydict(), self.encoder, self.ids, self.bos)
-        text_bytes = pc.sum(pc.binary_length(table.column("text"))).as_py() or 0
-        return flat, lengths, rows, text_bytes
+            table = table.filter(pc.greater_equal(chars, self.min_chars))
+        flat, lengths = encode_rows(table.select(READ_COLUMNS).to_pydict(), self.encoder, self.ids, self.bos)
+        sources = pc.dictionary_encode(table.column("source").combine_chunks())
+        return flat, GroupTokens(
+            lengths=lengths,
+            sources=sources.dictionary.to_pylist(),
+            codes=sources.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+            keys=sha_keys(table.column("sha256").combine_chunks()),
+            text_bytes=pc.sum(pc.binary_length(table.column("text"))).as_py() or 0,
+        )
 
 
 @dataclass(frozen=True)
 class EncodeJob:
-    """What every row group of one corpus build is encoded with."""
+    """What every row group of one corpus build is encoded with, and where its ids go."""
 
     tokenizer_path: str
     encoder: str  # `make_encoder`'s name: the one the stage picked
     bos: bool
     min_chars: int
+    spool: str  # the build's token spool: `spool_tokens(spool, task)` per row group
+    dtype: str  # the spooled ids' dtype: the exports' (`corpus.token_dtype`)
+
+
+@dataclass(frozen=True)
+class SpoolItem:
+    """Row group `group`, the `task`-th of the build: its ids go to `spool_tokens(spool, task)`."""
+
+    group: RowGroup
+    task: int
+
+
+def spool_tokens(spool: str | Path, task: int) -> Path:
+    """Row group task `task`'s ids: raw, in the exports' dtype, so the Megatron and nanoGPT
+    streams are these files end to end."""
+    return Path(spool) / f"tokens-{task:06d}.bin"
 
 
 @lru_cache(maxsize=2)
-def _row_group_encoder(job: EncodeJob) -> RowGroupEncoder:
-    return RowGroupEncoder.load(job.tokenizer_path, job.encoder, job.bos, job.min_chars)
+def _row_group_encoder(tokenizer_path: str, encoder: str, bos: bool, min_chars: int) -> RowGroupEncoder:
+    return RowGroupEncoder.load(tokenizer_path, encoder, bos, min_chars)
 
 
-def encode_row_group(job: EncodeJob, group: RowGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """`RowGroupEncoder.encode` of one row group, with the encoder cached per process."""
-    return _row_group_encoder(job).encode(group)
+def encode_row_group(job: EncodeJob, item: SpoolItem, encoder: RowGroupEncoder | None = None) -> GroupTokens:
+    """Encode one row group and spool its ids; `encoder` is the stage's own when inline, else
+    one cached per worker process."""
+    if encoder is None:
+        encoder = _row_group_encoder(job.tokenizer_path, job.encoder, job.bos, job.min_chars)
+    flat, tokens = encoder.encode(item.group)
+    flat.astype(job.dtype, copy=False).tofile(spool_tokens(job.spool, item.task))
+    return tokens
