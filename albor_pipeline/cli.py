@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 import warnings
@@ -15,7 +16,7 @@ from typing import Any
 from albor_pipeline.core.artifacts import StageManifest, iter_manifests, write_bytes
 from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
-from albor_pipeline.core.lock import exclusive
+from albor_pipeline.core.lock import DataDirBusy, bucket_lock, exclusive
 from albor_pipeline.core.provenance import stale_stages, verify, verify_bucket
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
 
@@ -220,7 +221,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
     if not bucket.manifests():
         print(f"albor gc: nothing materialized under {root} (no stage manifests); nothing deleted", file=sys.stderr)
         return 2
-    done = bucket.collect(timedelta(hours=args.older_than_hours))
+    try:
+        with bucket_lock(root, f"albor gc on {socket.gethostname()}, pid {os.getpid()}", wait=False):
+            done = bucket.collect(timedelta(hours=args.older_than_hours))
+    except DataDirBusy as exc:
+        print(f"albor gc: {exc}; nothing deleted", file=sys.stderr)
+        return 1
     print(
         f"albor gc: deleted {done.deleted} object(s) no manifest names ({done.bytes / 1e6:,.1f} MB); "
         f"kept {done.recent} written in the last {args.older_than_hours:g} h (a run may still be publishing)"

@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -15,12 +17,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.cli import main as albor
-from albor_pipeline.core.artifacts import Artifact, iter_manifests, read_manifest
+from albor_pipeline.core import lock
+from albor_pipeline.core.artifacts import Artifact, StageManifest, iter_manifests, read_manifest, record
 from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.executor import INLINE, LocalExecutor
 from albor_pipeline.core.ingest import IngestError, ingest_source, source_fingerprint
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.licences import detect_licences
+from albor_pipeline.core.lock import DataDirBusy, DataDirLost, bucket_lock
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.spec import SourceSpec
@@ -142,6 +146,7 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, mo
 
     local = Layout(tmp_path / "local")
     stored = _bucket_files(s3, "albor-data", "team/run/")
+    assert ".albor.lock" not in stored  # the run's lock in the bucket went with it
     manifests = {k: v for k, v in stored.items() if k.startswith("manifests/")}
     assert manifests == {f"manifests/{p.name}": p.read_bytes() for p in local.manifests_dir.glob("*.json")}
     outputs = {a.sha256: a for m in iter_manifests(local) for a in m.outputs}
@@ -205,3 +210,56 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, mo
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert f"{fim.path}: object {uri}/objects/" in failure.step_failure_data.error.cause.message
     assert "hashes to" in failure.step_failure_data.error.cause.message
+
+
+def test_a_bucket_data_dir_is_locked_in_the_bucket_for_runs_on_any_machine(s3, tmp_path, monkeypatch):
+    """The lock is an object in the bucket, written only if absent and renewed by its holder:
+    a second run (any machine: no working copy involved) fails or waits; a dead run's lock is
+    taken over once the bucket's clock shows it unrenewed past its lease; a run whose lease
+    was taken commits no manifest; the lock object goes when its holder ends."""
+    monkeypatch.setattr(lock, "POLL_SECONDS", 0.2)
+    s3.create_bucket(Bucket="albor-lock")
+    uri, key = "s3://albor-lock/team/v1", "team/v1/.albor.lock"
+    logs: list[str] = []
+    with bucket_lock(uri, "run A on host-a", log=logs.append):
+        assert b"run A on host-a" in s3.get_object(Bucket="albor-lock", Key=key)["Body"].read()
+        with pytest.raises(DataDirBusy, match="in use by run A on host-a"), bucket_lock(uri, "B", wait=False):
+            pass
+        order: list[str] = []
+
+        def second() -> None:
+            with bucket_lock(uri, "run C on host-c", log=logs.append):
+                order.append("C holds")
+
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        time.sleep(1.0)
+        order.append("A ends")
+    waiter.join(30)
+    assert order == ["A ends", "C holds"] and "waiting for data dir s3://albor-lock/team/v1: in use by run A" in logs[0]
+    assert "Contents" not in s3.list_objects_v2(Bucket="albor-lock", Prefix=key)  # released
+
+    # A run that died left its lock (1 s lease): the next run waits it out, then takes it over.
+    dead = json.dumps({"holder": "run D (killed)", "lease_s": 1.0, "token": "d"}).encode()
+    s3.put_object(Bucket="albor-lock", Key=key, Body=dead)
+    logs.clear()
+    with bucket_lock(uri, "run E", log=logs.append):
+        pass
+    assert any("took over the lock of run D (killed)" in line for line in logs), logs
+
+    # A run that stalled past its lease and was taken over must not commit.
+    with bucket_lock(uri, "run F", lease=0.8, log=logs.append) as lease:
+        s3.put_object(Bucket="albor-lock", Key=key, Body=b'{"holder": "run G", "lease_s": 120, "token": "g"}')
+        deadline = time.monotonic() + 10
+        while lease.lost is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lease.lost and "another run took it" in lease.lost
+        layout = Layout(tmp_path / "copy")
+        out = layout.root / "x.bin"
+        out.parent.mkdir(parents=True)
+        out.write_bytes(b"x")
+        manifest = StageManifest(stage="x", outputs=[record(out, layout.root)])
+        with pytest.raises(DataDirLost):
+            Bucket(uri, layout).publish(manifest, lease.check)
+    assert "Contents" not in s3.list_objects_v2(Bucket="albor-lock", Prefix="team/v1/manifests/")
+    assert b"run G" in s3.get_object(Bucket="albor-lock", Key=key)["Body"].read()  # G's lock is left alone

@@ -18,7 +18,7 @@ stay until `collect` removes them (`albor gc`); `verify` counts them.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
@@ -137,13 +137,16 @@ class Bucket:
                 )
         return size
 
-    def publish(self, manifest: StageManifest) -> int:
+    def publish(self, manifest: StageManifest, still_held: Callable[[], None] | None = None) -> int:
         """Upload the stage's outputs the bucket lacks, then its manifest; bytes uploaded.
 
         The manifest goes last and alone: until it lands, readers see the previous commit.
+        `still_held` raises if this run no longer holds the bucket's lock: then it commits nothing.
         """
         with ThreadPoolExecutor(IO_THREADS) as pool:
             sent = sum(pool.map(self._upload_one, manifest.outputs))
+        if still_held is not None:
+            still_held()
         name = self.layout.manifest(manifest.stage).name
         with self._fs.open_output_stream(self._manifest_key(name)) as out:
             out.write(json_bytes(manifest.model_dump(mode="json")))  # the bytes `run_stage` wrote locally

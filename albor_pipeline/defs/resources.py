@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorde
 from albor_pipeline.core.bucket import Bucket, is_remote
 from albor_pipeline.core.executor import Executor, cpu_count, make_executor
 from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.lock import data_dir_lock
+from albor_pipeline.core.lock import BucketLease, bucket_lock, data_dir_lock
 from albor_pipeline.core.shards import MB
 from albor_pipeline.core.stage import Fetch
 from albor_pipeline.defs.launcher import WORKER_TAG, fail_dead_runs, this_worker
@@ -25,7 +26,8 @@ class ArtifactStore(dg.ConfigurableResource):
     (`s3://bucket/prefix`) worked on through the local copy `work_dir` (`core/bucket.py`).
 
     A run holds the data dir's lock from its first step to its end, so two runs (the
-    CLI, the UI, the automation sensor, another `dagster` command) never mix files.
+    CLI, the UI, the automation sensor, another `dagster` command) never mix files; a
+    bucket's lock lives in the bucket, so that holds for runs on other machines too.
     """
 
     data_dir: str
@@ -33,6 +35,7 @@ class ArtifactStore(dg.ConfigurableResource):
     on_busy: str = "wait"  # spec `locking.on_busy`: wait for the other run, or fail at once
 
     _held: ExitStack = PrivateAttr(default_factory=ExitStack)
+    _lease: BucketLease | None = PrivateAttr(default=None)
 
     @property
     def layout(self) -> Layout:
@@ -62,7 +65,7 @@ class ArtifactStore(dg.ConfigurableResource):
         bucket = self.bucket
         if bucket is None:
             return None
-        sent = bucket.publish(manifest)
+        sent = bucket.publish(manifest, self._lease.check if self._lease else None)
         where = bucket.manifest_uri(manifest.stage)
         log.info(f"published {manifest.stage}: {sent / MB:.1f} MB of new objects, then {where}")
         return where
@@ -72,10 +75,13 @@ class ArtifactStore(dg.ConfigurableResource):
         info = log.info if log else print
         run_id = context.run.run_id if context.run else None
         holder = f"pid {os.getpid()}, run {run_id or 'outside a run'}"
-        removed = self._held.enter_context(data_dir_lock(self.layout, holder, wait=self.on_busy != "fail", log=info))
+        wait = self.on_busy != "fail"
+        removed = self._held.enter_context(data_dir_lock(self.layout, holder, wait, log=info))
         if removed:
             info(f"removed {len(removed)} temp file(s) left by runs that died")
         if (bucket := self.bucket) is not None:
+            where = f"host {socket.gethostname()}, {holder}"
+            self._lease = self._held.enter_context(bucket_lock(self.data_dir, where, wait, log=info))
             changed = bucket.pull()
             info(f"data dir {self.data_dir}: working copy {self.work_dir}, {len(changed)} manifest(s) pulled")
         if context.instance is not None and run_id:
