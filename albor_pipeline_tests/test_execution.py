@@ -15,9 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.core import documents
+from albor_pipeline.core import executor as executor_module
 from albor_pipeline.core.corpus import build_corpus
 from albor_pipeline.core.documents import build_documents
-from albor_pipeline.core.executor import INLINE, LocalExecutor, RayExecutor, TaskError, make_executor
+from albor_pipeline.core.executor import (
+    INLINE,
+    InlineExecutor,
+    LocalExecutor,
+    RayExecutor,
+    TaskError,
+    make_executor,
+)
 from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.hygiene import clean_source
 from albor_pipeline.core.ingest import ingest_source
@@ -97,11 +105,16 @@ def _first_line(path: str) -> str:
     return Path(path).read_text(encoding="utf-8").splitlines()[0]
 
 
-def test_every_backend_keeps_input_order_and_names_a_failed_item(joined, tmp_path):
+def test_every_backend_keeps_input_order_reports_progress_and_names_a_failed_item(joined, tmp_path, monkeypatch):
     files = [str(p) for p in sorted((STDLIB / "json").glob("*.py"))] + [str(STDLIB / "textwrap.py")]
     expected = [_first_line(f) for f in files]
-    for executor in (INLINE, LocalExecutor(2), RayExecutor(2)):
+    monkeypatch.setattr(executor_module, "PROGRESS_SECONDS", 0.0)  # a line per task collected
+    for executor in (InlineExecutor(print), LocalExecutor(2, print), RayExecutor(2, progress=print)):
+        told: list[str] = []
+        executor.progress = told.append
         assert list(executor.map(_first_line, files)) == expected, executor.name
+        n = len(files)
+        assert told == [f"_first_line: {k}/{n} tasks done ({executor.name})" for k in range(1, n + 1)]
     bad = tmp_path / "latin1.py"
     bad.write_bytes("# caf\xe9\n".encode("latin-1"))
     for executor in (LocalExecutor(2), RayExecutor(2)):
@@ -167,7 +180,7 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
 
 
 def test_execution_spec_rules():
-    assert make_executor(ExecutionSpec(workers=1)) is INLINE
+    assert make_executor(ExecutionSpec(workers=1)).name == INLINE.name
     assert isinstance(make_executor(ExecutionSpec(backend="ray", workers=2)), RayExecutor)
     with pytest.raises(ValueError, match=r"execution\.address is for backend: ray"):
         ExecutionSpec(address="127.0.0.1:6379")

@@ -379,7 +379,7 @@ def _encode(
     """The first wave: every row group encoded and spooled, in input order."""
     executor = for_items(executor, len(groups), 4)
     # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
-    inline = RowGroupEncoder(tok, encoder, job.bos, job.min_chars) if executor is INLINE else None
+    inline = RowGroupEncoder(tok, encoder, job.bos, job.min_chars) if executor.name == INLINE.name else None
     items = [SpoolItem(group, task) for task, group in enumerate(groups)]
     done: list[GroupTokens] = []
     accounting = SourceAccounting()

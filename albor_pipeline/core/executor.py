@@ -12,14 +12,17 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import Backend, ExecutionSpec
+
+PROGRESS_SECONDS = 10.0  # how often a map tells its `progress` how many tasks are done
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -35,6 +38,7 @@ class Executor(Protocol):
 
     name: str
     workers: int
+    progress: Progress | None
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
 
@@ -45,9 +49,12 @@ class InlineExecutor:
     name = "inline"
     workers = 1
 
+    def __init__(self, progress: Progress | None = None) -> None:
+        self.progress = progress
+
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         # window 1: each task runs as it is collected; its errors reach the caller as they are
-        return _windowed(self.name, lambda timed, item: timed(item), lambda done: done, fn, items, 1)
+        return _windowed(self.name, lambda timed, item: timed(item), lambda done: done, fn, items, 1, self.progress)
 
 
 class LocalExecutor:
@@ -55,16 +62,18 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
+    def __init__(self, workers: int, progress: Progress | None = None) -> None:
+        self.workers, self.progress = workers, progress
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         if self.workers <= 1:
-            yield from INLINE.map(fn, items)
+            yield from InlineExecutor(self.progress).map(fn, items)
             return
         pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
         try:
-            yield from _windowed(self.name, pool.submit, lambda fut: fut.result(), fn, items, 2 * self.workers)
+            yield from _windowed(
+                self.name, pool.submit, lambda fut: fut.result(), fn, items, 2 * self.workers, self.progress
+            )
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -81,8 +90,10 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, workers: int, connect: Callable[[], None] | None = None) -> None:
-        self.workers = workers
+    def __init__(
+        self, workers: int, connect: Callable[[], None] | None = None, progress: Progress | None = None
+    ) -> None:
+        self.workers, self.progress = workers, progress
         self._connect = connect
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
@@ -99,7 +110,8 @@ class RayExecutor:
             result: tuple[float, R] = ray.get(ref)
             return result
 
-        yield from _windowed(self.name, lambda _, item: remote.remote(fn_ref, item), get, fn, items, 2 * self.workers)
+        submit = lambda _, item: remote.remote(fn_ref, item)  # noqa: E731
+        yield from _windowed(self.name, submit, get, fn, items, 2 * self.workers, self.progress)
 
 
 def _apply(fn: Callable[[T], R], item: T) -> R:
@@ -171,12 +183,15 @@ def _windowed(
     fn: Callable[[T], R],
     items: Iterable[T],
     window: int,
+    progress: Progress | None = None,
 ) -> Iterator[R]:
     """Submit `fn` (timed) ahead by at most `window` items and yield results in input order,
     so memory holds a window of results, never the whole input's; each task's seconds go to
-    `TASKS`."""
+    `TASKS`, and `progress` hears how many are done every PROGRESS_SECONDS."""
     pending: deque[tuple[T, Any]] = deque()
     timed, name = _Timed(fn), task_name(fn)
+    total = f"/{len(items)}" if isinstance(items, Sized) else ""
+    done, told = 0, time.monotonic()
 
     def collect() -> R:
         item, handle = pending.popleft()
@@ -189,6 +204,11 @@ def _windowed(
                 raise cause from None
             raise TaskError(f"{name} failed on {_describe(item)} ({backend}): {type(cause).__name__}: {cause}") from exc
         TASKS.record(name, seconds)
+        nonlocal done, told
+        done += 1
+        if progress is not None and time.monotonic() - told >= PROGRESS_SECONDS:
+            progress(f"{name}: {done}{total} tasks done ({backend})")
+            told = time.monotonic()
         return value
 
     for item in items:
@@ -202,22 +222,27 @@ def _windowed(
 INLINE = InlineExecutor()
 
 
-def make_executor(spec: ExecutionSpec, connect: Callable[[], None] | None = None) -> Executor:
-    """The spec's executor: `workers` (default: one per CPU) on its backend."""
+def make_executor(
+    spec: ExecutionSpec, connect: Callable[[], None] | None = None, progress: Progress | None = None
+) -> Executor:
+    """The spec's executor: `workers` (default: one per CPU) on its backend, telling `progress`
+    (the Dagster log) how many tasks are done."""
     workers = spec.workers or cpu_count()
     if spec.backend is Backend.ray:
-        return RayExecutor(workers, connect)
-    return LocalExecutor(workers) if workers > 1 else INLINE
+        return RayExecutor(workers, connect, progress)
+    return LocalExecutor(workers, progress) if workers > 1 else InlineExecutor(progress)
 
 
 def remote_only(executor: Executor) -> Executor:
     """`executor` on a cluster, else inline: for a step a local pool does not speed up, whose
     results cost as much to send back between processes as to compute (FIM: 1.2 s inline,
     1.8 s on two processes for the default spec's train split)."""
-    return executor if executor.name == RayExecutor.name else INLINE
+    return executor if executor.name == RayExecutor.name else InlineExecutor(executor.progress)
 
 
 def for_items(executor: Executor, items: int, minimum: int) -> Executor:
     """`executor`, or inline for fewer than `minimum` items on a local pool, whose start-up
     (spawned interpreters importing this package) would cost more than it saves."""
-    return INLINE if executor.name == LocalExecutor.name and items < minimum else executor
+    if executor.name == LocalExecutor.name and items < minimum:
+        return InlineExecutor(executor.progress)
+    return executor

@@ -16,7 +16,7 @@ from albor_pipeline.core.executor import Executor, cpu_count, make_executor
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.lock import BucketLease, bucket_lock, data_dir_lock
 from albor_pipeline.core.shards import MB
-from albor_pipeline.core.stage import Fetch
+from albor_pipeline.core.stage import Fetch, Progress
 from albor_pipeline.defs.launcher import WORKER_TAG, fail_dead_runs, this_worker
 from albor_pipeline.spec import ExecutionSpec, apply_overrides
 
@@ -117,8 +117,9 @@ class Execution(dg.ConfigurableResource):
         self.spec  # noqa: B018 - a bad launchpad value fails the run before any stage starts
         self._context = context
 
-    def executor(self) -> Executor:
-        return make_executor(self.spec, self._connect_ray)
+    def executor(self, progress: Progress | None = None) -> Executor:
+        """The run's executor; `progress` (a step's log) hears how many tasks are done."""
+        return make_executor(self.spec, self._connect_ray, progress)
 
     def _connect_ray(self) -> None:
         if self._connected:

@@ -240,11 +240,13 @@ def _check_result(outcome: CheckOutcome, tasks: dict[str, dict[str, float]]) -> 
 
 def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=stage.key, name=check.name, blocking=check.blocking, description=check.description)
-    def _check(store: ArtifactStore, execution: Execution) -> dg.AssetCheckResult:
+    def _check(
+        context: dg.AssetCheckExecutionContext, store: ArtifactStore, execution: Execution
+    ) -> dg.AssetCheckResult:
         manifest = read_manifest(store.layout, stage.name)
         store.ensure(manifest.outputs)
         mark = TASKS.mark()
-        outcome = check.run(CheckContext(store.layout, manifest, execution.executor()))
+        outcome = check.run(CheckContext(store.layout, manifest, execution.executor(context.log.info)))
         return _check_result(outcome, TASKS.since(mark))
 
     return _check
@@ -266,7 +268,7 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
     def _asset(context: dg.AssetExecutionContext, store: ArtifactStore, execution: Execution) -> dg.MaterializeResult:
         config = stage.config(**context.op_execution_context.op_config)
         layout = store.layout
-        executor, mark = execution.executor(), TASKS.mark()
+        executor, mark = execution.executor(context.log.info), TASKS.mark()
         manifest, out = run_stage(
             layout,
             stage.name,
