@@ -568,26 +568,41 @@ sys.exit(proc.returncode)
 IDENTIFIER = re.compile(rb"\b([A-Za-z_][A-Za-z0-9_]*)\b")
 
 
+def _write_copy(root: Path, dst: Path, k: int) -> None:
+    """Copy k of `root`'s source files into `dst` (once): a marker line and every identifier
+    suffixed `_k`, so it is unique for exact dedup and far from the original for near dedup
+    (a marker line alone leaves a copy at Jaccard ~0.98, so near dedup would drop it and the
+    "doubled" corpus would not double past `documents`)."""
+    if dst.exists():
+        return
+    for rel in source_files(code_sources([root])[0]).files:
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            text = IDENTIFIER.sub(rb"\1_%d" % k, (root / rel).read_bytes())
+            target.write_bytes(f"# albor bench copy {k}\n".encode() + text)
+        except OSError:
+            continue
+
+
 def replicated_corpus(corpora: list[Path], work: Path, copies: int) -> list[Path]:
-    """`corpora` plus `copies` copies of every source file. Copy k has its own marker line and
-    every identifier suffixed `_k`: unique for exact dedup, and far from the original for near
-    dedup (a marker line alone leaves a copy at Jaccard ~0.98, so near dedup would drop it
-    and the "doubled" corpus would not double past `documents`)."""
+    """`corpora` plus `copies` copies of every source file, each copy a corpus of its own."""
     out = list(corpora)
     for k in range(copies):
         for i, root in enumerate(corpora):
-            dst = work / f"copy{k}_{i}"
-            if not dst.exists():
-                for rel in source_files(code_sources([root])[0]).files:
-                    target = dst / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    try:
-                        text = IDENTIFIER.sub(rb"\1_%d" % k, (root / rel).read_bytes())
-                        target.write_bytes(f"# albor bench copy {k}\n".encode() + text)
-                    except OSError:
-                        continue
-            out.append(dst)
+            _write_copy(root, work / f"copy{k}_{i}", k)
+            out.append(work / f"copy{k}_{i}")
     return out
+
+
+def grouped_copies(corpora: list[Path], work: Path, copies: int) -> list[Path]:
+    """Per corpus, one directory holding its copies 0..copies-1 (`copies_i/copyK/`): a source
+    per corpus however many copies it reads, so per-source step overhead stays out of the
+    per-MB growth (a source reads fewer copies by excluding `copyK/**`)."""
+    for k in range(copies):
+        for i, root in enumerate(corpora):
+            _write_copy(root, work / f"copies_{i}" / f"copy{k}", k)
+    return [work / f"copies_{i}" for i in range(len(corpora))]
 
 
 def doubled_corpus(corpora: list[Path], work: Path) -> list[Path]:
@@ -606,12 +621,18 @@ def bench_scale(corpora: list[Path], work: Path, target_mb: int) -> dict[str, An
         / 1e6
     )
     copies = max(0, round(target_mb / source_mb) - 1)
-    sizes = {"1x": replicated_corpus(corpora, work, copies), "2x": replicated_corpus(corpora, work, 2 * copies + 1)}
-    res: dict[str, Any] = {"workers": cpu_count()}
-    for label, roots in sizes.items():
+    most = 2 * copies + 1
+    # The same sources at both sizes (each corpus, and one source of its copies): the 2x
+    # corpus doubles the bytes, not the number of sources and their steps.
+    roots = [*corpora, *grouped_copies(corpora, work, most)]
+    sizes = {"1x": copies, "2x": most}
+    res: dict[str, Any] = {"workers": cpu_count(), "sources": len(roots)}
+    for label, used in sizes.items():
         for backend in ("local", "ray"):
             spec = write_spec(work / f"scale_{label}_{backend}.yaml", roots)
             raw = yaml.safe_load(spec.read_text())
+            for src in raw["sources"][len(corpora) :]:
+                src["exclude"] = [*src["exclude"], *(f"copy{k}/**" for k in range(used, most))]
             raw["execution"] = {"backend": backend, "workers": cpu_count()}
             # A corpus past one machine trains its BPE on a sample, as nanochat does: without a
             # cap the tokenizer's word counts (and its time) grow with the corpus by design.
