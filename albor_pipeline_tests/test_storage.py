@@ -24,7 +24,7 @@ from albor_pipeline.core.executor import INLINE, LocalExecutor
 from albor_pipeline.core.ingest import IngestError, ingest_source, source_fingerprint
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.licences import detect_licences
-from albor_pipeline.core.lock import DataDirBusy, DataDirLost, bucket_lock
+from albor_pipeline.core.lock import LEASE_SECONDS, DataDirBusy, DataDirLost, bucket_lock
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.spec import SourceSpec
@@ -246,6 +246,13 @@ def test_a_bucket_data_dir_is_locked_in_the_bucket_for_runs_on_any_machine(s3, t
     with bucket_lock(uri, "run E", log=logs.append):
         pass
     assert any("took over the lock of run D (killed)" in line for line in logs), logs
+
+    # Renewals that failed for a whole lease (the bucket unreachable) count as lost.
+    with bucket_lock(uri, "run H", log=logs.append) as lease:
+        lease.check()
+        lease.renewed -= LEASE_SECONDS + 1
+        with pytest.raises(DataDirLost, match="could not renew its lock"):
+            lease.check()
 
     # A run that stalled past its lease and was taken over must not commit.
     with bucket_lock(uri, "run F", lease=0.8, log=logs.append) as lease:

@@ -86,13 +86,20 @@ class BucketLease:
 
     key: str
     etag: str
+    lease: float
+    renewed: float = field(default_factory=time.monotonic)  # the last write that kept it ours
     lost: str | None = None
     stop: threading.Event = field(default_factory=threading.Event)
 
     def check(self) -> None:
-        """Raise unless the lease is still ours: called before a manifest (a commit) is written."""
+        """Raise unless the lease is surely still ours: called before a manifest (a commit) is
+        written. Renewals that failed for a whole lease (the bucket unreachable) may have let
+        another run take it without this one hearing of it, so that counts as lost too."""
         if self.lost:
             raise DataDirLost(self.lost)
+        idle = time.monotonic() - self.renewed
+        if idle > self.lease:
+            raise DataDirLost(f"this run could not renew its lock for {idle:.0f} s; not committing")
 
 
 class DataDirLost(RuntimeError):
@@ -166,13 +173,14 @@ def bucket_lock(
             told = True
         time.sleep(POLL_SECONDS)
 
-    held = BucketLease(key, etag)
+    held = BucketLease(key, etag, lease)
 
     def renew() -> None:
         while not held.stop.wait(lease / 4):
             body = json.dumps({"holder": holder, "lease_s": lease, "token": uuid.uuid4().hex}).encode()
             try:
                 held.etag = s3.put_object(Bucket=bucket, Key=key, Body=body, IfMatch=held.etag)["ETag"]
+                held.renewed = time.monotonic()
             except Exception as exc:
                 if _refused(exc) or "NoSuchKey" in str(exc):
                     held.lost = f"data dir {uri}: this run's lock expired and another run took it; not committing"
