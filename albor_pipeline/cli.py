@@ -222,7 +222,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         print(f"albor gc: nothing materialized under {root} (no stage manifests); nothing deleted", file=sys.stderr)
         return 2
     try:
-        with bucket_lock(root, f"albor gc on {socket.gethostname()}, pid {os.getpid()}", wait=False):
+        holder = f"albor gc on {socket.gethostname()}, pid {os.getpid()}"
+        with bucket_lock(root, holder, wait=False, busy="collect when it is done"):
             done = bucket.collect(timedelta(hours=args.older_than_hours))
     except DataDirBusy as exc:
         print(f"albor gc: {exc}; nothing deleted", file=sys.stderr)

@@ -193,6 +193,9 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, mo
     assert albor(["gc", "--data-dir", uri]) == 0
     out = capsys.readouterr().out
     assert "deleted 0 object(s)" in out and "kept 1 written in the last 24 h" in out
+    with bucket_lock(uri, "a run on host-x"):  # never under a running run
+        assert albor(["gc", "--data-dir", uri, "--older-than-hours", "0"]) == 1
+    assert "in use by a run on host-x; collect when it is done; nothing deleted" in capsys.readouterr().err
     assert albor(["gc", "--data-dir", uri, "--older-than-hours", "0"]) == 0
     assert "deleted 1 object(s) no manifest names (0.0 MB); kept 0" in capsys.readouterr().out
     assert _bucket_files(s3, "albor-data", "team/run/") == stored

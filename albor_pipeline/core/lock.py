@@ -124,7 +124,12 @@ def _refused(exc: Exception) -> bool:
 
 @contextmanager
 def bucket_lock(
-    uri: str, holder: str, wait: bool = True, log: Progress = print, lease: float = LEASE_SECONDS
+    uri: str,
+    holder: str,
+    wait: bool = True,
+    log: Progress = print,
+    lease: float = LEASE_SECONDS,
+    busy: str = "one run per data dir (set locking.on_busy: wait to queue behind it)",
 ) -> Iterator[BucketLease]:
     """Hold the lock object `<uri>/.albor.lock` for the block, so runs on any machines take a
     bucket data dir one at a time.
@@ -134,6 +139,7 @@ def bucket_lock(
     end. A run that died leaves it, and it is stale once the bucket's own clock shows it
     unrenewed for `lease` seconds (no two machines' clocks are compared); the next run
     takes it over with one conditional write, so two runs can never both take it.
+    `busy`: what the error says to do when the lock is taken and `wait` is off.
     """
     bucket, _, prefix = uri.partition("://")[2].partition("/")
     key = f"{prefix.rstrip('/')}/.albor.lock".lstrip("/")
@@ -164,10 +170,7 @@ def bucket_lock(
             log(f"data dir {uri}: took over the lock of {other['holder']}, unrenewed for {idle:.0f} s (that run died)")
             break
         if not wait:
-            raise DataDirBusy(
-                f"data dir {uri} is in use by {other['holder']}; one run per data dir "
-                "(set locking.on_busy: wait to queue behind it)"
-            )
+            raise DataDirBusy(f"data dir {uri} is in use by {other['holder']}; {busy}")
         if not told:
             log(f"waiting for data dir {uri}: in use by {other['holder']}")
             told = True
