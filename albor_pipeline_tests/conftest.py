@@ -1,7 +1,10 @@
-"""Shared fixtures: real Python sources from this machine, small specs, `dagster dev`."""
+"""Shared fixtures: real Python sources from this machine, small specs, `dagster dev`, an S3 server."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,17 @@ from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.tokenizer import build_tokenizer
 from albor_pipeline.spec import FimSpec, PipelineSpec, TokenizerSpec, load_spec
 
-from .support import LITERAL, STDLIB, Server, small_spec_dict, start_dagster_dev, write_docs, write_spec
+from .support import (
+    LITERAL,
+    STDLIB,
+    Server,
+    free_port,
+    small_spec_dict,
+    start_dagster_dev,
+    wait_for,
+    write_docs,
+    write_spec,
+)
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +68,37 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]
     src = write_docs(tmp / "docs.parquet", docs)
     apply_fim(src, FimSpec(rate=0.5, format="mixed", seed=1, min_chars=0), tmp / "fim", tmp)
     return tmp, docs
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """moto's S3 server on loopback; the AWS SDK settings a user would export point at it."""
+    boto3 = pytest.importorskip("boto3", reason="moto[server] (test extra) is not installed")
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "albor-test",
+        "AWS_SECRET_ACCESS_KEY": "albor-test-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        wait_for(endpoint, 30, proc)
+        yield boto3.client("s3", endpoint_url=endpoint)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        proc.terminate()
+        proc.wait()

@@ -16,6 +16,7 @@ import pytest
 
 from albor_pipeline.core import documents
 from albor_pipeline.core import executor as executor_module
+from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.corpus import build_corpus
 from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.executor import (
@@ -29,7 +30,9 @@ from albor_pipeline.core.executor import (
 from albor_pipeline.core.fim import apply_fim
 from albor_pipeline.core.hygiene import clean_source
 from albor_pipeline.core.ingest import ingest_source
+from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.mix import mix_documents
+from albor_pipeline.core.nodes import CACHE, NODE_FILE, Node, NodeError
 from albor_pipeline.core.shards import shard_files
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
@@ -177,6 +180,77 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
     assert all(out == outputs["inline"] for out in outputs.values()), outputs
     assert outputs["inline"][3].get("E-mail", 0) > 0  # the email package's authors: real work was done
     assert outputs["inline"][5]["candidate_pairs"] > 0  # near dedup compared documents
+
+
+@pytest.fixture
+def far_node(tmp_path):
+    """A Ray cluster on loopback whose CPUs are all on a second node with its own work dir
+    (`ALBOR_WORK_DIR`), as on another machine: the head has none, so every task runs there."""
+    from ray.cluster_utils import Cluster
+
+    home = tmp_path / "node-b"
+    head = {"num_cpus": 0, "node_ip_address": "127.0.0.1", "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    try:
+        cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1", env_vars={"ALBOR_WORK_DIR": str(home)})
+        ray.init(address=cluster.address, log_to_driver=False)
+        yield home
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _files(root: Path, *dirs: str) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for d in dirs for p in sorted((root / d).glob("*"))}
+
+
+def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_bucket(s3, far_node, tmp_path):
+    """Ingest, hygiene and FIM on a node that does not share the run's working copy (no token
+    file at the run's path there): each task fetches its inputs from the bucket into the node's
+    cache by SHA-256 and uploads its shards as objects, which the run lands in its staging
+    directory; the sets equal an inline run's byte for byte. A node that sees the run's token
+    works in place; a task there reading a file its stage did not record is refused."""
+    s3.create_bucket(Bucket="albor-nodes")
+    uri, run, local = "s3://albor-nodes/team", tmp_path / "run", tmp_path / "local"
+    src = SourceSpec(name="s", kind="code", path=STDLIB, include=("json/*.py", "email/*.py"))
+
+    def chain(root: Path, executor_for) -> list[list]:
+        ingested = ingest_source(src, root / "ingested/s", root, executor=executor_for({}), shard_mb=0.1).artifacts
+        filtered = clean_source(
+            root / "ingested/s", HygieneSpec(), root / "filtered/s", root, executor=executor_for({"i": ingested})
+        ).artifacts
+        fim = apply_fim(
+            root / "filtered/s", FimSpec(), root / "fim/train", root, executor=executor_for({"f": filtered})
+        ).artifacts
+        return [ingested, filtered, fim]
+
+    far = chain(run, lambda inputs: RayExecutor(2, node=Node.of(run, uri, "run-1", inputs)))
+    assert chain(local, lambda _: INLINE) == far
+    assert len(far[0]) > 3 and len(far[1]) > 3  # many tasks
+    sets = ("ingested/s", "filtered/s", "fim/train")
+    assert _files(run, *sets) == _files(local, *sets)
+
+    # Node B fetched exactly the inputs of hygiene and FIM (once each), kept no output, and the
+    # bucket holds every shard as the object the stage will publish.
+    cached = {p.name for p in (far_node / CACHE).rglob("*") if p.is_file()}
+    assert cached == {a.sha256 for a in [*far[0], *far[1]]}
+    assert not [p for p in far_node.rglob("*") if p.is_file() and CACHE not in p.parts]
+    assert {a.sha256 for arts in far for a in arts} <= set(Bucket(uri, Layout(run)).objects())
+
+    # A node that reads this run's token at the run's path shares the copy: it works in place.
+    (run / NODE_FILE).write_text("run-2")
+    node = Node.of(run, uri, "run-2", {"i": far[0]})
+    clean_source(run / "ingested/s", HygieneSpec(), run / "filtered/t", run, executor=RayExecutor(2, node=node))
+    assert _files(run, "filtered/t").values() and list(_files(run, "filtered/t").values()) == list(
+        _files(run, "filtered/s").values()
+    )
+    assert {p.name for p in (far_node / CACHE).rglob("*") if p.is_file()} == cached
+
+    # On a node that does not share it, a task reads only its stage's recorded inputs.
+    unrecorded = RayExecutor(2, node=Node.of(run, uri, "run-3", {}))
+    with pytest.raises(NodeError, match=r"ingested/s/part-00000-0000.parquet: this node .*node-b.* recorded inputs"):
+        clean_source(run / "ingested/s", HygieneSpec(), run / "filtered/u", run, executor=unrecorded)
+    assert not (run / "filtered/u").exists()
 
 
 def test_execution_spec_rules():

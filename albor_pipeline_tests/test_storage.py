@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,42 +25,9 @@ from albor_pipeline.core.lock import LEASE_SECONDS, DataDirBusy, DataDirLost, bu
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.spec import SourceSpec
-from albor_pipeline_tests.support import STDLIB, free_port, materialize_all, wait_for
+from albor_pipeline_tests.support import STDLIB, materialize_all
 
 boto3 = pytest.importorskip("boto3", reason="moto[server] (dev extra) is not installed")
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """moto's S3 server on loopback; the AWS SDK settings a user would export point at it."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "albor-test",
-        "AWS_SECRET_ACCESS_KEY": "albor-test-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        wait_for(endpoint, 30, proc)
-        yield boto3.client("s3", endpoint_url=endpoint)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        proc.terminate()
-        proc.wait()
 
 
 def _upload(client, bucket: str, root: Path, files: list[Path]) -> None:

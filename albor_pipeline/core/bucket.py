@@ -123,12 +123,15 @@ class Bucket:
             return sum(pool.map(self._fetch_one, todo))
 
     def _fetch_one(self, art: Artifact) -> int:
-        final = self.layout.root / art.path
+        return self.download(art, self.layout.root / art.path)
+
+    def download(self, art: Artifact, dest: Path) -> int:
+        """The object of `art` written to `dest` (atomically), checked against its SHA-256; its bytes."""
         try:
             stream = self._fs.open_input_stream(self.object_key(art.sha256))
         except FileNotFoundError:
             raise BucketError(f"{art.path}: object {self.object_uri(art.sha256)} is missing from the bucket") from None
-        with stream, atomic_path(final) as tmp:
+        with stream, atomic_path(dest) as tmp:
             sha, size = _copy_hashing(stream, tmp)
             if sha != art.sha256:
                 raise BucketError(
@@ -153,6 +156,10 @@ class Bucket:
         return sent
 
     def _upload_one(self, art: Artifact) -> int:
+        return self.upload(self.layout.root / art.path, art)
+
+    def upload(self, src: Path, art: Artifact) -> int:
+        """The file `src` (recorded as `art`) stored as its object unless the bucket has it; bytes sent."""
         key = self.object_key(art.sha256)
         fs = self._fs
         info = fs.get_file_info(key)
@@ -161,8 +168,8 @@ class Bucket:
         # pyarrow completes an upload when its stream closes, even on an error: a failed
         # upload is deleted, and a short one (its size differs) is replaced on the next publish.
         try:
-            with open(self.layout.root / art.path, "rb") as src, fs.open_output_stream(key) as out:
-                while chunk := src.read(CHUNK):
+            with open(src, "rb") as fh, fs.open_output_stream(key) as out:
+                while chunk := fh.read(CHUNK):
                     out.write(chunk)
         except BaseException:
             with suppress(OSError):

@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from albor_pipeline.core.nodes import Node
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import Backend, ExecutionSpec
 
@@ -34,11 +35,13 @@ def cpu_count() -> int:
 
 
 class Executor(Protocol):
-    """Runs `fn` over `items` and yields the results in input order."""
+    """Runs `fn` over `items` and yields the results in input order. `node`: how its tasks
+    reach the data dir where they run (None: on the run's machine, in place)."""
 
     name: str
     workers: int
     progress: Progress | None
+    node: Node | None
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
 
@@ -48,6 +51,7 @@ class InlineExecutor:
 
     name = "inline"
     workers = 1
+    node: Node | None = None
 
     def __init__(self, progress: Progress | None = None) -> None:
         self.progress = progress
@@ -61,6 +65,7 @@ class LocalExecutor:
     """A pool of `workers` spawned processes on this machine (spawn: no forked threads or locks)."""
 
     name = "local"
+    node: Node | None = None
 
     def __init__(self, workers: int, progress: Progress | None = None) -> None:
         self.workers, self.progress = workers, progress
@@ -84,16 +89,20 @@ class RayExecutor:
     `connect` (dagster-ray's resource inside Dagster) runs before the first task, so a
     stage with nothing to fan out never starts or joins a cluster; without it, Ray must
     be initialised already. Workers import this package, so a remote cluster needs it
-    installed, and items must name files every node can reach (object storage or a
-    shared filesystem).
+    installed. `node` lets a task on a machine without the run's working copy fetch its
+    inputs from the data dir's bucket and send its shards back through it (`core/nodes.py`).
     """
 
     name = "ray"
 
     def __init__(
-        self, workers: int, connect: Callable[[], None] | None = None, progress: Progress | None = None
+        self,
+        workers: int,
+        connect: Callable[[], None] | None = None,
+        progress: Progress | None = None,
+        node: Node | None = None,
     ) -> None:
-        self.workers, self.progress = workers, progress
+        self.workers, self.progress, self.node = workers, progress, node
         self._connect = connect
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
@@ -223,13 +232,16 @@ INLINE = InlineExecutor()
 
 
 def make_executor(
-    spec: ExecutionSpec, connect: Callable[[], None] | None = None, progress: Progress | None = None
+    spec: ExecutionSpec,
+    connect: Callable[[], None] | None = None,
+    progress: Progress | None = None,
+    node: Node | None = None,
 ) -> Executor:
     """The spec's executor: `workers` (default: one per CPU) on its backend, telling `progress`
-    (the Dagster log) how many tasks are done."""
+    (the Dagster log) how many tasks are done; a cluster's tasks reach the data dir by `node`."""
     workers = spec.workers or cpu_count()
     if spec.backend is Backend.ray:
-        return RayExecutor(workers, connect, progress)
+        return RayExecutor(workers, connect, progress, node)
     return LocalExecutor(workers, progress) if workers > 1 else InlineExecutor(progress)
 
 

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, staged_dir
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import DOC_SCHEMA
+from albor_pipeline.core.nodes import Node, task_node
 from albor_pipeline.core.shards import Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
@@ -112,6 +113,7 @@ class _FimJob:
     fim: FimSpec
     enabled: bool
     staging: str  # where each task writes its shard
+    node: Node
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,10 @@ def _fim_shard(job: _FimJob, item: tuple[int, str, int]) -> _FimShard:
     """FIM of the i-th mixed shard, whose first row is row `first_row` of the split, written
     as the i-th FIM shard."""
     i, src, first_row = item
-    pfile = pq.ParquetFile(src)
+    pfile = pq.ParquetFile(job.node.local(src))
     transformed = spm = text_bytes = 0
-    with ParquetSink(Path(job.staging) / shard_name(i), FIM_SCHEMA) as sink:
+    staging = job.node.directory(job.staging)
+    with ParquetSink(staging / shard_name(i), FIM_SCHEMA) as sink:
         for index in range(pfile.num_row_groups):
             table = pfile.read_row_group(index, columns=DOC_SCHEMA.names)
             batch = _fim_table(table, first_row + sink.rows, job.fim, job.enabled)
@@ -138,7 +141,9 @@ def _fim_shard(job: _FimJob, item: tuple[int, str, int]) -> _FimShard:
             spm += pc.sum(pc.equal(formats, "spm")).as_py() or 0
             text_bytes += (pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0) - fimmed * FIM_SENTINEL_CHARS
             sink.write(batch)
-    return _FimShard(Shard.of(sink.path, sink.rows), transformed, spm, text_bytes)
+    shard = Shard.of(sink.path, sink.rows)
+    job.node.ship(staging, shard)
+    return _FimShard(shard, transformed, spm, text_bytes)
 
 
 def apply_fim(
@@ -157,8 +162,11 @@ def apply_fim(
     items = list(zip(range(len(files)), map(str, files), first_rows(files)))
     done: list[_FimShard] = []
     with staged_dir(out) as staging:
-        task = partial(_fim_shard, _FimJob(fim, enabled, str(staging)))
-        for result in for_items(executor, len(items), 4).map(task, items):
+        executor = for_items(executor, len(items), 4)
+        node = task_node(executor.node, data_root)
+        task = partial(_fim_shard, _FimJob(fim, enabled, str(staging), node))
+        for result in executor.map(task, items):
+            node.land(staging, result.shard)
             done.append(result)
             if progress:
                 mb = sum(d.text_bytes for d in done) / 1e6

@@ -52,6 +52,7 @@ from detect_secrets.plugins.twilio import TwilioKeyDetector
 from albor_pipeline.core.artifacts import Artifact, ParquetSink, staged_dir
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA, text_sha256
+from albor_pipeline.core.nodes import Node, task_node
 from albor_pipeline.core.shards import Shard, iter_batches, shard_files
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import FilterSpec, HygieneSpec, RedactMode
@@ -326,21 +327,24 @@ CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups:
 class _CleanJob:
     spec: HygieneSpec
     staging: str
+    node: Node
 
 
 def _clean_shard(job: _CleanJob, path: str) -> _Chunk:
     """Filter and redact one input shard into the output shard of the same name, a chunk of
     row groups at a time (memory bounded by a chunk): a pure function of the shard, so it
-    runs on any executor (a remote one needs the data dir shared)."""
-    groups = pq.ParquetFile(path).num_row_groups
+    runs on any executor, on any node (`job.node`)."""
+    local = str(job.node.local(path))
+    groups = pq.ParquetFile(local).num_row_groups
     total = _Chunk({})
-    out = Path(job.staging) / Path(path).name
-    with ParquetSink(out, DOC_SCHEMA) as sink:
+    staging = job.node.directory(job.staging)
+    with ParquetSink(staging / Path(path).name, DOC_SCHEMA) as sink:
         for start in range(0, groups, CHUNK_ROW_GROUPS):
-            chunk = _clean_chunk(path, list(range(start, min(start + CHUNK_ROW_GROUPS, groups))), job.spec)
+            chunk = _clean_chunk(local, list(range(start, min(start + CHUNK_ROW_GROUPS, groups))), job.spec)
             sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
             total.add(chunk)
-    total.shard = Shard.of(out, sink.rows)
+    total.shard = Shard.of(sink.path, sink.rows)
+    job.node.ship(staging, total.shard)
     return total
 
 
@@ -359,9 +363,12 @@ def clean_source(
     total = _Chunk({})
     shards: list[Shard] = []
     with staged_dir(out) as staging:
-        task = partial(_clean_shard, _CleanJob(spec, str(staging)))
-        for chunk in for_items(executor, len(inputs), 2).map(task, inputs):
+        executor = for_items(executor, len(inputs), 2)
+        node = task_node(executor.node, data_root)
+        task = partial(_clean_shard, _CleanJob(spec, str(staging), node))
+        for chunk in executor.map(task, inputs):
             assert chunk.shard is not None
+            node.land(staging, chunk.shard)
             shards.append(chunk.shard)
             total.add(chunk)
             if progress:

@@ -39,6 +39,7 @@ from albor_pipeline.core.files import (
     source_root,
 )
 from albor_pipeline.core.layout import source_stage
+from albor_pipeline.core.nodes import Node, task_node
 from albor_pipeline.core.shards import MB, Shard, ShardWriter
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.tasks import generate, read_words
@@ -362,17 +363,19 @@ class _Part:
 
 @dataclass(frozen=True)
 class _IngestJob:
-    """What every ingestion task needs: the source, where shards go, and their size."""
+    """What every ingestion task needs: the source, where shards go, their size, and how its
+    node reaches the data dir."""
 
     src: SourceSpec
     staging: str
     max_bytes: int
+    node: Node
 
 
 def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
     """Task `item` = (index, files of one source): its documents, length-filtered, hashed and
     written as shards `part-<index>-*` into the staging directory. A pure function of its
-    files, so tasks run on any executor (a remote one needs the data dir shared)."""
+    files, so tasks run on any executor (`job.node`: on any node; its local sources must be mounted there)."""
     task, files = item
     src = job.src
     counts = Counts()
@@ -380,7 +383,8 @@ def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
     structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
     text_bytes = pending = 0
-    with ShardWriter(Path(job.staging), task, DOC_SCHEMA, job.max_bytes) as writer:
+    staging = job.node.directory(job.staging)
+    with ShardWriter(staging, task, DOC_SCHEMA, job.max_bytes) as writer:
         for rel, text in iter_documents(src, files, counts):
             n = len(text)
             if n < src.min_chars and not structured:
@@ -402,6 +406,8 @@ def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
                 pending = 0
         if cols["text"]:
             writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
+    for shard in writer.shards:
+        job.node.ship(staging, shard)
     return _Part(writer.shards, counts, text_bytes)
 
 
@@ -440,8 +446,12 @@ def ingest_source(
     groups = list(enumerate(file_groups(src, listing, max_bytes)))
     shards: list[Shard] = []
     with staged_dir(out) as staging:
-        job = _IngestJob(src, str(staging), max_bytes)
-        for part in for_items(executor, len(groups), 2).map(partial(_ingest_group, job), groups):
+        executor = for_items(executor, len(groups), 2)
+        node = task_node(executor.node, data_root)
+        job = _IngestJob(src, str(staging), max_bytes, node)
+        for part in executor.map(partial(_ingest_group, job), groups):
+            for shard in part.shards:
+                node.land(staging, shard)
             shards += part.shards
             counts.skipped.update(part.counts.skipped)
             counts.cleanup.update(part.counts.cleanup)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from contextlib import ExitStack
 from pathlib import Path
@@ -10,13 +11,14 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
-from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorded
+from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorded, write_bytes
 from albor_pipeline.core.bucket import Bucket, is_remote
 from albor_pipeline.core.executor import Executor, cpu_count, make_executor
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.lock import BucketLease, bucket_lock, data_dir_lock
+from albor_pipeline.core.nodes import NODE_FILE, Node
 from albor_pipeline.core.shards import MB
-from albor_pipeline.core.stage import Fetch, Progress
+from albor_pipeline.core.stage import Fetch, Inputs, Progress
 from albor_pipeline.defs.launcher import WORKER_TAG, fail_dead_runs, this_worker
 from albor_pipeline.spec import ExecutionSpec, apply_overrides
 
@@ -36,6 +38,7 @@ class ArtifactStore(dg.ConfigurableResource):
 
     _held: ExitStack = PrivateAttr(default_factory=ExitStack)
     _lease: BucketLease | None = PrivateAttr(default=None)
+    _token: str = PrivateAttr(default="")
 
     @property
     def layout(self) -> Layout:
@@ -54,6 +57,11 @@ class ArtifactStore(dg.ConfigurableResource):
         """How a stage gets recorded files its working copy lacks (None: a local data dir has them all)."""
         bucket = self.bucket
         return bucket.fetch if bucket else None
+
+    def node(self, inputs: Inputs) -> Node:
+        """How a stage's tasks reach its `inputs` and send back their shards wherever they run."""
+        bucket = self.bucket
+        return Node.of(self.layout.root, bucket.uri if bucket else None, self._token, inputs)
 
     def ensure(self, artifacts: list[Artifact]) -> None:
         """Make `artifacts` present in the working copy (a check reads its stage's outputs)."""
@@ -83,6 +91,8 @@ class ArtifactStore(dg.ConfigurableResource):
             where = f"host {socket.gethostname()}, {holder}"
             self._lease = self._held.enter_context(bucket_lock(self.data_dir, where, wait, log=info))
             changed = bucket.pull()
+            self._token = secrets.token_hex(16)  # a node that reads it at the copy's path shares the copy
+            write_bytes(self.layout.root / NODE_FILE, self._token.encode())
             info(f"data dir {self.data_dir}: working copy {self.work_dir}, {len(changed)} manifest(s) pulled")
         if context.instance is not None and run_id:
             context.instance.add_run_tags(run_id, {WORKER_TAG: this_worker()})
@@ -117,9 +127,10 @@ class Execution(dg.ConfigurableResource):
         self.spec  # noqa: B018 - a bad launchpad value fails the run before any stage starts
         self._context = context
 
-    def executor(self, progress: Progress | None = None) -> Executor:
-        """The run's executor; `progress` (a step's log) hears how many tasks are done."""
-        return make_executor(self.spec, self._connect_ray, progress)
+    def executor(self, progress: Progress | None = None, node: Node | None = None) -> Executor:
+        """The run's executor; `progress` (a step's log) hears how many tasks are done, and a
+        cluster's tasks reach the data dir by `node`."""
+        return make_executor(self.spec, self._connect_ray, progress, node)
 
     def _connect_ray(self) -> None:
         if self._connected:

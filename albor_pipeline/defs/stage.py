@@ -246,7 +246,8 @@ def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefiniti
         manifest = read_manifest(store.layout, stage.name)
         store.ensure(manifest.outputs)
         mark = TASKS.mark()
-        outcome = check.run(CheckContext(store.layout, manifest, execution.executor(context.log.info)))
+        executor = execution.executor(context.log.info, store.node({stage.name: manifest.outputs}))
+        outcome = check.run(CheckContext(store.layout, manifest, executor))
         return _check_result(outcome, TASKS.since(mark))
 
     return _check
@@ -268,14 +269,13 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
     def _asset(context: dg.AssetExecutionContext, store: ArtifactStore, execution: Execution) -> dg.MaterializeResult:
         config = stage.config(**context.op_execution_context.op_config)
         layout = store.layout
-        executor, mark = execution.executor(context.log.info), TASKS.mark()
-        manifest, out = run_stage(
-            layout,
-            stage.name,
-            stage.deps,
-            lambda inputs: stage.work(StageContext(layout, inputs, context.log, executor), config),
-            store.fetch(),
-        )
+        mark = TASKS.mark()
+
+        def work(inputs: Inputs) -> StageOutput:
+            executor = execution.executor(context.log.info, store.node(inputs))
+            return stage.work(StageContext(layout, inputs, context.log, executor), config)
+
+        manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch())
         tasks = TASKS.since(mark)
         return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks)
 
