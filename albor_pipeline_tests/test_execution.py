@@ -16,6 +16,7 @@ import pytest
 
 from albor_pipeline.core import documents
 from albor_pipeline.core import executor as executor_module
+from albor_pipeline.core.artifacts import record
 from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.corpus import build_corpus
 from albor_pipeline.core.documents import build_documents
@@ -204,38 +205,69 @@ def _files(root: Path, *dirs: str) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for d in dirs for p in sorted((root / d).glob("*"))}
 
 
-def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_bucket(s3, far_node, tmp_path):
-    """Ingest, hygiene and FIM on a node that does not share the run's working copy (no token
-    file at the run's path there): each task fetches its inputs from the bucket into the node's
-    cache by SHA-256 and uploads its shards as objects, which the run lands in its staging
-    directory; the sets equal an inline run's byte for byte. A node that sees the run's token
-    works in place; a task there reading a file its stage did not record is refused."""
+def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_bucket(s3, far_node, pipeline, tmp_path):
+    """Ingest, hygiene, the mix's shuffle, FIM and the corpus (encoding, packing) on a node
+    that does not share the run's working copy (no token file at the run's path there): each
+    task fetches its inputs from the bucket into the node's cache by SHA-256 and uploads its
+    shards and spool files (scatter, token ids) as objects; the run lands the shards in its
+    staging directory and the token files in its spool; the sets equal an inline run's byte
+    for byte. A node that sees the run's token works in place; a task there reading a file
+    its stage did not record is refused."""
     s3.create_bucket(Bucket="albor-nodes")
     uri, run, local = "s3://albor-nodes/team", tmp_path / "run", tmp_path / "local"
     src = SourceSpec(name="s", kind="code", path=STDLIB, include=("json/*.py", "email/*.py"))
+    tokenizer = pipeline[0] / "tok" / "tokenizer.json"
+    for root in (run, local):
+        (root / "tokenizer").mkdir(parents=True)
+        shutil.copy(tokenizer, root / "tokenizer" / "tokenizer.json")
+    tok = record(run / "tokenizer" / "tokenizer.json", run)
+    Bucket(uri, Layout(run)).upload(run / tok.path, tok)  # as the tokenizer stage published it
 
     def chain(root: Path, executor_for) -> list[list]:
         ingested = ingest_source(src, root / "ingested/s", root, executor=executor_for({}), shard_mb=0.1).artifacts
         filtered = clean_source(
             root / "ingested/s", HygieneSpec(), root / "filtered/s", root, executor=executor_for({"i": ingested})
         ).artifacts
-        fim = apply_fim(
-            root / "filtered/s", FimSpec(), root / "fim/train", root, executor=executor_for({"f": filtered})
+        mixed = mix_documents(
+            root / "filtered/s",
+            SplitMixSpec(),
+            ["s"],
+            root / "mixed/train",
+            root,
+            None,
+            0.1,
+            executor_for({"f": filtered}),
         ).artifacts
-        return [ingested, filtered, fim]
+        fim = apply_fim(
+            root / "mixed/train", FimSpec(), root / "fim/train", root, executor=executor_for({"m": mixed})
+        ).artifacts
+        corpus = build_corpus(
+            root / "fim/train",
+            root / "tokenizer/tokenizer.json",
+            CorpusSpec(seq_len=64, shard_sequences=40),
+            root / "corpus/train",
+            root,
+            executor_for({"f": fim, "t": [tok]}),
+        ).artifacts
+        return [ingested, filtered, mixed, fim, corpus]
 
     far = chain(run, lambda inputs: RayExecutor(2, node=Node.of(run, uri, "run-1", inputs)))
     assert chain(local, lambda _: INLINE) == far
-    assert len(far[0]) > 3 and len(far[1]) > 3  # many tasks
-    sets = ("ingested/s", "filtered/s", "fim/train")
+    assert min(len(far[0]), len(far[1]), len(far[3])) > 3 and len(far[4]) > 8  # many tasks
+    sets = ("ingested/s", "filtered/s", "mixed/train", "fim/train", "corpus/train")
     assert _files(run, *sets) == _files(local, *sets)
 
-    # Node B fetched exactly the inputs of hygiene and FIM (once each), kept no output, and the
-    # bucket holds every shard as the object the stage will publish.
+    # Node B fetched exactly the inputs of hygiene, the mix, FIM and the corpus, the mix's
+    # scatter files and the corpus's plan and token files (once each), kept no output, and
+    # the bucket holds every shard as the object the stage will publish.
     cached = {p.name for p in (far_node / CACHE).rglob("*") if p.is_file()}
-    assert cached == {a.sha256 for a in [*far[0], *far[1]]}
+    inputs = {a.sha256 for a in [*far[0], *far[1], *far[2], *far[3], tok]}
+    spooled = cached - inputs
+    fim_groups = sum(pq.ParquetFile(run / a.path).num_row_groups for a in far[3])
+    assert inputs < cached and len(spooled) == len(far[1]) + fim_groups + 2  # ends.npy, offsets.npy
     assert not [p for p in far_node.rglob("*") if p.is_file() and CACHE not in p.parts]
-    assert {a.sha256 for arts in far for a in arts} <= set(Bucket(uri, Layout(run)).objects())
+    shards = [a for arts in far for a in arts if a.path.endswith(".parquet")]
+    assert {a.sha256 for a in shards} <= set(Bucket(uri, Layout(run)).objects())
 
     # A node that reads this run's token at the run's path shares the copy: it works in place.
     (run / NODE_FILE).write_text("run-2")

@@ -44,6 +44,7 @@ from albor_pipeline.core.encode_worker import (
     spool_tokens,
 )
 from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.nodes import Node, task_node
 from albor_pipeline.core.shards import Shard, row_groups
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import BOS, EOS, PAD
@@ -288,9 +289,10 @@ class PackJob:
     dtype: str
     tokens: int
     packing: Packing
+    node: Node  # how a task reaches the spool where it runs
 
     def _plan(self, name: str) -> np.ndarray:
-        return np.load(Path(self.spool) / f"{name}.npy", mmap_mode="r")
+        return np.load(self.node.local(Path(self.spool) / f"{name}.npy"), mmap_mode="r")
 
     def segments(self, first: int, end: int) -> Segments:
         """Sequences [first, end)'s segments."""
@@ -312,7 +314,8 @@ class PackJob:
             end = min(hi, int(offsets[task + 1]))
             if end > lo:
                 start = (lo - int(offsets[task])) * itemsize
-                parts.append(np.fromfile(spool_tokens(self.spool, task), self.dtype, count=end - lo, offset=start))
+                tokens = self.node.local(spool_tokens(self.spool, task))
+                parts.append(np.fromfile(tokens, self.dtype, count=end - lo, offset=start))
             lo, task = end, task + 1
         return np.concatenate(parts).astype(np.uint32) if parts else np.zeros(0, np.uint32)
 
@@ -321,7 +324,8 @@ def pack_shard(job: PackJob, item: tuple[int, int, int]) -> Shard:
     """Write corpus shard `part-NNNNN.parquet` holding sequences [first, end) of the plan:
     a task per shard, so no sequence passes through the stage's own process."""
     shard, first, end = item
-    path = Path(job.out_dir) / f"part-{shard:05d}.parquet"
+    out_dir = job.node.directory(job.out_dir)
+    path = out_dir / f"part-{shard:05d}.parquet"
     # No dictionary: ~32k distinct ids per row group make it cost time and bytes (+23 %).
     with ParquetSink(path, SEQ_SCHEMA, ROW_GROUP_SEQUENCES, use_dictionary=False) as sink:
         for lo in range(first, end, PACK_SEQUENCES):
@@ -329,7 +333,9 @@ def pack_shard(job: PackJob, item: tuple[int, int, int]) -> Shard:
             base = int(segments.starts.min())
             stream = job.read(base, int((segments.starts + segments.lens).max()))
             sink.write(sequences_batch(fill(stream, base, segments, job.seq_len, job.pad_id)))
-    return Shard.of(path, sink.rows)
+    written = Shard.of(path, sink.rows)
+    job.node.ship(out_dir, written)
+    return written
 
 
 def build_corpus(
@@ -376,7 +382,8 @@ def _encode(
     progress: Progress | None,
     start: float,
 ) -> tuple[list[GroupTokens], SourceAccounting]:
-    """The first wave: every row group encoded and spooled, in input order."""
+    """The first wave: every row group encoded and spooled, in input order (each token file
+    in this process's spool too, for the exports)."""
     executor = for_items(executor, len(groups), 4)
     # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
     inline = RowGroupEncoder(tok, encoder, job.bos, job.min_chars) if executor.name == INLINE.name else None
@@ -386,6 +393,7 @@ def _encode(
     docs = tokens = text_bytes = 0
     last_report = start
     for group in executor.map(partial(encode_row_group, job, encoder=inline), items):
+        job.node.receive(group.spooled)
         done.append(replace(group, keys=np.zeros(0), codes=np.zeros(0)))  # accounting keeps those
         accounting.add(group)
         docs, tokens, text_bytes = (
@@ -420,6 +428,14 @@ def _concat_streams(spool: Path, tasks: int, finals: list[Path], data_root: Path
     ]
 
 
+def _shard_items(sequences: int, spec: CorpusSpec, formats: set[ExportFormat]) -> list[tuple[int, int, int]]:
+    """(shard, first sequence, end) of each Parquet shard: a packing task each."""
+    if ExportFormat.parquet not in formats:
+        return []
+    per_shard = spec.shard_sequences
+    return [(k, first, min(first + per_shard, sequences)) for k, first in enumerate(range(0, sequences, per_shard))]
+
+
 def _write_corpus(
     tokenizer_path: Path,
     fim_path: Path,
@@ -444,8 +460,11 @@ def _write_corpus(
     encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
     formats = set(spec.formats)
     dtype = token_dtype(vocab)
-    job = EncodeJob(str(tokenizer_path), encoder.name, spec.bos, min_chars, str(spool), dtype.name)
-    encoded, accounting = _encode(tok, groups, job, encoder, executor, progress, start)
+    encoding = for_items(executor, len(groups), 4)
+    node = task_node(encoding.node, data_root)
+    job = EncodeJob(str(tokenizer_path), encoder.name, spec.bos, min_chars, str(spool), dtype.name, node)
+    encoded, accounting = _encode(tok, groups, job, encoder, encoding, progress, start)
+    spooled = [g.spooled for g in encoded]
     lengths = np.concatenate([g.lengths for g in encoded]) if encoded else np.zeros(0, dtype=np.int64)
     ends = np.cumsum(lengths)
     offsets = np.concatenate([[0], np.cumsum([int(g.lengths.sum()) for g in encoded])]).astype(np.int64)
@@ -462,22 +481,18 @@ def _write_corpus(
     else:
         plan = concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad)
         np.save(spool / "ends.npy", ends)
-    pack_job = PackJob(str(spool), str(out_dir), spec.seq_len, pad, dtype.name, tokens, spec.packing)
-    per_shard = spec.shard_sequences
-    items = (
-        [
-            (k, first, min(first + per_shard, plan.sequences))
-            for k, first in enumerate(range(0, plan.sequences, per_shard))
-        ]
-        if ExportFormat.parquet in formats
-        else []
-    )
+    spooled += [node.offer(npy) for npy in sorted(spool.glob("*.npy"))]
+    packing = for_items(executor, len(items := _shard_items(plan.sequences, spec, formats)), 2)
+    node = task_node(packing.node, data_root).with_spools(spooled)
+    pack_job = PackJob(str(spool), str(out_dir), spec.seq_len, pad, dtype.name, tokens, spec.packing, node)
 
     streams = [out_dir / name for fmt, name, _ in STREAMS if fmt in formats]
     stream_rows = [docs if name == "megatron.bin" else tokens for fmt, name, _ in STREAMS if fmt in formats]
     with ThreadPoolExecutor(1) as background:  # the exports are written here while tasks pack
         exports = background.submit(_concat_streams, spool, len(groups), streams, data_root, stream_rows)
-        shards = list(for_items(executor, len(items), 2).map(partial(pack_shard, pack_job), items))
+        shards = list(packing.map(partial(pack_shard, pack_job), items))
+        for shard in shards:
+            node.land(out_dir, shard)
         stream_artifacts = dict(zip((p.name for p in streams), exports.result()))
     if progress and shards:
         progress(f"corpus: {plan.sequences:,} sequences in {len(shards)} shard(s)")

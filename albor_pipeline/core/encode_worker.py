@@ -11,7 +11,7 @@ every row group it is given.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.core.documents import sha_keys
 from albor_pipeline.core.encode import Encoder, make_encoder
+from albor_pipeline.core.nodes import Node, Spooled
 from albor_pipeline.core.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
 
 READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
@@ -84,6 +85,7 @@ class GroupTokens:
     codes: np.ndarray  # int32: each kept document's index into `sources`
     keys: np.ndarray  # each kept document's SHA-256 key (`documents.sha_keys`)
     text_bytes: int
+    spooled: Spooled | None = None  # its token file, when sent through the data dir's bucket
 
 
 class RowGroupEncoder:
@@ -134,6 +136,7 @@ class EncodeJob:
     min_chars: int
     spool: str  # the build's token spool: `spool_tokens(spool, task)` per row group
     dtype: str  # the spooled ids' dtype: the exports' (`corpus.token_dtype`)
+    node: Node  # how a task reaches the data dir where it runs
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,11 @@ def _row_group_encoder(tokenizer_path: str, encoder: str, bos: bool, min_chars: 
 def encode_row_group(job: EncodeJob, item: SpoolItem, encoder: RowGroupEncoder | None = None) -> GroupTokens:
     """Encode one row group and spool its ids; `encoder` is the stage's own when inline, else
     one cached per worker process."""
+    node = job.node
     if encoder is None:
-        encoder = _row_group_encoder(job.tokenizer_path, job.encoder, job.bos, job.min_chars)
-    flat, tokens = encoder.encode(item.group)
-    flat.astype(job.dtype, copy=False).tofile(spool_tokens(job.spool, item.task))
-    return tokens
+        encoder = _row_group_encoder(str(node.local(job.tokenizer_path)), job.encoder, job.bos, job.min_chars)
+    path, index = item.group
+    flat, tokens = encoder.encode((str(node.local(path)), index))
+    spooled = spool_tokens(node.directory(job.spool), item.task)
+    flat.astype(job.dtype, copy=False).tofile(spooled)
+    return replace(tokens, spooled=node.spool(spooled))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, staged_dir
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import DOC_SCHEMA
+from albor_pipeline.core.nodes import Node, Spooled, task_node
 from albor_pipeline.core.shards import MB, Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import MixUnit, SplitMixSpec
@@ -121,22 +122,24 @@ class _ShuffleJob:
     staging: str  # where the output shards go
     bounds: tuple[int, ...]  # output shard k holds output positions bounds[k] .. bounds[k+1]-1
     inputs: int  # input shards (= scatter files)
+    node: Node  # how a task reaches the data dir where it runs
 
     @property
     def shards(self) -> int:
         return len(self.bounds) - 1
 
 
-def _scatter(job: _ShuffleJob, item: tuple[int, str, np.ndarray, np.ndarray]) -> None:
+def _scatter(job: _ShuffleJob, item: tuple[int, str, np.ndarray, np.ndarray]) -> Spooled | None:
     """Send the picked rows of input shard i (`rows`, bound for output positions `pos`) to
     the output shards holding those positions: one Arrow file, a record batch per output shard."""
     i, src, rows, pos = item
     order = np.argsort(pos, kind="stable")
     pos = pos[order]
-    table = pq.read_table(src, columns=DOC_SCHEMA.names).take(pa.array(rows[order]))
+    table = pq.read_table(job.node.local(src), columns=DOC_SCHEMA.names).take(pa.array(rows[order]))
     table = table.append_column("_pos", pa.array(pos, pa.int64())).combine_chunks()
     bounds = np.searchsorted(pos, job.bounds)
-    with ipc.new_file(f"{job.tmp}/{i:05d}.arrow", _SCATTER_SCHEMA) as writer:
+    spool = job.node.directory(job.tmp) / f"{i:05d}.arrow"
+    with ipc.new_file(str(spool), _SCATTER_SCHEMA) as writer:
         for k in range(job.shards):
             part = table.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k]))
             writer.write_batch(
@@ -144,25 +147,33 @@ def _scatter(job: _ShuffleJob, item: tuple[int, str, np.ndarray, np.ndarray]) ->
                     [part.column(n).combine_chunks() for n in _SCATTER_SCHEMA.names], schema=_SCATTER_SCHEMA
                 )
             )
+    return job.node.spool(spool)
 
 
 def _gather(job: _ShuffleJob, k: int) -> Shard:
     """Output shard k: its rows from every scatter file, in output order."""
     parts = []
     for i in range(job.inputs):
-        with pa.OSFile(f"{job.tmp}/{i:05d}.arrow") as fh:  # read, not mapped: the file goes away
+        with pa.OSFile(str(job.node.local(f"{job.tmp}/{i:05d}.arrow"))) as fh:  # read, not mapped: the file goes away
             parts.append(ipc.open_file(fh).get_batch(k))
     table = pa.Table.from_batches(parts, _SCATTER_SCHEMA).sort_by("_pos").drop_columns(["_pos"])
-    with ParquetSink(Path(job.staging) / shard_name(k), DOC_SCHEMA) as sink:
+    staging = job.node.directory(job.staging)
+    with ParquetSink(staging / shard_name(k), DOC_SCHEMA) as sink:
         sink.write(table)
-    return Shard.of(sink.path, sink.rows)
+    shard = Shard.of(sink.path, sink.rows)
+    job.node.ship(staging, shard)
+    return shard
 
 
 _SCATTER_SCHEMA = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
 
 
 def shuffle(
-    src: Path, order_idx: np.ndarray, staging: Path, bounds: np.ndarray, executor: Executor = INLINE
+    src: Path,
+    order_idx: np.ndarray,
+    staging: Path,
+    bounds: np.ndarray,
+    executor: Executor = INLINE,
 ) -> list[Shard]:
     """Write rows `order_idx[0], order_idx[1], ...` of `src` (a Parquet file or shard set, rows
     numbered across its shards) into `staging`, output shard k holding positions
@@ -171,7 +182,8 @@ def shuffle(
     An external shuffle in two task waves: a scatter task per input shard sends each picked
     row to the output shard that holds its position, then a gather task per output shard
     sorts its rows into place and writes it. A task holds one input or one output shard,
-    never the split; disk holds one extra copy of the output meanwhile.
+    never the split; disk holds one extra copy of the output meanwhile. On a cluster, the
+    scatter files go from node to node through the data dir's bucket (`executor.node`).
     """
     files = parquet_files(src)
     starts = first_rows(files)
@@ -180,14 +192,20 @@ def shuffle(
     inputs = order_idx[by_input]
     cuts = np.searchsorted(inputs, starts)
     with tempfile.TemporaryDirectory(prefix=".mix-", suffix=TEMP_SUFFIX, dir=staging.parent) as tmp:
-        job = _ShuffleJob(tmp, str(staging), tuple(int(b) for b in bounds), len(files))
         scatter = [
             (i, str(f), inputs[cuts[i] : cuts[i + 1]] - starts[i], by_input[cuts[i] : cuts[i + 1]])
             for i, f in enumerate(files)
         ]
-        for _ in for_items(executor, len(scatter), 4).map(partial(_scatter, job), scatter):
-            pass
-        return list(for_items(executor, job.shards, 4).map(partial(_gather, job), range(job.shards)))
+        scattering = for_items(executor, len(scatter), 4)
+        node = task_node(scattering.node, staging.parent)  # (the root matters only on a cluster's node)
+        job = _ShuffleJob(tmp, str(staging), tuple(int(b) for b in bounds), len(files), node)
+        spooled = list(scattering.map(partial(_scatter, job), scatter))
+        gathering = for_items(executor, job.shards, 4)  # on a cluster iff the scatter was
+        job = replace(job, node=node.with_spools(spooled))
+        shards = list(gathering.map(partial(_gather, job), range(job.shards)))
+        for shard in shards:
+            job.node.land(staging, shard)
+        return shards
 
 
 def shard_bounds(sizes: np.ndarray, max_bytes: int) -> np.ndarray:
@@ -198,9 +216,9 @@ def shard_bounds(sizes: np.ndarray, max_bytes: int) -> np.ndarray:
     return np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [len(sizes)]]).astype(np.int64)
 
 
-def _text_sizes(path: str) -> tuple[np.ndarray, np.ndarray]:
+def _text_sizes(node: Node, path: str) -> tuple[np.ndarray, np.ndarray]:
     """(UTF-8 bytes, characters) of every document of one shard."""
-    text = pq.read_table(path, columns=["text"]).column(0)
+    text = pq.read_table(node.local(path), columns=["text"]).column(0)
     nbytes = pc.binary_length(text).to_numpy(zero_copy_only=False)
     chars = pc.utf8_length(text).to_numpy(zero_copy_only=False)
     return nbytes.astype(np.int64), chars.astype(np.int64)
@@ -231,7 +249,9 @@ def mix_documents(
     }
     counts = {name: len(pos) for name, pos in positions.items()}
     files = parquet_files(split_path)
-    sizes = list(for_items(executor, len(files), 4).map(_text_sizes, map(str, files)))
+    sizing = for_items(executor, len(files), 4)
+    node = task_node(sizing.node, data_root)
+    sizes = list(sizing.map(partial(_text_sizes, node), map(str, files)))
     nbytes = np.concatenate([b for b, _ in sizes])
     chars = None
     if mix.unit == MixUnit.chars:

@@ -15,15 +15,18 @@ this run wrote (`NODE_FILE`), so a node that sees it at the run's path shares th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from albor_pipeline.core.artifacts import Artifact
+from albor_pipeline.core.artifacts import Artifact, sha256_file
 from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.shards import Shard
 from albor_pipeline.spec import work_dir
+
+Spooled = tuple[str, str, int]
+"""A spool file a task sent through the bucket: its data-dir path, SHA-256 and bytes."""
 
 NODE_FILE = ".albor-node"  # in the run's working copy: the run's token
 CACHE = ".albor-objects"  # in a node's own work dir: the inputs it fetched, by SHA-256
@@ -90,6 +93,43 @@ class Node:
         written = directory / shard.name
         self._store().upload(written, self._artifact(written, shard))
         written.unlink()
+
+    def spool(self, written: Path) -> Spooled | None:
+        """A task's intermediate file (a spool another wave of tasks reads), made reachable by
+        them wherever they run: with the data dir in a bucket, uploaded as its object (and
+        removed here on a node that does not share the copy); its record goes to the readers'
+        node (`with_spools`). None without a bucket: every node shares the copy."""
+        if self.bucket is None:
+            return None
+        shared = self.shared()
+        record = self._send(written, Path(self.root) if shared else self._home())
+        if not shared:
+            written.unlink()
+        return record
+
+    def offer(self, path: Path) -> Spooled | None:
+        """In the run's process: a file it wrote for the tasks (a plan), sent like a spool."""
+        return None if self.bucket is None else self._send(path, Path(self.root))
+
+    def receive(self, spooled: Spooled | None) -> None:
+        """In the run's process: a spool file a task sent, brought into the run's copy if absent."""
+        if spooled is None:
+            return
+        rel, sha, size = spooled
+        path = Path(self.root) / rel
+        if not path.is_file():
+            assert self.bucket is not None
+            Bucket(self.bucket, Layout(Path(self.root))).download(Artifact(path=rel, sha256=sha, bytes=size), path)
+
+    def _send(self, path: Path, home: Path) -> Spooled:
+        art = Artifact(path=path.relative_to(home).as_posix(), sha256=sha256_file(path), bytes=path.stat().st_size)
+        self._store().upload(path, art)
+        return art.path, art.sha256, art.bytes
+
+    def with_spools(self, spooled: Iterable[Spooled | None]) -> Node:
+        """This node, able to read the spool files an earlier wave of tasks sent back."""
+        extra = {rel: (sha, size) for rel, sha, size in (s for s in spooled if s is not None)}
+        return replace(self, inputs={**self.inputs, **extra}) if extra else self
 
     def land(self, directory: Path, shard: Shard) -> None:
         """In the run's process: a shard a task wrote into the run's `directory`, fetched from
