@@ -18,6 +18,7 @@ from albor_pipeline.core import documents
 from albor_pipeline.core import executor as executor_module
 from albor_pipeline.core.artifacts import record
 from albor_pipeline.core.bucket import Bucket
+from albor_pipeline.core.checks import check_min_chars, check_no_near_leak
 from albor_pipeline.core.corpus import build_corpus
 from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.executor import (
@@ -206,16 +207,23 @@ def _files(root: Path, *dirs: str) -> dict[str, bytes]:
 
 
 def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_bucket(s3, far_node, pipeline, tmp_path):
-    """Ingest, hygiene, the mix's shuffle, FIM and the corpus (encoding, packing) on a node
+    """Ingest, hygiene, documents (exact and near dedup), the mix's shuffle, FIM, the corpus
+    (encoding, packing) and the checks that fan out (near leaks, min chars) on a node
     that does not share the run's working copy (no token file at the run's path there): each
     task fetches its inputs from the bucket into the node's cache by SHA-256 and uploads its
-    shards and spool files (scatter, token ids) as objects; the run lands the shards in its
+    shards and spool files (keys, signatures, shingles, scatter, token ids) as objects; the run lands the shards in its
     staging directory and the token files in its spool; the sets equal an inline run's byte
     for byte. A node that sees the run's token works in place; a task there reading a file
     its stage did not record is refused."""
     s3.create_bucket(Bucket="albor-nodes")
     uri, run, local = "s3://albor-nodes/team", tmp_path / "run", tmp_path / "local"
-    src = SourceSpec(name="s", kind="code", path=STDLIB, include=("json/*.py", "email/*.py"))
+    code = tmp_path / "code"  # real code, plus near-duplicates of three files for near dedup
+    for pkg in ("json", "email"):
+        shutil.copytree(STDLIB / pkg, code / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("decoder", "encoder", "scanner"):
+        text = (code / "json" / f"{name}.py").read_text()
+        (code / "json" / f"{name}_copy.py").write_text(text + "\n# vendored copy\n")
+    src = SourceSpec(name="s", kind="code", path=code, include=("json/*.py", "email/*.py"))
     tokenizer = pipeline[0] / "tok" / "tokenizer.json"
     for root in (run, local):
         (root / "tokenizer").mkdir(parents=True)
@@ -224,19 +232,43 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
     Bucket(uri, Layout(run)).upload(run / tok.path, tok)  # as the tokenizer stage published it
 
     def chain(root: Path, executor_for) -> list[list]:
+        checks.clear()
         ingested = ingest_source(src, root / "ingested/s", root, executor=executor_for({}), shard_mb=0.1).artifacts
         filtered = clean_source(
             root / "ingested/s", HygieneSpec(), root / "filtered/s", root, executor=executor_for({"i": ingested})
         ).artifacts
+        documents = build_documents(
+            [("s", shard) for shard in shard_files(root / "filtered/s")],
+            HoldoutSpec(),
+            root / "documents",
+            root,
+            None,
+            NearDedupSpec(threshold=0.5),
+            None,
+            executor_for({"f": filtered}),
+        )
+        split = [a for arts in documents.artifacts.values() for a in arts]
+        checks.append(documents.near)
+        checks.append(
+            check_no_near_leak(
+                {s: root / "documents" / s for s in ("train", "val", "test")},
+                5,
+                112,
+                14,
+                0.5,
+                executor_for({"d": split}),
+                root / "documents",
+            )
+        )
         mixed = mix_documents(
-            root / "filtered/s",
+            root / "documents/train",
             SplitMixSpec(),
             ["s"],
             root / "mixed/train",
             root,
             None,
             0.1,
-            executor_for({"f": filtered}),
+            executor_for({"d": split}),
         ).artifacts
         fim = apply_fim(
             root / "mixed/train", FimSpec(), root / "fim/train", root, executor=executor_for({"m": mixed})
@@ -249,25 +281,34 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
             root,
             executor_for({"f": fim, "t": [tok]}),
         ).artifacts
-        return [ingested, filtered, mixed, fim, corpus]
+        shards = [root / a.path for a in corpus if a.path.endswith(".parquet")]
+        checks.append(check_min_chars(shards, root / tok.path, 50, executor_for({"c": corpus, "t": [tok]})))
+        return [ingested, filtered, split, mixed, fim, corpus]
 
+    checks: list = []
     far = chain(run, lambda inputs: RayExecutor(2, node=Node.of(run, uri, "run-1", inputs)))
-    assert chain(local, lambda _: INLINE) == far
-    assert min(len(far[0]), len(far[1]), len(far[3])) > 3 and len(far[4]) > 8  # many tasks
-    sets = ("ingested/s", "filtered/s", "mixed/train", "fim/train", "corpus/train")
+    far_checks = list(checks)
+    assert chain(local, lambda _: INLINE) == far and checks == far_checks
+    assert min(len(far[0]), len(far[1]), len(far[4])) > 3 and len(far[5]) > 8  # many tasks
+    near, leaks, long = far_checks
+    assert near["candidate_pairs"] > 0 and leaks.passed and leaks.metadata["documents"] > 0
+    assert long.metadata["documents"] > 0
+    sets = ("ingested/s", "filtered/s", *(f"documents/{s}" for s in ("train", "val", "test")), "mixed/train")
+    sets += ("fim/train", "corpus/train")
     assert _files(run, *sets) == _files(local, *sets)
 
-    # Node B fetched exactly the inputs of hygiene, the mix, FIM and the corpus, the mix's
-    # scatter files and the corpus's plan and token files (once each), kept no output, and
-    # the bucket holds every shard as the object the stage will publish.
-    cached = {p.name for p in (far_node / CACHE).rglob("*") if p.is_file()}
-    inputs = {a.sha256 for a in [*far[0], *far[1], *far[2], *far[3], tok]}
+    # Node B fetched the stages' inputs and the spool files other tasks sent through the
+    # bucket (dedup keys, signatures, band keys, shingles, scatter files, the corpus's plan
+    # and token files), kept no output, and the bucket holds every shard as the object the
+    # stage will publish.
+    cached = {p.name.split(".")[0] for p in (far_node / CACHE).rglob("*") if p.is_file()}
+    inputs = {a.sha256 for a in [*far[0], *far[1], *far[2], *far[3], *far[4], tok]}
+    objects = set(Bucket(uri, Layout(run)).objects())
     spooled = cached - inputs
-    fim_groups = sum(pq.ParquetFile(run / a.path).num_row_groups for a in far[3])
-    assert inputs < cached and len(spooled) == len(far[1]) + fim_groups + 2  # ends.npy, offsets.npy
+    fim_groups = sum(pq.ParquetFile(run / a.path).num_row_groups for a in far[4])
+    assert inputs < cached and spooled <= objects and len(spooled) > fim_groups + len(far[1])
     assert not [p for p in far_node.rglob("*") if p.is_file() and CACHE not in p.parts]
-    shards = [a for arts in far for a in arts if a.path.endswith(".parquet")]
-    assert {a.sha256 for a in shards} <= set(Bucket(uri, Layout(run)).objects())
+    assert {a.sha256 for arts in far for a in arts if a.path.endswith(".parquet")} <= objects
 
     # A node that reads this run's token at the run's path shares the copy: it works in place.
     (run / NODE_FILE).write_text("run-2")
@@ -276,7 +317,7 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
     assert _files(run, "filtered/t").values() and list(_files(run, "filtered/t").values()) == list(
         _files(run, "filtered/s").values()
     )
-    assert {p.name for p in (far_node / CACHE).rglob("*") if p.is_file()} == cached
+    assert {p.name.split(".")[0] for p in (far_node / CACHE).rglob("*") if p.is_file()} == cached
 
     # On a node that does not share it, a task reads only its stage's recorded inputs.
     unrecorded = RayExecutor(2, node=Node.of(run, uri, "run-3", {}))

@@ -177,6 +177,6 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
     job = index.lsh(tmp_path, len(texts))
     assert job.partitions > 8
     firsts = np.array([0, 7, 30, len(texts)])
-    offsets = np.stack([job.spool_signatures(t, firsts[t], sigs[firsts[t] : firsts[t + 1]]) for t in range(3)])
+    offsets = np.stack([job.spool_signatures(t, firsts[t], sigs[firsts[t] : firsts[t + 1]])[0] for t in range(3)])
     pooled = lsh_candidates(job, offsets, firsts, LocalExecutor(2))
     assert [tuple(p) for p in pooled.tolist()] == serial

@@ -23,6 +23,7 @@ from albor_pipeline.core.chat import ChatIds, assistant_text
 from albor_pipeline.core.decontam import contaminated
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.neardup import LshJob, NearDupIndex, Signer, word_hashes
+from albor_pipeline.core.nodes import Node, OnNode, Spooled, task_node
 from albor_pipeline.core.shards import iter_batches, parquet_files
 from albor_pipeline.core.vocab import EOS, PAD, added_tokens, token_to_bytes
 from albor_pipeline.spec import ChatTokens, DecontaminateSpec
@@ -89,8 +90,10 @@ def check_fim_rate(paths: list[Path], rate: float, sigmas: float = 5.0) -> Check
 
 
 def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path]) -> list[T]:
-    """`fn` of each shard of `paths`, a task each on `executor` (inline for one shard)."""
-    return list(for_items(executor, len(paths), 2).map(fn, paths))
+    """`fn` of each shard of `paths`, a task each on `executor` (inline for one shard), on
+    the shard's copy wherever the task runs."""
+    executor = for_items(executor, len(paths), 2)
+    return list(executor.map(OnNode(task_node(executor.node), fn), paths))
 
 
 def _sequence_counts(seq_len: int, path: Path) -> tuple[int, int, int]:
@@ -233,9 +236,9 @@ class _ShardChars:
     tail_tokens: int
 
 
-def _shard_chars(tokenizer_path: str, min_chars: int, path: Path) -> _ShardChars:
+def _shard_chars(node: Node, tokenizer_path: str, min_chars: int, path: Path) -> _ShardChars:
     """A shard's `_ShardChars`, a record batch at a time (a corpus shard holds ~10**8 tokens)."""
-    tok = Tokenizer.from_file(tokenizer_path)
+    tok = Tokenizer.from_file(str(node.local(tokenizer_path)))
     chars, eos, pad = token_chars(tok), tok.token_to_id(EOS), tok.token_to_id(PAD)
     head: int | None = None
     inner = short = 0
@@ -269,7 +272,8 @@ def check_min_chars(
     documents = short = 0
     lows: list[int] = []
     carry_chars = carry_tokens = 0  # the document continued from earlier shards
-    for shard in per_shard(executor, partial(_shard_chars, str(tokenizer_path), min_chars), paths):
+    node = task_node(executor.node)
+    for shard in per_shard(executor, partial(_shard_chars, node, str(tokenizer_path), min_chars), paths):
         if shard.head is None:
             carry_chars, carry_tokens = carry_chars + shard.tail_chars, carry_tokens + shard.tail_tokens
             continue
@@ -401,12 +405,16 @@ def check_choice_ids(path: Path) -> CheckOutcome:
     )
 
 
-def _signatures(signer: Signer, lsh: LshJob, item: tuple[int, int, Path]) -> np.ndarray:
+def _signatures(
+    signer: Signer, lsh: LshJob, node: Node, item: tuple[int, int, Path]
+) -> tuple[np.ndarray, list[Spooled | None]]:
     """Shard `item` = (task, its first document, path): its documents' MinHash signatures
-    spooled for LSH, a per-shard task; returns the partition offsets."""
+    spooled for LSH, a per-shard task; returns the partition offsets and spool files."""
     task, first, path = item
-    sigs = [signer.signature(word_hashes(t)) for b in iter_batches(path, ["text"]) for t in b.column(0).to_pylist()]
-    return lsh.spool_signatures(task, first, np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64))
+    batches = iter_batches(node.local(path), ["text"])
+    sigs = [signer.signature(word_hashes(t)) for b in batches for t in b.column(0).to_pylist()]
+    stacked = np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64)
+    return lsh.spool_signatures(task, first, stacked, node)
 
 
 def check_no_near_leak(
@@ -435,9 +443,11 @@ def check_no_near_leak(
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
         lsh = index.lsh(spool, int(firsts[-1]))
         items = [(k, int(firsts[k]), f) for k, (_, f) in enumerate(shards)]
-        offsets = list(for_items(executor, len(items), 2).map(partial(_signatures, index.signer, lsh), items))
-        stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
-        index.find_candidates(lsh, stacked, firsts, executor)
+        signing = for_items(executor, len(items), 2)
+        node = task_node(signing.node)
+        signed = list(signing.map(partial(_signatures, index.signer, lsh, node), items))
+        stacked = np.stack([o for o, _ in signed]) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
+        index.find_candidates(lsh, stacked, firsts, executor, node.with_spools(s for _, sent in signed for s in sent))
     index.verify_shards([str(f) for _, f in shards], locate, spool_dir, executor)
     pairs = np.array([(a, b) for a, b, _ in index.verified], dtype=np.int64).reshape(-1, 2)
     sides = shard_split[locate(pairs.ravel())[:, 0]].reshape(-1, 2)
@@ -453,7 +463,8 @@ def check_no_contamination(train: Path, spec: DecontaminateSpec, executor: Execu
     """No train document shares an n-gram with any benchmark item (a shard per task)."""
     files = parquet_files(train)
     found: Counter[str] = Counter()
-    for hits in for_items(executor, len(files), 2).map(partial(contaminated, spec=spec), files):
+    executor = for_items(executor, len(files), 2)
+    for hits in executor.map(OnNode(task_node(executor.node), partial(contaminated, spec=spec)), files):
         found.update(hits)
     return CheckOutcome(
         not found,

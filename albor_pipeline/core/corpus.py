@@ -461,7 +461,7 @@ def _write_corpus(
     formats = set(spec.formats)
     dtype = token_dtype(vocab)
     encoding = for_items(executor, len(groups), 4)
-    node = task_node(encoding.node, data_root)
+    node = task_node(encoding.node)
     job = EncodeJob(str(tokenizer_path), encoder.name, spec.bos, min_chars, str(spool), dtype.name, node)
     encoded, accounting = _encode(tok, groups, job, encoder, encoding, progress, start)
     spooled = [g.spooled for g in encoded]
@@ -483,7 +483,7 @@ def _write_corpus(
         np.save(spool / "ends.npy", ends)
     spooled += [node.offer(npy) for npy in sorted(spool.glob("*.npy"))]
     packing = for_items(executor, len(items := _shard_items(plan.sequences, spec, formats)), 2)
-    node = task_node(packing.node, data_root).with_spools(spooled)
+    node = task_node(packing.node).with_spools(spooled)
     pack_job = PackJob(str(spool), str(out_dir), spec.seq_len, pad, dtype.name, tokens, spec.packing, node)
 
     streams = [out_dir / name for fmt, name, _ in STREAMS if fmt in formats]

@@ -10,7 +10,7 @@ import hashlib
 import tempfile
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.executor import INLINE, Executor, for_items
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.core.neardup import LshJob, NearDupIndex, Signer, word_hashes
+from albor_pipeline.core.nodes import Node, Spooled, task_node
 from albor_pipeline.core.shards import Shard, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
@@ -59,6 +60,7 @@ class _ScanJob:
     signer: Signer | None
     lsh: LshJob | None
     decon: Decontaminator | None
+    node: Node
 
 
 SCAN_MIN_GROUPS = 8  # a local pool's start-up pays off from ~2k documents
@@ -74,11 +76,11 @@ class _ScanItem:
     rows: np.ndarray  # the group's rows to scan (exact-unique documents), int32
 
 
-def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict[int, list[str]]]:
+def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict[int, list[str]], list[Spooled | None]]:
     """One row group's documents' words hashed once for both: MinHash signatures spooled for
-    LSH (returns the partition offsets) and benchmark hits by the group's document index.
-    A pure function of the group, for any executor."""
-    texts = pq.ParquetFile(job.paths[item.input]).read_row_group(item.group, columns=["text"]).column(0)
+    LSH (returns the partition offsets and the spool files) and benchmark hits by the group's
+    document index. A pure function of the group, for any executor."""
+    texts = pq.ParquetFile(job.node.local(job.paths[item.input])).read_row_group(item.group, columns=["text"]).column(0)
     sigs, hits = [], {}
     for k, row in enumerate(item.rows.tolist()):
         words = word_hashes(texts[row].as_py())
@@ -86,8 +88,10 @@ def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict
             sigs.append(job.signer.signature(words))
         if job.decon and (found := job.decon.hits(words)):
             hits[k] = found
-    offsets = job.lsh.spool_signatures(item.task, item.first, np.stack(sigs)) if job.lsh and sigs else None
-    return offsets, hits
+    if job.lsh and sigs:
+        offsets, spooled = job.lsh.spool_signatures(item.task, item.first, np.stack(sigs), job.node)
+        return offsets, hits, spooled
+    return None, hits, []
 
 
 class _Locator:
@@ -144,16 +148,19 @@ def _scan(
     hits: dict[int, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
         lsh = index.lsh(spool, docs) if index else None
-        job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, lsh, decon)
-        offsets = []
-        results = for_items(executor, len(items), SCAN_MIN_GROUPS).map(partial(_scan_group, job), items)
-        for item, (parts, found) in zip(items, results):
+        scanning = for_items(executor, len(items), SCAN_MIN_GROUPS)
+        node = task_node(scanning.node)
+        signer = index.signer if index else None
+        job = _ScanJob(tuple(str(p) for _, p in inputs), signer, lsh, decon, node)
+        offsets, spooled = [], []
+        for item, (parts, found, sent) in zip(items, scanning.map(partial(_scan_group, job), items)):
             if parts is not None:
                 offsets.append(parts)
+            spooled += sent
             hits.update({item.first + k: names for k, names in found.items()})
         if index and lsh:
             stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
-            index.find_candidates(lsh, stacked, firsts, executor)
+            index.find_candidates(lsh, stacked, firsts, executor, node.with_spools(spooled))
     near_report = {}
     if index and near:
         near_report = _near_dedup(index, inputs, codes, where, near, spool_dir, progress, executor)
@@ -211,15 +218,16 @@ class _KeyJob:
     spool: str
     partitions: int
     holdout: HoldoutSpec
+    node: Node
 
 
-def _key_shard(job: _KeyJob, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray]:
+def _key_shard(job: _KeyJob, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray, Spooled | None]:
     """Input shard i's SHA-256 keys scattered by hash partition, tagged with their global
-    document index (`first` is the shard's first); returns the partition offsets and each
-    document's split code (its split is a function of its hash alone)."""
+    document index (`first` is the shard's first); returns the partition offsets, each
+    document's split code (its split is a function of its hash alone) and the spool file."""
     i, path, first = item
     keys, codes = [], []
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=65536, columns=["sha256"]):
+    for batch in pq.ParquetFile(job.node.local(path)).iter_batches(batch_size=65536, columns=["sha256"]):
         keys.append(sha_keys(batch.column(0)))
         codes += [SPLIT_CODES[split_of(sha, job.holdout)] for sha in batch.column(0).to_pylist()]
     words = np.concatenate(keys).view(np.uint64).reshape(-1, 2) if keys else np.zeros((0, 2), np.uint64)
@@ -227,14 +235,14 @@ def _key_shard(job: _KeyJob, item: tuple[int, str, int]) -> tuple[np.ndarray, np
     records["hi"], records["lo"] = words[:, 0], words[:, 1]
     records["doc"] = np.arange(first, first + len(words))
     part = words[:, 0] % np.uint64(job.partitions)
-    offsets = hashpart.scatter(hashpart.spool_file(job.spool, "keys", i), records, part, job.partitions)
-    return offsets, np.array(codes, dtype=np.uint8)
+    offsets, spooled = hashpart.scatter(job.node, job.spool, "keys", i, records, part, job.partitions)
+    return offsets, np.array(codes, dtype=np.uint8), spooled
 
 
 def _repeats(job: _KeyJob, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
     """(document, first document with its SHA-256) for every repeat in one hash partition: its
     records arrive in document order, so a stable sort puts each key's first document first."""
-    records = hashpart.gather(job.spool, "keys", item[1], item[2])
+    records = hashpart.gather(job.node, job.spool, "keys", item[1], item[2])
     if records is None:
         return np.zeros((0, 2), dtype=np.int64)
     order = np.lexsort((records["lo"], records["hi"]))  # stable: documents stay ascending per key
@@ -264,35 +272,41 @@ def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, execut
     firsts = np.concatenate(([0], np.cumsum(rows, dtype=np.int64)))
     job_args = (hashpart.partition_count(int(firsts[-1]), _KEY_RECORD.itemsize), holdout)
     with tempfile.TemporaryDirectory(prefix=".albor-keys-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
-        job = _KeyJob(spool, *job_args)
+        executor = for_items(executor, len(paths), 2)
+        job = _KeyJob(spool, *job_args, task_node(executor.node))
         items = [(i, str(path), int(firsts[i])) for i, path in enumerate(paths)]
-        scattered = list(for_items(executor, len(items), 2).map(partial(_key_shard, job), items))
-        offsets = np.stack([o for o, _ in scattered]) if scattered else np.zeros((0, 2), np.int64)
+        scattered = list(executor.map(partial(_key_shard, job), items))
+        offsets = np.stack([o for o, _, _ in scattered]) if scattered else np.zeros((0, 2), np.int64)
         parts = hashpart.partition_items(offsets)
-        found = list(for_items(executor, len(parts), 2).map(partial(_repeats, job), parts))
+        job = replace(job, node=job.node.with_spools(s for _, _, s in scattered))
+        found = list(executor.map(partial(_repeats, job), parts))
     repeats = np.concatenate([np.zeros((0, 2), np.int64), *found])
     repeats = repeats[np.argsort(repeats[:, 0], kind="stable")]
-    codes = [np.array(c) for _, c in scattered]  # writable (Ray hands back read-only arrays)
+    codes = [np.array(c) for _, c, _ in scattered]  # writable (Ray hands back read-only arrays)
     for i in range(len(paths)):
         mine = repeats[(repeats[:, 0] >= firsts[i]) & (repeats[:, 0] < firsts[i + 1]), 0] - firsts[i]
         codes[i][mine] = DROPPED
     return ExactDedup(codes, repeats, firsts)
 
 
-def _write_splits(staging: str, item: tuple[int, str, np.ndarray]) -> dict[str, Shard]:
+def _write_splits(node: Node, staging: str, item: tuple[int, str, np.ndarray]) -> dict[str, Shard]:
     """Input shard `item` = (index, path, its documents' split codes) written as shard `index`
     of each split's set (possibly empty, so every split has a shard per input shard): a pure
-    function of the shard and its codes, so it runs on any executor."""
+    function of the shard and its codes, so it runs on any executor, on any node."""
     i, path, codes = item
+    dirs = {s: node.directory(Path(staging) / s) for s in SPLITS}
     with ExitStack() as stack:
-        sinks = {s: stack.enter_context(ParquetSink(Path(staging) / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS}
+        sinks = {s: stack.enter_context(ParquetSink(dirs[s] / shard_name(i), DOC_SCHEMA)) for s in SPLITS}
         start = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+        for batch in pq.ParquetFile(node.local(path)).iter_batches(batch_size=BATCH_ROWS):
             mine = codes[start : start + batch.num_rows]
             start += batch.num_rows
             for split in SPLITS:
                 sinks[split].write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
-    return {s: Shard.of(sink.path, sink.rows) for s, sink in sinks.items()}
+    shards = {s: Shard.of(sink.path, sink.rows) for s, sink in sinks.items()}
+    for split, shard in shards.items():
+        node.ship(dirs[split], shard)
+    return shards
 
 
 def _near_dedup(
@@ -365,9 +379,12 @@ def build_documents(
         for split in SPLITS:
             (staging / split).mkdir()
         items = [(i, str(path), codes[i]) for i, (_, path) in enumerate(inputs)]
-        written = for_items(executor, len(items), 2).map(partial(_write_splits, str(staging)), items)
+        writing = for_items(executor, len(items), 2)
+        node = task_node(writing.node)
+        written = writing.map(partial(_write_splits, node, str(staging)), items)
         for (name, _), parts in zip(inputs, written):
             for split, shard in parts.items():
+                node.land(staging / split, shard)
                 shards[split].append(shard.artifact(out_dir / split, data_root))
                 rows[split][name] += shard.rows
         if progress:

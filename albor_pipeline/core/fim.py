@@ -163,7 +163,7 @@ def apply_fim(
     done: list[_FimShard] = []
     with staged_dir(out) as staging:
         executor = for_items(executor, len(items), 4)
-        node = task_node(executor.node, data_root)
+        node = task_node(executor.node)
         task = partial(_fim_shard, _FimJob(fim, enabled, str(staging), node))
         for result in executor.map(task, items):
             node.land(staging, result.shard)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from albor_pipeline.core.nodes import Node, Spooled
 from albor_pipeline.core.shards import MB
 
 PARTITION_BYTES = 64 * MB  # records a partition task holds at most, about
@@ -31,19 +32,23 @@ def spool_file(spool: str | Path, kind: str, task: int) -> Path:
     return Path(spool) / f"{kind}-{task:06d}.npy"
 
 
-def scatter(path: Path, records: np.ndarray, part: np.ndarray, partitions: int) -> np.ndarray:
+def scatter(
+    node: Node, spool: str, kind: str, task: int, records: np.ndarray, part: np.ndarray, partitions: int
+) -> tuple[np.ndarray, Spooled | None]:
     """Write `records` grouped by their partition `part` (stably: each partition keeps the
-    records' order) to `path`; returns the partitions' start offsets (partitions + 1)."""
+    records' order) to task `task`'s file of `kind` where `node` writes the spool; returns the
+    partitions' start offsets (partitions + 1) and the file's record (`Node.spool`)."""
     order = np.argsort(part, kind="stable")
+    path = spool_file(node.directory(spool), kind, task)
     np.save(path, records[order])
-    return np.searchsorted(part[order], np.arange(partitions + 1)).astype(np.int64)
+    return np.searchsorted(part[order], np.arange(partitions + 1)).astype(np.int64), node.spool(path)
 
 
-def gather(spool: str | Path, kind: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+def gather(node: Node, spool: str | Path, kind: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
     """One partition's records: rows `starts[t]:ends[t]` of input task t's file, concatenated
     in task order (None when every slice is empty)."""
     parts = [
-        np.asarray(np.load(spool_file(spool, kind, t), mmap_mode="r")[s:e])
+        np.asarray(np.load(node.local(spool_file(spool, kind, t)), mmap_mode="r")[s:e])
         for t, (s, e) in enumerate(zip(starts.tolist(), ends.tolist()))
         if e > s
     ]

@@ -364,7 +364,7 @@ def clean_source(
     shards: list[Shard] = []
     with staged_dir(out) as staging:
         executor = for_items(executor, len(inputs), 2)
-        node = task_node(executor.node, data_root)
+        node = task_node(executor.node)
         task = partial(_clean_shard, _CleanJob(spec, str(staging), node))
         for chunk in executor.map(task, inputs):
             assert chunk.shard is not None

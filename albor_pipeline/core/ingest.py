@@ -447,7 +447,7 @@ def ingest_source(
     shards: list[Shard] = []
     with staged_dir(out) as staging:
         executor = for_items(executor, len(groups), 2)
-        node = task_node(executor.node, data_root)
+        node = task_node(executor.node)
         job = _IngestJob(src, str(staging), max_bytes, node)
         for part in executor.map(partial(_ingest_group, job), groups):
             for shard in part.shards:

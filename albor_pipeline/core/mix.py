@@ -197,7 +197,7 @@ def shuffle(
             for i, f in enumerate(files)
         ]
         scattering = for_items(executor, len(scatter), 4)
-        node = task_node(scattering.node, staging.parent)  # (the root matters only on a cluster's node)
+        node = task_node(scattering.node)
         job = _ShuffleJob(tmp, str(staging), tuple(int(b) for b in bounds), len(files), node)
         spooled = list(scattering.map(partial(_scatter, job), scatter))
         gathering = for_items(executor, job.shards, 4)  # on a cluster iff the scatter was
@@ -250,7 +250,7 @@ def mix_documents(
     counts = {name: len(pos) for name, pos in positions.items()}
     files = parquet_files(split_path)
     sizing = for_items(executor, len(files), 4)
-    node = task_node(sizing.node, data_root)
+    node = task_node(sizing.node)
     sizes = list(sizing.map(partial(_text_sizes, node), map(str, files)))
     nbytes = np.concatenate([b for b, _ in sizes])
     chars = None

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from albor_pipeline.core import hashpart
 from albor_pipeline.core.artifacts import TEMP_SUFFIX
 from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.nodes import IN_PLACE, Node, Spooled, task_node
 
 U64 = np.uint64
 P = U64(0x100000001B3)  # FNV prime: odd, so it has an inverse mod 2**64
@@ -252,11 +253,15 @@ class LshJob:
     agree: int  # signature positions a candidate pair shares (`min_agreement`)
     partitions: int
 
-    def spool_signatures(self, task: int, first: int, sigs: np.ndarray) -> np.ndarray:
+    def spool_signatures(
+        self, task: int, first: int, sigs: np.ndarray, node: Node = IN_PLACE
+    ) -> tuple[np.ndarray, list[Spooled | None]]:
         """Spool task `task`'s signatures (documents `first`, `first` + 1, ...) and scatter
-        their band keys; returns the partition offsets for `lsh_candidates`."""
+        their band keys where `node` writes; returns the partition offsets for
+        `lsh_candidates` and the two spool files."""
         sigs = np.asarray(sigs, dtype=U64).reshape(-1, self.num_perm)
-        np.save(hashpart.spool_file(self.spool, "sigs", task), sigs)
+        path = hashpart.spool_file(node.directory(self.spool), "sigs", task)
+        np.save(path, sigs)
         docs = np.flatnonzero(sigs[:, 0] != MAX_HASH)  # a document without shingles has no buckets
         keys = band_keys(sigs[docs], self.bands)  # (documents, bands)
         records = np.empty(keys.size, _LSH_RECORD)
@@ -264,21 +269,25 @@ class LshJob:
         records["key"] = keys.T.ravel()
         records["doc"] = np.tile(first + docs, self.bands)
         part = records["key"] % U64(self.partitions)
-        return hashpart.scatter(hashpart.spool_file(self.spool, "lsh", task), records, part, self.partitions)
+        offsets, keys_file = hashpart.scatter(node, self.spool, "lsh", task, records, part, self.partitions)
+        return offsets, [node.spool(path), keys_file]
 
-    def signatures(self, firsts: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    def signatures(self, firsts: np.ndarray, docs: np.ndarray, node: Node = IN_PLACE) -> np.ndarray:
         """The spooled signatures of `docs`; task t spooled documents firsts[t] .. firsts[t+1]-1."""
         tasks = np.searchsorted(firsts, docs, side="right") - 1
         out = np.empty((len(docs), self.num_perm), dtype=U64)
         for t in np.unique(tasks).tolist():
             mine = tasks == t
-            out[mine] = np.load(hashpart.spool_file(self.spool, "sigs", t), mmap_mode="r")[docs[mine] - firsts[t]]
+            spooled = np.load(node.local(hashpart.spool_file(self.spool, "sigs", t)), mmap_mode="r")
+            out[mine] = spooled[docs[mine] - firsts[t]]
         return out
 
 
-def _bucket_partition(job: LshJob, firsts: np.ndarray, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
+def _bucket_partition(
+    job: LshJob, node: Node, firsts: np.ndarray, item: tuple[int, np.ndarray, np.ndarray]
+) -> np.ndarray:
     """The candidate pairs of one hash partition of band keys: a task on any executor."""
-    records = hashpart.gather(job.spool, "lsh", item[1], item[2])
+    records = hashpart.gather(node, job.spool, "lsh", item[1], item[2])
     if records is None:
         return np.zeros((0, 2), dtype=np.int64)
     shared = []
@@ -294,17 +303,20 @@ def _bucket_partition(job: LshJob, firsts: np.ndarray, item: tuple[int, np.ndarr
     if not shared:
         return np.zeros((0, 2), dtype=np.int64)
     need = np.unique(np.concatenate([s["doc"] for s in shared]))
-    sigs = job.signatures(firsts, need)
+    sigs = job.signatures(firsts, need, node)
     return np.concatenate(
         [need[bucket_pairs(s["key"], np.searchsorted(need, s["doc"]), sigs, job.agree)] for s in shared]
     )
 
 
-def lsh_candidates(job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor) -> np.ndarray:
+def lsh_candidates(
+    job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor, node: Node = IN_PLACE
+) -> np.ndarray:
     """Every candidate pair (earlier, later), sorted, from the signature tasks' partition
-    offsets (a row per task) and first documents (then the total): a task per partition."""
+    offsets (a row per task) and first documents (then the total): a task per partition,
+    reading the spool through `node` (the signature tasks' node, with their spool files)."""
     items = hashpart.partition_items(offsets)
-    found = list(for_items(executor, len(items), 2).map(partial(_bucket_partition, job, firsts), items))
+    found = list(for_items(executor, len(items), 2).map(partial(_bucket_partition, job, node, firsts), items))
     pairs = np.concatenate([np.zeros((0, 2), dtype=np.int64), *found])
     return np.unique(pairs, axis=0) if len(pairs) else pairs
 
@@ -328,9 +340,12 @@ class NearDupIndex:
         agree = min_agreement(self.threshold, self.num_perm)
         return LshJob(str(spool), self.num_perm, self.bands, agree, partitions)
 
-    def find_candidates(self, job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor) -> None:
+    def find_candidates(
+        self, job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor, node: Node = IN_PLACE
+    ) -> None:
         """`pairs` from spooled signature tasks (`lsh_candidates`)."""
-        self.pairs = [(int(a), int(b)) for a, b in lsh_candidates(job, offsets, firsts, executor).tolist()]
+        pairs = lsh_candidates(job, offsets, firsts, executor, node)
+        self.pairs = [(int(a), int(b)) for a, b in pairs.tolist()]
 
     def add(self, text: str) -> int:
         """Index one document in memory (tests and small corpora)."""
@@ -342,7 +357,7 @@ class NearDupIndex:
         with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX) as spool:
             job = self.lsh(spool, len(self._added))
             sigs = np.stack(self._added) if self._added else np.zeros((0, self.num_perm), dtype=U64)
-            offsets = job.spool_signatures(0, 0, sigs)
+            offsets, _ = job.spool_signatures(0, 0, sigs)
             self.find_candidates(job, offsets[None], np.array([0, len(sigs)]), INLINE)
         return self.pairs
 
@@ -372,11 +387,13 @@ class NearDupIndex:
         with tempfile.TemporaryDirectory(prefix=".albor-shingles-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
             used = np.unique(loc[:, 0])
             items = [(int(f), files[f], loc[loc[:, 0] == f, 1]) for f in used]
-            job = _ShingleJob(self.ngram, spool)
+            shingling = for_items(executor, len(items), 2)
+            node = task_node(shingling.node)
+            job = _ShingleJob(self.ngram, spool, node)
             spans = np.zeros((len(docs), 3), dtype=np.int64)  # (spool file, start, end) per doc
-            for (f, _, _), offsets in zip(
-                items, for_items(executor, len(items), 2).map(partial(_shingle_file, job), items)
-            ):
+            spooled = []
+            for (f, _, _), (offsets, sent) in zip(items, shingling.map(partial(_shingle_file, job), items)):
+                spooled.append(sent)
                 mine = np.flatnonzero(loc[:, 0] == f)
                 spans[mine] = np.stack([np.full(len(mine), f), offsets[:-1], offsets[1:]], axis=1)
             size = max(MIN_PAIR_BLOCK, -(-len(pairs) // (PAIR_BLOCKS_PER_WORKER * executor.workers)))
@@ -385,7 +402,7 @@ class NearDupIndex:
                 block = pairs[start : start + size]
                 block_docs = np.unique(block)
                 blocks.append((block, block_docs, spans[np.searchsorted(docs, block_docs)]))
-            task = partial(score_pair_block, PairJob(spool, self.threshold))
+            task = partial(score_pair_block, PairJob(spool, self.threshold, node.with_spools(spooled)))
             scored = list(for_items(executor, len(blocks), 2).map(task, blocks))
         self.cluster(np.concatenate(scored) if scored else np.zeros(0))
 
@@ -427,16 +444,18 @@ def score_pairs(pairs: np.ndarray, shingles_of: Callable[[int], np.ndarray], thr
 class _ShingleJob:
     ngram: int
     spool: str
+    node: Node
 
 
-def _shingle_file(job: _ShingleJob, item: tuple[int, str, np.ndarray]) -> np.ndarray:
+def _shingle_file(job: _ShingleJob, item: tuple[int, str, np.ndarray]) -> tuple[np.ndarray, Spooled | None]:
     """The shingles of rows `rows` of Parquet file f (candidate documents), concatenated into
-    the spool file f; returns their offsets in it. A pure function of the file."""
+    the spool file f; returns their offsets in it and the file. A pure function of the file."""
     f, path, rows = item
-    texts = pq.read_table(path, columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
+    texts = pq.read_table(job.node.local(path), columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
     sets = [shingles(text, job.ngram) for text in texts]
-    np.save(f"{job.spool}/{f:05d}.npy", np.concatenate([np.zeros(0, U64), *sets]))
-    return np.cumsum([0, *map(len, sets)])
+    spooled = job.node.directory(job.spool) / f"{f:05d}.npy"
+    np.save(spooled, np.concatenate([np.zeros(0, U64), *sets]))
+    return np.cumsum([0, *map(len, sets)]), job.node.spool(spooled)
 
 
 PAIR_BLOCKS_PER_WORKER = 4  # pair blocks per worker: an even spread, and few tasks
@@ -450,6 +469,7 @@ class PairJob:
 
     spool: str
     threshold: float
+    node: Node = IN_PLACE
 
 
 def score_pair_block(job: PairJob, block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
@@ -461,7 +481,7 @@ def score_pair_block(job: PairJob, block: tuple[np.ndarray, np.ndarray, np.ndarr
     def shingles_of(doc: int) -> np.ndarray:
         f, start, end = where[np.searchsorted(docs, doc)].tolist()
         if f not in files:
-            files[f] = np.load(f"{job.spool}/{f:05d}.npy", mmap_mode="r")
+            files[f] = np.load(job.node.local(f"{job.spool}/{f:05d}.npy"), mmap_mode="r")
         return np.asarray(files[f][start:end])
 
     return score_pairs(pairs, shingles_of, job.threshold)

@@ -4,7 +4,7 @@ On one machine, or on a cluster that mounts the run's working copy, a task reads
 writes the data dir's files in place. A Ray worker on another machine has no such copy
 when the data dir is in a bucket, and needs none:
 - each input it reads is fetched from the bucket into the node's own content-addressed
-  cache (`<its work dir>/.albor-objects/ab/abcd…`), checked against the SHA-256 the
+  cache (`<its work dir>/.albor-objects/ab/abcd….parquet`), checked against the SHA-256 the
   stage's inputs recorded, so a node downloads a file once, whatever reads it later;
 - each shard it writes is uploaded as the object the stage will publish under its
   SHA-256, and the run's process brings it into its staging directory from there.
@@ -15,15 +15,18 @@ this run wrote (`NODE_FILE`), so a node that sees it at the run's path shares th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Generic, TypeVar, cast
 
 from albor_pipeline.core.artifacts import Artifact, sha256_file
 from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.shards import Shard
 from albor_pipeline.spec import work_dir
+
+T = TypeVar("T")
 
 Spooled = tuple[str, str, int]
 """A spool file a task sent through the bucket: its data-dir path, SHA-256 and bytes."""
@@ -72,7 +75,7 @@ class Node:
                 "there can read only its stage's recorded inputs"
             )
         sha, size = self.inputs[rel]
-        cached = self._home() / CACHE / sha[:2] / sha
+        cached = self._home() / CACHE / sha[:2] / (sha + Path(rel).suffix)  # readers go by the suffix
         if not cached.is_file():
             self._store().download(Artifact(path=rel, sha256=sha, bytes=size), cached)
         return cached
@@ -156,6 +159,26 @@ class Node:
         return Bucket(self.bucket, Layout(self._home()))
 
 
-def task_node(node: Node | None, root: Path) -> Node:
-    """The node an executor's tasks use: its own (a cluster's), else the run's machine's."""
-    return node if node is not None else Node(str(root))
+@dataclass(frozen=True)
+class OnNode(Generic[T]):
+    """`fn` of a data-dir file, given the file's copy on whichever node the task runs."""
+
+    node: Node
+    fn: Callable[[Path], T]
+
+    @property
+    def func(self) -> Callable[..., T]:
+        """The function a task log names (`executor.task_name`)."""
+        return cast(Callable[..., T], getattr(self.fn, "func", self.fn))
+
+    def __call__(self, path: str | Path) -> T:
+        return self.fn(self.node.local(path))
+
+
+IN_PLACE = Node("")
+"""Tasks on the run's machine (or with the data dir shared): every file where the run has it."""
+
+
+def task_node(node: Node | None) -> Node:
+    """The node an executor's tasks use: its own (a cluster's), else in place."""
+    return node if node is not None else IN_PLACE

@@ -246,7 +246,8 @@ def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefiniti
         manifest = read_manifest(store.layout, stage.name)
         store.ensure(manifest.outputs)
         mark = TASKS.mark()
-        executor = execution.executor(context.log.info, store.node({stage.name: manifest.outputs}))
+        # A check reads the stage's outputs and, at times, its inputs (the corpus's tokenizer).
+        executor = execution.executor(context.log.info, store.node({"in": manifest.inputs, "out": manifest.outputs}))
         outcome = check.run(CheckContext(store.layout, manifest, executor))
         return _check_result(outcome, TASKS.since(mark))
 
