@@ -14,9 +14,10 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from albor_pipeline.cli import main as albor
 from albor_pipeline.core import documents
 from albor_pipeline.core import executor as executor_module
-from albor_pipeline.core.artifacts import record
+from albor_pipeline.core.artifacts import iter_manifests, read_manifest, record
 from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.checks import check_min_chars, check_no_near_leak
 from albor_pipeline.core.corpus import build_corpus
@@ -185,9 +186,11 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
 
 
 @pytest.fixture
-def far_node(tmp_path):
+def far_cluster(s3, tmp_path):
     """A Ray cluster on loopback whose CPUs are all on a second node with its own work dir
-    (`ALBOR_WORK_DIR`), as on another machine: the head has none, so every task runs there."""
+    (`ALBOR_WORK_DIR`), as on another machine: the head has none, so every task runs there.
+    Its nodes start after the S3 server, with its settings, as a remote machine's would be
+    configured. Yields (address, the second node's work dir)."""
     from ray.cluster_utils import Cluster
 
     home = tmp_path / "node-b"
@@ -195,11 +198,20 @@ def far_node(tmp_path):
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1", env_vars={"ALBOR_WORK_DIR": str(home)})
-        ray.init(address=cluster.address, log_to_driver=False)
+        yield cluster.address, home
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture
+def far_node(far_cluster):
+    """`far_cluster`, joined by this process; yields the second node's work dir."""
+    address, home = far_cluster
+    ray.init(address=address, log_to_driver=False)
+    try:
         yield home
     finally:
         ray.shutdown()
-        cluster.shutdown()
 
 
 def _files(root: Path, *dirs: str) -> dict[str, bytes]:
@@ -211,10 +223,10 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
     (encoding, packing) and the checks that fan out (near leaks, min chars) on a node
     that does not share the run's working copy (no token file at the run's path there): each
     task fetches its inputs from the bucket into the node's cache by SHA-256 and uploads its
-    shards and spool files (keys, signatures, shingles, scatter, token ids) as objects; the run lands the shards in its
-    staging directory and the token files in its spool; the sets equal an inline run's byte
-    for byte. A node that sees the run's token works in place; a task there reading a file
-    its stage did not record is refused."""
+    shards and spool files (keys, signatures, shingles, scatter, token ids) as objects; the
+    run lands the shards in its staging directory and the token files in its spool; the sets
+    equal an inline run's byte for byte. A task there reading a file its stage did not
+    record is refused."""
     s3.create_bucket(Bucket="albor-nodes")
     uri, run, local = "s3://albor-nodes/team", tmp_path / "run", tmp_path / "local"
     code = tmp_path / "code"  # real code, plus near-duplicates of three files for near dedup
@@ -310,20 +322,66 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
     assert not [p for p in far_node.rglob("*") if p.is_file() and CACHE not in p.parts]
     assert {a.sha256 for arts in far for a in arts if a.path.endswith(".parquet")} <= objects
 
-    # A node that reads this run's token at the run's path shares the copy: it works in place.
-    (run / NODE_FILE).write_text("run-2")
-    node = Node.of(run, uri, "run-2", {"i": far[0]})
-    clean_source(run / "ingested/s", HygieneSpec(), run / "filtered/t", run, executor=RayExecutor(2, node=node))
-    assert _files(run, "filtered/t").values() and list(_files(run, "filtered/t").values()) == list(
-        _files(run, "filtered/s").values()
-    )
-    assert {p.name.split(".")[0] for p in (far_node / CACHE).rglob("*") if p.is_file()} == cached
-
     # On a node that does not share it, a task reads only its stage's recorded inputs.
     unrecorded = RayExecutor(2, node=Node.of(run, uri, "run-3", {}))
     with pytest.raises(NodeError, match=r"ingested/s/part-00000-0000.parquet: this node .*node-b.* recorded inputs"):
         clean_source(run / "ingested/s", HygieneSpec(), run / "filtered/u", run, executor=unrecorded)
     assert not (run / "filtered/u").exists()
+
+
+@pytest.mark.slow
+def test_the_whole_graph_into_a_bucket_with_every_task_on_a_node_without_the_working_copy(
+    s3, far_cluster, tmp_path, monkeypatch, capsys
+):
+    """The whole default-shaped graph, its data dir in a bucket and `execution` pointing at a
+    cluster whose only CPUs are on a node that does not share the run's working copy: every
+    per-shard task ran there, reading and writing through the bucket, and the bucket's
+    manifests equal a local data dir's byte for byte; `albor verify` passes against it."""
+    address, home = far_cluster
+    s3.create_bucket(Bucket="albor-far")
+    uri = "s3://albor-far/team"
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "work"))
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict()))
+    config = {"backend": "ray", "address": address, "workers": 2}
+    with dg.DagsterInstance.ephemeral() as instance:
+        job = build_definitions(spec, uri).resolve_job_def(BUILD_JOB)
+        result = job.execute_in_process(instance=instance, run_config={"resources": {"execution": {"config": config}}})
+        messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert result.success and any(f"per-shard tasks run on {address}" in m for m in messages)
+    materialize_all(spec, tmp_path / "local")
+
+    local = Layout(tmp_path / "local")
+    bucket = Bucket(uri, Layout(tmp_path / "work"))
+    assert [m.model_dump() for m in bucket.manifests()] == [m.model_dump() for m in iter_manifests(local)]
+    assert albor(["verify", "--data-dir", uri]) == 0
+    assert " 0 failed, 0 stale stage(s)" in capsys.readouterr().err
+    # The far node read every per-shard stage's inputs from its own cache: the ingested shards
+    # (hygiene), the FIM shards (the corpus) and the corpus shards (its checks), among others.
+    cached = {p.name.split(".")[0] for p in (home / CACHE).rglob("*") if p.is_file()}
+    for stage in ("ingested/stdlib_json_email", "fim/train", "corpus/train"):
+        shards = [a.sha256 for a in read_manifest(local, stage).outputs if a.path.endswith(".parquet")]
+        assert shards and set(shards) <= cached, stage
+
+
+def test_a_node_works_in_place_only_in_the_run_s_own_copy(tmp_path, monkeypatch):
+    """A node's work dir is `$ALBOR_WORK_DIR`, else the run's copy's path; it works in place
+    only when that is the run's copy and holds this run's token (the same machine, or a
+    mount); elsewhere its directory is its own, filled from the bucket. Without a bucket
+    every node shares the data dir."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / NODE_FILE).write_text("run-1")
+    node = Node(str(run), "s3://b/p", "run-1")
+    monkeypatch.delenv("ALBOR_WORK_DIR", raising=False)
+    assert node.shared()  # the run's machine: its copy's path, its token
+    assert not Node(str(run), "s3://b/p", "run-0").shared()  # an earlier run's token
+    assert not Node(str(tmp_path / "elsewhere"), "s3://b/p", "run-1").shared()  # the path is not there
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "node-b"))
+    assert not node.shared()  # the node's own work dir
+    assert node.directory(run / "mixed/.staging") == tmp_path / "node-b/mixed/.staging"
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(run))
+    assert node.shared() and node.directory(run / "x") == run / "x"
+    assert Node(str(tmp_path / "elsewhere")).shared()  # no bucket: a shared data dir
 
 
 def test_execution_spec_rules():

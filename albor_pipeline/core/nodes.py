@@ -9,12 +9,15 @@ when the data dir is in a bucket, and needs none:
 - each shard it writes is uploaded as the object the stage will publish under its
   SHA-256, and the run's process brings it into its staging directory from there.
 
-Which case a task is in is decided where it runs: the run's copy holds a token file only
-this run wrote (`NODE_FILE`), so a node that sees it at the run's path shares the copy.
+Which case a task is in is decided where it runs. A node works in its own work dir:
+`$ALBOR_WORK_DIR` there, else the run's copy's path. When that is the run's copy (the
+same machine, or a mount at the same path), it holds a token file only this run wrote
+(`NODE_FILE`), and the node works in place; otherwise the directory is the node's own.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +27,6 @@ from albor_pipeline.core.artifacts import Artifact, sha256_file
 from albor_pipeline.core.bucket import Bucket
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.shards import Shard
-from albor_pipeline.spec import work_dir
 
 T = TypeVar("T")
 
@@ -59,6 +61,8 @@ class Node:
         """True where the run's working copy is this node's too (the run's own machine, or a mount)."""
         if self.bucket is None:
             return True
+        if self._home() != Path(self.root):
+            return False
         try:
             return (Path(self.root) / NODE_FILE).read_text() == self.token
         except OSError:
@@ -151,8 +155,9 @@ class Node:
         return Path(path).relative_to(self.root).as_posix()
 
     def _home(self) -> Path:
-        assert self.bucket is not None
-        return work_dir(self.bucket)
+        """This node's work dir: `$ALBOR_WORK_DIR`, else where the run keeps its copy."""
+        where = os.environ.get("ALBOR_WORK_DIR")
+        return Path(where).resolve() if where else Path(self.root)
 
     def _store(self) -> Bucket:
         assert self.bucket is not None
