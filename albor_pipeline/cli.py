@@ -15,9 +15,10 @@ from typing import Any
 
 from albor_pipeline.core.artifacts import StageManifest, iter_manifests, write_bytes
 from albor_pipeline.core.bucket import Bucket
+from albor_pipeline.core.commit import recover_commits
 from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
 from albor_pipeline.core.lock import DataDirBusy, bucket_lock, exclusive
-from albor_pipeline.core.provenance import stale_stages, verify, verify_bucket
+from albor_pipeline.core.provenance import VerifyReport, stale_stages, verify, verify_bucket
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
 
 
@@ -183,7 +184,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     root = data_dir()
     try:
-        report = verify(root) if isinstance(root, Path) else verify_bucket(Bucket(root, Layout(work_dir(root))))
+        report = (
+            _verify_local(root, args.wait)
+            if isinstance(root, Path)
+            else verify_bucket(Bucket(root, Layout(work_dir(root))))
+        )
     except FileNotFoundError as exc:
         print(f"albor verify: {exc}", file=sys.stderr)
         return 2
@@ -209,6 +214,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     ok = len(report.files) - sum(r.status != "ok" for r in report.files)
     print(f"{ok} ok, {len(report.failed)} failed, {len(report.stale)} stale stage(s)", file=sys.stderr)
     return 1 if report.failed else 0
+
+
+def _verify_local(root: Path, wait: bool) -> VerifyReport:
+    """Verify holding the data dir's lock when it is free (first finishing or undoing any
+    commit a dead run left), else beside the run holding it (`wait`: after it)."""
+    layout = Layout(root)
+    if not layout.manifests_dir.is_dir():
+        return verify(root)  # says nothing is materialized
+    try:
+        with exclusive(layout.lock_file, f"albor verify, pid {os.getpid()}", wait, log=print):
+            for line in recover_commits(root, layout.pending_commits()):
+                print(f"albor verify: a run died mid-commit: {line}")
+            return verify(root)
+    except DataDirBusy as busy:
+        print(f"albor verify: {busy.holder} holds the data dir; stages it is committing are left out")
+    except PermissionError:
+        print("albor verify: the data dir is read-only here; commits under way are left out")
+    return verify(root, running=True)
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -256,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--spec", help="pipeline spec (default: $ALBOR_SPEC or data/pipeline.yaml)")
         p.add_argument("--data-dir", help="output root (default: $ALBOR_DATA_DIR or data/artifacts)")
         p.set_defaults(fn=fn)
+        if name == "verify":
+            p.add_argument("--wait", action="store_true", help="wait for a run holding the data dir to finish")
         if name == "gc":
             p.add_argument(
                 "--older-than-hours",

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from albor_pipeline.core.commit import TEMP_SUFFIX, fsync_dir, put_in_place
 from albor_pipeline.core.layout import Layout
 
 T = TypeVar("T")
@@ -71,17 +72,8 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-TEMP_SUFFIX = ".tmp"
-"""Every temp file or directory this package creates is hidden (leading dot) and ends in
-`.tmp`, beside its final name: `remove_temps` finds what a killed run left behind."""
+# Every temp file or directory this package creates is hidden (leading dot) and ends in
+# TEMP_SUFFIX (`.tmp`), beside its final name: `remove_temps` finds what a killed run left behind.
 
 # Errors that mean "the disk cannot take this write": named with the file being written.
 _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
@@ -108,7 +100,8 @@ def atomic_path(final: Path) -> Iterator[Path]:
     """Yield a temp path beside `final`; if the block succeeds, fsync it and rename it into place.
 
     If anything fails (the block, the fsync, the rename) the temp file is removed and
-    `final` keeps its previous bytes.
+    `final` keeps its previous bytes. Inside a stage, the rename goes through the stage's
+    journal (`core/commit.py`), so it commits with the stage's manifest.
     """
     with _naming_write_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -120,10 +113,10 @@ def atomic_path(final: Path) -> Iterator[Path]:
             yield tmp
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
-            os.replace(tmp, final)
-            _fsync_dir(final.parent)
-        finally:
+        except BaseException:
             tmp.unlink(missing_ok=True)
+            raise
+        put_in_place(tmp, final)  # on failure the temp may hold the old bytes: recovery decides
 
 
 @contextmanager
@@ -131,7 +124,8 @@ def staged_dir(final: Path) -> Iterator[Path]:
     """Yield an empty temp directory beside `final`; on success it replaces `final` whole.
 
     For stages that write several files (documents, tokenizer, corpus shards): a failed
-    run leaves the previous set untouched instead of a mix of old and new files.
+    run leaves the previous set untouched instead of a mix of old and new files, and a
+    reader of `final` sees the whole old set or the whole new set (`core/commit.py`).
     """
     with _naming_write_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -139,20 +133,11 @@ def staged_dir(final: Path) -> Iterator[Path]:
         try:
             os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; artifact directories are shared
             yield tmp
-            _fsync_dir(tmp)
-            old = final.with_name(f".{final.name}.{os.getpid()}.old{TEMP_SUFFIX}")
-            if final.exists():
-                os.rename(final, old)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if old.exists():
-                    os.rename(old, final)  # put the previous set back
-                raise
-            _fsync_dir(final.parent)
-            shutil.rmtree(old, ignore_errors=True)
-        finally:
+            fsync_dir(tmp)
+        except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        put_in_place(tmp, final)  # on failure the temp may hold the old set: recovery decides
 
 
 @contextmanager

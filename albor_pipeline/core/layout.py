@@ -153,6 +153,19 @@ class Layout:
         return self.manifests_dir / f"{stage.replace('/', '__')}.json"
 
     @property
+    def journals_dir(self) -> Path:
+        """Commits under way: a stage's journal lives here until its manifest lands (`core/commit.py`)."""
+        return self.manifests_dir / ".pending"
+
+    def journal(self, stage: str) -> Path:
+        return self.journals_dir / f"{stage.replace('/', '__')}.jsonl"
+
+    def pending_commits(self) -> list[tuple[str, Path, Path]]:
+        """(stage, journal, manifest) of every commit a run left unfinished."""
+        found = sorted(self.journals_dir.glob("*.jsonl")) if self.journals_dir.is_dir() else []
+        return [(j.stem.replace("__", "/"), j, self.manifests_dir / f"{j.stem}.json") for j in found]
+
+    @property
     def lock_file(self) -> Path:
         """Held by the one run writing this data dir (`core/lock.py`)."""
         return self.root / ".albor.lock"

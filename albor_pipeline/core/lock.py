@@ -3,7 +3,8 @@
 `fcntl.flock` on the data dir's lock file: the OS releases it when the holding process
 exits, however it dies, so a killed run never blocks the next one. While held, the
 file names its holder (pid, run id), which a second run shows while it waits or fails.
-Whoever takes the lock removes the temp files of runs that died: no writer is alive.
+Whoever takes the lock finishes or undoes the commits of runs that died, then removes
+their temp files: no writer is alive.
 
 A data dir in a bucket is locked in the bucket itself (`bucket_lock`), so runs on
 different machines, each with its own working copy, also take it one at a time.
@@ -25,12 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from albor_pipeline.core.artifacts import remove_temps
+from albor_pipeline.core.commit import recover_commits
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.stage import Progress
 
 
 class DataDirBusy(RuntimeError):
-    """Another live run holds the data dir (and `on_busy` is `fail`)."""
+    """Another live run holds the data dir (and `on_busy` is `fail`); `holder` names it."""
+
+    def __init__(self, message: str, holder: str = "another run") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 def _holder(fd: int) -> str:
@@ -54,7 +60,8 @@ def exclusive(path: Path, holder: str, wait: bool = True, log: Progress = print)
             if not wait:
                 raise DataDirBusy(
                     f"data dir {path.parent} is in use by {other}; one run per data dir "
-                    "(set locking.on_busy: wait to queue behind it)"
+                    "(set locking.on_busy: wait to queue behind it)",
+                    other,
                 ) from None
             log(f"waiting for data dir {path.parent}: in use by {other}")
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -69,8 +76,11 @@ def exclusive(path: Path, holder: str, wait: bool = True, log: Progress = print)
 
 @contextmanager
 def data_dir_lock(layout: Layout, holder: str, wait: bool = True, log: Progress = print) -> Iterator[list[Path]]:
-    """Hold `layout`'s data dir for the block; yields the dead runs' temp paths it removed."""
+    """Hold `layout`'s data dir for the block; yields the dead runs' temp paths it removed,
+    after finishing or undoing the commits they left (`core/commit.py`)."""
     with exclusive(layout.lock_file, holder, wait, log):
+        for line in recover_commits(layout.root, layout.pending_commits()):
+            log(f"a run that died mid-commit: {line}")
         yield remove_temps(layout.root)
 
 

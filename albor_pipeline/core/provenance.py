@@ -7,13 +7,15 @@ says the same for people, with full hashes. `verify` re-hashes every listed file
 
 from __future__ import annotations
 
+import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from albor_pipeline.core.artifacts import TEMP_SUFFIX, StageManifest, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.core.bucket import IO_THREADS, Bucket
+from albor_pipeline.core.commit import BACKUP_SUFFIX
 from albor_pipeline.core.layout import (
     DOCUMENTS,
     TOKENIZER,
@@ -331,9 +333,12 @@ class VerifyRow:
     path: str
     expected: str
     actual: str | None  # None: missing
+    committing: bool = False  # its stage was committing while a run held the data dir
 
     @property
     def status(self) -> str:
+        if self.committing:
+            return "committing"
         if self.actual is None:
             return "MISSING"
         return "ok" if self.actual == self.expected else "CHANGED"
@@ -348,10 +353,11 @@ class VerifyReport:
     stale: dict[str, list[str]]  # stage -> upstream stages rebuilt after it ran
     temps: list[str]  # left by runs that died; the next run removes them
     unreferenced: int = 0  # a bucket's objects no manifest names (older versions): not failures
+    producers: dict[str, str] = field(default_factory=dict)  # output path -> the stage that recorded it
 
     @property
     def failed(self) -> list[str]:
-        return [f"{r.status}: {r.path}" for r in self.files if r.status != "ok"] + [
+        return [f"{r.status}: {r.path}" for r in self.files if r.status not in ("ok", "committing")] + [
             f"UNRECORDED: {p}" for p in self.unrecorded
         ]
 
@@ -359,35 +365,71 @@ class VerifyReport:
 _NOT_ARTIFACTS = ("manifests", "cache")  # bookkeeping under the data dir, not stage outputs
 
 
-def verify(root: Path) -> VerifyReport:
+def verify(root: Path, running: bool = False) -> VerifyReport:
     """Re-hash every output each stage recorded in its manifest, and find stale stages.
 
     Checks what the stages actually recorded (so it holds after a failed or killed run,
     when provenance.json describes an older build). A stage is stale when an input it
     recorded no longer matches what its producer recorded last: the producer was rebuilt
     after it, as Dagster would mark it.
+
+    `running`: a run holds the data dir. A stage that was committing while its files were
+    hashed (a pending journal, or its manifest replaced meanwhile) is checked again, and
+    reported as `committing` rather than CHANGED if it still is: never a false alarm.
     """
     layout = Layout(root)
+    for _ in range(VERIFY_PASSES if running else 1):
+        before = _commit_state(layout)
+        report = _verify_pass(layout)
+        after = _commit_state(layout)
+        moving = {stage for stage in before.keys() | after.keys() if before.get(stage) != after.get(stage)}
+        moving |= {stage for stage, digest in after.items() if digest == PENDING}
+        report = replace(report, files=[_committing(r, moving, report.producers) for r in report.files])
+        if not running or not report.failed or not moving:
+            return report
+    return report
+
+
+VERIFY_PASSES = 3
+PENDING = "pending"
+
+
+def _commit_state(layout: Layout) -> dict[str, str]:
+    """Each stage's manifest digest, or PENDING while its commit is under way."""
+    state = {
+        p.stem.replace("__", "/"): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in layout.manifests_dir.glob("*.json")
+    }
+    state.update({stage: PENDING for stage, _, _ in layout.pending_commits()})
+    return state
+
+
+def _committing(row: VerifyRow, moving: set[str], producers: dict[str, str]) -> VerifyRow:
+    return replace(row, committing=True) if row.status != "ok" and producers.get(row.path) in moving else row
+
+
+def _verify_pass(layout: Layout) -> VerifyReport:
+    root = layout.root
     manifests = list(iter_manifests(layout))
     if not manifests:
         raise FileNotFoundError(f"nothing materialized under {root} (no stage manifests in {layout.manifests_dir})")
     rows = []
-    recorded = set()
+    producers = {}
     for m in manifests:
         for art in m.outputs:
             path = root / art.path
             rows.append(VerifyRow(art.path, art.sha256, sha256_file(path) if path.is_file() else None))
-            recorded.add(art.path)
+            producers[art.path] = m.stage
     unrecorded, temps = [], []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root)
         if rel.parts[0] in _NOT_ARTIFACTS or path == layout.lock_file:
             continue
-        if any(part.startswith(".") and part.endswith(TEMP_SUFFIX) for part in rel.parts):
+        if any(part.startswith(".") and part.endswith((TEMP_SUFFIX, BACKUP_SUFFIX)) for part in rel.parts):
             temps.append(rel.as_posix())
-        elif rel.as_posix() not in recorded:
+        elif rel.as_posix() not in producers:
             unrecorded.append(rel.as_posix())
-    return VerifyReport(rows, unrecorded, stale_stages(manifests), temps)
+    return VerifyReport(rows, unrecorded, stale_stages(manifests), temps, producers=producers)
 
 
 def verify_bucket(bucket: Bucket) -> VerifyReport:

@@ -19,6 +19,7 @@ from albor_pipeline.core.artifacts import (
     read_manifest,
     reserved_write,
 )
+from albor_pipeline.core.commit import Journal, journaled, recover_journal
 from albor_pipeline.core.layout import Layout
 
 Progress = Callable[[str], None]
@@ -67,13 +68,16 @@ def run_stage(
     """Verify `upstream`'s files, run `work` on them, then record the stage's manifest.
 
     The manifest's disk space is taken before the work and the manifest is written only
-    after the work succeeded, so a failed stage leaves its previous record (and files)
-    as they were, and a stage whose outputs were committed is always recorded.
+    after the work succeeded. Every output the work puts in place is journaled, so the
+    outputs commit with the manifest: a failed or killed stage leaves its previous files
+    and record (`core/commit.py`), and a stage whose outputs were committed is recorded.
     """
+    journal = Journal.open(layout.journal(stage), layout.root, layout.manifest(stage))
     try:
         with reserved_write(layout.manifest(stage), MANIFEST_ROOM) as record:
             inputs = verified_inputs(layout, upstream, fetch)
-            out = work(inputs)
+            with journaled(journal):
+                out = work(inputs)
             manifest = StageManifest(
                 stage=stage,
                 outputs=out.artifacts,
@@ -81,12 +85,23 @@ def run_stage(
                 config=out.config,
                 summary=out.summary,
             )
-            record.append(json_bytes(manifest.model_dump(mode="json")))
-    except StageIOError:
+            data = json_bytes(manifest.model_dump(mode="json"))
+            journal.seal(data)
+            record.append(data)
+    except BaseException as err:
+        if journal.path.exists():
+            recover_journal(journal.path, layout.root, journal.manifest)
+        if isinstance(err, OSError) and not isinstance(err, StageIOError):
+            raise _stage_io_error(stage, err) from err
         raise
-    except OSError as err:
-        if err.errno is None or err.strerror is None:
-            raise StageIOError(f"stage {stage}: {err}") from err
-        where = f": {err.filename}" if err.filename else ""
-        raise StageIOError(err.errno, f"stage {stage}: {err.strerror}{where}") from err
+    journal.finish()
     return manifest, out
+
+
+def _stage_io_error(stage: str, err: OSError) -> StageIOError:
+    """`err` naming the stage (and the file, when the OS named one)."""
+    if err.errno is None or err.strerror is None:
+        return StageIOError(f"stage {stage}: {err}")
+    where = f": {err.filename}" if err.filename else ""
+    return StageIOError(err.errno, f"stage {stage}: {err.strerror}{where}")
+

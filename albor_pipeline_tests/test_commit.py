@@ -1,0 +1,221 @@
+"""A stage's commit is atomic with its manifest: killed at every step of the commit path, a
+stage leaves the whole old set or the whole new set under each final name, `albor verify`
+passes (finishing or undoing the dead commit), and the next lock holder does the same.
+
+A real stage process (`run_stage` over real Parquet and JSON writes) is killed by the
+commit code's fault hook (`ALBOR_FAULT`), for a single file, a shard set, and a stage that
+commits several directories and a file (as `documents` and the corpus do).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from albor_pipeline import cli
+from albor_pipeline.core import commit
+from albor_pipeline.core.artifacts import ParquetSink, atomic_path, record, staged_dir, write_json
+from albor_pipeline.core.layout import Layout
+from albor_pipeline.core.lock import data_dir_lock
+from albor_pipeline.core.provenance import verify
+from albor_pipeline.core.stage import StageOutput, run_stage
+
+SCHEMA = pa.schema([("text", pa.string())])
+# What each kind of stage writes: final names (relative to the data dir) -> "file" or "dir".
+KINDS = {
+    "file": {"eval/set.parquet": "file"},
+    "shards": {"fim/train": "dir"},
+    "multi": {"documents/train": "dir", "documents/val": "dir", "documents/report.json": "file"},
+}
+STEPS = ("commit-journaled", "commit-swapped", "commit-backed-up")
+
+
+def _shards(version: str) -> int:
+    """A version's shard count differs, so a mix of two versions' files is visible."""
+    return 3 if version == "v1" else 2
+
+
+def _write_parquet(path: Path, version: str, rows: int = 50) -> None:
+    with ParquetSink(path, SCHEMA) as sink:
+        sink.write(pa.table({"text": [f"{version}-{i}" for i in range(rows)]}))
+
+
+def _write(root: Path, kind: str, version: str) -> list[Path]:
+    """The stage's outputs, each put in place the way the stages do it."""
+    files: list[Path] = []
+    for rel, shape in KINDS[kind].items():
+        final = root / rel
+        if shape == "dir":
+            with staged_dir(final) as staging:
+                for k in range(_shards(version)):
+                    _write_parquet(staging / f"part-{k:05d}-0000.parquet", version)
+            files += sorted(final.iterdir())
+        elif final.suffix == ".json":
+            write_json(final, {"version": version})
+            files.append(final)
+        else:
+            _write_parquet(final, version)
+            files.append(final)
+    return files
+
+
+def run(root: Path, kind: str, version: str) -> None:
+    """One materialization of the stage `kind` writing `version` (what the subprocess runs)."""
+    layout = Layout(root)
+
+    def work(_inputs: object) -> StageOutput:
+        files = _write(root, kind, version)
+        return StageOutput(artifacts=[record(f, root) for f in files], config={"version": version})
+
+    run_stage(layout, kind, (), work)
+
+
+def _run_killed(root: Path, kind: str, version: str, fault: str | None) -> int:
+    env = {"PATH": "/usr/bin:/bin", **({commit.FAULT_ENV: fault} if fault else {})}
+    cmd = [sys.executable, "-m", "albor_pipeline_tests.test_commit", str(root), kind, version]
+    return subprocess.run(cmd, env=env, cwd=Path(__file__).parents[1], timeout=120).returncode
+
+
+def _version_seen(root: Path, rel: str, shape: str) -> str | None:
+    """The one version a reader finds under a final name (None: absent); fails on a mix."""
+    final = root / rel
+    if not final.exists():
+        return None
+    if final.suffix == ".json":
+        return str(json.loads(final.read_text())["version"])
+    files = sorted(final.glob("part-*.parquet")) if shape == "dir" else [final]
+    versions = {row.split("-")[0] for f in files for row in pq.read_table(f).column("text").to_pylist()}
+    assert len(versions) == 1, f"{rel} mixes versions {versions}"
+    version = versions.pop()
+    if shape == "dir":
+        assert len(files) == _shards(version), f"{rel}: {len(files)} shards of {version}"
+    return version
+
+
+def _reader_view(root: Path, kind: str) -> dict[str, str | None]:
+    return {rel: _version_seen(root, rel, shape) for rel, shape in KINDS[kind].items()}
+
+
+def _points(kind: str) -> list[str]:
+    """Every step of the commit path, at each output it replaces."""
+    outputs = len(KINDS[kind])
+    return [f"{step}:{n}" for step in STEPS for n in range(1, outputs + 1)] + [
+        "commit-sealed",
+        "commit-manifest-written",
+    ]
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each kind's stage materialized once (v1), to copy before every kill."""
+    built = {}
+    for kind in KINDS:
+        root = tmp_path_factory.mktemp(f"v1-{kind}")
+        assert _run_killed(root, kind, "v1", None) == 0
+        built[kind] = root
+    return built
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_kill_at_every_commit_step_leaves_a_whole_set_and_verify_passes(kind, committed, tmp_path, monkeypatch):
+    for point in _points(kind):
+        root = tmp_path / point.replace(":", "-")
+        shutil.copytree(committed[kind], root)
+        assert _run_killed(root, kind, "v2", point) == -signal.SIGKILL, point
+        view = _reader_view(root, kind)  # before any recovery: each name whole, old or new
+        assert set(view.values()) <= {"v1", "v2"}, (point, view)
+        monkeypatch.setenv("ALBOR_DATA_DIR", str(root))
+        assert cli.main(["verify", "--data-dir", str(root)]) == 0, point
+        landed = point == "commit-manifest-written"
+        assert set(_reader_view(root, kind).values()) == {"v2" if landed else "v1"}, point
+        assert not Layout(root).pending_commits()
+        assert not list(root.rglob(f"*{commit.BACKUP_SUFFIX}")), point
+        assert _run_killed(root, kind, "v3", None) == 0  # and the next run builds on it
+        assert not verify(root).failed
+
+
+def test_the_next_lock_holder_undoes_a_dead_commit_before_removing_temps(committed, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(committed["multi"], root)
+    assert _run_killed(root, "multi", "v2", "commit-swapped:2") == -signal.SIGKILL
+    assert Layout(root).pending_commits()
+    lines: list[str] = []
+    with data_dir_lock(Layout(root), "test", log=lines.append):
+        pass
+    assert any("multi: rolled back 2 output(s)" in line for line in lines), lines
+    assert set(_reader_view(root, "multi").values()) == {"v1"}
+    assert not verify(root).failed and not verify(root).temps
+
+
+def test_a_first_build_killed_mid_commit_leaves_no_output(tmp_path, monkeypatch):
+    assert _run_killed(tmp_path, "multi", "v1", "commit-sealed") == -signal.SIGKILL
+    monkeypatch.setenv("ALBOR_DATA_DIR", str(tmp_path))
+    assert cli.main(["verify", "--data-dir", str(tmp_path)]) == 2  # nothing materialized yet
+    with data_dir_lock(Layout(tmp_path), "test", log=print):
+        pass
+    assert set(_reader_view(tmp_path, "multi").values()) == {None}
+
+
+def test_a_failing_stage_puts_back_what_it_replaced_even_without_exchange(tmp_path, monkeypatch):
+    """A filesystem that cannot exchange names: two renames, still journaled and undone."""
+    run(tmp_path, "multi", "v1")
+    monkeypatch.setattr(commit, "exchange", lambda a, b: False)
+
+    def failing(_inputs: object) -> StageOutput:
+        _write(tmp_path, "multi", "v2")
+        raise RuntimeError("the stage fails after putting its outputs in place")
+
+    with pytest.raises(RuntimeError, match="fails after"):
+        run_stage(Layout(tmp_path), "multi", (), failing)
+    assert set(_reader_view(tmp_path, "multi").values()) == {"v1"}
+    assert not verify(tmp_path).failed and not Layout(tmp_path).pending_commits()
+
+
+def test_verify_beside_a_run_reports_a_commit_under_way_not_a_change(committed, tmp_path, monkeypatch, capsys):
+    """A run holds the lock and its commit is under way (files swapped, manifest not yet
+    written): verify says so, and names no file CHANGED or MISSING."""
+    root = tmp_path / "data"
+    shutil.copytree(committed["shards"], root)
+    assert _run_killed(root, "shards", "v2", "commit-backed-up") == -signal.SIGKILL
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,sys,time; f=open(sys.argv[1],'w'); fcntl.flock(f, 2); print(1, flush=True); time.sleep(60)",
+            str(Layout(root).lock_file),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline()
+        monkeypatch.setenv("ALBOR_DATA_DIR", str(root))
+        assert cli.main(["verify", "--data-dir", str(root)]) == 0
+        out = capsys.readouterr().out
+        assert "holds the data dir" in out and "committing" in out
+        assert "CHANGED" not in out and "MISSING" not in out
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli.main(["verify", "--data-dir", str(root)]) == 0  # now free: rolled back, all ok
+    assert "rolled back" in capsys.readouterr().out
+
+
+def test_put_in_place_outside_a_stage_and_inside_a_staging_dir_is_a_plain_rename(tmp_path):
+    with atomic_path(tmp_path / "a.bin") as tmp:
+        tmp.write_bytes(b"one")
+    with staged_dir(tmp_path / "set") as staging, atomic_path(staging / "x.bin") as tmp:
+        tmp.write_bytes(b"two")
+    assert (tmp_path / "a.bin").read_bytes() == b"one" and (tmp_path / "set" / "x.bin").read_bytes() == b"two"
+    assert not list(tmp_path.rglob(f"*{commit.BACKUP_SUFFIX}"))
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]), sys.argv[2], sys.argv[3])
