@@ -10,6 +10,7 @@ commits several directories and a file (as `documents` and the corpus do).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,11 @@ from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.lock import data_dir_lock
 from albor_pipeline.core.provenance import verify
 from albor_pipeline.core.stage import StageOutput, run_stage
+from albor_pipeline.dataset import Sequences
+from albor_pipeline.spec import load_spec
+
+from .support import materialize_all, write_spec
+from .test_reliability import ALBOR, tiny_spec
 
 SCHEMA = pa.schema([("text", pa.string())])
 # What each kind of stage writes: final names (relative to the data dir) -> "file" or "dir".
@@ -215,6 +221,37 @@ def test_put_in_place_outside_a_stage_and_inside_a_staging_dir_is_a_plain_rename
         tmp.write_bytes(b"two")
     assert (tmp_path / "a.bin").read_bytes() == b"one" and (tmp_path / "set" / "x.bin").read_bytes() == b"two"
     assert not list(tmp_path.rglob(f"*{commit.BACKUP_SUFFIX}"))
+
+
+@pytest.mark.slow
+def test_a_run_killed_inside_the_corpus_commit_keeps_the_committed_corpus(tmp_path, monkeypatch, capsys):
+    """The whole graph through `albor run`, killed between the corpus's swap and its manifest:
+    a trainer reading corpus/train meanwhile gets a whole set; verify puts the committed one back."""
+    out = tmp_path / "out"
+    first = write_spec(tmp_path / "a.yaml", tiny_spec())
+    materialize_all(load_spec(first), out)
+    layout = Layout(out)
+    committed = layout.manifest("corpus/train").read_bytes()
+    assert len(Sequences(layout.corpus_dir("train"))[0]["input_ids"]) == 256
+    changed = write_spec(tmp_path / "b.yaml", tiny_spec(corpus={"seq_len": 128, "formats": ["parquet", "megatron"]}))
+    env = {
+        **os.environ,
+        "ALBOR_DATA_DIR": str(out),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        commit.FAULT_ENV: "commit-backed-up@corpus/train",
+    }
+    killed = subprocess.run([ALBOR, "run", "--spec", str(changed)], env=env, capture_output=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    seen = Sequences(layout.corpus_dir("train"))  # the new set, whole: its index and shards agree
+    assert {len(seen[i]["input_ids"]) for i in range(len(seen))} == {128}
+    monkeypatch.setenv("ALBOR_DATA_DIR", str(out))
+    assert cli.main(["verify", "--data-dir", str(out)]) == 0
+    assert "corpus/train: rolled back" in capsys.readouterr().out
+    assert layout.manifest("corpus/train").read_bytes() == committed
+    assert len(Sequences(layout.corpus_dir("train"))[0]["input_ids"]) == 256
+    del env[commit.FAULT_ENV]
+    assert subprocess.run([ALBOR, "run", "--spec", str(changed)], env=env, capture_output=True).returncode == 0
+    assert not verify(out).failed
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAULT_ENV = "ALBOR_FAULT"
-"""`point` or `point:N`: SIGKILL this process at the N-th pass through `fault(point)` (tests only)."""
+"""`point[:N][@stage]`: SIGKILL this process at the N-th pass through `fault(point)` (in
+`stage`'s commit only, with `@stage`). For the kill tests; unset, the hook does nothing."""
 
 TEMP_SUFFIX = ".tmp"
 BACKUP_SUFFIX = ".albor-old"
@@ -43,13 +44,14 @@ _RENAME_EXCHANGE = 2
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def fault(point: str) -> None:
+def fault(point: str, stage: str = "") -> None:
     """Die here when `ALBOR_FAULT` names this point: the kill-at-every-step tests' hook."""
     wanted = os.environ.get(FAULT_ENV)
     if not wanted:
         return
+    wanted, _, where = wanted.partition("@")
     name, _, nth = wanted.partition(":")
-    if name == point:
+    if name == point and where in ("", stage):
         _HITS[point] += 1
         if _HITS[point] >= int(nth or 1):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -111,17 +113,18 @@ def _in_temp(path: Path, root: Path) -> bool:
 class Journal:
     """One stage's commit record under the data dir `root` (see the module docstring)."""
 
+    stage: str
     path: Path
     root: Path
     manifest: Path
     finals: set[str]
 
     @classmethod
-    def open(cls, path: Path, root: Path, manifest: Path) -> Journal:
+    def open(cls, stage: str, path: Path, root: Path, manifest: Path) -> Journal:
         """A new journal; one a dead run left under this name is recovered first."""
         if path.exists():
             recover_journal(path, root, manifest)
-        return cls(path, root, manifest, set())
+        return cls(stage, path, root, manifest, set())
 
     def _append(self, entry: dict[str, object]) -> None:
         new = not self.path.exists()
@@ -155,24 +158,24 @@ class Journal:
             }
         )
         self.finals.add(rel)
-        fault("commit-journaled")
+        fault("commit-journaled", self.stage)
         swap_in(staged, final)
-        fault("commit-swapped")
+        fault("commit-swapped", self.stage)
         if existed:
             os.rename(staged, backup)
         fsync_dir(final.parent)
-        fault("commit-backed-up")
+        fault("commit-backed-up", self.stage)
 
     def seal(self, manifest: bytes) -> None:
         """Name the manifest that commits this stage; from here a kill rolls forward once it lands."""
         if self.finals:
             self._append({"manifest": hashlib.sha256(manifest).hexdigest()})
-            fault("commit-sealed")
+            fault("commit-sealed", self.stage)
 
     def finish(self) -> None:
         """The manifest landed: drop the backups, then the journal."""
         if self.path.exists():
-            fault("commit-manifest-written")
+            fault("commit-manifest-written", self.stage)
             recover_journal(self.path, self.root, self.manifest)
 
 

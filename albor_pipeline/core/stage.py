@@ -72,7 +72,7 @@ def run_stage(
     outputs commit with the manifest: a failed or killed stage leaves its previous files
     and record (`core/commit.py`), and a stage whose outputs were committed is recorded.
     """
-    journal = Journal.open(layout.journal(stage), layout.root, layout.manifest(stage))
+    journal = Journal.open(stage, layout.journal(stage), layout.root, layout.manifest(stage))
     try:
         with reserved_write(layout.manifest(stage), MANIFEST_ROOM) as record:
             inputs = verified_inputs(layout, upstream, fetch)
