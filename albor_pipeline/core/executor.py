@@ -10,6 +10,7 @@ a pipeline block and its executor).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
@@ -21,6 +22,7 @@ import numpy as np
 
 from albor_pipeline.core.nodes import Node
 from albor_pipeline.core.stage import Progress
+from albor_pipeline.core.watchdog import in_flight
 from albor_pipeline.spec import Backend, ExecutionSpec
 
 PROGRESS_SECONDS = 10.0  # how often a map tells its `progress` how many tasks are done
@@ -74,13 +76,31 @@ class LocalExecutor:
         if self.workers <= 1:
             yield from InlineExecutor(self.progress).map(fn, items)
             return
-        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            self.workers, mp_context=get_context("spawn"), initializer=_exit_with, initargs=(os.getpid(),)
+        )
         try:
             yield from _windowed(
                 self.name, pool.submit, lambda fut: fut.result(), fn, items, 2 * self.workers, self.progress
             )
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:  # a failed or timed-out stage: a worker may be hung, so end them all
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
+def _exit_with(parent: int, every: float = 1.0) -> None:
+    """A pool worker's watch: exit once the run that started it is gone (a SIGKILLed run
+    cannot stop its workers itself)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-run", daemon=True).start()
 
 
 class RayExecutor:
@@ -203,9 +223,10 @@ def _windowed(
     done, told = 0, time.monotonic()
 
     def collect() -> R:
-        item, handle = pending.popleft()
+        item, handle = pending[0]  # still in flight while waited for (a time-out names it)
         try:
             seconds, value = result(handle)
+            pending.popleft()
         except Exception as exc:
             cause = getattr(exc, "cause", None) or exc  # Ray wraps the task's own exception
             if type(cause).__module__.startswith("albor_pipeline."):
@@ -220,12 +241,13 @@ def _windowed(
             told = time.monotonic()
         return value
 
-    for item in items:
-        pending.append((item, submit(timed, item)))
-        if len(pending) >= window:
+    with in_flight(lambda: [f"{name} on {_describe(item)} ({backend})" for item, _ in pending]):
+        for item in items:
+            pending.append((item, submit(timed, item)))
+            if len(pending) >= window:
+                yield collect()
+        while pending:
             yield collect()
-    while pending:
-        yield collect()
 
 
 INLINE = InlineExecutor()

@@ -104,4 +104,3 @@ def _stage_io_error(stage: str, err: OSError) -> StageIOError:
         return StageIOError(f"stage {stage}: {err}")
     where = f": {err.filename}" if err.filename else ""
     return StageIOError(err.errno, f"stage {stage}: {err.strerror}{where}")
-
