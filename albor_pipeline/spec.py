@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import site
+import string
 import sysconfig
 from enum import Enum
 from pathlib import Path
@@ -18,6 +19,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from albor_pipeline.core.bucket import is_remote
+from albor_pipeline.core.shards import MB
 from albor_pipeline.core.vocab import SPECIALS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +56,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf/nan in any float: `.inf` as a weight would pass `> 0` and fail the mix later.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceKind(str, Enum):
@@ -226,7 +229,7 @@ class MixUnit(str, Enum):
 class SplitMixSpec(_Model):
     """Weighted mix of one split. `weights` empty means equal weights over all sources."""
 
-    seed: int = 42
+    seed: int = Field(42, ge=0)  # numpy's generator takes no negative seed
     rows: int | None = Field(None, gt=0)
     weights: dict[str, float] = {}
     repeat: dict[str, float] = {}
@@ -272,6 +275,15 @@ class RetrainPolicy(str, Enum):
 
 
 MIN_VOCAB_SIZE = 256 + len(SPECIALS)  # the byte alphabet + the specials at ids 0-3
+MAX_VOCAB_SIZE = 2**24
+"""16.8M: 64x the largest vocabularies in use. The hf trainer reserves ~70 bytes per requested
+token before it reads any text (10^9 aborts the process on a 70 GB allocation), and every id,
+with the FIM and chat tokens appended, stays far inside Megatron's int32 and Parquet's uint32."""
+MAX_SEQ_LEN = 2**23 - 1
+"""The corpus packs 256 sequences (`corpus.PACK_SEQUENCES`) into one Parquet list array of uint32
+ids, whose offsets are int32: 256 x seq_len must stay below 2^31."""
+MAX_SHARD_MB = (2**63 - 1) // MB
+"""A shard's bytes are int64 where the mix cuts shards."""
 
 
 class BpeTrainer(str, Enum):
@@ -283,6 +295,7 @@ class TokenizerSpec(_Model):
     vocab_size: int = Field(
         32_768,
         ge=MIN_VOCAB_SIZE,
+        le=MAX_VOCAB_SIZE,
         description=f"learned vocabulary incl. specials; at least the 256-byte alphabet + {len(SPECIALS)} specials",
     )
     min_frequency: int = Field(2, ge=0)  # hf trainer only: gigatoken merges until vocab_size
@@ -316,11 +329,11 @@ class LongSpec(_Model):
     their own `seq_len` into `corpus/long_<split>`; the reader cuts any corpus into shorter chunks."""
 
     min_chars: int = Field(32_000, gt=0)  # the document's characters before FIM (seed 003's filter)
-    seq_len: int = Field(32_768, gt=1)
+    seq_len: int = Field(32_768, gt=1, le=MAX_SEQ_LEN)
 
 
 class CorpusSpec(_Model):
-    seq_len: int = Field(2048, gt=1)
+    seq_len: int = Field(2048, gt=1, le=MAX_SEQ_LEN)
     remainder: RemainderPolicy = RemainderPolicy.drop
     formats: tuple[ExportFormat, ...] = (ExportFormat.parquet,)
     shard_sequences: int = Field(50_000, gt=0)
@@ -414,6 +427,10 @@ class ExecutionSpec(_Model):
     # started for the run with `workers` CPUs.
     address: str | None = None
     workers: int | None = Field(None, ge=1)  # default: this machine's CPUs
+    # A stage still running after this many seconds fails, naming the file or tasks it was
+    # on, and the run releases the data dir (a FIFO or a device among the sources, a hung
+    # server). None: no limit.
+    stage_timeout_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _address_needs_ray(self) -> ExecutionSpec:
@@ -438,7 +455,7 @@ class PipelineSpec(_Model):
     # Per-source stages (ingested/, filtered/) write sets of Parquet shards holding up to
     # about this many MB of text each; one task reads and writes one shard. A data setting,
     # not an execution one: it decides the shard files, so changing it changes the bytes.
-    shard_mb: float = Field(32, gt=0)
+    shard_mb: float = Field(32, gt=0, le=MAX_SHARD_MB)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineSpec:
@@ -479,10 +496,35 @@ def path_variables() -> dict[str, str]:
     }
 
 
-def _resolve_path(raw: Any, base: Path) -> Any:
+def _expand(raw: str, key: str) -> str:
+    """`raw` with its `{name}` placeholders replaced (`{{` and `}}` are literal braces).
+
+    Only the names of `path_variables` expand: `str.format` would also evaluate attribute
+    and index access (`{stdlib.__class__}`), positional fields and format specs.
+    """
+    variables = path_variables()
+    try:
+        parts = list(string.Formatter().parse(raw))
+    except ValueError as exc:
+        raise SpecError(f"{key}: {exc} (write a literal brace twice: {{{{ or }}}})") from None
+    out = []
+    for literal, field, format_spec, conversion in parts:
+        out.append(literal)
+        if field is None:
+            continue
+        if field not in variables or format_spec or conversion:
+            known = ", ".join(f"{{{name}}}" for name in variables)
+            raw_field = field + (f"!{conversion}" if conversion else "") + (f":{format_spec}" if format_spec else "")
+            raise SpecError(f"{key}: unknown placeholder {{{raw_field}}}; a path may use {known}")
+        out.append(variables[field])
+    return "".join(out)
+
+
+def _resolve_path(raw: Any, base: Path, key: str) -> Any:
+    """A spec path (`key` names it in errors): placeholders expanded, `~` and relative to `base` resolved."""
     if not isinstance(raw, str) or is_uri(raw):
         return raw
-    expanded = Path(os.path.expanduser(raw.format(**path_variables())))
+    expanded = Path(os.path.expanduser(_expand(raw, key)))
     return expanded if expanded.is_absolute() else (base / expanded).resolve()
 
 
@@ -513,25 +555,26 @@ def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:
         sources = [dict(s) for s in raw.get("sources") or []]
     except (TypeError, ValueError) as exc:
         raise SpecError("sources: expected a list of mappings") from exc
-    for src in sources:
+    for i, src in enumerate(sources):
         if "path" in src:
-            try:
-                src["path"] = _resolve_path(src["path"], base_dir)
-            except (KeyError, IndexError) as exc:
-                raise SpecError(f"sources[{sources.index(src)}].path: unknown placeholder {exc}") from exc
+            src["path"] = _resolve_path(src["path"], base_dir, f"sources[{i}].path")
     raw["sources"] = sources
     decon = dict(raw.get("decontaminate") or {})
     if isinstance(decon.get("benchmarks"), list):
         decon["benchmarks"] = [
-            {**b, "path": _resolve_path(b["path"], base_dir)} if isinstance(b, dict) and "path" in b else b
-            for b in decon["benchmarks"]
+            {**b, "path": _resolve_path(b["path"], base_dir, f"decontaminate.benchmarks[{i}].path")}
+            if isinstance(b, dict) and "path" in b
+            else b
+            for i, b in enumerate(decon["benchmarks"])
         ]
         raw["decontaminate"] = decon
     tok = dict(raw.get("tokenizer") or {})
     if tok.get("baselines"):
-        tok["baselines"] = [_resolve_path(p, base_dir) for p in tok["baselines"]]
+        tok["baselines"] = [
+            _resolve_path(p, base_dir, f"tokenizer.baselines[{i}]") for i, p in enumerate(tok["baselines"])
+        ]
     if tok.get("gpt2_ranks"):
-        tok["gpt2_ranks"] = _resolve_path(tok["gpt2_ranks"], base_dir)
+        tok["gpt2_ranks"] = _resolve_path(tok["gpt2_ranks"], base_dir, "tokenizer.gpt2_ranks")
     if tok:
         raw["tokenizer"] = tok
     try:

@@ -1,0 +1,139 @@
+"""Hostile input (issue 37): a spec value that would fail a stage later, or silently, is refused
+when the spec loads, naming its key."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from albor_pipeline.core.corpus import PACK_SEQUENCES
+from albor_pipeline.core.vocab import FIM_TOKENS
+from albor_pipeline.spec import (
+    MAX_SEQ_LEN,
+    MAX_VOCAB_SIZE,
+    ChatTokens,
+    SpecError,
+    apply_overrides,
+    load_spec,
+    parse_spec,
+    path_variables,
+)
+
+from .support import small_spec_dict, write_spec
+
+
+def _set(raw: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """`raw` with `value` at the dotted key (list items by index), made on the way."""
+    *parents, last = dotted.split(".")
+    node: Any = raw
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+    node[int(last) if isinstance(node, list) else last] = value
+    return raw
+
+
+def _refused(raw: dict[str, Any], tmp_path: Path) -> str:
+    with pytest.raises(SpecError) as err:
+        parse_spec(raw, tmp_path)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("mix.train.weights.stdlib_json_email", math.inf),  # passed `> 0`; the mix died on int(nan)
+        ("mix.train.weights.stdlib_json_email", math.nan),
+        ("mix.val.repeat.stdlib_async", math.inf),
+        ("shard_mb", math.inf),
+        ("sources.0.hygiene.filters.max_mean_line_length", math.inf),
+        ("near_dedup.threshold", -math.inf),
+    ],
+)
+def test_a_non_finite_number_is_refused_naming_its_key(tmp_path, key, value):
+    raw = small_spec_dict()
+    if ".weights." in key:
+        raw["mix"]["train"]["weights"] = {"stdlib_json_email": 1.0, "stdlib_async": 1.0}
+    message = _refused(_set(raw, key, value), tmp_path)
+    where = key.replace(".0.", "[0].")
+    assert message.startswith(f"{where}: Input should be a finite number"), message
+
+
+def test_inf_written_in_yaml_or_a_run_config_override_is_refused(tmp_path):
+    """The hostile spec as written (YAML's `.inf`), and the same value as a launchpad override."""
+    raw = small_spec_dict()
+    raw["mix"]["train"]["weights"] = {"stdlib_json_email": 0.7, "stdlib_async": 0.3}
+    text = write_spec(tmp_path / "spec.yaml", raw).read_text(encoding="utf-8")
+    path = tmp_path / "inf.yaml"
+    path.write_text(text.replace("stdlib_json_email: 0.7", "stdlib_json_email: .inf"), encoding="utf-8")
+    with pytest.raises(SpecError, match=r"mix\.train\.weights\.stdlib_json_email: Input should be a finite number"):
+        load_spec(path)
+    train = load_spec(tmp_path / "spec.yaml").mix.train
+    with pytest.raises(SpecError, match=r"^mix\.train: weights\.stdlib_async: Input should be a finite number"):
+        apply_overrides(train, {"weights": {"stdlib_json_email": 1.0, "stdlib_async": math.inf}}, "mix.train")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("tokenizer.vocab_size", 10**9, f"less than or equal to {MAX_VOCAB_SIZE}"),
+        ("corpus.seq_len", 10**11, f"less than or equal to {MAX_SEQ_LEN}"),
+        ("corpus.long.seq_len", MAX_SEQ_LEN + 1, f"less than or equal to {MAX_SEQ_LEN}"),
+        ("shard_mb", 1e13, "less than or equal to"),  # its bytes overflow int64 in the mix
+        ("mix.train.seed", -1, "greater than or equal to 0"),  # numpy's generator refuses it
+    ],
+)
+def test_a_size_beyond_what_the_stages_can_store_is_refused_naming_key_and_limit(tmp_path, key, value, message):
+    got = _refused(_set(small_spec_dict(), key, value), tmp_path)
+    assert got.startswith(f"{key}: Input should be {message}"), got
+
+
+def test_the_largest_sizes_allowed_fit_the_token_dtypes(tmp_path):
+    """The limits are what the storage allows: a packing batch of MAX_SEQ_LEN sequences fits
+    Parquet's int32 list offsets, every id of the largest vocabulary (plus the FIM and chat
+    tokens appended after it) fits Megatron's int32; and the limits themselves load."""
+    assert np.iinfo(np.int32).max >= PACK_SEQUENCES * MAX_SEQ_LEN
+    assert MAX_VOCAB_SIZE + len(FIM_TOKENS) + len(ChatTokens.model_fields) <= np.iinfo(np.int32).max
+    raw = small_spec_dict(tokenizer={"vocab_size": MAX_VOCAB_SIZE})
+    raw["corpus"].update(seq_len=MAX_SEQ_LEN, long={"min_chars": 8000, "seq_len": MAX_SEQ_LEN})
+    corpus = parse_spec(raw, tmp_path).corpus
+    assert corpus.long is not None and corpus.seq_len == corpus.long.seq_len == MAX_SEQ_LEN
+
+
+@pytest.mark.parametrize(
+    "placeholder",
+    ["{stdlib.__class__}", "{stdlib[0]}", "{0}", "{}", "{stdlib!r}", "{stdlib:>300}", "{HOME}"],
+)
+@pytest.mark.parametrize(
+    ("key", "where"),
+    [
+        ("sources[0].path", lambda raw, p: raw["sources"][0].update(path=p)),
+        (
+            "decontaminate.benchmarks[0].path",
+            lambda raw, p: raw.update(decontaminate={"benchmarks": [{"name": "b", "path": p}]}),
+        ),
+        ("tokenizer.gpt2_ranks", lambda raw, p: raw["tokenizer"].update(gpt2_ranks=p)),
+        ("tokenizer.baselines[1]", lambda raw, p: raw["tokenizer"].update(baselines=["a.json", p])),
+    ],
+)
+def test_only_the_documented_placeholders_expand_in_a_path(tmp_path, placeholder, key, where):
+    """`str.format` expanded `{stdlib.__class__}` to `<class 'str'>`; now anything but `{stdlib}`
+    and `{site_packages}` is an error naming the key."""
+    raw = small_spec_dict()
+    where(raw, f"{placeholder}/x")
+    message = _refused(raw, tmp_path)
+    assert message.startswith(f"{key}: unknown placeholder {placeholder}; a path may use {{stdlib}}, {{site_packages}}")
+
+
+def test_placeholders_expand_and_braces_are_written_twice(tmp_path):
+    raw = small_spec_dict()
+    raw["sources"][0]["path"] = "{stdlib}/json"
+    raw["sources"][1]["path"] = "{{weird}}/x"
+    spec = parse_spec(raw, tmp_path)
+    assert spec.sources[0].path == Path(path_variables()["stdlib"]) / "json"
+    assert spec.sources[1].path == tmp_path.resolve() / "{weird}" / "x"
+    raw["sources"][1]["path"] = "{stdlib"
+    assert _refused(raw, tmp_path).startswith("sources[1].path: expected '}' before end of string")
