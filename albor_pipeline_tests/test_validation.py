@@ -1,5 +1,6 @@
 """Hostile input (issue 37): a spec value that would fail a stage later, or silently, is refused
-when the spec loads, naming its key."""
+when the spec loads, naming its key; a data dir in a bucket repairs an object changed behind
+the pipeline's back."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import numpy as np
 import pytest
 
+from albor_pipeline.cli import main as albor
+from albor_pipeline.core.artifacts import read_manifest
+from albor_pipeline.core.bucket import SHA256_META, Bucket
 from albor_pipeline.core.corpus import PACK_SEQUENCES
+from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.vocab import FIM_TOKENS
+from albor_pipeline.definitions import build_definitions
+from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.spec import (
     MAX_SEQ_LEN,
     MAX_VOCAB_SIZE,
@@ -137,3 +145,54 @@ def test_placeholders_expand_and_braces_are_written_twice(tmp_path):
     assert spec.sources[1].path == tmp_path.resolve() / "{weird}" / "x"
     raw["sources"][1]["path"] = "{stdlib"
     assert _refused(raw, tmp_path).startswith("sources[1].path: expected '}' before end of string")
+
+
+def _flip_a_byte(client: Any, bucket: str, key: str) -> None:
+    body = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    body[len(body) // 2] ^= 0xFF
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(body))  # same size, as a hand edit leaves it
+
+
+def test_a_corrupted_object_in_a_bucket_is_replaced_by_the_next_run(s3, tmp_path, make_spec, monkeypatch, capsys):
+    """A byte flipped in `fim/train`'s first shard (same size): `albor verify` names it, and the
+    next run of the stage, from the same working copy or a fresh one, uploads it again, so
+    verify passes. Before, a publish skipped any object of the right name and size."""
+    s3.create_bucket(Bucket="albor-heal")
+    uri = "s3://albor-heal/team/v1"
+    spec = make_spec()
+    for name, value in (("ALBOR_WORK_DIR", tmp_path / "work"), ("DAGSTER_HOME", tmp_path / "home")):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("ALBOR_SPEC", "")  # restored after the test: `albor run --spec` sets it
+    monkeypatch.setenv("ALBOR_DATA_DIR", "")
+    assert albor(["run", "--spec", str(tmp_path / "spec.yaml"), "--data-dir", uri, "--log-level", "ERROR"]) == 0
+    shard = next(
+        a
+        for a in read_manifest(Layout(tmp_path / "work"), "fim/train").outputs
+        if a.path.endswith("part-00000-0000.parquet")
+    )
+    key = f"team/v1/objects/{shard.sha256[:2]}/{shard.sha256}"
+    assert s3.head_object(Bucket="albor-heal", Key=key)["Metadata"] == {SHA256_META: shard.sha256}
+    fim_train = dg.AssetKey(["fim", "train"])
+    for copy in ("work", "fresh"):
+        _flip_a_byte(s3, "albor-heal", key)
+        capsys.readouterr()
+        assert albor(["verify", "--data-dir", uri]) == 1
+        assert f"CHANGED: {shard.path}" in capsys.readouterr().err
+        monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / copy))
+        assert (
+            build_definitions(spec, uri)
+            .resolve_job_def(BUILD_JOB)
+            .execute_in_process(asset_selection=[fim_train])
+            .success
+        )
+        assert albor(["verify", "--data-dir", uri]) == 0, copy
+        assert " 0 failed, 0 stale stage(s)" in capsys.readouterr().err
+
+    # Another object's bytes and record copied over it: the record names other bytes.
+    bucket, src = Bucket(uri, Layout(tmp_path / "fresh")), tmp_path / "fresh" / shard.path
+    assert bucket.upload(src, shard) == 0  # sealed: one HEAD, nothing sent
+    body = bytearray(src.read_bytes())
+    body[0] ^= 0xFF
+    s3.put_object(Bucket="albor-heal", Key=key, Body=bytes(body), Metadata={SHA256_META: "0" * 64})
+    assert bucket.upload(src, shard) == shard.bytes
+    assert s3.get_object(Bucket="albor-heal", Key=key)["Body"].read() == src.read_bytes()

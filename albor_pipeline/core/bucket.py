@@ -8,6 +8,12 @@ through the manifests therefore sees a stage's previous outputs or its new ones,
 mix, whatever happened to the run that was publishing; an unchanged shard is never
 uploaded twice.
 
+A key is only a claim about the bytes under it, so an upload also records the object's
+SHA-256 in its metadata (`x-amz-meta-sha256`, through boto3: pyarrow.fs drops user
+metadata), and a publish skips an object only when its size and that record match. An
+object written any other way (a byte flipped by hand, another object copied over it)
+lacks the record or names other bytes, and the next run holding the right bytes replaces it.
+
 The run works in a local working copy of the data dir (`Layout`): stages read and write
 files there exactly as on a local data dir, `pull` makes its manifests the bucket's,
 `fetch` downloads (and hashes) the inputs a stage needs that the copy lacks, and
@@ -20,10 +26,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -33,6 +40,8 @@ from albor_pipeline.core.layout import Layout
 
 IO_THREADS = 8  # concurrent object transfers: an object store's latency, not its bandwidth, bounds one
 CHUNK = 1 << 20
+SHA256_META = "sha256"
+"""The user metadata key (`x-amz-meta-sha256`) where an upload records its object's SHA-256."""
 
 
 def is_remote(location: str | Path) -> bool:
@@ -42,6 +51,18 @@ def is_remote(location: str | Path) -> bool:
 
 class BucketError(OSError):
     """An object is missing from the bucket or does not hash to what a manifest recorded."""
+
+
+def s3_client() -> Any:
+    """A boto3 S3 client (credentials, region and AWS_ENDPOINT_URL from the environment), from
+    its own session: boto3's default session must not be shared by threads creating clients."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise RuntimeError("a data dir in a bucket needs boto3: pip install 'albor-pipeline[s3]'") from None
+    # Each of the IO_THREADS uploads may send IO_THREADS parts at once.
+    return boto3.session.Session().client("s3", config=Config(max_pool_connections=IO_THREADS * IO_THREADS))
 
 
 def _copy_hashing(src: pafs.NativeFile, dst: Path) -> tuple[str, int]:
@@ -68,6 +89,10 @@ class Bucket:
     @property
     def _base(self) -> str:
         return remote(self.uri)[1]
+
+    @cached_property
+    def _s3(self) -> Any:
+        return s3_client()
 
     def object_key(self, sha256: str) -> str:
         return f"{self._base}/objects/{sha256[:2]}/{sha256}"
@@ -159,23 +184,34 @@ class Bucket:
         return self.upload(self.layout.root / art.path, art)
 
     def upload(self, src: Path, art: Artifact) -> int:
-        """The file `src` (recorded as `art`) stored as its object unless the bucket has it; bytes sent."""
-        key = self.object_key(art.sha256)
-        fs = self._fs
-        info = fs.get_file_info(key)
-        if info.type == pafs.FileType.File and info.size == art.bytes:
-            return 0  # immutable: same name, same bytes
-        # pyarrow completes an upload when its stream closes, even on an error: a failed
-        # upload is deleted, and a short one (its size differs) is replaced on the next publish.
-        try:
-            with open(src, "rb") as fh, fs.open_output_stream(key) as out:
-                while chunk := fh.read(CHUNK):
-                    out.write(chunk)
-        except BaseException:
-            with suppress(OSError):
-                fs.delete_file(key)
-            raise
+        """The file `src` (recorded as `art`) stored as its object unless the bucket holds it as
+        an upload left it (`sealed`); bytes sent. One PUT, or a multipart upload that S3 shows
+        only once complete and that boto3 aborts on an error: a failed upload leaves no object."""
+        if self.sealed(art):
+            return 0
+        from boto3.s3.transfer import TransferConfig
+
+        bucket, key = self.object_key(art.sha256).split("/", 1)
+        extra = {"Metadata": {SHA256_META: art.sha256}}
+        self._s3.upload_file(str(src), bucket, key, ExtraArgs=extra, Config=TransferConfig(max_concurrency=IO_THREADS))
         return art.bytes
+
+    def sealed(self, art: Artifact) -> bool:
+        """The bucket holds `art`'s object with its size and its SHA-256 recorded by an upload.
+
+        One HEAD, no read: the record tells an object written by `upload` from bytes put there
+        any other way. Only a deliberate forgery of the record escapes; `albor verify` re-hashes.
+        """
+        from botocore.exceptions import ClientError
+
+        bucket, key = self.object_key(art.sha256).split("/", 1)
+        try:
+            head = self._s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return False
+            raise
+        return head["ContentLength"] == art.bytes and head.get("Metadata", {}).get(SHA256_META) == art.sha256
 
     def read(self, art: Artifact) -> bytes:
         """A small recorded file's bytes, straight from the bucket."""
