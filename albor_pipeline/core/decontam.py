@@ -39,7 +39,8 @@ def load_benchmark(spec: BenchmarkSpec, n: int) -> Benchmark:
     """Read every item of `spec` (all `fields` are required on every row) into its n-gram set."""
     if not spec.path.is_file():
         raise IngestError(f"decontaminate.benchmarks.{spec.name}: no such file {spec.path}")
-    columns = [list(data_file_texts(spec.path, f, Counter())) for f in spec.fields]
+    skipped: Counter[str] = Counter()  # an unreadable or empty file reads as no items: say why
+    columns = [list(data_file_texts(spec.path, f, skipped)) for f in spec.fields]
     grams: list[np.ndarray] = []
     too_short = 0
     for parts in zip(*columns, strict=True):
@@ -47,7 +48,8 @@ def load_benchmark(spec: BenchmarkSpec, n: int) -> Benchmark:
         too_short += not len(found)
         grams.append(found)
     if not columns[0]:
-        raise IngestError(f"decontaminate.benchmarks.{spec.name}: {spec.path} has no items")
+        why = f" ({', '.join(sorted(skipped))})" if skipped else ""
+        raise IngestError(f"decontaminate.benchmarks.{spec.name}: {spec.path} has no items{why}")
     merged = np.unique(np.concatenate(grams)) if grams else np.zeros(0, dtype=np.uint64)
     return Benchmark(spec.name, merged, len(columns[0]), too_short)
 

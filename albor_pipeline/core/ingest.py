@@ -36,6 +36,7 @@ from albor_pipeline.core.files import (
     open_binary,
     random_access,
     read_bytes,
+    skip_reason,
     source_root,
 )
 from albor_pipeline.core.layout import source_stage
@@ -62,6 +63,7 @@ class IngestResult:
     text_bytes: int
     skipped: dict[str, int] = field(default_factory=dict)
     cleanup: dict[str, int] = field(default_factory=dict)  # chat: what cleaning changed, by action
+    first: dict[str, str] = field(default_factory=dict)  # reason -> where the listing first skipped for it
 
     @property
     def rows(self) -> int:
@@ -80,28 +82,33 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _read_code_file(path: Location) -> tuple[str | None, str | None]:
-    """(text, None) or (None, skip reason)."""
+def _read_code_file(path: Location, max_chars: int) -> tuple[str, None] | tuple[None, str]:
+    """(text, None) or (None, skip reason). Reads at most 4 bytes a character (UTF-8's
+    widest) past `max_chars`: a longer file is too long whatever it holds, never read whole."""
+    limit = 4 * max_chars
     try:
-        data = read_bytes(path)
+        data = read_bytes(path, limit + 1)
     except OSError as exc:
-        return None, "symlink_loop" if exc.errno == 40 else "unreadable"
+        return None, skip_reason(exc)
+    if len(data) > limit:
+        return None, "too_long"
     try:
         return data.decode("utf-8"), None
     except UnicodeDecodeError:
         return None, "not_utf8"
 
 
-def _code_documents(root: Location, files: list[str], skipped: Counter) -> Iterator[tuple[str, str]]:
+def _code_documents(root: Location, files: list[str], skipped: Counter, max_chars: int) -> Iterator[tuple[str, str]]:
     """Read files on a few threads, in order, a chunk at a time (memory stays bounded)."""
     with ThreadPoolExecutor(max_workers=4) as pool:
         for start in range(0, len(files), READ_CHUNK):
             chunk = files[start : start + READ_CHUNK]
-            for rel, (text, reason) in zip(chunk, pool.map(lambda r: _read_code_file(join(root, r)), chunk)):
-                if reason:
+            texts = pool.map(lambda r: _read_code_file(join(root, r), max_chars), chunk)
+            for rel, (text, reason) in zip(chunk, texts):
+                if text is None:
                     skipped[reason] += 1
                 else:
-                    yield rel, text  # type: ignore[misc]
+                    yield rel, text
 
 
 COMPRESSION = {".gz": "gzip", ".zst": "zstd"}  # data files read transparently by suffix
@@ -117,11 +124,21 @@ def open_data_file(path: Location) -> IO[bytes]:
 
 
 @contextmanager
-def _reading(path: Location) -> Iterator[IO[bytes]]:
-    """Open a data file; a corrupt compressed stream is an `IngestError` naming the file."""
+def _reading(path: Location, skipped: Counter) -> Iterator[IO[bytes] | None]:
+    """Open a data file: None when it cannot be opened or is empty (counted by reason); a
+    corrupt compressed stream is an `IngestError` naming the file."""
     try:
-        with open_data_file(path) as fh:
-            yield fh
+        fh = open_data_file(path)
+    except OSError as exc:
+        skipped[skip_reason(exc)] += 1
+        yield None
+        return
+    try:
+        with fh:
+            empty = _is_empty(fh)
+            if empty:
+                skipped["empty_file"] += 1
+            yield None if empty else fh
     except IngestError:
         raise
     except OSError as exc:
@@ -136,9 +153,8 @@ def _is_empty(fh: IO[bytes]) -> bool:
 
 def _jsonl_objects(path: Location, skipped: Counter) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of every non-blank line; a line that is not a JSON object is an error."""
-    with _reading(path) as fh:
-        if _is_empty(fh):
-            skipped["empty_file"] += 1
+    with _reading(path, skipped) as fh:
+        if fh is None:
             return
         for lineno, raw in enumerate(fh, start=1):
             where = f"{path}:{lineno}"
@@ -173,7 +189,9 @@ def _jsonl_documents(path: Location, rel: str, field_name: str, skipped: Counter
 
 
 def _first_bad_utf8_line(path: Location) -> int:
-    with _reading(path) as fh:
+    with _reading(path, Counter()) as fh:
+        if fh is None:
+            return 0
         for lineno, raw in enumerate(fh, start=1):
             try:
                 raw.decode("utf-8")
@@ -184,9 +202,8 @@ def _first_bad_utf8_line(path: Location) -> int:
 
 def _csv_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
     csv.field_size_limit(1 << 30)
-    with _reading(path) as raw:
-        if _is_empty(raw):
-            skipped["empty_file"] += 1
+    with _reading(path, skipped) as raw:
+        if raw is None:
             return
         fh = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         reader = csv.reader(fh, strict=True)
@@ -218,49 +235,65 @@ def _csv_documents(path: Location, rel: str, field_name: str, skipped: Counter) 
             yield f"{rel}:{start}", row[col]
 
 
-def _parquet_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+@contextmanager
+def _parquet_column(path: Location, field_name: str, skipped: Counter) -> Iterator[pq.ParquetFile | None]:
+    """A Parquet file holding column `field_name`: None when it cannot be opened or has no rows
+    (counted by reason, as other data files); an unparsable file or a missing column is an error."""
     try:
-        pfile = pq.ParquetFile(random_access(path))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
-    names = pfile.schema_arrow.names
-    if field_name not in names:
-        raise IngestError(f"{path}: missing column {field_name!r} (columns: {names})")
-    if not pa.types.is_string(pfile.schema_arrow.field(field_name).type) and not pa.types.is_large_string(
-        pfile.schema_arrow.field(field_name).type
-    ):
-        raise IngestError(
-            f"{path}: column {field_name!r} is {pfile.schema_arrow.field(field_name).type}, expected string"
-        )
-    row = 0
-    for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]):
-        for value in batch.column(0).to_pylist():
-            row += 1
-            if value is None:
-                skipped["null_text"] += 1
-                continue
-            yield f"{rel}#{row}", value
+        fh = random_access(path)
+    except OSError as exc:
+        skipped[skip_reason(exc)] += 1
+        yield None
+        return
+    with fh:
+        if fh.seek(0, io.SEEK_END) == 0:
+            skipped["empty_file"] += 1
+            yield None
+            return
+        fh.seek(0)
+        try:
+            pfile = pq.ParquetFile(fh)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
+        if field_name not in pfile.schema_arrow.names:
+            raise IngestError(f"{path}: missing column {field_name!r} (columns: {pfile.schema_arrow.names})")
+        empty = pfile.metadata.num_rows == 0
+        if empty:
+            skipped["empty_file"] += 1
+        yield None if empty else pfile
+
+
+def _parquet_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+    with _parquet_column(path, field_name, skipped) as pfile:
+        if pfile is None:
+            return
+        kind = pfile.schema_arrow.field(field_name).type
+        if not pa.types.is_string(kind) and not pa.types.is_large_string(kind):
+            raise IngestError(f"{path}: column {field_name!r} is {kind}, expected string")
+        row = 0
+        for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]):
+            for value in batch.column(0).to_pylist():
+                row += 1
+                if value is None:
+                    skipped["null_text"] += 1
+                    continue
+                yield f"{rel}#{row}", value
 
 
 def _chat_rows(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str, Any]]:
     """(where, file:row, raw messages) of a JSONL or Parquet chat file."""
     if name_of(path).endswith(".parquet"):
-        try:
-            pfile = pq.ParquetFile(random_access(path))
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
-        if field_name not in pfile.schema_arrow.names:
-            raise IngestError(f"{path}: missing column {field_name!r} (columns: {pfile.schema_arrow.names})")
-        row = 0
-        for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]):
-            for value in batch.column(0).to_pylist():
-                row += 1
-                if isinstance(value, str):  # a JSON string column
-                    try:
-                        value = json.loads(value)
-                    except json.JSONDecodeError as exc:
-                        raise IngestError(f"{path}#{row}: {field_name!r} is not valid JSON: {exc.msg}") from None
-                yield f"{path}#{row}", f"{rel}#{row}", value
+        with _parquet_column(path, field_name, skipped) as pfile:
+            row = 0
+            for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]) if pfile else ():
+                for value in batch.column(0).to_pylist():
+                    row += 1
+                    if isinstance(value, str):  # a JSON string column
+                        try:
+                            value = json.loads(value)
+                        except json.JSONDecodeError as exc:
+                            raise IngestError(f"{path}#{row}: {field_name!r} is not valid JSON: {exc.msg}") from None
+                    yield f"{path}#{row}", f"{rel}#{row}", value
         return
     for lineno, obj in _jsonl_objects(path, skipped):
         if field_name not in obj:
@@ -287,10 +320,15 @@ def _conversations(src: SourceSpec, root: Location, files: list[str], counts: Co
 def _synthetic(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
     """(task#i, conversation JSON) of a synthetic task over the word list file(s)."""
     assert src.task is not None  # the spec requires it for this kind
-    words = sorted({w for rel in files for w in read_words(read_bytes(join(root, rel)).decode("utf-8"))})
+    words: set[str] = set()
+    for rel in files:
+        try:
+            words.update(read_words(read_bytes(join(root, rel)).decode("utf-8")))
+        except OSError as exc:
+            counts.skipped[skip_reason(exc)] += 1
     if not words:
         raise IngestError(f"source {src.name!r}: no usable words (lowercase a-z, one per line) in {src.path}")
-    for i, messages in enumerate(generate(src.task, words, src.rows, src.seed)):
+    for i, messages in enumerate(generate(src.task, sorted(words), src.rows, src.seed)):
         yield f"{src.task.value}#{i}", conversation_json(messages)
 
 
@@ -342,7 +380,7 @@ def iter_documents(src: SourceSpec, files: list[str], counts: Counts) -> Iterato
     conversation or a multiple-choice item is its canonical JSON."""
     root = source_root(src.path)
     if src.kind is SourceKind.code:
-        yield from _code_documents(root, files, counts.skipped)
+        yield from _code_documents(root, files, counts.skipped, src.max_chars)
         return
     if src.kind in _STRUCTURED_READERS:
         yield from _STRUCTURED_READERS[src.kind](src, root, files, counts)
@@ -441,6 +479,9 @@ def ingest_source(
     listing = source_files(src)
     files = listing.files
     counts = Counts(Counter(listing.skipped))
+    for reason, where in listing.first.items():
+        if progress:
+            progress(f"{src.name}: skipped {listing.skipped[reason]} as {reason}, the first at {where}")
     text_bytes = 0
     max_bytes = int(shard_mb * MB)
     groups = list(enumerate(file_groups(src, listing, max_bytes)))
@@ -472,4 +513,5 @@ def ingest_source(
         text_bytes=text_bytes,
         skipped=dict(sorted(skipped.items())),
         cleanup=dict(sorted(counts.cleanup.items())),
+        first=listing.first,
     )

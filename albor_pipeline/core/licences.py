@@ -66,6 +66,9 @@ def detect_licences(path: Location) -> dict[str, int]:
             return dict(sorted(Counter(_distribution_licence(d) for d in dists).items()))
     for name in LICENSE_FILES:
         candidate = join(root, name)
-        if is_file(candidate):
-            return {_text_licence(read_bytes(candidate).decode("utf-8", errors="replace")): 1}
+        try:  # licences are short: 1 MB is plenty; an unreadable one is as if absent
+            if is_file(candidate):
+                return {_text_licence(read_bytes(candidate, 1 << 20).decode("utf-8", errors="replace")): 1}
+        except OSError:
+            continue
     return {UNKNOWN: 1}

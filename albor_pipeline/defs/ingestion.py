@@ -100,7 +100,9 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
         "cleanup": result.cleanup,
         "licences": detect_licences(resolved.path),
     }
-    skipped = markdown_table([{"reason": k, "files": v} for k, v in result.skipped.items()])
+    skipped = markdown_table(
+        [{"reason": k, "files": v, "first": result.first.get(k, "")} for k, v in result.skipped.items()]
+    )
     return StageOutput(
         artifacts=result.artifacts,
         config={**resolved.model_dump(mode="json"), "shard_mb": shard_mb},
