@@ -114,6 +114,7 @@ class Execution(dg.ConfigurableResource):
     backend: str = "local"
     address: str | None = None
     workers: int | None = None
+    stage_timeout_s: float | None = None
 
     _stack: ExitStack = PrivateAttr(default_factory=ExitStack)
     _context: dg.InitResourceContext | None = PrivateAttr(default=None)

@@ -24,6 +24,7 @@ from albor_pipeline.core.executor import INLINE, TASKS, Executor
 from albor_pipeline.core.layout import Layout
 from albor_pipeline.core.shards import is_shard
 from albor_pipeline.core.stage import Inputs, StageOutput, run_stage
+from albor_pipeline.core.watchdog import time_limit
 from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.spec import M, apply_overrides
 
@@ -276,7 +277,8 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
             executor = execution.executor(context.log.info, store.node(inputs))
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
-        manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch())
+        with time_limit(execution.spec.stage_timeout_s, stage.name):
+            manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch())
         tasks = TASKS.since(mark)
         return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks)
 
