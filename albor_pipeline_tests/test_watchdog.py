@@ -3,18 +3,28 @@ a killed run's pool workers exit with it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
 
 import pytest
 
+from albor_pipeline import cli
 from albor_pipeline.core.executor import LocalExecutor
-from albor_pipeline.core.watchdog import StageTimeout, reading, time_limit
+from albor_pipeline.core.layout import Layout
+from albor_pipeline.core.lock import exclusive
+from albor_pipeline.core.watchdog import EXIT_TIMEOUT, StageTimeout, reading, time_limit
+from albor_pipeline.spec import load_spec
+
+from .support import materialize_all, write_spec
+from .test_reliability import ALBOR, tiny_spec
 
 
 def _children(pid: int) -> list[int]:
@@ -108,3 +118,55 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+@pytest.fixture
+def silent_server():
+    """A loopback S3 endpoint that accepts connections and never answers (a hung server)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_a_run_hung_on_a_server_that_never_answers_ends_at_its_limit_and_frees_the_data_dir(
+    tmp_path, silent_server, capsys
+):
+    """Stuck inside native code (pyarrow's S3 client), past the limit and its grace: the run
+    ends naming the stage and the object, the lock is free, and what was built stays intact."""
+    out = tmp_path / "out"
+    materialize_all(load_spec(write_spec(tmp_path / "a.yaml", tiny_spec())), out)
+    hung = {"name": "hung", "kind": "jsonl", "path": "s3://bucket/data.jsonl", "text_field": "text"}
+    spec = write_spec(
+        tmp_path / "b.yaml",
+        {**tiny_spec(), "sources": [*tiny_spec()["sources"], hung], "execution": {"stage_timeout_s": 2}},
+    )
+    env = {
+        **os.environ,
+        "ALBOR_DATA_DIR": str(out),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "AWS_ENDPOINT_URL": silent_server,
+        "AWS_ACCESS_KEY_ID": "albor-test",
+        "AWS_SECRET_ACCESS_KEY": "albor-test-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    start = time.monotonic()
+    run = subprocess.run([ALBOR, "run", "--spec", str(spec)], env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == EXIT_TIMEOUT, run.stderr[-3000:]
+    assert time.monotonic() - start < 120
+    assert "stage ingested/hung exceeded its time limit of 2 s while reading s3://bucket/data.jsonl" in run.stderr
+    with exclusive(Layout(out).lock_file, "test", wait=False):
+        pass  # the dead run's lock is gone
+    assert cli.main(["verify", "--data-dir", str(out)]) == 0

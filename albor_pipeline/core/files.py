@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from albor_pipeline.core.artifacts import write_json
+from albor_pipeline.core.watchdog import reading
 
 Location = Path | str
 """A local path, or an object-store URI: `s3://bucket/key` (credentials, region and endpoint
@@ -171,6 +172,11 @@ def _inside(path: str, root_real: str) -> bool:
 
 def _list_remote(root: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> SourceListing:
     """The object-store listing with the local rules: hidden and pruned names skipped."""
+    with reading(root):
+        return _listed_remote(root, include, exclude)
+
+
+def _listed_remote(root: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> SourceListing:
     fs, base = remote(root)
     if is_file(root):
         return SourceListing([PurePosixPath(base).name], sizes=[_stat(root)[0]])
@@ -306,7 +312,7 @@ def fingerprint_files(root: Location, files: list[str], cache_path: Path | None 
             if hit and hit[:-1] == key:
                 file_hash = hit[-1]
             else:
-                with open_binary(path) as fh:
+                with reading(path), open_binary(path) as fh:
                     file_hash = hashlib.file_digest(fh, "sha256").hexdigest()
         except OSError as exc:  # ingestion skips it for this reason too
             digest.update(f"{rel}\0{skip_reason(exc)}\n".encode())

@@ -44,6 +44,7 @@ from albor_pipeline.core.nodes import Node, task_node
 from albor_pipeline.core.shards import MB, Shard, ShardWriter
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.tasks import generate, read_words
+from albor_pipeline.core.watchdog import reading
 from albor_pipeline.spec import OnError, SourceKind, SourceSpec
 
 DOC_SCHEMA = pa.schema([("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())])
@@ -87,7 +88,8 @@ def _read_code_file(path: Location, max_chars: int) -> tuple[str, None] | tuple[
     widest) past `max_chars`: a longer file is too long whatever it holds, never read whole."""
     limit = 4 * max_chars
     try:
-        data = read_bytes(path, limit + 1)
+        with reading(path):
+            data = read_bytes(path, limit + 1)
     except OSError as exc:
         return None, skip_reason(exc)
     if len(data) > limit:
@@ -134,7 +136,7 @@ def _reading(path: Location, skipped: Counter) -> Iterator[IO[bytes] | None]:
         yield None
         return
     try:
-        with fh:
+        with fh, reading(path):
             empty = _is_empty(fh)
             if empty:
                 skipped["empty_file"] += 1
@@ -245,7 +247,7 @@ def _parquet_column(path: Location, field_name: str, skipped: Counter) -> Iterat
         skipped[skip_reason(exc)] += 1
         yield None
         return
-    with fh:
+    with fh, reading(path):
         if fh.seek(0, io.SEEK_END) == 0:
             skipped["empty_file"] += 1
             yield None

@@ -9,14 +9,16 @@ flight (`in_flight`), so the error says where it hung.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-_READING: list[str] = []  # the file this process is reading, innermost last
+_READING: dict[int, str] = {}  # thread -> the file it is reading
 _IN_FLIGHT: list[Callable[[], list[str]]] = []  # the tasks this process waits for, oldest first
 
 
@@ -26,12 +28,17 @@ class StageTimeout(RuntimeError):
 
 @contextmanager
 def reading(path: str | Path) -> Iterator[None]:
-    """Note that this process is reading `path` (for a time-out's message)."""
-    _READING.append(str(path))
+    """Note that this thread is reading `path` (for a time-out's message)."""
+    thread = threading.get_ident()
+    outer = _READING.get(thread)
+    _READING[thread] = str(path)
     try:
         yield
     finally:
-        _READING.pop()
+        if outer is None:
+            del _READING[thread]
+        else:
+            _READING[thread] = outer
 
 
 @contextmanager
@@ -45,8 +52,9 @@ def in_flight(tasks: Callable[[], list[str]]) -> Iterator[None]:
 
 
 def _where() -> str:
-    if _READING:
-        return f" while reading {_READING[-1]}"
+    files = sorted(_READING.values())
+    if files:
+        return f" while reading {files[0]}"
     tasks = [task for described in _IN_FLIGHT for task in described()]
     if tasks:
         more = f" and {len(tasks) - 1} more" if len(tasks) > 1 else ""
@@ -54,25 +62,52 @@ def _where() -> str:
     return ""
 
 
+GRACE_S = 10.0
+"""How long a stage past its limit may take to unwind before its process is ended."""
+EXIT_TIMEOUT = 124  # as timeout(1): the process was ended at its time limit
+
+
 @contextmanager
-def time_limit(seconds: float | None, stage: str) -> Iterator[None]:
-    """Raise `StageTimeout` in this thread after `seconds` (None: no limit). Only the main
-    thread receives signals: elsewhere the block runs unlimited (Dagster runs a step's op in
-    its process's main thread)."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
+def time_limit(seconds: float | None, stage: str, log: Callable[[str], object] = print) -> Iterator[None]:
+    """Fail the block after `seconds` (None: no limit), naming `stage` and what it was on.
+
+    At the limit, SIGALRM raises `StageTimeout` in this thread: a Python-level wait (a FIFO,
+    a pool task) unwinds, undoing the stage's commit. A wait inside native code (an S3 call
+    to a server that never answers) cannot be interrupted: if the block has not returned
+    `GRACE_S` later, the error goes to `log` and stderr and the process ends (exit 124), which
+    releases the data dir's lock; the next lock holder undoes the commit. Only the main thread
+    receives signals, so elsewhere only the second, hard limit applies.
+    """
+    if not seconds:
         yield
         return
 
-    def expired(_signum: int, _frame: FrameType | None) -> None:
-        raise StageTimeout(
+    def message() -> str:
+        return (
             f"stage {stage} exceeded its time limit of {seconds:g} s{_where()} "
             "(execution.stage_timeout_s); its outputs were left as they were"
         )
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def expired(_signum: int, _frame: FrameType | None) -> None:
+        raise StageTimeout(message())
+
+    def hard() -> None:
+        text = f"{message()}; ending the process, stuck in native code for {GRACE_S:g} s more"
+        log(text)
+        print(f"albor: {text}", file=sys.stderr, flush=True)
+        os._exit(EXIT_TIMEOUT)
+
+    timer = threading.Timer(seconds + GRACE_S, hard)
+    timer.daemon = True
+    timer.start()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, expired) if main else None
+    if main:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        timer.cancel()
+        if main:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)

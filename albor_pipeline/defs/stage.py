@@ -277,7 +277,7 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
             executor = execution.executor(context.log.info, store.node(inputs))
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
-        with time_limit(execution.spec.stage_timeout_s, stage.name):
+        with time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error):
             manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch())
         tasks = TASKS.since(mark)
         return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks)
