@@ -92,7 +92,10 @@ def clean_conversation(raw: Any, calculator: bool, cleanup: Counter[str]) -> lis
             content = calculator_parts(content)
         messages.append({"role": role, "content": content})
     if messages[0]["role"] == "system":
-        if len(messages) < 2 or messages[1]["role"] != "user":
+        if len(messages) == 1:  # a system prompt alone: no assistant turn, dropped as documented
+            cleanup["no_assistant"] += 1
+            return None
+        if messages[1]["role"] != "user":
             raise ChatError("message 0: a system message must be followed by a user message")
         first = {"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]}
         messages = [first, *messages[2:]]

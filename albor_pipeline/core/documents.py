@@ -24,6 +24,7 @@ from albor_pipeline.core import hashpart
 from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, staged_dir
 from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.hygiene import redact_path
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.core.neardup import LshJob, NearDupIndex, Signer, word_hashes
 from albor_pipeline.core.nodes import Node, Spooled, task_node
@@ -113,8 +114,9 @@ class _Locator:
 
 
 def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
-    """`source:file` of one document, read when a report names it (a few examples)."""
-    return f"{inputs[i][0]}:{pq.read_table(inputs[i][1], columns=['file']).column(0)[row].as_py()}"
+    """`source:file` of one document, read when a report names it (a few examples), redacted
+    as every recorded path is."""
+    return f"{inputs[i][0]}:{redact_path(pq.read_table(inputs[i][1], columns=['file']).column(0)[row].as_py())}"
 
 
 def _scan(

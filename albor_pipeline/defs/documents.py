@@ -11,9 +11,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from albor_pipeline.core.artifacts import read_manifest
 from albor_pipeline.core.checks import CheckOutcome, check_no_contamination, check_no_leak, check_no_near_leak
 from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.documents import build_documents
+from albor_pipeline.core.hygiene import HYGIENE_KINDS
 from albor_pipeline.core.ingest import DOC_SCHEMA
 from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, benchmark_stage, filtered_stage, ingested_stage
 from albor_pipeline.core.markdown import markdown_table
@@ -35,17 +37,30 @@ OUT_DIRS: dict[str, Callable[[Layout], Path]] = {
     DOCUMENTS: attrgetter("documents_dir"),
     CONVERSATIONS: attrgetter("conversations_dir"),
 }
-# What each holdout reads: documents after hygiene, conversations as ingested.
-INPUTS: dict[str, tuple[Callable[[str], str], Callable[[Layout, str], Path]]] = {
-    DOCUMENTS: (filtered_stage, Layout.filtered),
-    CONVERSATIONS: (ingested_stage, Layout.ingested),
-}
+
+
+def _reads(spec: PipelineSpec, name: str) -> tuple[str, Callable[[Layout, str], Path]]:
+    """The stage (and its files) a holdout reads of source `name`: its output after hygiene;
+    a synthetic source's as ingested (generated from a word list, nothing to redact)."""
+    if spec.source(name).kind in HYGIENE_KINDS:
+        return filtered_stage(name), Layout.filtered
+    return ingested_stage(name), Layout.ingested
+
+
+def _redaction(spec: PipelineSpec, layout: Layout, names: list[str]) -> dict[str, dict[str, object]]:
+    """Per chat source: what its hygiene stage redacted (counts only), shown with the conversations."""
+    out = {}
+    for name in names:
+        if spec.source(name).kind in HYGIENE_KINDS:
+            summary = read_manifest(layout, filtered_stage(name)).summary
+            out[name] = {"findings": summary["findings"], "redacted_conversations": summary["redacted_documents"]}
+    return out
 
 
 def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext, config: HoldoutConfig) -> StageOutput:
     settings = resolve(spec.holdout, config, f"{stage} run config")
     layout = ctx.layout
-    sources = [(n, shard) for n in names for shard in shard_files(INPUTS[stage][1](layout, n))]
+    sources = [(n, shard) for n in names for shard in shard_files(_reads(spec, n)[1](layout, n))]
     # Conversations: exact dedup only. Documents: also near dedup and decontamination.
     near = spec.near_dedup if stage == DOCUMENTS else None
     decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None
@@ -53,6 +68,7 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
         sources, settings, OUT_DIRS[stage](layout), layout.root, ctx.log.info, near, decon, ctx.executor
     )
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
+    redaction = _redaction(spec, layout, names) if stage == CONVERSATIONS else {}
     return StageOutput(
         artifacts=[shard for s in SPLITS for shard in result.artifacts[s]],
         config={
@@ -65,6 +81,7 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
             "duplicates": result.duplicates,
             "near_duplicates": result.near,
             "decontaminated": result.decontaminated,
+            **({"redaction": redaction} if redaction else {}),
         },
         inputs=decon.inputs if decon else [],
         metadata={
@@ -76,6 +93,7 @@ def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext,
             "decontaminated_dropped": sum(result.decontaminated.get("dropped", {}).values()),
             "decontaminated": dg.MetadataValue.json(result.decontaminated),
             **{f"{s}_rows": sum(a.rows or 0 for a in result.artifacts[s]) for s in SPLITS},
+            **({"redaction": dg.MetadataValue.json(redaction)} if redaction else {}),
         },
     )
 
@@ -106,7 +124,7 @@ def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: s
         config=HoldoutConfig,
         defaults=spec_defaults(HoldoutConfig, spec.holdout),
         work=partial(holdout, spec, stage, names),
-        deps=tuple(map(INPUTS[stage][0], names)),
+        deps=tuple(_reads(spec, n)[0] for n in names),
         checks=(
             schema_check(DOC_SCHEMA),
             Check(

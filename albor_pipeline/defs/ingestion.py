@@ -11,6 +11,7 @@ import dagster as dg
 from albor_pipeline.core.artifacts import Artifact
 from albor_pipeline.core.decontam import benchmark_fingerprint
 from albor_pipeline.core.files import Location
+from albor_pipeline.core.hygiene import redact_path
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, source_fingerprint
 from albor_pipeline.core.layout import Layout, benchmark_stage, ingested_stage, source_stage
 from albor_pipeline.core.licences import detect_licences
@@ -90,7 +91,10 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
     layout = ctx.layout
     source = source_fingerprint(resolved, layout.fingerprint_cache(src.name))
     out = layout.ingested(src.name)
-    result = ingest_source(resolved, out, layout.root, ctx.log.info, ctx.executor, shard_mb)
+    # Its lines may name a skipped file (the first per reason): redacted as every recorded path is.
+    result = ingest_source(
+        resolved, out, layout.root, lambda line: ctx.log.info(redact_path(line)), ctx.executor, shard_mb
+    )
     summary = {
         "files": result.files,
         "documents": result.rows,
@@ -101,7 +105,7 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
         "licences": detect_licences(resolved.path),
     }
     skipped = markdown_table(
-        [{"reason": k, "files": v, "first": result.first.get(k, "")} for k, v in result.skipped.items()]
+        [{"reason": k, "files": v, "first": redact_path(result.first.get(k, ""))} for k, v in result.skipped.items()]
     )
     return StageOutput(
         artifacts=result.artifacts,

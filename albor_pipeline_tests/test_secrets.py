@@ -1,0 +1,398 @@
+"""Issue 37 (security): secrets and PII never outlive hygiene, in any output or record.
+
+Every token below is real-shaped (its format's prefix and length, a random body drawn
+here), planted in real standard-library code or in real conversations; "gone" means that
+no 8-character piece of its random part is left anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import string
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+
+from albor_pipeline.core.chat import clean_conversation
+from albor_pipeline.core.checks import check_no_secrets
+from albor_pipeline.core.documents import build_documents
+from albor_pipeline.core.executor import LocalExecutor
+from albor_pipeline.core.hygiene import SecretScanner, clean_source
+from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
+from albor_pipeline.core.shards import shard_files
+from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
+
+from .support import STDLIB, STDLIB_PACKAGES
+
+RNG = random.Random(37)
+ALNUM = string.ascii_letters + string.digits
+B64 = ALNUM + "+/"
+B64URL = ALNUM + "-_"
+EMAIL_IN_NAME = "jane.doe@corp-mail.net"
+
+
+def _random(n: int, chars: str = ALNUM) -> str:
+    return "".join(RNG.choice(chars) for _ in range(n))
+
+
+def _jwt() -> tuple[str, str]:
+    def part(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    payload = part({"sub": _random(12), "name": "Jane", "iat": 1516239022})
+    signature = _random(43, B64URL)
+    return f"{part({'alg': 'HS256', 'typ': 'JWT'})}.{payload}.{signature}", payload + "." + signature
+
+
+PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+
+
+def _pem(key: PrivateKey, fmt: serialization.PrivateFormat) -> str:
+    return key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption()).decode()
+
+
+def _private_keys() -> list[tuple[str, str]]:
+    """Real private keys, freshly generated, in the PEM formats people paste into code."""
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    keys = [
+        _pem(rsa_key, serialization.PrivateFormat.TraditionalOpenSSL),  # BEGIN RSA PRIVATE KEY
+        _pem(ec.generate_private_key(ec.SECP256R1()), serialization.PrivateFormat.TraditionalOpenSSL),
+        _pem(ed25519.Ed25519PrivateKey.generate(), serialization.PrivateFormat.OpenSSH),
+        _pem(rsa_key, serialization.PrivateFormat.PKCS8),  # BEGIN PRIVATE KEY
+    ]
+    return [(f'KEY = """{pem}"""\n', "".join(pem.splitlines()[1:-1])) for pem in keys]
+
+
+def _tokens() -> list[tuple[str, str, str]]:
+    """(planted line, the token's random part, the finding type) for every detector type."""
+    out = []
+    for prefix in ("ghp", "gho", "ghu", "ghs", "ghr"):
+        body = _random(36)
+        out.append((f'GITHUB_TOKEN = "{prefix}_{body}"\n', body, "GitHub Token"))
+    body = f"{_random(22)}_{_random(59)}"
+    out.append((f'headers = {{"Authorization": "Bearer github_pat_{body}"}}\n', body, "GitHub Token"))
+    body = _random(20, ALNUM + "-_")
+    out.append((f'gitlab = "glpat-{body}"\n', body, "GitLab Token"))
+    body = _random(24, string.ascii_lowercase + string.digits)
+    workspace, bot = _random(12, string.digits), _random(13, string.digits)
+    out.append((f'SLACK_BOT_TOKEN = "xoxb-{workspace}-{bot}-{body}"\n', body, "Slack Token"))
+    body = _random(99)  # today's live keys: 99 characters after the prefix
+    out.append((f'stripe.api_key = "sk_live_{body}"\n', body, "Stripe Access Key"))
+    body = _random(36)
+    out.append((f'NPMRC = "//registry.npmjs.org/:_authToken=npm_{body}"\n', body, "NPM tokens"))
+    body = _random(36)
+    out.append((f'NPM_TOKEN = "npm_{body}"\n', body, "NPM tokens"))
+    body = _random(150, ALNUM + "-_")
+    out.append((f'password = "pypi-AgEIcHlwaS5vcmc{body}"\n', body, "PyPI Token"))
+    head, tail = _random(20), _random(20)
+    out.append((f'OPENAI_API_KEY = "sk-{head}T3BlbkFJ{tail}"\n', head + "T3BlbkFJ" + tail, "OpenAI Token"))
+    head, tail = _random(74, ALNUM + "-_"), _random(74, ALNUM + "-_")
+    out.append((f'client = OpenAI(api_key="sk-proj-{head}T3BlbkFJ{tail}")\n', head + tail, "OpenAI Token"))
+    token, body = _jwt()
+    out.append((f'session = "{token}"\n', body, "JSON Web Token"))
+    body = _random(16, string.ascii_uppercase + string.digits)
+    out.append((f'AWS_ACCESS_KEY_ID = "AKIA{body}"\n', body, "AWS Access Key"))
+    body = _random(40, B64)
+    out.append((f'aws_secret_access_key = "{body}"\n', body, "AWS Access Key"))
+    out += [(line, body, "Private Key") for line, body in _private_keys()]
+    return out
+
+
+TOKENS = _tokens()
+
+
+def _pieces(secret: str, size: int = 8) -> list[str]:
+    return [secret[i : i + size] for i in range(len(secret) - size + 1)]
+
+
+def _left(secret: str, text: str) -> list[str]:
+    """The 8-character pieces of `secret` still in `text`."""
+    return [piece for piece in _pieces(secret) if piece in text]
+
+
+def _real_code(planted: str, path: Path = STDLIB / "json" / "decoder.py") -> tuple[str, str]:
+    """Real stdlib code with `planted` after its first paragraph; and the untouched tail."""
+    real = path.read_text(encoding="utf-8")
+    head, sep, tail = real.partition("\n\n")
+    return head + sep + planted + tail, tail
+
+
+@pytest.mark.parametrize(("line", "secret", "kind"), TOKENS, ids=[f"{k}-{i}" for i, (_, _, k) in enumerate(TOKENS)])
+def test_redaction_removes_the_whole_token(line, secret, kind):
+    """Finding 1: every detector's finding is redacted whole, not the prefix it reports."""
+    text, tail = _real_code(line)
+    found = SecretScanner().scan(text)
+    redacted = found.redact(text)
+    assert found.counts[kind] >= 1, found.counts
+    assert not _left(secret, redacted), f"{kind}: pieces of the token survive"
+    assert "<KEY>" in redacted and redacted.endswith(tail)  # the real code around it is untouched
+    assert SecretScanner().scan(redacted).counts == {}
+
+
+def _todays_redaction(text: str) -> str:
+    """What the redactor did before issue 37 with a GitHub token: it replaced the value
+    detect-secrets reports, which is the pattern's group, i.e. the prefix."""
+    for line in text.splitlines():
+        for found in GitHubTokenDetector().analyze_line(filename="x.py", line=line):
+            text = text.replace(found.secret_value or "", "<KEY>")
+    return text
+
+
+def _shard(path: Path, texts: list[str], files: list[str] | None = None) -> Path:
+    files = files or [f"f{i}.py" for i in range(len(texts))]
+    table = pa.table(
+        {"text": texts, "source": ["s"] * len(texts), "file": files, "sha256": [text_sha256(t) for t in texts]},
+        schema=DOC_SCHEMA,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def _code_dir(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
+def test_the_no_secrets_check_is_independent_of_the_redactor(tmp_path):
+    """Finding 1's check: an independent scan fails on what the old redactor left (`<KEY>_…`),
+    on a token no detect-secrets pattern knows, and on a whole AWS key; it passes on real
+    code after hygiene, and never shows a secret."""
+    ghp = next(line for line, _, kind in TOKENS if line.startswith("GITHUB_TOKEN"))
+    pat = next(line for line, _, kind in TOKENS if "github_pat_" in line)
+    aws = next(line for line, _, kind in TOKENS if "AKIA" in line)
+    old = _todays_redaction(_real_code(ghp)[0])
+    assert "<KEY>_" in old and SecretScanner().scan(old).counts == {}  # the old, same-detector re-scan passed
+    # The redactor's entropy detector reads quoted strings only; a YAML-style value is its blind spot.
+    unquoted = f"db_password: {_random(32)}\n"
+    assert SecretScanner().scan(_real_code(unquoted)[0]).counts == {}
+    expected = ["token cut by <KEY>", "GitHub token", "AWS access key id", "high-entropy value of a secret name"]
+    for text, kind in zip((old, _real_code(pat)[0], _real_code(aws)[0], _real_code(unquoted)[0]), expected):
+        outcome = check_no_secrets([_shard(tmp_path / "bad" / "part-00000-0000.parquet", [text])])
+        assert not outcome.passed and outcome.metadata["left"].get(kind) == 1, outcome.description
+        assert outcome.metadata["files"] == ["f0.py"]
+        shown = json.dumps(outcome.metadata) + outcome.description
+        assert not any(_left(secret, shown) for _, secret, _ in TOKENS)
+    # Real code (seven standard-library packages, a shard per task on two processes) passes.
+    src = SourceSpec(name="s", kind="code", path=STDLIB, include=tuple(f"{p}/**/*.py" for p in STDLIB_PACKAGES))
+    ingest_source(src, tmp_path / "in", tmp_path, shard_mb=1)
+    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", tmp_path)
+    outcome = check_no_secrets(shard_files(tmp_path / "out"), LocalExecutor(2))
+    assert outcome.passed and outcome.metadata["documents"] == result.kept >= 100, outcome.description
+
+
+def _conversations(secrets: list[str]) -> list[dict]:
+    """Real-looking conversations with a secret in each kind of message and part."""
+    ghp, glpat, akia = secrets
+    return [
+        {
+            "messages": [
+                {"role": "system", "content": f"You deploy with GITHUB_TOKEN={ghp}."},
+                {"role": "user", "content": f'My GitLab token is "{glpat}", mail me at {EMAIL_IN_NAME}.'},
+                {"role": "assistant", "content": "Never paste a token into a chat; revoke it now."},
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "Which key am I using?"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Let me look."},
+                        {"type": "python", "text": f'os.environ["AWS_ACCESS_KEY_ID"] = "{akia}"'},
+                        {"type": "python_output", "text": f"{akia}\n"},
+                        {"type": "text", "text": f"You use {akia}; rotate it."},
+                    ],
+                },
+            ]
+        },
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]},
+    ]
+
+
+def _planted_secrets() -> tuple[list[str], list[str]]:
+    """A GitHub, GitLab and AWS token (whole) and their random parts."""
+    bodies = [_random(36), _random(20), _random(16, string.ascii_uppercase + string.digits)]
+    return [f"ghp_{bodies[0]}", f"glpat-{bodies[1]}", f"AKIA{bodies[2]}"], bodies
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_chat_sources_are_redacted_message_by_message(tmp_path):
+    """Finding 2: a chat source goes through the same redaction, every message and part,
+    counted like a document source's findings; the conversations stay valid."""
+    secrets, bodies = _planted_secrets()
+    path = _write_jsonl(tmp_path / "chat" / "chat.jsonl", _conversations(secrets))
+    src = SourceSpec(name="c", kind="chat", path=path.parent)
+    ingest_source(src, tmp_path / "in", tmp_path)
+    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", tmp_path, conversations=True)
+    rows = pq.read_table(tmp_path / "out").to_pylist()
+    assert result.documents_in == result.kept == len(rows) == 3 and result.redacted_documents == 2
+    assert result.findings == {"GitHub Token": 1, "GitLab Token": 1, "AWS Access Key": 3, "E-mail": 1}
+    for row in rows:
+        assert not [b for b in bodies if _left(b, row["text"])] and EMAIL_IN_NAME not in row["text"]
+        assert row["sha256"] == text_sha256(row["text"])
+    first, second, third = (json.loads(row["text"]) for row in rows)
+    assert first[0]["content"].startswith("You deploy with GITHUB_TOKEN=<KEY>.")
+    assert second[1]["content"][1] == {"type": "python", "text": 'os.environ["AWS_ACCESS_KEY_ID"] = "<KEY>"'}
+    assert third == _conversations(secrets)[2]["messages"]  # nothing to redact: the row as ingested
+    dropped = clean_source(tmp_path / "in", HygieneSpec(redact="drop"), tmp_path / "drop", tmp_path, conversations=True)
+    assert dropped.kept == 1 and dropped.removed == {"secrets_or_pii": 2}
+
+
+def test_file_paths_in_metadata_are_redacted(tmp_path):
+    """Finding 3: an e-mail or a token in a file name never reaches the examples hygiene and
+    documents record (metadata, manifests, provenance, the event log), nor the file column
+    of redacted output; `report` keeps the data but still redacts the examples."""
+    token = next(line for line, _, _ in TOKENS if line.startswith("GITHUB_TOKEN")).split('"')[1]
+    code = (STDLIB / "json" / "scanner.py").read_text(encoding="utf-8")
+    generated = "# Generated by the protocol buffer compiler.  DO NOT EDIT!\n" + code
+    root = _code_dir(
+        tmp_path / "src",
+        {
+            f"{EMAIL_IN_NAME}/notes.py": code + f"# ask {EMAIL_IN_NAME}\n",
+            f"{EMAIL_IN_NAME}/api_{token}_pb2.py": generated,
+        },
+    )
+    ingest_source(SourceSpec(name="s", kind="code", path=root), tmp_path / "in", tmp_path)
+    for mode in ("redact", "report"):
+        result = clean_source(tmp_path / "in", HygieneSpec(redact=mode), tmp_path / mode, tmp_path)
+        shown = json.dumps(result.examples)
+        assert EMAIL_IN_NAME not in shown and not _left(token[4:], shown), shown
+        # The token widens over "api_" and "_pb2" (a token runs over letters, digits, "_" and "-").
+        assert result.examples["autogenerated"] == ["<EMAIL>/<KEY>.py"]
+        assert result.examples.get("redacted") == (["<EMAIL>/notes.py"] if mode == "redact" else None)
+        files = pq.read_table(tmp_path / mode).column("file").to_pylist()
+        assert files == (["<EMAIL>/notes.py"] if mode == "redact" else [f"{EMAIL_IN_NAME}/notes.py"])
+    # documents: near-duplicate examples name files too (here from a source kept as is).
+    text = (STDLIB / "json" / "encoder.py").read_text(encoding="utf-8")
+    shards = [
+        ("a", _shard(tmp_path / "a" / "part-00000-0000.parquet", [text], [f"{EMAIL_IN_NAME}/encoder.py"])),
+        ("b", _shard(tmp_path / "b" / "part-00000-0000.parquet", [text + "\n# copy\n"], [f"copies/{token}.py"])),
+    ]
+    report = build_documents(shards, HoldoutSpec(), tmp_path / "documents", tmp_path, near=NearDedupSpec()).near
+    assert report["clusters"] == 1 and report["examples"][0][:2] == ["a:<EMAIL>/encoder.py", "b:copies/<KEY>.py"]
+
+
+def test_a_system_only_conversation_is_a_counted_drop(tmp_path):
+    """Finding 4: no assistant turn means dropped and counted, as documented, also when the
+    conversation is only a system prompt."""
+    cleanup: Counter[str] = Counter()
+    assert clean_conversation([{"role": "system", "content": "Be brief."}], False, cleanup) is None
+    assert cleanup == {"no_assistant": 1}
+    rows = [
+        {"messages": [{"role": "system", "content": "You are a helpful assistant."}]},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]},
+    ]
+    path = _write_jsonl(tmp_path / "chat" / "chat.jsonl", rows)
+    result = ingest_source(SourceSpec(name="c", kind="chat", path=path.parent), tmp_path / "in", tmp_path)
+    assert result.rows == 1 and result.cleanup == {"no_assistant": 1}
+
+
+Decode = Callable[[np.ndarray], str]
+
+
+def _strings(path: Path, decode: Decode) -> Iterator[str]:
+    """Every string a Parquet file holds: string columns, and id lists decoded as text."""
+    table = pq.read_table(path)
+    for column in table.columns:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            yield from (s for s in column.to_pylist() if s)
+        elif pa.types.is_list(column.type) and pa.types.is_integer(column.type.value_type):
+            ids = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            if len(ids):
+                yield decode(ids)
+
+
+def _texts_under(root: Path, decode: Decode, vocab_size: int) -> Iterator[tuple[Path, str]]:
+    """Every file under `root` as text: its bytes, Parquet's strings, token files decoded."""
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        yield path, path.read_bytes().decode("utf-8", "replace")
+        if path.suffix == ".parquet":
+            yield from ((path, s) for s in _strings(path, decode))
+        elif path.suffix == ".bin" and not path.name.endswith("_mask.bin"):
+            dtype = np.uint16 if vocab_size <= 1 << 16 else np.uint32
+            yield path, decode(np.fromfile(path, dtype=dtype))
+
+
+def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
+    """Issue 37, done when: a GitHub, GitLab and AWS token planted in a code source and in a
+    chat source are absent, whole and in part, from every file of a default-shaped build
+    (Parquet strings, token ids decoded with the run's tokenizer, .bin token files, JSON,
+    Markdown) and from every file of the Dagster instance; an e-mail in a file name is
+    absent too. Only `ingested/` holds the tokens: the sources' verbatim copy, before
+    hygiene (and the fingerprint cache the file name, as its key)."""
+    import dagster as dg
+    from tokenizers import Tokenizer
+
+    from albor_pipeline.spec import REPO_ROOT, load_spec
+
+    from .support import instance_home, materialize_all, small_spec_dict, write_spec
+
+    secrets, bodies = _planted_secrets()
+    ghp, glpat, akia = secrets
+    planted = f'GITHUB_TOKEN = "{ghp}"\nGITLAB = {{"token": "{glpat}"}}\nAWS_ACCESS_KEY_ID = "{akia}"\n'
+    # Real code the small spec's own sources do not hold (near dedup would remove copies).
+    real = [p for d in ("http", "wsgiref") for p in sorted((STDLIB / d).glob("*.py")) if p.stat().st_size > 2000]
+    files = {f"planted_{p.parent.name}_{p.stem}.py": _real_code(planted, p)[0] for p in real}
+    notes = (STDLIB / "html" / "parser.py").read_text(encoding="utf-8") + f"# maintainer: {EMAIL_IN_NAME}\n"
+    files[f"{EMAIL_IN_NAME}/parser.py"] = notes  # an e-mail in its name and its text: a "redacted" example
+    code = _code_dir(tmp_path / "planted", files)
+    (tmp_path / "outside.py").write_text("x = 1\n" * 20, encoding="utf-8")
+    (code / EMAIL_IN_NAME / "outside.py").symlink_to(tmp_path / "outside.py")  # skipped: ingest names it
+    samples = (REPO_ROOT / "data" / "samples" / "python_chat.jsonl").read_text(encoding="utf-8").splitlines()
+    chat = _write_jsonl(tmp_path / "chat" / "chat.jsonl", _conversations(secrets) + [json.loads(x) for x in samples])
+    extra = [
+        {"name": "planted", "kind": "code", "path": str(code)},
+        {"name": "planted_chat", "kind": "chat", "path": str(chat.parent)},
+    ]
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict(extra)))
+    home, data = instance_home(tmp_path / "home"), tmp_path / "data"
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        result = materialize_all(spec, data, instance)
+        checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    conversations = result.asset_materializations_for_node("conversations")[0].metadata
+    redaction = conversations["redaction"].value
+    assert isinstance(redaction, dict) and redaction["planted_chat"]["findings"]["GitHub Token"] == 1
+
+    tok = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
+
+    def decode(ids: np.ndarray) -> str:
+        return tok.decode(ids.astype(np.int64).tolist(), skip_special_tokens=False)
+
+    reached: set[str] = set()
+    for root in (data, home):
+        for path, text in _texts_under(root, decode, tok.get_vocab_size(with_added_tokens=True)):
+            rel = path.relative_to(tmp_path).as_posix()
+            if rel.startswith("data/ingested/"):
+                continue
+            assert not [b for b in bodies if _left(b, text)], f"a planted token survives in {rel}"
+            assert EMAIL_IN_NAME not in text or rel.startswith("data/cache/fingerprints/"), rel
+            if "GITHUB_TOKEN = " in text or "Never paste a token" in text:
+                reached.add(rel.split("/")[1])
+            if root == home and "<EMAIL>/parser.py" in text:
+                reached.add("examples in the event log")
+            if root == home and "<EMAIL>/outside.py" in text:
+                reached.add("skips in the event log")
+    # The planted code and conversations did reach the corpus and the SFT data, redacted, and
+    # the file named with an e-mail reached the event log, redacted.
+    stages = {"filtered", "documents", "mixed", "fim", "corpus", "conversations", "sft"}
+    assert {*stages, "examples in the event log", "skips in the event log"} <= reached, reached
