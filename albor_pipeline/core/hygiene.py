@@ -29,7 +29,6 @@ import json
 import re
 import string
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import Path
@@ -183,37 +182,32 @@ class SecretScanner:
     def _entropy(self) -> list[Base64HighEntropyString | HexHighEntropyString]:
         return [Base64HighEntropyString(limit=4.5), HexHighEntropyString(limit=3.0)]
 
-    def _secrets_in_line(self, line: str) -> Iterator[tuple[str, int, int]]:
-        """(kind, start, end) of each secret on a candidate line: whole tokens, each span once
-        (the first detector's kind)."""
-        spans: list[tuple[int, int]] = []
+    def _secrets_in_line(self, line: str) -> list[tuple[str, int, int]]:
+        """(kind, start, end) of each secret on a candidate line: whole tokens; overlapping
+        findings merge into one of the first detector's kind."""
+        found: list[tuple[str, int, int]] = []
 
-        def new(start: int, end: int) -> bool:
-            if _placeholder(line[start:end]) or any(start < e and s < end for s, e in spans):
-                return False
-            spans.append((start, end))
-            return True
+        def add(kind: str, start: int, end: int) -> None:
+            for i, (first, s, e) in enumerate(found):
+                if start < e and s < end:
+                    found[i] = (first, min(s, start), max(e, end))
+                    return
+            found.append((kind, start, end))
 
         for plugin in self._plugins:
             for regex in plugin.denylist:
                 for match in regex.finditer(line):
                     # The plugin's own validation of what matched (a JWT's parts must decode).
-                    if next(iter(plugin.analyze_string(match.group())), None) is None:
-                        continue
-                    start, end = _token_span(line, match)
-                    if new(start, end):
-                        yield plugin.secret_type, start, end
+                    if next(iter(plugin.analyze_string(match.group())), None) is not None:
+                        add(plugin.secret_type, *_token_span(line, match))
         if SECRET_NAME.search(line):  # high entropy counts only when assigned to a secret-ish name
             for entropy in self._entropy:
-                for raw in entropy.analyze_string(line):
-                    if not _high_entropy(entropy, raw):
-                        continue
+                for raw in filter(partial(_high_entropy, entropy), entropy.analyze_string(line)):
                     at = line.find(raw)
                     while at >= 0:
-                        start, end = _widen(line, at, at + len(raw))
-                        if new(start, end):
-                            yield "High Entropy String", start, end
+                        add("High Entropy String", *_widen(line, at, at + len(raw)))
                         at = line.find(raw, at + len(raw))
+        return found
 
     def scan(self, text: str) -> Findings:
         found = Findings()
