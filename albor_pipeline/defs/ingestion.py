@@ -17,7 +17,8 @@ from albor_pipeline.core.layout import Layout, benchmark_stage, ingested_stage, 
 from albor_pipeline.core.licences import detect_licences
 from albor_pipeline.core.markdown import markdown_table
 from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.defs.resources import ArtifactStore
+from albor_pipeline.core.watchdog import time_limit
+from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.defs.stage import Stage, StageContext, asset_key, resolve, schema_check, spec_defaults
 from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, PipelineSpec, SourceKind, SourceSpec
 
@@ -56,8 +57,9 @@ def _observable(
     files makes the stages that read them stale (the automation sensor rebuilds them)."""
 
     @dg.observable_source_asset(key=asset_key(key), group_name=GROUP, description=description)
-    def _observe(store: ArtifactStore) -> dg.ObserveResult:
-        found = fingerprint(store.layout)
+    def _observe(context: dg.AssetExecutionContext, store: ArtifactStore, execution: Execution) -> dg.ObserveResult:
+        with time_limit(execution.spec.stage_timeout_s, key, context.log.error):
+            found = fingerprint(store.layout)
         return dg.ObserveResult(
             data_version=dg.DataVersion(found.sha256),
             metadata={"files": found.rows or 1, "bytes": found.bytes, "fingerprint": found.sha256, "path": str(path)},
