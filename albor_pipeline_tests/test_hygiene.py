@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.core.executor import LocalExecutor
-from albor_pipeline.core.hygiene import SecretScanner, clean_source, filter_reason, rescan
+from albor_pipeline.core.hygiene import clean_source, filter_reason, rescan
 from albor_pipeline.core.ingest import ingest_source
+from albor_pipeline.core.secrets import SecretScanner
 from albor_pipeline.spec import FilterSpec, HygieneSpec, SourceSpec
 
 from .support import STDLIB, STDLIB_PACKAGES

@@ -27,8 +27,9 @@ from albor_pipeline.core.chat import clean_conversation
 from albor_pipeline.core.checks import check_no_secrets
 from albor_pipeline.core.documents import build_documents
 from albor_pipeline.core.executor import LocalExecutor
-from albor_pipeline.core.hygiene import SecretScanner, clean_source
+from albor_pipeline.core.hygiene import clean_source
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
+from albor_pipeline.core.secrets import SecretScanner
 from albor_pipeline.core.shards import shard_files
 from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
 
@@ -241,11 +242,14 @@ def test_chat_sources_are_redacted_message_by_message(tmp_path):
     secrets, bodies = _planted_secrets()
     path = _write_jsonl(tmp_path / "chat" / "chat.jsonl", _conversations(secrets))
     src = SourceSpec(name="c", kind="chat", path=path.parent)
-    ingest_source(src, tmp_path / "in", tmp_path)
+    ingested = ingest_source(src, tmp_path / "in", tmp_path)  # secrets: before anything is written
+    assert ingested.secrets == {"GitHub Token": 1, "GitLab Token": 1, "AWS Access Key": 3}
+    for row in pq.read_table(tmp_path / "in").to_pylist():
+        assert not [b for b in bodies if _left(b, row["text"])]
     result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", tmp_path, conversations=True)
     rows = pq.read_table(tmp_path / "out").to_pylist()
-    assert result.documents_in == result.kept == len(rows) == 3 and result.redacted_documents == 2
-    assert result.findings == {"GitHub Token": 1, "GitLab Token": 1, "AWS Access Key": 3, "E-mail": 1}
+    assert result.documents_in == result.kept == len(rows) == 3 and result.redacted_documents == 1
+    assert result.findings == {"E-mail": 1}  # PII: hygiene's part
     for row in rows:
         assert not [b for b in bodies if _left(b, row["text"])] and EMAIL_IN_NAME not in row["text"]
         assert row["sha256"] == text_sha256(row["text"])
@@ -253,8 +257,9 @@ def test_chat_sources_are_redacted_message_by_message(tmp_path):
     assert first[0]["content"].startswith("You deploy with GITHUB_TOKEN=<KEY>.")
     assert second[1]["content"][1] == {"type": "python", "text": 'os.environ["AWS_ACCESS_KEY_ID"] = "<KEY>"'}
     assert third == _conversations(secrets)[2]["messages"]  # nothing to redact: the row as ingested
-    dropped = clean_source(tmp_path / "in", HygieneSpec(redact="drop"), tmp_path / "drop", tmp_path, conversations=True)
-    assert dropped.kept == 1 and dropped.removed == {"secrets_or_pii": 2}
+    dropping = src.model_copy(update={"hygiene": HygieneSpec(redact="drop")})
+    dropped = ingest_source(dropping, tmp_path / "drop", tmp_path)
+    assert dropped.rows == 1 and dropped.skipped == {"secrets": 2}
 
 
 def test_file_paths_in_metadata_are_redacted(tmp_path):
@@ -337,8 +342,8 @@ def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
     chat source are absent, whole and in part, from every file of a default-shaped build
     (Parquet strings, token ids decoded with the run's tokenizer, .bin token files, JSON,
     Markdown) and from every file of the Dagster instance; an e-mail in a file name is
-    absent too. Only `ingested/` holds the tokens: the sources' verbatim copy, before
-    hygiene (and the fingerprint cache the file name, as its key)."""
+    absent too, but from the fingerprint cache (the file name is its key) and from the text
+    ingested/ keeps for hygiene (an e-mail in a text is PII, not a secret)."""
     import dagster as dg
     from tokenizers import Tokenizer
 
@@ -371,7 +376,7 @@ def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
     assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
     conversations = result.asset_materializations_for_node("conversations")[0].metadata
     redaction = conversations["redaction"].value
-    assert isinstance(redaction, dict) and redaction["planted_chat"]["findings"]["GitHub Token"] == 1
+    assert isinstance(redaction, dict) and redaction["planted_chat"]["secrets"]["GitHub Token"] == 1
 
     tok = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
 
@@ -382,17 +387,18 @@ def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
     for root in (data, home):
         for path, text in _texts_under(root, decode, tok.get_vocab_size(with_added_tokens=True)):
             rel = path.relative_to(tmp_path).as_posix()
-            if rel.startswith("data/ingested/"):
-                continue
             assert not [b for b in bodies if _left(b, text)], f"a planted token survives in {rel}"
-            assert EMAIL_IN_NAME not in text or rel.startswith("data/cache/fingerprints/"), rel
+            # PII in a text is hygiene's to redact: ingested/ keeps the e-mail in parser.py's text.
+            assert EMAIL_IN_NAME not in text or rel.startswith(("data/cache/fingerprints/", "data/ingested/")), rel
             if "GITHUB_TOKEN = " in text or "Never paste a token" in text:
                 reached.add(rel.split("/")[1])
             if root == home and "<EMAIL>/parser.py" in text:
                 reached.add("examples in the event log")
             if root == home and "<EMAIL>/outside.py" in text:
                 reached.add("skips in the event log")
+    files = pq.read_table(data / "ingested" / "planted", columns=["file"]).column("file").to_pylist()
+    assert "<EMAIL>/parser.py" in files and not [f for f in files if EMAIL_IN_NAME in f]
     # The planted code and conversations did reach the corpus and the SFT data, redacted, and
     # the file named with an e-mail reached the event log, redacted.
-    stages = {"filtered", "documents", "mixed", "fim", "corpus", "conversations", "sft"}
+    stages = {"ingested", "filtered", "documents", "mixed", "fim", "corpus", "conversations", "sft"}
     assert {*stages, "examples in the event log", "skips in the event log"} <= reached, reached

@@ -46,9 +46,10 @@ from albor_pipeline.core.documents import build_documents  # noqa: E402
 from albor_pipeline.core.encode import FAST_BYTELEVEL_PATTERN, GigatokenEncoder  # noqa: E402
 from albor_pipeline.core.executor import cpu_count, make_executor  # noqa: E402
 from albor_pipeline.core.fim import apply_fim  # noqa: E402
-from albor_pipeline.core.hygiene import SecretScanner, clean_source  # noqa: E402
+from albor_pipeline.core.hygiene import clean_source  # noqa: E402
 from albor_pipeline.core.ingest import ingest_source, source_files  # noqa: E402
 from albor_pipeline.core.mix import mix_documents  # noqa: E402
+from albor_pipeline.core.secrets import SecretScanner  # noqa: E402
 from albor_pipeline.core.tokenizer import build_tokenizer, iter_texts, train_bpe  # noqa: E402
 from albor_pipeline.core.vocab import SPECIALS, added_tokens, plain_tokenizer, token_to_bytes  # noqa: E402
 from albor_pipeline.spec import (  # noqa: E402

@@ -23,9 +23,9 @@ from albor_pipeline.core.artifacts import TEMP_SUFFIX
 from albor_pipeline.core.chat import ChatIds, assistant_text
 from albor_pipeline.core.decontam import contaminated
 from albor_pipeline.core.executor import INLINE, Executor, for_items
-from albor_pipeline.core.hygiene import redact_path
 from albor_pipeline.core.neardup import LshJob, NearDupIndex, Signer, word_hashes
 from albor_pipeline.core.nodes import Node, OnNode, Spooled, task_node
+from albor_pipeline.core.secrets import redact_path
 from albor_pipeline.core.shards import iter_batches, parquet_files
 from albor_pipeline.core.vocab import EOS, PAD, added_tokens, token_to_bytes
 from albor_pipeline.spec import ChatTokens, DecontaminateSpec

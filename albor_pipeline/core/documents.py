@@ -24,10 +24,10 @@ from albor_pipeline.core import hashpart
 from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, staged_dir
 from albor_pipeline.core.decontam import Decontaminator
 from albor_pipeline.core.executor import INLINE, Executor, for_items
-from albor_pipeline.core.hygiene import redact_path
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.core.neardup import LshJob, NearDupIndex, Signer, word_hashes
 from albor_pipeline.core.nodes import Node, Spooled, task_node
+from albor_pipeline.core.secrets import redact_path
 from albor_pipeline.core.shards import Shard, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec

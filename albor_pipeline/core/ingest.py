@@ -41,11 +41,12 @@ from albor_pipeline.core.files import (
 )
 from albor_pipeline.core.layout import source_stage
 from albor_pipeline.core.nodes import Node, task_node
+from albor_pipeline.core.secrets import redact_path, redacted
 from albor_pipeline.core.shards import MB, Shard, ShardWriter
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.tasks import generate, read_words
 from albor_pipeline.core.watchdog import reading
-from albor_pipeline.spec import OnError, SourceKind, SourceSpec
+from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 
 DOC_SCHEMA = pa.schema([("text", pa.string()), ("source", pa.string()), ("file", pa.string()), ("sha256", pa.string())])
 BATCH_ROWS = 2048
@@ -65,6 +66,7 @@ class IngestResult:
     skipped: dict[str, int] = field(default_factory=dict)
     cleanup: dict[str, int] = field(default_factory=dict)  # chat: what cleaning changed, by action
     first: dict[str, str] = field(default_factory=dict)  # reason -> where the listing first skipped for it
+    secrets: dict[str, int] = field(default_factory=dict)  # secrets redacted (or dropped), by type
 
     @property
     def rows(self) -> int:
@@ -77,6 +79,12 @@ class Counts:
 
     skipped: Counter[str] = field(default_factory=Counter)
     cleanup: Counter[str] = field(default_factory=Counter)
+    secrets: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: Counts) -> None:
+        self.skipped.update(other.skipped)
+        self.cleanup.update(other.cleanup)
+        self.secrets.update(other.secrets)
 
 
 def text_sha256(text: str) -> str:
@@ -374,6 +382,7 @@ def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artif
     return Artifact(path=source_stage(src.name), sha256=digest, bytes=total, rows=len(files))
 
 
+SECRET_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources whose text ingestion redacts
 _STRUCTURED_READERS = {SourceKind.chat: _conversations, SourceKind.synthetic: _synthetic, SourceKind.mc: _mc_items}
 
 
@@ -433,6 +442,10 @@ def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
             if n > src.max_chars and not structured:
                 skipped["too_long"] += 1
                 continue
+            redacted_text = _without_secrets(src, rel, text, counts)
+            if redacted_text is None:
+                continue
+            rel, text = redacted_text
             encoded = text.encode("utf-8")
             text_bytes += len(encoded)
             pending += len(encoded)
@@ -449,6 +462,23 @@ def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
     for shard in writer.shards:
         job.node.ship(staging, shard)
     return _Part(writer.shards, counts, text_bytes)
+
+
+def _without_secrets(src: SourceSpec, rel: str, text: str, counts: Counts) -> tuple[str, str] | None:
+    """(file, text) with every secret in the text replaced by `<KEY>` (and secrets and PII in the
+    file name), or None to drop the document (hygiene mode `drop`): a secret never reaches the
+    data dir, `ingested/` included. Under `report` and `off` both are kept as they are."""
+    mode = src.hygiene.redact
+    if mode not in (RedactMode.redact, RedactMode.drop) or src.kind not in SECRET_KINDS:
+        return rel, text
+    text, found = redacted(text, conversation=src.kind is SourceKind.chat, pii=False)
+    rel = redact_path(rel)  # a name holding an address or a token is recorded redacted, as every path
+    if found:
+        counts.secrets.update(found)
+        if mode is RedactMode.drop:
+            counts.skipped["secrets"] += 1
+            return None
+    return rel, text
 
 
 def file_groups(src: SourceSpec, listing: SourceListing, max_bytes: int) -> list[list[str]]:
@@ -496,8 +526,7 @@ def ingest_source(
             for shard in part.shards:
                 node.land(staging, shard)
             shards += part.shards
-            counts.skipped.update(part.counts.skipped)
-            counts.cleanup.update(part.counts.cleanup)
+            counts.add(part.counts)
             text_bytes += part.text_bytes
             if progress and part.shards:
                 rows = sum(s.rows for s in shards)
@@ -516,4 +545,5 @@ def ingest_source(
         skipped=dict(sorted(skipped.items())),
         cleanup=dict(sorted(counts.cleanup.items())),
         first=listing.first,
+        secrets=dict(sorted(counts.secrets.items())),
     )

@@ -48,12 +48,18 @@ def _reads(spec: PipelineSpec, name: str) -> tuple[str, Callable[[Layout, str], 
 
 
 def _redaction(spec: PipelineSpec, layout: Layout, names: list[str]) -> dict[str, dict[str, object]]:
-    """Per chat source: what its hygiene stage redacted (counts only), shown with the conversations."""
+    """Per chat source: the secrets ingestion redacted and the PII its hygiene stage redacted
+    (counts only), shown with the conversations."""
     out = {}
     for name in names:
         if spec.source(name).kind in HYGIENE_KINDS:
             summary = read_manifest(layout, filtered_stage(name)).summary
-            out[name] = {"findings": summary["findings"], "redacted_conversations": summary["redacted_documents"]}
+            secrets = read_manifest(layout, ingested_stage(name)).summary.get("secrets", {})
+            out[name] = {
+                "secrets": secrets,
+                "findings": summary["findings"],
+                "redacted_conversations": summary["redacted_documents"],
+            }
     return out
 
 

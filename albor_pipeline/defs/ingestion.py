@@ -11,11 +11,11 @@ import dagster as dg
 from albor_pipeline.core.artifacts import Artifact
 from albor_pipeline.core.decontam import benchmark_fingerprint
 from albor_pipeline.core.files import Location
-from albor_pipeline.core.hygiene import redact_path
 from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, source_fingerprint
 from albor_pipeline.core.layout import Layout, benchmark_stage, ingested_stage, source_stage
 from albor_pipeline.core.licences import detect_licences
 from albor_pipeline.core.markdown import markdown_table
+from albor_pipeline.core.secrets import redact_path
 from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.core.watchdog import time_limit
 from albor_pipeline.defs.resources import ArtifactStore, Execution
@@ -104,6 +104,7 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
         "text_bytes": result.text_bytes,
         "skipped": result.skipped,
         "cleanup": result.cleanup,
+        "secrets": result.secrets,
         "licences": detect_licences(resolved.path),
     }
     skipped = markdown_table(
@@ -119,6 +120,8 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
             "text_bytes": result.text_bytes,
             "skipped_total": sum(result.skipped.values()),
             "skipped": dg.MetadataValue.md(skipped or "nothing skipped"),
+            # Redacted before anything is written (dropped under hygiene.redact: drop); counts, never values.
+            "secrets": dg.MetadataValue.json(result.secrets),
             **({"cleanup": dg.MetadataValue.json(result.cleanup)} if src.kind in CHAT_KINDS else {}),
         },
     )
