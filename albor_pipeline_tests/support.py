@@ -195,3 +195,18 @@ def start_dagster_dev(spec: Path, home: Path, data: Path, log: Path) -> Server:
         server.stop()
         raise
     return server
+
+
+def run_into_bucket(s3: Any, tmp_path: Path, spec: Path, monkeypatch: Any, bucket: str, prefix: str) -> str:
+    """Create `bucket` on the test S3 server and run the whole graph of `spec` into
+    s3://bucket/prefix, its working copy in tmp_path/work; the data dir's URI."""
+    from albor_pipeline.cli import main as albor
+
+    s3.create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/{prefix}"
+    for name, value in (("ALBOR_WORK_DIR", tmp_path / "work"), ("DAGSTER_HOME", tmp_path / "home")):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("ALBOR_SPEC", "")  # restored after the test: `albor run --spec` sets it
+    monkeypatch.setenv("ALBOR_DATA_DIR", "")
+    assert albor(["run", "--spec", str(spec), "--data-dir", uri, "--log-level", "ERROR"]) == 0
+    return uri

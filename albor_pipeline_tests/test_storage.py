@@ -25,7 +25,7 @@ from albor_pipeline.core.lock import LEASE_SECONDS, DataDirBusy, DataDirLost, bu
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.spec import SourceSpec
-from albor_pipeline_tests.support import STDLIB, materialize_all
+from albor_pipeline_tests.support import STDLIB, materialize_all, run_into_bucket
 
 boto3 = pytest.importorskip("boto3", reason="moto[server] (dev extra) is not installed")
 
@@ -96,14 +96,8 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, mo
     `albor summary` work against the bucket; a fresh working copy rebuilds a stage from the
     bucket alone and uploads nothing new; a failed publish leaves the previous commit; a
     changed object is named by verify and refused by a stage that fetches it."""
-    s3.create_bucket(Bucket="albor-data")
-    uri = "s3://albor-data/team/run"
     spec = make_spec()
-    for name, value in (("ALBOR_WORK_DIR", tmp_path / "work"), ("DAGSTER_HOME", tmp_path / "home")):
-        monkeypatch.setenv(name, str(value))
-    monkeypatch.setenv("ALBOR_SPEC", "")  # restored after the test: `albor run --spec` sets it
-    monkeypatch.setenv("ALBOR_DATA_DIR", "")
-    assert albor(["run", "--spec", str(tmp_path / "spec.yaml"), "--data-dir", uri, "--log-level", "ERROR"]) == 0
+    uri = run_into_bucket(s3, tmp_path, tmp_path / "spec.yaml", monkeypatch, "albor-data", "team/run")
     out = capsys.readouterr().out
     assert f"Artifacts: {uri}\nWorking copy: {tmp_path / 'work'}" in out and "corpus/train:" in out
     materialize_all(spec, tmp_path / "local")

@@ -31,7 +31,7 @@ from albor_pipeline.spec import (
     path_variables,
 )
 
-from .support import small_spec_dict, write_spec
+from .support import run_into_bucket, small_spec_dict, write_spec
 
 
 def _set(raw: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
@@ -157,14 +157,8 @@ def test_a_corrupted_object_in_a_bucket_is_replaced_by_the_next_run(s3, tmp_path
     """A byte flipped in `fim/train`'s first shard (same size): `albor verify` names it, and the
     next run of the stage, from the same working copy or a fresh one, uploads it again, so
     verify passes. Before, a publish skipped any object of the right name and size."""
-    s3.create_bucket(Bucket="albor-heal")
-    uri = "s3://albor-heal/team/v1"
     spec = make_spec()
-    for name, value in (("ALBOR_WORK_DIR", tmp_path / "work"), ("DAGSTER_HOME", tmp_path / "home")):
-        monkeypatch.setenv(name, str(value))
-    monkeypatch.setenv("ALBOR_SPEC", "")  # restored after the test: `albor run --spec` sets it
-    monkeypatch.setenv("ALBOR_DATA_DIR", "")
-    assert albor(["run", "--spec", str(tmp_path / "spec.yaml"), "--data-dir", uri, "--log-level", "ERROR"]) == 0
+    uri = run_into_bucket(s3, tmp_path, tmp_path / "spec.yaml", monkeypatch, "albor-heal", "team/v1")
     shard = next(
         a
         for a in read_manifest(Layout(tmp_path / "work"), "fim/train").outputs
