@@ -58,6 +58,7 @@ lint: install $(VENV)/.test-packages
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/dg check defs
 
 clean:
