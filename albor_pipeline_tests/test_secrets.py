@@ -276,9 +276,10 @@ def test_file_paths_in_metadata_are_redacted(tmp_path):
             f"{EMAIL_IN_NAME}/api_{token}_pb2.py": generated,
         },
     )
-    ingest_source(SourceSpec(name="s", kind="code", path=root), tmp_path / "in", tmp_path)
-    for mode in ("redact", "report"):
-        result = clean_source(tmp_path / "in", HygieneSpec(redact=mode), tmp_path / mode, tmp_path)
+    for mode in ("redact", "report"):  # the source's mode: ingestion and hygiene both follow it
+        spec = HygieneSpec(redact=mode)
+        ingest_source(SourceSpec(name="s", kind="code", path=root, hygiene=spec), tmp_path / f"in-{mode}", tmp_path)
+        result = clean_source(tmp_path / f"in-{mode}", spec, tmp_path / mode, tmp_path)
         shown = json.dumps(result.examples)
         assert EMAIL_IN_NAME not in shown and not _left(token[4:], shown), shown
         # The token widens over "api_" and "_pb2" (a token runs over letters, digits, "_" and "-").

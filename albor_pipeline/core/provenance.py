@@ -259,12 +259,14 @@ def render_markdown(prov: dict[str, Any]) -> str:
 
 
 def _hygiene_section(prov: dict[str, Any]) -> list[str]:
-    """Per document source: input = kept + removed by reason; findings by type (counts only)."""
+    """Per document source: input = kept + removed by reason; the secrets ingestion redacted and
+    hygiene's findings, by type (counts only)."""
     rows = []
     for src in prov["spec"]["sources"]:
         stage = prov["stages"].get(filtered_stage(src["name"]))
         if stage:
             s = stage["summary"]
+            ingested = prov["stages"].get(ingested_stage(src["name"]), {}).get("summary", {})
             rows.append(
                 [
                     src["name"],
@@ -272,13 +274,23 @@ def _hygiene_section(prov: dict[str, Any]) -> list[str]:
                     s["documents_in"],
                     s["kept"],
                     ", ".join(f"{k} {v}" for k, v in s["removed"].items()) or "none",
+                    ", ".join(f"{k} {v}" for k, v in ingested.get("secrets", {}).items()) or "none",
                     ", ".join(f"{k} {v}" for k, v in s["findings"].items()) or "none",
                     s["redacted_documents"],
                 ]
             )
     if not rows:
         return []
-    header = ["source", "redact", "documents in", "kept", "removed", "findings", "redacted documents"]
+    header = [
+        "source",
+        "redact",
+        "documents in",
+        "kept",
+        "removed",
+        "secrets (at ingest)",
+        "findings",
+        "redacted documents",
+    ]
     return ["## Hygiene", "", *_table(header, rows)]
 
 
