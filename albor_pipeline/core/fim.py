@@ -8,7 +8,6 @@ as joined into `text`, so tokenization never has to parse sentinels out of text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, staged_dir
-from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.artifacts import Artifact, ParquetSink
+from albor_pipeline.core.executor import INLINE, Executor
 from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.nodes import Node, task_node
+from albor_pipeline.core.shardmap import TaskIO, map_shards
 from albor_pipeline.core.shards import Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
@@ -112,8 +111,6 @@ def _fim_table(table: pa.Table, first_row: int, fim: FimSpec, enabled: bool) -> 
 class _FimJob:
     fim: FimSpec
     enabled: bool
-    staging: str  # where each task writes its shard
-    node: Node
 
 
 @dataclass(frozen=True)
@@ -123,15 +120,18 @@ class _FimShard:
     spm: int
     text_bytes: int  # the documents' own bytes (sentinels not counted)
 
+    @property
+    def shards(self) -> list[Shard]:
+        return [self.shard]
 
-def _fim_shard(job: _FimJob, item: tuple[int, str, int]) -> _FimShard:
+
+def _fim_shard(job: _FimJob, io: TaskIO, item: tuple[int, str, int]) -> _FimShard:
     """FIM of the i-th mixed shard, whose first row is row `first_row` of the split, written
     as the i-th FIM shard."""
     i, src, first_row = item
-    pfile = pq.ParquetFile(job.node.local(src))
+    pfile = pq.ParquetFile(io.local(src))
     transformed = spm = text_bytes = 0
-    staging = job.node.directory(job.staging)
-    with ParquetSink(staging / shard_name(i), FIM_SCHEMA) as sink:
+    with ParquetSink(io.directory / shard_name(i), FIM_SCHEMA) as sink:
         for index in range(pfile.num_row_groups):
             table = pfile.read_row_group(index, columns=DOC_SCHEMA.names)
             batch = _fim_table(table, first_row + sink.rows, job.fim, job.enabled)
@@ -141,9 +141,7 @@ def _fim_shard(job: _FimJob, item: tuple[int, str, int]) -> _FimShard:
             spm += pc.sum(pc.equal(formats, "spm")).as_py() or 0
             text_bytes += (pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0) - fimmed * FIM_SENTINEL_CHARS
             sink.write(batch)
-    shard = Shard.of(sink.path, sink.rows)
-    job.node.ship(staging, shard)
-    return _FimShard(shard, transformed, spm, text_bytes)
+    return _FimShard(Shard.of(sink.path, sink.rows), transformed, spm, text_bytes)
 
 
 def apply_fim(
@@ -160,17 +158,12 @@ def apply_fim(
     on the row's index in the split alone, so the rows are the same for any shard boundaries."""
     files = parquet_files(src)
     items = list(zip(range(len(files)), map(str, files), first_rows(files)))
-    done: list[_FimShard] = []
-    with staged_dir(out) as staging:
-        executor = for_items(executor, len(items), 4)
-        node = task_node(executor.node)
-        task = partial(_fim_shard, _FimJob(fim, enabled, str(staging), node))
-        for result in executor.map(task, items):
-            node.land(staging, result.shard)
-            done.append(result)
-            if progress:
-                mb = sum(d.text_bytes for d in done) / 1e6
-                progress(f"fim: {len(done)}/{len(items)} shards, {sum(d.shard.rows for d in done):,} rows, {mb:.1f} MB")
+
+    def fimmed(done: list[_FimShard]) -> str:
+        mb = sum(d.text_bytes for d in done) / 1e6
+        return f"fim: {len(done)}/{len(items)} shards, {sum(d.shard.rows for d in done):,} rows, {mb:.1f} MB"
+
+    done = map_shards(_fim_shard, _FimJob(fim, enabled), items, out, executor, fimmed, progress)
     return FimResult(
         artifacts=[d.shard.artifact(out, data_root) for d in done],
         rows=sum(d.shard.rows for d in done),

@@ -16,18 +16,17 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, ParquetSink, staged_dir
-from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.artifacts import Artifact, ParquetSink
+from albor_pipeline.core.executor import INLINE, Executor
 from albor_pipeline.core.ingest import BATCH_ROWS, DOC_SCHEMA, text_sha256
-from albor_pipeline.core.nodes import Node, task_node
 from albor_pipeline.core.secrets import redact_path, redacted, scanner
+from albor_pipeline.core.shardmap import TaskIO, map_shards, shards_of
 from albor_pipeline.core.shards import Shard, iter_batches, shard_files
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import DOCUMENT_KINDS, FilterSpec, HygieneSpec, RedactMode, SourceKind
@@ -83,7 +82,7 @@ class _Chunk:
     removed: Counter[str] = field(default_factory=Counter)
     findings: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    shard: Shard | None = None  # the output shard, once written
+    shards: list[Shard] = field(default_factory=list)  # the output shard, once written
 
     def note(self, reason: str, file: str) -> None:
         if len(self.examples[reason]) < EXAMPLES:
@@ -136,27 +135,23 @@ CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups:
 @dataclass(frozen=True)
 class _CleanJob:
     spec: HygieneSpec
-    staging: str
-    node: Node
     conversations: bool
 
 
-def _clean_shard(job: _CleanJob, path: str) -> _Chunk:
+def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
     """Filter and redact one input shard into the output shard of the same name, a chunk of
     row groups at a time (memory bounded by a chunk): a pure function of the shard, so it
-    runs on any executor, on any node (`job.node`)."""
-    local = str(job.node.local(path))
+    runs on any executor, on any node (the shard map's `io`)."""
+    local = str(io.local(path))
     groups = pq.ParquetFile(local).num_row_groups
     total = _Chunk({})
-    staging = job.node.directory(job.staging)
-    with ParquetSink(staging / Path(path).name, DOC_SCHEMA) as sink:
+    with ParquetSink(io.directory / Path(path).name, DOC_SCHEMA) as sink:
         for start in range(0, groups, CHUNK_ROW_GROUPS):
             part = list(range(start, min(start + CHUNK_ROW_GROUPS, groups)))
             chunk = _clean_chunk(local, part, job.spec, job.conversations)
             sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
             total.add(chunk)
-    total.shard = Shard.of(sink.path, sink.rows)
-    job.node.ship(staging, total.shard)
+    total.shards = [Shard.of(sink.path, sink.rows)]
     return total
 
 
@@ -173,22 +168,19 @@ def clean_source(
     or counted. A task per shard on `executor`; the set commits whole, so the output does
     not depend on where the tasks ran. `conversations`: a chat source's canonical JSON."""
     inputs = [str(p) for p in shard_files(ingested)]
+
+    def done(chunks: list[_Chunk]) -> str:
+        removed = sum(sum(c.removed.values()) for c in chunks)
+        return (
+            f"hygiene: {sum(c.documents_in for c in chunks):,} documents, {removed:,} removed, "
+            f"{sum(c.redacted for c in chunks):,} redacted ({len(chunks)}/{len(inputs)} shards)"
+        )
+
+    chunks = map_shards(_clean_shard, _CleanJob(spec, conversations), inputs, out, executor, done, progress)
     total = _Chunk({})
-    shards: list[Shard] = []
-    with staged_dir(out) as staging:
-        executor = for_items(executor, len(inputs), 2)
-        node = task_node(executor.node)
-        task = partial(_clean_shard, _CleanJob(spec, str(staging), node, conversations))
-        for chunk in executor.map(task, inputs):
-            assert chunk.shard is not None
-            node.land(staging, chunk.shard)
-            shards.append(chunk.shard)
-            total.add(chunk)
-            if progress:
-                progress(
-                    f"hygiene: {total.documents_in:,} documents, {sum(total.removed.values()):,} removed, "
-                    f"{total.redacted:,} redacted ({len(shards)}/{len(inputs)} shards)"
-                )
+    for chunk in chunks:
+        total.add(chunk)
+    shards = list(shards_of(chunks))
     return HygieneResult(
         artifacts=[shard.artifact(out, data_root) for shard in shards],
         documents_in=total.documents_in,

@@ -16,16 +16,15 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import Artifact, staged_dir
+from albor_pipeline.core.artifacts import Artifact
 from albor_pipeline.core.chat import ChatError, clean_conversation, conversation_json, parse_mc
-from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.executor import INLINE, Executor
 from albor_pipeline.core.files import (
     Location,
     SourceListing,
@@ -40,8 +39,8 @@ from albor_pipeline.core.files import (
     source_root,
 )
 from albor_pipeline.core.layout import source_stage
-from albor_pipeline.core.nodes import Node, task_node
 from albor_pipeline.core.secrets import redact_path, redacted
+from albor_pipeline.core.shardmap import TaskIO, map_shards, shards_of
 from albor_pipeline.core.shards import MB, Shard, ShardWriter
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.tasks import generate, read_words
@@ -412,19 +411,16 @@ class _Part:
 
 @dataclass(frozen=True)
 class _IngestJob:
-    """What every ingestion task needs: the source, where shards go, their size, and how its
-    node reaches the data dir."""
+    """What every ingestion task needs: the source and its shards' size."""
 
     src: SourceSpec
-    staging: str
     max_bytes: int
-    node: Node
 
 
-def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
+def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str]]) -> _Part:
     """Task `item` = (index, files of one source): its documents, length-filtered, hashed and
-    written as shards `part-<index>-*` into the staging directory. A pure function of its
-    files, so tasks run on any executor (`job.node`: on any node; its local sources must be mounted there)."""
+    written as shards `part-<index>-*`. A pure function of its files, so tasks run on any
+    executor, on any node (its local sources must be mounted there)."""
     task, files = item
     src = job.src
     counts = Counts()
@@ -432,8 +428,7 @@ def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
     structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
     text_bytes = pending = 0
-    staging = job.node.directory(job.staging)
-    with ShardWriter(staging, task, DOC_SCHEMA, job.max_bytes) as writer:
+    with ShardWriter(io.directory, task, DOC_SCHEMA, job.max_bytes) as writer:
         for rel, text in iter_documents(src, files, counts):
             n = len(text)
             if n < src.min_chars and not structured:
@@ -459,8 +454,6 @@ def _ingest_group(job: _IngestJob, item: tuple[int, list[str]]) -> _Part:
                 pending = 0
         if cols["text"]:
             writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
-    for shard in writer.shards:
-        job.node.ship(staging, shard)
     return _Part(writer.shards, counts, text_bytes)
 
 
@@ -514,29 +507,31 @@ def ingest_source(
     for reason, where in listing.first.items():
         if progress:
             progress(f"{src.name}: skipped {listing.skipped[reason]} as {reason}, the first at {where}")
-    text_bytes = 0
     max_bytes = int(shard_mb * MB)
     groups = list(enumerate(file_groups(src, listing, max_bytes)))
-    shards: list[Shard] = []
-    with staged_dir(out) as staging:
-        executor = for_items(executor, len(groups), 2)
-        node = task_node(executor.node)
-        job = _IngestJob(src, str(staging), max_bytes, node)
-        for part in executor.map(partial(_ingest_group, job), groups):
-            for shard in part.shards:
-                node.land(staging, shard)
-            shards += part.shards
+
+    def ingested(parts: list[_Part]) -> str | None:
+        if not parts[-1].shards:
+            return None
+        shards = list(shards_of(parts))
+        mb = sum(p.text_bytes for p in parts) / 1e6
+        return f"{src.name}: {sum(s.rows for s in shards):,} documents in {len(shards)} shard(s), {mb:.1f} MB"
+
+    def not_empty(parts: list[_Part]) -> None:
+        """An empty source is an error (before the commit: the previous set is kept)."""
+        for part in parts:
             counts.add(part.counts)
-            text_bytes += part.text_bytes
-            if progress and part.shards:
-                rows = sum(s.rows for s in shards)
-                progress(f"{src.name}: {rows:,} documents in {len(shards)} shard(s), {text_bytes / 1e6:.1f} MB")
-        if not shards:
+        if not any(part.shards for part in parts):
             reasons = ", ".join(f"{k}={v}" for k, v in sorted(counts.skipped.items())) or "no matching files"
             raise IngestError(
                 f"source {src.name!r} produced 0 documents from {len(files)} file(s) under {src.path} ({reasons}); "
                 "the previous materialization, if any, is kept"
             )
+
+    job = _IngestJob(src, max_bytes)
+    parts = map_shards(_ingest_group, job, groups, out, executor, ingested, progress, not_empty)
+    shards = list(shards_of(parts))
+    text_bytes = sum(part.text_bytes for part in parts)
     skipped = counts.skipped
     return IngestResult(
         artifacts=[shard.artifact(out, data_root) for shard in shards],
