@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +21,11 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, staged_dir
-from albor_pipeline.core.executor import INLINE, Executor, for_items
+from albor_pipeline.core.artifacts import TEMP_SUFFIX, Artifact, ParquetSink
+from albor_pipeline.core.executor import INLINE, Executor
 from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.nodes import Node, Spooled, task_node
+from albor_pipeline.core.nodes import Spooled
+from albor_pipeline.core.shardmap import TaskIO, map_shards, map_tasks, shards_of
 from albor_pipeline.core.shards import MB, Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.spec import MixUnit, SplitMixSpec
@@ -119,26 +119,33 @@ def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
 @dataclass(frozen=True)
 class _ShuffleJob:
     tmp: str  # the scatter files
-    staging: str  # where the output shards go
     bounds: tuple[int, ...]  # output shard k holds output positions bounds[k] .. bounds[k+1]-1
     inputs: int  # input shards (= scatter files)
-    node: Node  # how a task reaches the data dir where it runs
 
     @property
     def shards(self) -> int:
         return len(self.bounds) - 1
 
 
-def _scatter(job: _ShuffleJob, item: tuple[int, str, np.ndarray, np.ndarray]) -> Spooled | None:
+@dataclass(frozen=True)
+class _Gathered:
+    shard: Shard
+
+    @property
+    def shards(self) -> list[Shard]:
+        return [self.shard]
+
+
+def _scatter(job: _ShuffleJob, io: TaskIO, item: tuple[int, str, np.ndarray, np.ndarray]) -> Spooled | None:
     """Send the picked rows of input shard i (`rows`, bound for output positions `pos`) to
     the output shards holding those positions: one Arrow file, a record batch per output shard."""
     i, src, rows, pos = item
     order = np.argsort(pos, kind="stable")
     pos = pos[order]
-    table = pq.read_table(job.node.local(src), columns=DOC_SCHEMA.names).take(pa.array(rows[order]))
+    table = pq.read_table(io.local(src), columns=DOC_SCHEMA.names).take(pa.array(rows[order]))
     table = table.append_column("_pos", pa.array(pos, pa.int64())).combine_chunks()
     bounds = np.searchsorted(pos, job.bounds)
-    spool = job.node.directory(job.tmp) / f"{i:05d}.arrow"
+    spool = io.directory / f"{i:05d}.arrow"
     with ipc.new_file(str(spool), _SCATTER_SCHEMA) as writer:
         for k in range(job.shards):
             part = table.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k]))
@@ -147,22 +154,19 @@ def _scatter(job: _ShuffleJob, item: tuple[int, str, np.ndarray, np.ndarray]) ->
                     [part.column(n).combine_chunks() for n in _SCATTER_SCHEMA.names], schema=_SCATTER_SCHEMA
                 )
             )
-    return job.node.spool(spool)
+    return io.node.spool(spool)
 
 
-def _gather(job: _ShuffleJob, k: int) -> Shard:
+def _gather(job: _ShuffleJob, io: TaskIO, k: int) -> _Gathered:
     """Output shard k: its rows from every scatter file, in output order."""
     parts = []
     for i in range(job.inputs):
-        with pa.OSFile(str(job.node.local(f"{job.tmp}/{i:05d}.arrow"))) as fh:  # read, not mapped: the file goes away
+        with pa.OSFile(str(io.local(f"{job.tmp}/{i:05d}.arrow"))) as fh:  # read, not mapped: the file goes away
             parts.append(ipc.open_file(fh).get_batch(k))
     table = pa.Table.from_batches(parts, _SCATTER_SCHEMA).sort_by("_pos").drop_columns(["_pos"])
-    staging = job.node.directory(job.staging)
-    with ParquetSink(staging / shard_name(k), DOC_SCHEMA) as sink:
+    with ParquetSink(io.directory / shard_name(k), DOC_SCHEMA) as sink:
         sink.write(table)
-    shard = Shard.of(sink.path, sink.rows)
-    job.node.ship(staging, shard)
-    return shard
+    return _Gathered(Shard.of(sink.path, sink.rows))
 
 
 _SCATTER_SCHEMA = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
@@ -171,12 +175,12 @@ _SCATTER_SCHEMA = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
 def shuffle(
     src: Path,
     order_idx: np.ndarray,
-    staging: Path,
+    out: Path,
     bounds: np.ndarray,
     executor: Executor = INLINE,
 ) -> list[Shard]:
     """Write rows `order_idx[0], order_idx[1], ...` of `src` (a Parquet file or shard set, rows
-    numbered across its shards) into `staging`, output shard k holding positions
+    numbered across its shards) as the shard set `out`, output shard k holding positions
     `bounds[k]` up to `bounds[k+1]`.
 
     An external shuffle in two task waves: a scatter task per input shard sends each picked
@@ -191,21 +195,16 @@ def shuffle(
     by_input = np.argsort(order_idx, kind="stable")  # output positions, ordered by input row
     inputs = order_idx[by_input]
     cuts = np.searchsorted(inputs, starts)
-    with tempfile.TemporaryDirectory(prefix=".mix-", suffix=TEMP_SUFFIX, dir=staging.parent) as tmp:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".mix-", suffix=TEMP_SUFFIX, dir=out.parent) as tmp:
         scatter = [
             (i, str(f), inputs[cuts[i] : cuts[i + 1]] - starts[i], by_input[cuts[i] : cuts[i + 1]])
             for i, f in enumerate(files)
         ]
-        scattering = for_items(executor, len(scatter), 4)
-        node = task_node(scattering.node)
-        job = _ShuffleJob(tmp, str(staging), tuple(int(b) for b in bounds), len(files), node)
-        spooled = list(scattering.map(partial(_scatter, job), scatter))
-        gathering = for_items(executor, job.shards, 4)  # on a cluster iff the scatter was
-        job = replace(job, node=node.with_spools(spooled))
-        shards = list(gathering.map(partial(_gather, job), range(job.shards)))
-        for shard in shards:
-            job.node.land(staging, shard)
-        return shards
+        job = _ShuffleJob(tmp, tuple(int(b) for b in bounds), len(files))
+        spooled = map_tasks(_scatter, job, scatter, Path(tmp), executor)
+        gathered = map_shards(_gather, job, range(job.shards), out, executor, spools=spooled)
+        return list(shards_of(gathered))
 
 
 def shard_bounds(sizes: np.ndarray, max_bytes: int) -> np.ndarray:
@@ -216,9 +215,9 @@ def shard_bounds(sizes: np.ndarray, max_bytes: int) -> np.ndarray:
     return np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [len(sizes)]]).astype(np.int64)
 
 
-def _text_sizes(node: Node, path: str) -> tuple[np.ndarray, np.ndarray]:
+def _text_sizes(_: None, io: TaskIO, path: str) -> tuple[np.ndarray, np.ndarray]:
     """(UTF-8 bytes, characters) of every document of one shard."""
-    text = pq.read_table(node.local(path), columns=["text"]).column(0)
+    text = pq.read_table(io.local(path), columns=["text"]).column(0)
     nbytes = pc.binary_length(text).to_numpy(zero_copy_only=False)
     chars = pc.utf8_length(text).to_numpy(zero_copy_only=False)
     return nbytes.astype(np.int64), chars.astype(np.int64)
@@ -249,9 +248,7 @@ def mix_documents(
     }
     counts = {name: len(pos) for name, pos in positions.items()}
     files = parquet_files(split_path)
-    sizing = for_items(executor, len(files), 4)
-    node = task_node(sizing.node)
-    sizes = list(sizing.map(partial(_text_sizes, node), map(str, files)))
+    sizes = map_tasks(_text_sizes, None, [str(f) for f in files], out.parent, executor)
     nbytes = np.concatenate([b for b, _ in sizes])
     chars = None
     if mix.unit == MixUnit.chars:
@@ -261,9 +258,8 @@ def mix_documents(
     rng = np.random.default_rng(mix.seed)
     picked = [positions[p.source][draw_indices(p.input_rows, p.output_rows, rng)] for p in plans if p.output_rows]
     order_idx = np.concatenate(picked)[rng.permutation(sum(len(p) for p in picked))]
-    with staged_dir(out) as staging:
-        bounds = shard_bounds(nbytes[order_idx], int(shard_mb * MB))
-        shards = shuffle(split_path, order_idx, staging, bounds, executor)
+    bounds = shard_bounds(nbytes[order_idx], int(shard_mb * MB))
+    shards = shuffle(split_path, order_idx, out, bounds, executor)
     if progress:
         progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
     return MixResult(artifacts=[s.artifact(out, data_root) for s in shards], plan=plans, warnings=warnings)

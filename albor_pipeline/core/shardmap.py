@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from albor_pipeline.core.artifacts import staged_dir
 from albor_pipeline.core.executor import Executor, for_items
-from albor_pipeline.core.nodes import Node, task_node
+from albor_pipeline.core.nodes import Node, Spooled, task_node
 from albor_pipeline.core.shards import Shard
 from albor_pipeline.core.stage import Progress
 
@@ -39,6 +40,7 @@ class ShardResult(Protocol):
 J = TypeVar("J")
 I = TypeVar("I")  # noqa: E741 - an item
 R = TypeVar("R", bound=ShardResult)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -80,16 +82,18 @@ def map_shards(
     progress: Callable[[list[R]], str | None] | None = None,
     log: Progress | None = None,
     check: Callable[[list[R]], None] | None = None,
+    spools: Sequence[Spooled | None] = (),
 ) -> list[R]:
     """Run `step(job, io, item)` for every item on `executor` (inline below INLINE_BELOW
     items on a local pool) and commit the shards they wrote as the set `out`, in item order.
     `progress(done)` says what to log after each result (None: nothing); `check(results)`
-    may refuse the set before it commits. If a step or the check fails, nothing is committed
-    and `out` keeps its previous set."""
+    may refuse the set before it commits; `spools`: what an earlier wave (`map_tasks`) sent
+    back, for the steps to read. If a step or the check fails, nothing is committed and `out`
+    keeps its previous set."""
     done: list[R] = []
     with staged_dir(out) as staging:
         executor = for_items(executor, len(items), INLINE_BELOW)
-        node = task_node(executor.node)
+        node = task_node(executor.node).with_spools(spools)
         task = _Task(step, job, TaskIO(str(staging), node))
         for result in executor.map(task, items):
             for shard in result.shards:
@@ -101,6 +105,17 @@ def map_shards(
         if check is not None:
             check(done)
     return done
+
+
+def map_tasks(
+    step: Callable[[J, TaskIO, I], T], job: J, items: Sequence[I], directory: Path, executor: Executor
+) -> list[T]:
+    """A wave of tasks that write no shard of the stage, only files in `directory` that a later
+    wave reads (spools, sent back with `io.node.spool`), or nothing: the map's inline rule and
+    nodes, without a commit. Results in item order."""
+    executor = for_items(executor, len(items), INLINE_BELOW)
+    io = TaskIO(str(directory), task_node(executor.node))
+    return list(executor.map(partial(step, job, io), items))
 
 
 def shards_of(results: Sequence[ShardResult]) -> Iterator[Shard]:
