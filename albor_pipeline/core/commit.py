@@ -153,16 +153,21 @@ class Journal:
             {
                 "final": rel,
                 "staged": staged.name,
-                "ino": os.stat(staged).st_ino,
                 "backup": backup.name if existed else None,
+                "old_ino": os.lstat(final).st_ino if existed else None,  # where the committed bytes are
             }
         )
         self.finals.add(rel)
         fault("commit-journaled", self.stage)
-        swap_in(staged, final)
-        fault("commit-swapped", self.stage)
-        if existed:
+        if not existed:
+            os.rename(staged, final)
+        elif exchange(staged, final):
+            fault("commit-swapped", self.stage)
             os.rename(staged, backup)
+        else:  # no exchange here: the old set goes to its backup name first (a moment without the name)
+            os.rename(final, backup)
+            fault("commit-swapped", self.stage)
+            os.rename(staged, final)
         fsync_dir(final.parent)
         fault("commit-backed-up", self.stage)
 
@@ -190,23 +195,37 @@ def _entries(path: Path) -> list[dict[str, object]]:
     return entries
 
 
+def _ino(path: Path) -> int | None:
+    try:
+        return os.lstat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
 def _roll_back(root: Path, entry: dict[str, object]) -> None:
-    """Undo one replacement, whichever step it reached."""
+    """Undo one replacement, whichever step it (or an earlier, interrupted roll-back) reached:
+    the committed bytes are found by their inode, put back under the final name, and the other
+    names holding this stage's bytes removed. Safe to repeat at any point."""
     final = root / str(entry["final"])
-    staged = final.with_name(str(entry["staged"]))
     if entry["backup"] is None:  # the name was new: whatever is there is this stage's
         remove(final)
         return
-    backup = final.with_name(str(entry["backup"]))
-    if backup.exists():
-        if final.exists():
-            swap_in(backup, final)
-            remove(backup)
+    names = [final.with_name(str(entry[key])) for key in ("backup", "staged")]
+    old_ino = entry.get("old_ino")
+    old = next((p for p in names if _ino(p) == old_ino), None)
+    if old is not None:  # not yet back under the final name
+        if not (final.exists() or final.is_symlink()):
+            os.rename(old, final)
+        elif exchange(old, final):
+            pass  # `old` now holds this stage's bytes, removed below
         else:
-            os.rename(backup, final)
-    elif staged.exists() and final.exists() and os.stat(final).st_ino == entry["ino"]:
-        swap_in(staged, final)  # swapped but not yet set aside: the old bytes are at `staged`
-    fsync_dir(final.parent)
+            remove(final)
+            os.rename(old, final)
+        fsync_dir(final.parent)
+        fault("commit-rolled-back")
+    if _ino(final) == old_ino:
+        for name in names:
+            remove(name)
 
 
 def recover_journal(path: Path, root: Path, manifest: Path) -> str:
