@@ -403,3 +403,31 @@ def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
     # the file named with an e-mail reached the event log, redacted.
     stages = {"ingested", "filtered", "documents", "mixed", "fim", "corpus", "conversations", "sft"}
     assert {*stages, "examples in the event log", "skips in the event log"} <= reached, reached
+
+
+def test_hygiene_scans_for_secrets_when_ingestion_kept_them(tmp_path):
+    """Ingestion redacts secrets under the source's spec mode; hygiene may run with another (a
+    launchpad override). With the spec at `report`, ingestion keeps them, so hygiene, run as
+    `redact`, must find and redact them itself: it decides by ingestion's recorded mode."""
+    import dagster as dg
+
+    from albor_pipeline.definitions import build_definitions
+    from albor_pipeline.defs.automation import BUILD_JOB
+    from albor_pipeline.spec import load_spec
+
+    from .support import small_spec_dict, write_spec
+
+    secrets, bodies = _planted_secrets()
+    planted = "".join(f'TOKEN_{i} = "{s}"\n' for i, s in enumerate(secrets))
+    code = _code_dir(tmp_path / "planted", {"planted.py": _real_code(planted)[0]})
+    extra = [{"name": "planted", "kind": "code", "path": str(code), "hygiene": {"redact": "report"}}]
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict(extra)))
+    data = tmp_path / "data"
+    job = build_definitions(spec, data).resolve_job_def(BUILD_JOB)
+    keys = [dg.AssetKey(["ingested", "planted"]), dg.AssetKey(["filtered", "planted"])]
+    run_config = {"ops": {"filtered__planted": {"config": {"redact": "redact"}}}}
+    assert job.execute_in_process(asset_selection=keys, run_config=run_config).success
+    ingested = pq.read_table(data / "ingested" / "planted").column("text").to_pylist()
+    assert all(any(_left(b, t) for t in ingested) for b in bodies)  # `report`: kept at ingest
+    filtered = pq.read_table(data / "filtered" / "planted").column("text").to_pylist()
+    assert filtered and not [b for b in bodies for t in filtered if _left(b, t)]

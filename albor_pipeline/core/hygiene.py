@@ -98,19 +98,19 @@ class _Chunk:
             self.examples[reason] = (self.examples[reason] + files)[:EXAMPLES]
 
 
-def _clean_chunk(path: str, groups: list[int], spec: HygieneSpec, conversations: bool) -> _Chunk:
+def _clean_chunk(path: str, groups: list[int], job: _CleanJob) -> _Chunk:
     """Filter and redact row groups `groups` of `path` (in a worker process, or in-process).
     Conversations skip the filters (made for code) and are redacted message by message."""
     chunk = _Chunk({name: [] for name in DOC_SCHEMA.names})
     rows = pq.ParquetFile(path).read_row_groups(groups).to_pydict()
+    spec, conversations = job.spec, job.conversations
     redact_files = spec.redact in (RedactMode.redact, RedactMode.drop)
     for text, source, file, sha in zip(rows["text"], rows["source"], rows["file"], rows["sha256"]):
         chunk.documents_in += 1
         original = text
         reason = None if conversations else filter_reason(text, spec.filters)
         if reason is None and spec.redact is not RedactMode.off:
-            # Ingestion redacted (or dropped) secrets already, except under `report`.
-            cleaned, counts = redacted(text, conversations, secrets=spec.redact is RedactMode.report)
+            cleaned, counts = redacted(text, conversations, secrets=job.scan_secrets)
             chunk.findings.update(counts)
             if counts and spec.redact is RedactMode.drop:
                 reason = "secrets_or_pii"
@@ -136,6 +136,7 @@ CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups:
 class _CleanJob:
     spec: HygieneSpec
     conversations: bool
+    scan_secrets: bool  # False when ingestion already redacted (or dropped) them
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
@@ -148,7 +149,7 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
     with ParquetSink(io.directory / Path(path).name, DOC_SCHEMA) as sink:
         for start in range(0, groups, CHUNK_ROW_GROUPS):
             part = list(range(start, min(start + CHUNK_ROW_GROUPS, groups)))
-            chunk = _clean_chunk(local, part, job.spec, job.conversations)
+            chunk = _clean_chunk(local, part, job)
             sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
             total.add(chunk)
     total.shards = [Shard.of(sink.path, sink.rows)]
@@ -163,10 +164,12 @@ def clean_source(
     progress: Progress | None = None,
     executor: Executor = INLINE,
     conversations: bool = False,
+    scan_secrets: bool = True,
 ) -> HygieneResult:
     """Filter and redact one source's shard set into the shard set `out`; every input is kept
     or counted. A task per shard on `executor`; the set commits whole, so the output does
-    not depend on where the tasks ran. `conversations`: a chat source's canonical JSON."""
+    not depend on where the tasks ran. `conversations`: a chat source's canonical JSON.
+    `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode)."""
     inputs = [str(p) for p in shard_files(ingested)]
 
     def done(chunks: list[_Chunk]) -> str:
@@ -176,7 +179,9 @@ def clean_source(
             f"{sum(c.redacted for c in chunks):,} redacted ({len(chunks)}/{len(inputs)} shards)"
         )
 
-    chunks = map_shards(_clean_shard, _CleanJob(spec, conversations), inputs, out, executor, done, progress)
+    chunks = map_shards(
+        _clean_shard, _CleanJob(spec, conversations, scan_secrets), inputs, out, executor, done, progress
+    )
     total = _Chunk({})
     for chunk in chunks:
         total.add(chunk)

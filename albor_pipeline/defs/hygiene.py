@@ -7,6 +7,7 @@ from functools import partial
 
 import dagster as dg
 
+from albor_pipeline.core.artifacts import read_manifest
 from albor_pipeline.core.checks import CheckOutcome, check_no_secrets
 from albor_pipeline.core.hygiene import HYGIENE_KINDS, clean_source, rescan
 from albor_pipeline.core.ingest import DOC_SCHEMA
@@ -29,6 +30,8 @@ class HygieneConfig(dg.Config):
 def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageOutput:
     settings = resolve(src.hygiene, config, f"{filtered_stage(src.name)} run config")
     layout = ctx.layout
+    # Ingestion redacted (or dropped) secrets iff its recorded mode says so; else they are scanned here.
+    ingested_mode = read_manifest(layout, ingested_stage(src.name)).config["hygiene"]["redact"]
     result = clean_source(
         layout.ingested(src.name),
         settings,
@@ -37,6 +40,7 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
         ctx.log.info,
         ctx.executor,
         conversations=src.kind is SourceKind.chat,
+        scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
     )
     summary = {
         "documents_in": result.documents_in,
