@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import socket
@@ -229,7 +230,9 @@ def _verify_local(root: Path, wait: bool) -> VerifyReport:
             return verify(root)
     except DataDirBusy as busy:
         print(f"albor verify: {busy.holder} holds the data dir; stages it is committing are left out")
-    except PermissionError:
+    except OSError as err:
+        if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
         print("albor verify: the data dir is read-only here; commits under way are left out")
     return verify(root, running=True)
 

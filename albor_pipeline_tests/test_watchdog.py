@@ -170,3 +170,11 @@ def test_a_run_hung_on_a_server_that_never_answers_ends_at_its_limit_and_frees_t
     with exclusive(Layout(out).lock_file, "test", wait=False):
         pass  # the dead run's lock is gone
     assert cli.main(["verify", "--data-dir", str(out)]) == 0
+
+
+def test_a_hung_inline_task_is_named_too():
+    """Inline, a task runs while it is submitted: the time-out still names it."""
+    from albor_pipeline.core.executor import InlineExecutor
+
+    with pytest.raises(StageTimeout, match=r"waiting for task _hang on 1 \(inline\)"), time_limit(1.0, "fim/val"):
+        list(InlineExecutor().map(partial(_hang, 3600.0), [1, 2]))

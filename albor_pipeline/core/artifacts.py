@@ -76,7 +76,7 @@ def sha256_file(path: Path) -> str:
 # TEMP_SUFFIX (`.tmp`), beside its final name: `remove_temps` finds what a killed run left behind.
 
 # Errors that mean "the disk cannot take this write": named with the file being written.
-_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 class ArtifactWriteError(OSError):
@@ -84,13 +84,13 @@ class ArtifactWriteError(OSError):
 
 
 @contextmanager
-def _naming_write_errors(final: Path) -> Iterator[None]:
+def naming_write_errors(final: Path) -> Iterator[None]:
     try:
         yield
     except ArtifactWriteError:
         raise
     except OSError as err:
-        if err.errno not in _NO_ROOM:
+        if err.errno not in NO_ROOM:
             raise
         raise ArtifactWriteError(err.errno, f"cannot write {final}: {err.strerror or err}") from err
 
@@ -103,7 +103,7 @@ def atomic_path(final: Path) -> Iterator[Path]:
     `final` keeps its previous bytes. Inside a stage, the rename goes through the stage's
     journal (`core/commit.py`), so it commits with the stage's manifest.
     """
-    with _naming_write_errors(final):
+    with naming_write_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=TEMP_SUFFIX, dir=final.parent)
         os.close(fd)
@@ -127,7 +127,7 @@ def staged_dir(final: Path) -> Iterator[Path]:
     run leaves the previous set untouched instead of a mix of old and new files, and a
     reader of `final` sees the whole old set or the whole new set (`core/commit.py`).
     """
-    with _naming_write_errors(final):
+    with naming_write_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=f".staging{TEMP_SUFFIX}", dir=final.parent))
         try:

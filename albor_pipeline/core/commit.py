@@ -195,6 +195,14 @@ def _entries(path: Path) -> list[dict[str, object]]:
     return entries
 
 
+def journal_finals(path: Path) -> list[str]:
+    """The final names (relative to the data dir) a pending commit is replacing."""
+    try:
+        return [str(e["final"]) for e in _entries(path) if "final" in e]
+    except FileNotFoundError:  # finished meanwhile
+        return []
+
+
 def _ino(path: Path) -> int | None:
     try:
         return os.lstat(path).st_ino

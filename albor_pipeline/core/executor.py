@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from albor_pipeline.core.artifacts import NO_ROOM
 from albor_pipeline.core.nodes import Node
 from albor_pipeline.core.stage import Progress
 from albor_pipeline.core.watchdog import in_flight
@@ -229,6 +230,8 @@ def _windowed(
             pending.popleft()
         except Exception as exc:
             cause = getattr(exc, "cause", None) or exc  # Ray wraps the task's own exception
+            if isinstance(cause, OSError) and cause.errno in NO_ROOM:
+                raise cause from None  # a full disk is no task's bug: the stage names what it was writing
             if type(cause).__module__.startswith("albor_pipeline."):
                 # Our own errors (bad input named by file and line, ...) read the same on every backend.
                 raise cause from None
@@ -241,9 +244,14 @@ def _windowed(
             told = time.monotonic()
         return value
 
-    with in_flight(lambda: [f"{name} on {_describe(item)} ({backend})" for item, _ in pending]):
+    submitting: list[T] = []  # an inline executor runs the task while submitting it
+    waiting = lambda: [*submitting, *(item for item, _ in pending)]  # noqa: E731
+    with in_flight(lambda: [f"{name} on {_describe(item)} ({backend})" for item in waiting()]):
         for item in items:
-            pending.append((item, submit(timed, item)))
+            submitting.append(item)
+            handle = submit(timed, item)
+            submitting.clear()
+            pending.append((item, handle))
             if len(pending) >= window:
                 yield collect()
         while pending:

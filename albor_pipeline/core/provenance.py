@@ -8,6 +8,7 @@ says the same for people, with full hashes. `verify` re-hashes every listed file
 from __future__ import annotations
 
 import hashlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from albor_pipeline.core.artifacts import TEMP_SUFFIX, StageManifest, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.core.bucket import IO_THREADS, Bucket
-from albor_pipeline.core.commit import BACKUP_SUFFIX
+from albor_pipeline.core.commit import BACKUP_SUFFIX, journal_finals
 from albor_pipeline.core.layout import (
     DOCUMENTS,
     TOKENIZER,
@@ -365,7 +366,7 @@ class VerifyReport:
     stale: dict[str, list[str]]  # stage -> upstream stages rebuilt after it ran
     temps: list[str]  # left by runs that died; the next run removes them
     unreferenced: int = 0  # a bucket's objects no manifest names (older versions): not failures
-    producers: dict[str, str] = field(default_factory=dict)  # output path -> the stage that recorded it
+    producers: dict[str, str] = field(default_factory=dict)  # output path -> its stage's manifest file
 
     @property
     def failed(self) -> list[str]:
@@ -394,9 +395,14 @@ def verify(root: Path, running: bool = False) -> VerifyReport:
         before = _commit_state(layout)
         report = _verify_pass(layout)
         after = _commit_state(layout)
-        moving = {stage for stage in before.keys() | after.keys() if before.get(stage) != after.get(stage)}
-        moving |= {stage for stage, digest in after.items() if digest == PENDING}
-        report = replace(report, files=[_committing(r, moving, report.producers) for r in report.files])
+        moving = {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
+        moving |= {name for name, digest in after.items() if digest == PENDING}
+        finals = [final for _, journal, _ in layout.pending_commits() for final in journal_finals(journal)]
+        report = replace(
+            report,
+            files=[_committing(r, moving, report.producers) for r in report.files],
+            unrecorded=[p for p in report.unrecorded if not any(p == f or p.startswith(f + "/") for f in finals)],
+        )
         if not running or not report.failed or not moving:
             return report
     return report
@@ -407,17 +413,22 @@ PENDING = "pending"
 
 
 def _commit_state(layout: Layout) -> dict[str, str]:
-    """Each stage's manifest digest, or PENDING while its commit is under way."""
-    state = {
-        p.stem.replace("__", "/"): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in layout.manifests_dir.glob("*.json")
-    }
-    state.update({stage: PENDING for stage, _, _ in layout.pending_commits()})
+    """Each manifest's digest (by file name), or PENDING while its stage's commit is under way."""
+    state = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in layout.manifests_dir.glob("*.json")}
+    state.update({manifest.name: PENDING for _, _, manifest in layout.pending_commits()})
     return state
 
 
 def _committing(row: VerifyRow, moving: set[str], producers: dict[str, str]) -> VerifyRow:
     return replace(row, committing=True) if row.status != "ok" and producers.get(row.path) in moving else row
+
+
+def _hash_if_there(path: Path) -> str | None:
+    """The file's SHA-256, or None when it is missing (or vanished while being read)."""
+    try:
+        return sha256_file(path)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
 
 
 def _verify_pass(layout: Layout) -> VerifyReport:
@@ -426,14 +437,14 @@ def _verify_pass(layout: Layout) -> VerifyReport:
     if not manifests:
         raise FileNotFoundError(f"nothing materialized under {root} (no stage manifests in {layout.manifests_dir})")
     rows = []
-    producers = {}
+    producers = {}  # output path -> its stage's manifest file name
     for m in manifests:
         for art in m.outputs:
-            path = root / art.path
-            rows.append(VerifyRow(art.path, art.sha256, sha256_file(path) if path.is_file() else None))
-            producers[art.path] = m.stage
+            rows.append(VerifyRow(art.path, art.sha256, _hash_if_there(root / art.path)))
+            producers[art.path] = layout.manifest(m.stage).name
     unrecorded, temps = [], []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    found = (Path(d, name) for d, _, names in os.walk(root) for name in names)  # a vanishing dir is skipped
+    for path in sorted(found):
         rel = path.relative_to(root)
         if rel.parts[0] in _NOT_ARTIFACTS or path == layout.lock_file:
             continue

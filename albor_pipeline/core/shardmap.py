@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from albor_pipeline.core.artifacts import staged_dir
+from albor_pipeline.core.artifacts import naming_write_errors, staged_dir
 from albor_pipeline.core.executor import Executor, for_items
 from albor_pipeline.core.nodes import Node, Spooled, task_node
 from albor_pipeline.core.shards import Shard
@@ -115,7 +115,8 @@ def map_tasks(
     nodes, without a commit. Results in item order."""
     executor = for_items(executor, len(items), INLINE_BELOW)
     io = TaskIO(str(directory), task_node(executor.node))
-    return list(executor.map(partial(step, job, io), items))
+    with naming_write_errors(directory):  # a full disk names where the wave was writing
+        return list(executor.map(partial(step, job, io), items))
 
 
 def shards_of(results: Sequence[ShardResult]) -> Iterator[Shard]:

@@ -65,6 +65,7 @@ def _where() -> str:
 GRACE_S = 10.0
 """How long a stage past its limit may take to unwind before its process is ended."""
 EXIT_TIMEOUT = 124  # as timeout(1): the process was ended at its time limit
+LOG_WAIT_S = 2.0  # how long the hard limit waits for its message to reach the step's log
 
 
 @contextmanager
@@ -93,8 +94,10 @@ def time_limit(seconds: float | None, stage: str, log: Callable[[str], object] =
 
     def hard() -> None:
         text = f"{message()}; ending the process, stuck in native code for {GRACE_S:g} s more"
-        log(text)
         print(f"albor: {text}", file=sys.stderr, flush=True)
+        logging = threading.Thread(target=log, args=(text,), daemon=True)  # the log may block (a hung database)
+        logging.start()
+        logging.join(LOG_WAIT_S)
         os._exit(EXIT_TIMEOUT)
 
     timer = threading.Timer(seconds + GRACE_S, hard)
