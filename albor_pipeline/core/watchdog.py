@@ -86,7 +86,7 @@ def time_limit(seconds: float | None, stage: str, log: Callable[[str], object] =
     def message() -> str:
         return (
             f"stage {stage} exceeded its time limit of {seconds:g} s{_where()} "
-            "(execution.stage_timeout_s); its outputs were left as they were"
+            "(execution.stage_timeout_s); the data dir keeps each stage's last commit"
         )
 
     def expired(_signum: int, _frame: FrameType | None) -> None:
