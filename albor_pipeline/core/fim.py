@@ -163,7 +163,7 @@ def apply_fim(
         mb = sum(d.text_bytes for d in done) / 1e6
         return f"fim: {len(done)}/{len(items)} shards, {sum(d.shard.rows for d in done):,} rows, {mb:.1f} MB"
 
-    done = map_shards(_fim_shard, _FimJob(fim, enabled), items, out, executor, fimmed, progress)
+    done = map_shards(_fim_shard, _FimJob(fim, enabled), items, out, executor, fimmed, progress, inline_below=4)
     return FimResult(
         artifacts=[d.shard.artifact(out, data_root) for d in done],
         rows=sum(d.shard.rows for d in done),

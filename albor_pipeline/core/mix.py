@@ -170,6 +170,7 @@ def _gather(job: _ShuffleJob, io: TaskIO, k: int) -> _Gathered:
 
 
 _SCATTER_SCHEMA = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
+CHEAP = 4  # the mix's waves cost about a second a shard: a pool pays off from 4 (`inline_below`)
 
 
 def shuffle(
@@ -202,8 +203,8 @@ def shuffle(
             for i, f in enumerate(files)
         ]
         job = _ShuffleJob(tmp, tuple(int(b) for b in bounds), len(files))
-        spooled = map_tasks(_scatter, job, scatter, Path(tmp), executor)
-        gathered = map_shards(_gather, job, range(job.shards), out, executor, spools=spooled)
+        spooled = map_tasks(_scatter, job, scatter, Path(tmp), executor, CHEAP)
+        gathered = map_shards(_gather, job, range(job.shards), out, executor, spools=spooled, inline_below=CHEAP)
         return list(shards_of(gathered))
 
 
@@ -248,7 +249,7 @@ def mix_documents(
     }
     counts = {name: len(pos) for name, pos in positions.items()}
     files = parquet_files(split_path)
-    sizes = map_tasks(_text_sizes, None, [str(f) for f in files], out.parent, executor)
+    sizes = map_tasks(_text_sizes, None, [str(f) for f in files], out.parent, executor, CHEAP)
     nbytes = np.concatenate([b for b, _ in sizes])
     chars = None
     if mix.unit == MixUnit.chars:

@@ -27,7 +27,8 @@ from albor_pipeline.core.stage import Progress
 
 INLINE_BELOW = 2
 """Fewer items than this run inline on a local pool: starting spawned interpreters that
-import this package costs more than one shard's work."""
+import this package costs more than one shard's work. A step whose items are cheaper (FIM,
+the mix's waves: about a second a shard) passes a higher `inline_below`."""
 
 
 class ShardResult(Protocol):
@@ -83,6 +84,7 @@ def map_shards(
     log: Progress | None = None,
     check: Callable[[list[R]], None] | None = None,
     spools: Sequence[Spooled | None] = (),
+    inline_below: int = INLINE_BELOW,
 ) -> list[R]:
     """Run `step(job, io, item)` for every item on `executor` (inline below INLINE_BELOW
     items on a local pool) and commit the shards they wrote as the set `out`, in item order.
@@ -92,7 +94,7 @@ def map_shards(
     keeps its previous set."""
     done: list[R] = []
     with staged_dir(out) as staging:
-        executor = for_items(executor, len(items), INLINE_BELOW)
+        executor = for_items(executor, len(items), inline_below)
         node = task_node(executor.node).with_spools(spools)
         task = _Task(step, job, TaskIO(str(staging), node))
         for result in executor.map(task, items):
@@ -108,12 +110,17 @@ def map_shards(
 
 
 def map_tasks(
-    step: Callable[[J, TaskIO, I], T], job: J, items: Sequence[I], directory: Path, executor: Executor
+    step: Callable[[J, TaskIO, I], T],
+    job: J,
+    items: Sequence[I],
+    directory: Path,
+    executor: Executor,
+    inline_below: int = INLINE_BELOW,
 ) -> list[T]:
     """A wave of tasks that write no shard of the stage, only files in `directory` that a later
     wave reads (spools, sent back with `io.node.spool`), or nothing: the map's inline rule and
     nodes, without a commit. Results in item order."""
-    executor = for_items(executor, len(items), INLINE_BELOW)
+    executor = for_items(executor, len(items), inline_below)
     io = TaskIO(str(directory), task_node(executor.node))
     with naming_write_errors(directory):  # a full disk names where the wave was writing
         return list(executor.map(partial(step, job, io), items))
