@@ -14,13 +14,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from albor_pipeline.core.artifacts import StageManifest, iter_manifests, write_bytes
-from albor_pipeline.core.bucket import Bucket
-from albor_pipeline.core.commit import recover_commits
-from albor_pipeline.core.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
-from albor_pipeline.core.lock import DataDirBusy, bucket_lock, exclusive
-from albor_pipeline.core.provenance import VerifyReport, stale_stages, verify, verify_bucket
+from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, write_bytes
+from albor_pipeline.runtime.bucket import Bucket
+from albor_pipeline.runtime.commit import recover_commits
+from albor_pipeline.runtime.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
+from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
+from albor_pipeline.stages.provenance.provenance import VerifyReport, stale_stages, verify, verify_bucket
 
 
 def _use(args: argparse.Namespace) -> None:

@@ -18,9 +18,9 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from albor_pipeline.core.bucket import is_remote
-from albor_pipeline.core.shards import MB
-from albor_pipeline.core.vocab import SPECIALS
+from albor_pipeline.runtime.bucket import is_remote
+from albor_pipeline.runtime.shards import MB
+from albor_pipeline.text.vocab import SPECIALS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO_ROOT / "data" / "pipeline.yaml"
@@ -602,7 +602,7 @@ def data_dir(path: str | os.PathLike[str] | None = None) -> Path | str:
     """The output root: `path`, else `$ALBOR_DATA_DIR`, else `data/artifacts`.
 
     A local directory (resolved), or an object-store URI such as `s3://bucket/prefix`
-    (`core/bucket.py`), kept as given without a trailing slash.
+    (`runtime/bucket.py`), kept as given without a trailing slash.
     """
     where = os.fspath(path or os.environ.get("ALBOR_DATA_DIR") or DEFAULT_DATA_DIR)
     if is_remote(where):

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from albor_pipeline.core.fim import apply_fim
-from albor_pipeline.core.tokenizer import build_tokenizer
 from albor_pipeline.spec import FimSpec, PipelineSpec, TokenizerSpec, load_spec
+from albor_pipeline.stages.fim.fim import apply_fim
+from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
 
 from .support import (
     LITERAL,

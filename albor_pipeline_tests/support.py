@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from albor_pipeline.core.ingest import DOC_SCHEMA, text_sha256
-from albor_pipeline.core.layout import Layout
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import REPO_ROOT, PipelineSpec
+from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # Real code nobody here wrote: a few standard-library packages, ~1-2 MB of Python.

@@ -11,15 +11,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.core.artifacts import BackgroundWrites
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.lock import data_dir_lock
+from albor_pipeline.runtime.artifacts import BackgroundWrites
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.lock import data_dir_lock
 
 WRITER = """
 import sys, pyarrow as pa
 from pathlib import Path
-from albor_pipeline.core.artifacts import ParquetSink
-from albor_pipeline.core.ingest import DOC_SCHEMA
+from albor_pipeline.runtime.artifacts import ParquetSink
+from albor_pipeline.text.documents import DOC_SCHEMA
 out = Path(sys.argv[1])
 with ParquetSink(out, DOC_SCHEMA, row_group_size=64) as sink:
     i = 0
@@ -61,8 +61,8 @@ def test_sigkill_during_rewrite_keeps_previous_version(tmp_path):
     out = tmp_path / "ingested" / "big.parquet"
     import pyarrow as pa
 
-    from albor_pipeline.core.artifacts import ParquetSink
-    from albor_pipeline.core.ingest import DOC_SCHEMA
+    from albor_pipeline.runtime.artifacts import ParquetSink
+    from albor_pipeline.text.documents import DOC_SCHEMA
 
     with ParquetSink(out, DOC_SCHEMA) as sink:
         sink.write(
@@ -89,7 +89,7 @@ def test_sigkill_during_rewrite_keeps_previous_version(tmp_path):
 
 
 def test_staged_dir_replaces_a_file_set_whole_or_not_at_all(tmp_path):
-    from albor_pipeline.core.artifacts import staged_dir, write_bytes
+    from albor_pipeline.runtime.artifacts import staged_dir, write_bytes
 
     final = tmp_path / "corpus" / "train"
     with staged_dir(final) as stage:

@@ -9,13 +9,13 @@ import shutil
 import dagster as dg
 import pytest
 
-from albor_pipeline.core.artifacts import read_manifest
-from albor_pipeline.core.documents import split_of
-from albor_pipeline.core.ingest import text_sha256
-from albor_pipeline.core.layout import Layout
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB, OBSERVE_JOB
+from albor_pipeline.runtime.artifacts import read_manifest
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import REPO_ROOT, HoldoutSpec, load_spec
+from albor_pipeline.stages.dedup.documents import split_of
+from albor_pipeline.text.documents import text_sha256
 
 from .support import STDLIB, small_spec_dict, write_spec
 

@@ -21,11 +21,11 @@ import pytest
 
 from albor_pipeline.cli import main as albor
 from albor_pipeline.cli import run_failures
-from albor_pipeline.core.artifacts import iter_manifests
-from albor_pipeline.core.layout import Layout
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import AUTOMATION_SENSOR, BUILD_JOB, OBSERVE_JOB
 from albor_pipeline.defs.launcher import WORKER_TAG
+from albor_pipeline.runtime.artifacts import iter_manifests
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import load_spec
 
 from .support import STDLIB, Server, instance_home, materialize_all, small_spec_dict, write_spec

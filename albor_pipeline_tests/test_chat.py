@@ -13,15 +13,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.core.chat import ChatError, ChatIds, calculator_parts, clean_conversation, conversation_json
-from albor_pipeline.core.checks import check_choice_ids, check_max_tokens, check_sft_mask, check_sft_structure
-from albor_pipeline.core.corpus import build_corpus
-from albor_pipeline.core.ingest import DOC_SCHEMA, IngestError, ingest_source, text_sha256
-from albor_pipeline.core.sft import build_eval, build_sft
-from albor_pipeline.core.tasks import generate, read_words
-from albor_pipeline.core.tokenizer import build_tokenizer
-from albor_pipeline.core.vocab import FIM_TOKENS, plain_tokenizer
 from albor_pipeline.spec import REPO_ROOT, ChatSpec, ChatTokens, CorpusSpec, SourceSpec, SyntheticTask, TokenizerSpec
+from albor_pipeline.stages.chat.checks import check_choice_ids, check_max_tokens, check_sft_mask, check_sft_structure
+from albor_pipeline.stages.chat.sft import build_eval, build_sft
+from albor_pipeline.stages.corpus.corpus import build_corpus
+from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.stages.ingest.tasks import generate, read_words
+from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
+from albor_pipeline.text.chat import ChatError, ChatIds, calculator_parts, clean_conversation, conversation_json
+from albor_pipeline.text.datafiles import IngestError
+from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
+from albor_pipeline.text.vocab import FIM_TOKENS, plain_tokenizer
 
 from .support import STDLIB, small_spec_dict, write_docs, write_spec
 
@@ -327,8 +329,8 @@ def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):
 def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(tmp_path, monkeypatch):
     """The small spec with and without chat sources: every check passes, the pretraining
     artifacts are byte-identical, and a second build of the chat branch is too."""
-    from albor_pipeline.core.artifacts import read_manifest
-    from albor_pipeline.core.layout import Layout
+    from albor_pipeline.runtime.artifacts import read_manifest
+    from albor_pipeline.runtime.layout import Layout
     from albor_pipeline.spec import load_spec
 
     from .support import materialize_all

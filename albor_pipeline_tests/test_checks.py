@@ -7,16 +7,13 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from albor_pipeline.core.checks import (
-    check_doc_lens,
-    check_fim_rate,
-    check_no_leak,
-    check_roundtrip,
-    check_schema,
-    check_sequences,
-)
-from albor_pipeline.core.corpus import SEQ_SCHEMA, Packed, sequences_batch
-from albor_pipeline.core.ingest import DOC_SCHEMA
+from albor_pipeline.runtime.checks import check_schema
+from albor_pipeline.stages.corpus.checks import check_doc_lens, check_sequences
+from albor_pipeline.stages.corpus.corpus import SEQ_SCHEMA, Packed, sequences_batch
+from albor_pipeline.stages.dedup.checks import check_no_leak
+from albor_pipeline.stages.fim.checks import check_fim_rate
+from albor_pipeline.stages.tokenizer.checks import check_roundtrip
+from albor_pipeline.text.documents import DOC_SCHEMA
 
 from .support import write_docs
 

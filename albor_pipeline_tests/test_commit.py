@@ -22,14 +22,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline import cli
-from albor_pipeline.core import commit
-from albor_pipeline.core.artifacts import ParquetSink, atomic_path, record, staged_dir, write_json
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.lock import data_dir_lock
-from albor_pipeline.core.provenance import verify
-from albor_pipeline.core.stage import StageOutput, run_stage
 from albor_pipeline.dataset import Sequences
+from albor_pipeline.runtime import commit
+from albor_pipeline.runtime.artifacts import ParquetSink, atomic_path, record, staged_dir, write_json
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.lock import data_dir_lock
+from albor_pipeline.runtime.stage import StageOutput, run_stage
 from albor_pipeline.spec import load_spec
+from albor_pipeline.stages.provenance.provenance import verify
 
 from .support import materialize_all, write_spec
 from .test_reliability import ALBOR, tiny_spec
@@ -174,8 +174,8 @@ def test_the_next_lock_holder_undoes_a_dead_commit_before_removing_temps(committ
 RECOVER = """
 import os, sys
 from pathlib import Path
-from albor_pipeline.core import commit
-from albor_pipeline.core.layout import Layout
+from albor_pipeline.runtime import commit
+from albor_pipeline.runtime.layout import Layout
 if os.environ.get("ALBOR_TEST_NO_EXCHANGE"):
     commit.exchange = lambda a, b: False
 layout = Layout(Path(sys.argv[1]))

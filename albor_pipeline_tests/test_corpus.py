@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from albor_pipeline.core import corpus as corpus_module
-from albor_pipeline.core.checks import check_doc_lens, check_no_short_splits
-from albor_pipeline.core.corpus import (
+from albor_pipeline.runtime.executor import LocalExecutor, TaskError
+from albor_pipeline.spec import CorpusSpec, FimSpec
+from albor_pipeline.stages.corpus import corpus as corpus_module
+from albor_pipeline.stages.corpus.checks import check_doc_lens, check_no_short_splits
+from albor_pipeline.stages.corpus.corpus import (
     Packed,
     PlanSummary,
     Segments,
@@ -26,7 +28,8 @@ from albor_pipeline.core.corpus import (
     fill,
     megatron_index,
 )
-from albor_pipeline.core.encode import (
+from albor_pipeline.stages.fim.fim import apply_fim
+from albor_pipeline.text.encode import (
     BYTELEVEL_PATTERN,
     FAST_BYTELEVEL_PATTERN,
     GigatokenEncoder,
@@ -35,10 +38,7 @@ from albor_pipeline.core.encode import (
     pick_encoder,
     with_unassigned,
 )
-from albor_pipeline.core.executor import LocalExecutor, TaskError
-from albor_pipeline.core.fim import apply_fim
-from albor_pipeline.core.vocab import byte_decoder, plain_tokenizer
-from albor_pipeline.spec import CorpusSpec, FimSpec
+from albor_pipeline.text.vocab import byte_decoder, plain_tokenizer
 
 from .support import LITERAL, STDLIB, write_docs
 

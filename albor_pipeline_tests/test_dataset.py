@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from albor_pipeline.core import checks
-from albor_pipeline.core.checks import check_min_chars, token_chars
-from albor_pipeline.core.corpus import build_corpus
-from albor_pipeline.core.executor import LocalExecutor
-from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.dataset import IGNORE_INDEX, Batches, Sequences
+from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.spec import CorpusSpec
+from albor_pipeline.stages.corpus import checks
+from albor_pipeline.stages.corpus.checks import check_min_chars, token_chars
+from albor_pipeline.stages.corpus.corpus import build_corpus
+from albor_pipeline.text.vocab import EOS, PAD
 
 SEQ_LEN = 128
 FORMATS = ["parquet", "megatron", "nanogpt"]

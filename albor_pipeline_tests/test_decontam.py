@@ -8,13 +8,13 @@ import re
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.core.artifacts import sha256_file
-from albor_pipeline.core.checks import check_no_contamination
-from albor_pipeline.core.decontam import Decontaminator, load_benchmark
-from albor_pipeline.core.documents import build_documents
-from albor_pipeline.core.ingest import IngestError
-from albor_pipeline.core.neardup import word_hashes
+from albor_pipeline.runtime.artifacts import sha256_file
 from albor_pipeline.spec import REPO_ROOT, BenchmarkSpec, DecontaminateSpec, HoldoutSpec, SpecError, parse_spec
+from albor_pipeline.stages.dedup.checks import check_no_contamination
+from albor_pipeline.stages.dedup.decontam import Decontaminator, load_benchmark
+from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.dedup.neardup import word_hashes
+from albor_pipeline.text.datafiles import IngestError
 
 from .support import STDLIB, write_docs
 

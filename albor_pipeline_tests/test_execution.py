@@ -15,14 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.cli import main as albor
-from albor_pipeline.core import documents
-from albor_pipeline.core import executor as executor_module
-from albor_pipeline.core.artifacts import iter_manifests, read_manifest, record
-from albor_pipeline.core.bucket import Bucket
-from albor_pipeline.core.checks import check_min_chars, check_no_near_leak
-from albor_pipeline.core.corpus import build_corpus
-from albor_pipeline.core.documents import build_documents
-from albor_pipeline.core.executor import (
+from albor_pipeline.definitions import build_definitions
+from albor_pipeline.defs.automation import BUILD_JOB
+from albor_pipeline.runtime import executor as executor_module
+from albor_pipeline.runtime.artifacts import iter_manifests, read_manifest, record
+from albor_pipeline.runtime.bucket import Bucket
+from albor_pipeline.runtime.executor import (
     INLINE,
     InlineExecutor,
     LocalExecutor,
@@ -30,15 +28,9 @@ from albor_pipeline.core.executor import (
     TaskError,
     make_executor,
 )
-from albor_pipeline.core.fim import apply_fim
-from albor_pipeline.core.hygiene import clean_source
-from albor_pipeline.core.ingest import ingest_source
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.mix import mix_documents
-from albor_pipeline.core.nodes import CACHE, NODE_FILE, Node, NodeError
-from albor_pipeline.core.shards import shard_files
-from albor_pipeline.definitions import build_definitions
-from albor_pipeline.defs.automation import BUILD_JOB
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.nodes import CACHE, NODE_FILE, Node, NodeError
+from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import (
     CorpusSpec,
     ExecutionSpec,
@@ -51,6 +43,15 @@ from albor_pipeline.spec import (
     SplitMixSpec,
     load_spec,
 )
+from albor_pipeline.stages.corpus.checks import check_min_chars
+from albor_pipeline.stages.corpus.corpus import build_corpus
+from albor_pipeline.stages.dedup import documents
+from albor_pipeline.stages.dedup.checks import check_no_near_leak
+from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.fim.fim import apply_fim
+from albor_pipeline.stages.hygiene.hygiene import clean_source
+from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.stages.mix.mix import mix_documents
 from albor_pipeline_tests.support import (
     STDLIB,
     STDLIB_PACKAGES,

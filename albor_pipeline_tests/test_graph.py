@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.cli import main as albor
-from albor_pipeline.core.artifacts import read_manifest
-from albor_pipeline.core.documents import split_of
-from albor_pipeline.core.ingest import text_sha256
-from albor_pipeline.core.layout import Layout
 from albor_pipeline.dataset import Sequences
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import AUTOMATION_SENSOR, BUILD_JOB, OBSERVE_JOB, OBSERVE_SCHEDULE
+from albor_pipeline.runtime.artifacts import read_manifest
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import DEFAULT_SPEC, load_spec
+from albor_pipeline.stages.dedup.documents import split_of
+from albor_pipeline.text.documents import text_sha256
 
 from .support import SHIPPED_SOURCES, STDLIB, materialize_all, small_spec_dict, write_spec
 

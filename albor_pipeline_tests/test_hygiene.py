@@ -10,11 +10,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.core.executor import LocalExecutor
-from albor_pipeline.core.hygiene import clean_source, filter_reason, rescan
-from albor_pipeline.core.ingest import ingest_source
-from albor_pipeline.core.secrets import SecretScanner
+from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.spec import FilterSpec, HygieneSpec, SourceSpec
+from albor_pipeline.stages.hygiene.hygiene import clean_source, filter_reason, rescan
+from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.text.secrets import SecretScanner
 
 from .support import STDLIB, STDLIB_PACKAGES
 

@@ -9,13 +9,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.core.documents import build_documents
-from albor_pipeline.core.executor import LocalExecutor
-from albor_pipeline.core.files import fingerprint_files, list_source_files
-from albor_pipeline.core.ingest import IngestError, ingest_source, source_files, source_fingerprint
-from albor_pipeline.core.mix import mix_documents
-from albor_pipeline.core.shards import read_shards, shard_files
+from albor_pipeline.runtime.executor import LocalExecutor
+from albor_pipeline.runtime.files import fingerprint_files, list_source_files
+from albor_pipeline.runtime.shards import read_shards, shard_files
 from albor_pipeline.spec import HoldoutSpec, SourceSpec, SplitMixSpec
+from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.ingest.ingest import ingest_source, source_files, source_fingerprint
+from albor_pipeline.stages.mix.mix import mix_documents
+from albor_pipeline.text.datafiles import IngestError
 
 from .support import STDLIB
 

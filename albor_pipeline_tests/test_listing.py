@@ -26,12 +26,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.core import files as files_module
-from albor_pipeline.core.decontam import load_benchmark
-from albor_pipeline.core.files import fingerprint_files, list_source_files
-from albor_pipeline.core.ingest import Counts, IngestError, ingest_source, iter_documents, source_fingerprint
-from albor_pipeline.core.shards import read_shards
+from albor_pipeline.runtime import files as files_module
+from albor_pipeline.runtime.files import fingerprint_files, list_source_files
+from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.spec import REPO_ROOT, BenchmarkSpec, SourceSpec
+from albor_pipeline.stages.dedup.decontam import load_benchmark
+from albor_pipeline.stages.ingest.ingest import Counts, ingest_source, iter_documents, source_fingerprint
+from albor_pipeline.text.datafiles import IngestError
 
 GOOD = "def f(x):\n    return x + 1\n" * 5
 NOBODY = 65534
@@ -42,9 +43,9 @@ import json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a device read whole fails here, not the machine
 from collections import Counter
 from pathlib import Path
-from albor_pipeline.core.files import fingerprint_files, source_root
-from albor_pipeline.core.ingest import Counts, ingest_source, iter_documents, source_fingerprint
-from albor_pipeline.core.shards import read_shards
+from albor_pipeline.runtime.files import fingerprint_files, source_root
+from albor_pipeline.stages.ingest.ingest import Counts, ingest_source, iter_documents, source_fingerprint
+from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.spec import SourceSpec
 src, out, files = SourceSpec(**json.loads(sys.argv[1])), Path(sys.argv[2]), json.loads(sys.argv[3])
 if files is not None:

@@ -10,14 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from albor_pipeline.core.documents import build_documents, exact_dedup, split_of
-from albor_pipeline.core.executor import INLINE, LocalExecutor
-from albor_pipeline.core.fim import apply_fim, fim_batch
-from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
-from albor_pipeline.core.mix import MixError, draw_indices, mix_documents, plan_counts, shard_bounds, shuffle
-from albor_pipeline.core.shards import read_shards, shard_name
-from albor_pipeline.core.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from albor_pipeline.runtime.executor import INLINE, LocalExecutor
+from albor_pipeline.runtime.shards import read_shards, shard_name
 from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
+from albor_pipeline.stages.dedup.documents import build_documents, exact_dedup, split_of
+from albor_pipeline.stages.fim.fim import apply_fim, fim_batch
+from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.stages.mix.mix import MixError, draw_indices, mix_documents, plan_counts, shard_bounds, shuffle
+from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
+from albor_pipeline.text.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 
 from .support import STDLIB
 
@@ -115,8 +116,8 @@ def test_hash_partitioned_exact_dedup_equals_a_dict_of_every_hash(tmp_path, monk
     """`exact_dedup` (128-bit keys hash-partitioned over tasks) against the obvious dict loop,
     on real files ingested twice and a third package, in two orders; with one partition
     inline, and with partitions of 8 keys on two processes."""
-    from albor_pipeline.core import hashpart
-    from albor_pipeline.core.documents import DROPPED, SPLIT_CODES
+    from albor_pipeline.runtime import hashpart
+    from albor_pipeline.stages.dedup.documents import DROPPED, SPLIT_CODES
 
     executor = INLINE
     if partition_bytes:

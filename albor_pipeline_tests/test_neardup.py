@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from albor_pipeline.core.neardup import MinHasher, NearDupIndex, P, _inverse, jaccard, near_duplicates, shingles
+from albor_pipeline.stages.dedup.neardup import MinHasher, NearDupIndex, P, _inverse, jaccard, near_duplicates, shingles
 
 from .support import STDLIB
 
@@ -43,10 +43,10 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     passes on both and fails on a hand-made cross-split pair."""
     import pyarrow.parquet as pq
 
-    from albor_pipeline.core.checks import check_no_near_leak
-    from albor_pipeline.core.documents import build_documents
-    from albor_pipeline.core.executor import LocalExecutor
+    from albor_pipeline.runtime.executor import LocalExecutor
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
+    from albor_pipeline.stages.dedup.checks import check_no_near_leak
+    from albor_pipeline.stages.dedup.documents import build_documents
 
     from .support import write_docs
 
@@ -85,7 +85,7 @@ def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
     member, in a small and in a big bucket. Pairing only with the first (or all pairs only up
     to a size cap) never compared the copies, so both stayed and a check on the survivors,
     seeing smaller buckets, found them across splits."""
-    from albor_pipeline.core.neardup import Signer, bucket_pairs, min_agreement, word_hashes
+    from albor_pipeline.stages.dedup.neardup import Signer, bucket_pairs, min_agreement, word_hashes
 
     far = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
     copy = (STDLIB / "textwrap.py").read_text(encoding="utf-8")
@@ -118,9 +118,10 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     over three input shards: keys in many hash partitions and pairs scored in blocks of three
     on two processes give exactly the report of one serial pass, and of the in-memory index
     over the same texts."""
-    from albor_pipeline.core import documents, hashpart, neardup
-    from albor_pipeline.core.executor import LocalExecutor
+    from albor_pipeline.runtime import hashpart
+    from albor_pipeline.runtime.executor import LocalExecutor
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
+    from albor_pipeline.stages.dedup import documents, neardup
 
     from .support import write_docs
 
@@ -153,9 +154,9 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
     """LSH candidates from signatures spooled by three tasks and bucketed in many hash
     partitions on two processes equal the in-memory index's (one partition) and a plain
     loop over every pair: share a band's key and agree in enough signature positions."""
-    from albor_pipeline.core import hashpart
-    from albor_pipeline.core.executor import LocalExecutor
-    from albor_pipeline.core.neardup import band_keys, lsh_candidates, word_hashes
+    from albor_pipeline.runtime import hashpart
+    from albor_pipeline.runtime.executor import LocalExecutor
+    from albor_pipeline.stages.dedup.neardup import band_keys, lsh_candidates, word_hashes
 
     originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
     texts = [*originals, "", *(t.replace("def ", "def  ", 2) + "\n# copy\n" for t in originals[:10])]

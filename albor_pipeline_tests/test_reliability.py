@@ -20,12 +20,13 @@ import pytest
 
 from albor_pipeline.cli import main as albor
 from albor_pipeline.cli import run_failures
-from albor_pipeline.core.artifacts import read_manifest, sha256_file
-from albor_pipeline.core.ingest import IngestError, ingest_source
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.lock import data_dir_lock
-from albor_pipeline.core.stage import MANIFEST_ROOM
+from albor_pipeline.runtime.artifacts import read_manifest, sha256_file
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.lock import data_dir_lock
+from albor_pipeline.runtime.stage import MANIFEST_ROOM
 from albor_pipeline.spec import REPO_ROOT, load_spec
+from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.text.datafiles import IngestError
 
 from .support import STDLIB, materialize_all, small_spec_dict, write_spec
 

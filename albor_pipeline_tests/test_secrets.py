@@ -23,15 +23,16 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from detect_secrets.plugins.github_token import GitHubTokenDetector
 
-from albor_pipeline.core.chat import clean_conversation
-from albor_pipeline.core.checks import check_no_secrets
-from albor_pipeline.core.documents import build_documents
-from albor_pipeline.core.executor import LocalExecutor
-from albor_pipeline.core.hygiene import clean_source
-from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, text_sha256
-from albor_pipeline.core.secrets import SecretScanner
-from albor_pipeline.core.shards import shard_files
+from albor_pipeline.runtime.executor import LocalExecutor
+from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
+from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.hygiene.checks import check_no_secrets
+from albor_pipeline.stages.hygiene.hygiene import clean_source
+from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.text.chat import clean_conversation
+from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
+from albor_pipeline.text.secrets import SecretScanner
 
 from .support import STDLIB, STDLIB_PACKAGES
 

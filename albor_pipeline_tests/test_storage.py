@@ -14,17 +14,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.cli import main as albor
-from albor_pipeline.core import lock
-from albor_pipeline.core.artifacts import Artifact, StageManifest, iter_manifests, read_manifest, record
-from albor_pipeline.core.bucket import Bucket
-from albor_pipeline.core.executor import INLINE, LocalExecutor
-from albor_pipeline.core.ingest import IngestError, ingest_source, source_fingerprint
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.licences import detect_licences
-from albor_pipeline.core.lock import LEASE_SECONDS, DataDirBusy, DataDirLost, bucket_lock
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
+from albor_pipeline.runtime import lock
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, iter_manifests, read_manifest, record
+from albor_pipeline.runtime.bucket import Bucket
+from albor_pipeline.runtime.executor import INLINE, LocalExecutor
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.lock import LEASE_SECONDS, DataDirBusy, DataDirLost, bucket_lock
 from albor_pipeline.spec import SourceSpec
+from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
+from albor_pipeline.stages.provenance.licences import detect_licences
+from albor_pipeline.text.datafiles import IngestError
 from albor_pipeline_tests.support import STDLIB, materialize_all, run_into_bucket
 
 boto3 = pytest.importorskip("boto3", reason="moto[server] (dev extra) is not installed")

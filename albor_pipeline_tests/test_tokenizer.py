@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.tokenizer import TokenizerError, build_tokenizer, gpt2_counter
-from albor_pipeline.core.vocab import token_to_bytes
 from albor_pipeline.spec import REPO_ROOT, TokenizerSpec
+from albor_pipeline.stages.tokenizer.tokenizer import TokenizerError, build_tokenizer, gpt2_counter
+from albor_pipeline.text.vocab import token_to_bytes
 
 from .support import LITERAL, STDLIB, write_docs
 
@@ -130,7 +130,7 @@ def test_gpt2_baseline_reproduces_gpt2_and_is_compared_per_source(corpus_files, 
 TRAIN_SCRIPT = """
 import sys
 from pathlib import Path
-from albor_pipeline.core.tokenizer import build_tokenizer
+from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
 from albor_pipeline.spec import REPO_ROOT, TokenizerSpec
 out = Path(sys.argv[3])
 build_tokenizer(Path(sys.argv[1]), Path(sys.argv[2]), TokenizerSpec(vocab_size=2000), out, out)
@@ -158,8 +158,8 @@ def test_gigatoken_trainer_learns_the_hf_trainers_merges(corpus_files):
     encode every val document to the same tokens (ids differ only by vocabulary order)."""
     import json
 
-    from albor_pipeline.core.tokenizer import train_bpe
-    from albor_pipeline.core.vocab import plain_tokenizer
+    from albor_pipeline.stages.tokenizer.tokenizer import train_bpe
+    from albor_pipeline.text.vocab import plain_tokenizer
 
     train = pq.read_table(corpus_files[0]).column("text").to_pylist()
     val = pq.read_table(corpus_files[1]).column("text").to_pylist()
@@ -183,7 +183,7 @@ def test_long_runs_reach_the_trainer_cut_into_bounded_parts():
     the limit, cuts fall on character starts, and ordinary code comes back whole."""
     import re
 
-    from albor_pipeline.core.tokenizer import LONG_RUN, split_long_runs, train_bpe
+    from albor_pipeline.stages.tokenizer.tokenizer import LONG_RUN, split_long_runs, train_bpe
 
     code = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
     assert split_long_runs(code) == [code]

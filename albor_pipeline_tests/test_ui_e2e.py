@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from albor_pipeline.core.artifacts import read_manifest
+from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.spec import REPO_ROOT
 
 from .support import Server, instance_home, small_spec_dict, write_spec

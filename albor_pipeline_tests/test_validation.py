@@ -13,13 +13,11 @@ import numpy as np
 import pytest
 
 from albor_pipeline.cli import main as albor
-from albor_pipeline.core.artifacts import read_manifest
-from albor_pipeline.core.bucket import SHA256_META, Bucket
-from albor_pipeline.core.corpus import PACK_SEQUENCES
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.vocab import FIM_TOKENS
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
+from albor_pipeline.runtime.artifacts import read_manifest
+from albor_pipeline.runtime.bucket import SHA256_META, Bucket
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import (
     MAX_SEQ_LEN,
     MAX_VOCAB_SIZE,
@@ -30,6 +28,8 @@ from albor_pipeline.spec import (
     parse_spec,
     path_variables,
 )
+from albor_pipeline.stages.corpus.corpus import PACK_SEQUENCES
+from albor_pipeline.text.vocab import FIM_TOKENS
 
 from .support import run_into_bucket, small_spec_dict, write_spec
 

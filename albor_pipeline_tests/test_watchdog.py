@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from albor_pipeline import cli
-from albor_pipeline.core.executor import LocalExecutor
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.lock import exclusive
-from albor_pipeline.core.watchdog import EXIT_TIMEOUT, StageTimeout, reading, time_limit
+from albor_pipeline.runtime.executor import LocalExecutor
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.lock import exclusive
+from albor_pipeline.runtime.watchdog import EXIT_TIMEOUT, StageTimeout, reading, time_limit
 from albor_pipeline.spec import load_spec
 
 from .support import materialize_all, write_spec
@@ -83,7 +83,7 @@ def test_a_limit_that_is_not_reached_changes_nothing():
 
 RUN = """
 from functools import partial
-from albor_pipeline.core.executor import LocalExecutor
+from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline_tests.test_watchdog import _hang
 for _ in LocalExecutor(2).map(partial(_hang, 3600.0), range(4)):
     pass
@@ -174,7 +174,7 @@ def test_a_run_hung_on_a_server_that_never_answers_ends_at_its_limit_and_frees_t
 
 def test_a_hung_inline_task_is_named_too():
     """Inline, a task runs while it is submitted: the time-out still names it."""
-    from albor_pipeline.core.executor import InlineExecutor
+    from albor_pipeline.runtime.executor import InlineExecutor
 
     with pytest.raises(StageTimeout, match=r"waiting for task _hang on 1 \(inline\)"), time_limit(1.0, "fim/val"):
         list(InlineExecutor().map(partial(_hang, 3600.0), [1, 2]))

@@ -41,17 +41,7 @@ from tokenizers import Tokenizer
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from albor_pipeline.core.corpus import build_corpus  # noqa: E402
-from albor_pipeline.core.documents import build_documents  # noqa: E402
-from albor_pipeline.core.encode import FAST_BYTELEVEL_PATTERN, GigatokenEncoder  # noqa: E402
-from albor_pipeline.core.executor import cpu_count, make_executor  # noqa: E402
-from albor_pipeline.core.fim import apply_fim  # noqa: E402
-from albor_pipeline.core.hygiene import clean_source  # noqa: E402
-from albor_pipeline.core.ingest import ingest_source, source_files  # noqa: E402
-from albor_pipeline.core.mix import mix_documents  # noqa: E402
-from albor_pipeline.core.secrets import SecretScanner  # noqa: E402
-from albor_pipeline.core.tokenizer import build_tokenizer, iter_texts, train_bpe  # noqa: E402
-from albor_pipeline.core.vocab import SPECIALS, added_tokens, plain_tokenizer, token_to_bytes  # noqa: E402
+from albor_pipeline.runtime.executor import cpu_count, make_executor  # noqa: E402
 from albor_pipeline.spec import (  # noqa: E402
     CorpusSpec,
     ExecutionSpec,
@@ -64,6 +54,16 @@ from albor_pipeline.spec import (  # noqa: E402
     TokenizerSpec,
     path_variables,
 )
+from albor_pipeline.stages.corpus.corpus import build_corpus  # noqa: E402
+from albor_pipeline.stages.dedup.documents import build_documents  # noqa: E402
+from albor_pipeline.stages.fim.fim import apply_fim  # noqa: E402
+from albor_pipeline.stages.hygiene.hygiene import clean_source  # noqa: E402
+from albor_pipeline.stages.ingest.ingest import ingest_source, source_files  # noqa: E402
+from albor_pipeline.stages.mix.mix import mix_documents  # noqa: E402
+from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer, iter_texts, train_bpe  # noqa: E402
+from albor_pipeline.text.encode import FAST_BYTELEVEL_PATTERN, GigatokenEncoder  # noqa: E402
+from albor_pipeline.text.secrets import SecretScanner  # noqa: E402
+from albor_pipeline.text.vocab import SPECIALS, added_tokens, plain_tokenizer, token_to_bytes  # noqa: E402
 
 LOCAL = make_executor(ExecutionSpec())  # the default backend: a process pool, one worker per CPU
 
@@ -505,7 +505,7 @@ def profile_summary(raw: Path, top: int = 12) -> dict[str, Any]:
         if not count.isdigit():
             continue
         frames = stack.split(";")
-        ours = [f for f in frames if "albor_pipeline/core/" in f] or [f for f in frames if "albor_pipeline/" in f]
+        ours = [f for f in frames if "albor_pipeline/stages/" in f or "albor_pipeline/runtime/" in f] or [f for f in frames if "albor_pipeline/" in f]
         module = ours[-1].split("albor_pipeline/")[1].split(".py")[0] if ours else "dagster / interpreter"
         by_module[module] += int(count)
         by_function[frames[-1].split(" (")[0] + " (" + frames[-1].rsplit("/", 1)[-1]] += int(count)

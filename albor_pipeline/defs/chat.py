@@ -6,20 +6,15 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import StageManifest
-from albor_pipeline.core.checks import (
-    CheckOutcome,
-    check_choice_ids,
-    check_max_tokens,
-    check_sft_mask,
-    check_sft_structure,
-)
-from albor_pipeline.core.layout import TOKENIZER, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
-from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
-from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
+from albor_pipeline.runtime.artifacts import StageManifest
+from albor_pipeline.runtime.checks import CheckOutcome
+from albor_pipeline.runtime.layout import TOKENIZER, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, ChatSpec, PipelineSpec, SourceKind
+from albor_pipeline.stages.chat.checks import check_choice_ids, check_max_tokens, check_sft_mask, check_sft_structure
+from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
 
 GROUP = "chat"
 

@@ -9,21 +9,16 @@ from functools import partial
 import dagster as dg
 from tokenizers import Tokenizer
 
-from albor_pipeline.core.artifacts import read_manifest
-from albor_pipeline.core.checks import (
-    CheckOutcome,
-    check_doc_lens,
-    check_min_chars,
-    check_no_short_splits,
-    check_sequences,
-)
-from albor_pipeline.core.corpus import SEQ_SCHEMA, build_corpus
-from albor_pipeline.core.layout import TOKENIZER, corpus_stage, fim_stage, long_split
-from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.core.vocab import EOS, PAD
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
+from albor_pipeline.runtime.artifacts import read_manifest
+from albor_pipeline.runtime.checks import CheckOutcome
+from albor_pipeline.runtime.layout import TOKENIZER, corpus_stage, fim_stage, long_split
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import SPLITS, CorpusSpec, LongSpec, Packing, PipelineSpec
+from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
+from albor_pipeline.stages.corpus.corpus import SEQ_SCHEMA, build_corpus
+from albor_pipeline.text.vocab import EOS, PAD
 
 
 class CorpusConfig(dg.Config):

@@ -11,18 +11,26 @@ from pathlib import Path
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import read_manifest
-from albor_pipeline.core.checks import CheckOutcome, check_no_contamination, check_no_leak, check_no_near_leak
-from albor_pipeline.core.decontam import Decontaminator
-from albor_pipeline.core.documents import build_documents
-from albor_pipeline.core.hygiene import HYGIENE_KINDS
-from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, benchmark_stage, filtered_stage, ingested_stage
-from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.shards import shard_files
-from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
+from albor_pipeline.runtime.artifacts import read_manifest
+from albor_pipeline.runtime.checks import CheckOutcome
+from albor_pipeline.runtime.layout import (
+    CONVERSATIONS,
+    DOCUMENTS,
+    Layout,
+    benchmark_stage,
+    filtered_stage,
+    ingested_stage,
+)
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.shards import shard_files
+from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, DecontaminateSpec, NearDedupSpec, PipelineSpec
+from albor_pipeline.stages.dedup.checks import check_no_contamination, check_no_leak, check_no_near_leak
+from albor_pipeline.stages.dedup.decontam import Decontaminator
+from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
+from albor_pipeline.text.documents import DOC_SCHEMA
 
 
 class HoldoutConfig(dg.Config):

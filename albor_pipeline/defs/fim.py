@@ -6,12 +6,13 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.checks import CheckOutcome, check_fim_rate
-from albor_pipeline.core.fim import FIM_SCHEMA, apply_fim
-from albor_pipeline.core.layout import fim_stage, mixed_stage
-from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
+from albor_pipeline.runtime.checks import CheckOutcome
+from albor_pipeline.runtime.layout import fim_stage, mixed_stage
+from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import SPLITS, PipelineSpec
+from albor_pipeline.stages.fim.checks import check_fim_rate
+from albor_pipeline.stages.fim.fim import FIM_SCHEMA, apply_fim
 
 
 class FimConfig(dg.Config):

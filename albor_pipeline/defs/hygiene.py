@@ -7,15 +7,16 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import read_manifest
-from albor_pipeline.core.checks import CheckOutcome, check_no_secrets
-from albor_pipeline.core.hygiene import HYGIENE_KINDS, clean_source, rescan
-from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.layout import filtered_stage, ingested_stage
-from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
+from albor_pipeline.runtime.artifacts import read_manifest
+from albor_pipeline.runtime.checks import CheckOutcome
+from albor_pipeline.runtime.layout import filtered_stage, ingested_stage
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import HygieneSpec, PipelineSpec, RedactMode, SourceKind, SourceSpec
+from albor_pipeline.stages.hygiene.checks import check_no_secrets
+from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
+from albor_pipeline.text.documents import DOC_SCHEMA
 
 GROUP = "hygiene"
 RESCAN_SAMPLE = 2000  # documents the no-secrets check re-scans

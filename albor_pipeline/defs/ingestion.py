@@ -8,19 +8,20 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import Artifact
-from albor_pipeline.core.decontam import benchmark_fingerprint
-from albor_pipeline.core.files import Location
-from albor_pipeline.core.ingest import DOC_SCHEMA, ingest_source, source_fingerprint
-from albor_pipeline.core.layout import Layout, benchmark_stage, ingested_stage, source_stage
-from albor_pipeline.core.licences import detect_licences
-from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.secrets import redact_path
-from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.core.watchdog import time_limit
 from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.defs.stage import Stage, StageContext, asset_key, resolve, schema_check, spec_defaults
+from albor_pipeline.runtime.artifacts import Artifact
+from albor_pipeline.runtime.files import Location
+from albor_pipeline.runtime.layout import Layout, benchmark_stage, ingested_stage, source_stage
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, PipelineSpec, SourceKind, SourceSpec
+from albor_pipeline.stages.dedup.decontam import benchmark_fingerprint
+from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
+from albor_pipeline.stages.provenance.licences import detect_licences
+from albor_pipeline.text.documents import DOC_SCHEMA
+from albor_pipeline.text.secrets import redact_path
 
 GROUP = "ingestion"
 DESCRIPTIONS = {

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from albor_pipeline.core.ingest import DOC_SCHEMA
-from albor_pipeline.core.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
-from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.mix import mix_documents
-from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import Stage, StageContext, resolve, schema_check, spec_defaults
+from albor_pipeline.runtime.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, PipelineSpec, SourceKind
+from albor_pipeline.stages.mix.mix import mix_documents
+from albor_pipeline.text.documents import DOC_SCHEMA
 
 
 class MixConfig(dg.Config):

@@ -6,13 +6,13 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.artifacts import record, write_bytes, write_json
-from albor_pipeline.core.card import render_card
-from albor_pipeline.core.layout import PROVENANCE
-from albor_pipeline.core.provenance import build_provenance, render_markdown
-from albor_pipeline.core.stage import StageOutput
 from albor_pipeline.defs.stage import NoConfig, Stage, StageContext, library_versions
+from albor_pipeline.runtime.artifacts import record, write_bytes, write_json
+from albor_pipeline.runtime.layout import PROVENANCE
+from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import PipelineSpec
+from albor_pipeline.stages.provenance.card import render_card
+from albor_pipeline.stages.provenance.provenance import build_provenance, render_markdown
 
 
 def provenance(spec: PipelineSpec, stages: tuple[str, ...], ctx: StageContext, config: NoConfig) -> StageOutput:

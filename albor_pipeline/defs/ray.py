@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dagster_ray import RayResource
 
-from albor_pipeline.core.executor import cpu_count
+from albor_pipeline.runtime.executor import cpu_count
 from albor_pipeline.spec import ExecutionSpec
 
 

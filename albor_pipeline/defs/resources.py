@@ -11,21 +11,21 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
-from albor_pipeline.core.artifacts import Artifact, StageManifest, check_recorded, write_bytes
-from albor_pipeline.core.bucket import Bucket, is_remote
-from albor_pipeline.core.executor import Executor, cpu_count, make_executor
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.lock import BucketLease, bucket_lock, data_dir_lock
-from albor_pipeline.core.nodes import NODE_FILE, Node
-from albor_pipeline.core.shards import MB
-from albor_pipeline.core.stage import Fetch, Inputs, Progress
 from albor_pipeline.defs.launcher import WORKER_TAG, fail_dead_runs, this_worker
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, check_recorded, write_bytes
+from albor_pipeline.runtime.bucket import Bucket, is_remote
+from albor_pipeline.runtime.executor import Executor, cpu_count, make_executor
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.lock import BucketLease, bucket_lock, data_dir_lock
+from albor_pipeline.runtime.nodes import NODE_FILE, Node
+from albor_pipeline.runtime.shards import MB
+from albor_pipeline.runtime.stage import Fetch, Inputs, Progress
 from albor_pipeline.spec import ExecutionSpec, apply_overrides
 
 
 class ArtifactStore(dg.ConfigurableResource):
     """The output root (`ALBOR_DATA_DIR`, default data/artifacts): a directory, or a bucket
-    (`s3://bucket/prefix`) worked on through the local copy `work_dir` (`core/bucket.py`).
+    (`s3://bucket/prefix`) worked on through the local copy `work_dir` (`runtime/bucket.py`).
 
     A run holds the data dir's lock from its first step to its end, so two runs (the
     CLI, the UI, the automation sensor, another `dagster` command) never mix files; a

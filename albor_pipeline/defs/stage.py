@@ -2,8 +2,8 @@
 
 A `Stage` says everything about a stage once: its name (= asset key), the stages it
 reads, its static run config and the spec's values for it, the work (a call into
-`core/`), and its checks. `stage_definitions` makes the asset and its checks; every
-stage runs through `core.stage.run_stage`, which verifies inputs and writes the manifest.
+`stages/`), and its checks. `stage_definitions` makes the asset and its checks; every
+stage runs through `runtime.stage.run_stage`, which verifies inputs and writes the manifest.
 """
 
 import json
@@ -18,14 +18,14 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import BaseModel
 
-from albor_pipeline.core.artifacts import Artifact, StageManifest, read_manifest
-from albor_pipeline.core.checks import CheckOutcome, check_schema
-from albor_pipeline.core.executor import INLINE, TASKS, Executor
-from albor_pipeline.core.layout import Layout
-from albor_pipeline.core.shards import is_shard
-from albor_pipeline.core.stage import Inputs, StageOutput, run_stage
-from albor_pipeline.core.watchdog import time_limit
 from albor_pipeline.defs.resources import ArtifactStore, Execution
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
+from albor_pipeline.runtime.checks import CheckOutcome, check_schema
+from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.shards import is_shard
+from albor_pipeline.runtime.stage import Inputs, StageOutput, run_stage
+from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, apply_overrides
 
 CODE_VERSION = "1"

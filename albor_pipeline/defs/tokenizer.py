@@ -6,14 +6,15 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.core.checks import CheckOutcome, check_roundtrip
-from albor_pipeline.core.layout import TOKENIZER, mixed_stage
-from albor_pipeline.core.markdown import markdown_table
-from albor_pipeline.core.stage import StageOutput
-from albor_pipeline.core.tokenizer import build_tokenizer, comparison_table, report_rows
-from albor_pipeline.core.vocab import FIM_TOKENS
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, spec_defaults
+from albor_pipeline.runtime.checks import CheckOutcome
+from albor_pipeline.runtime.layout import TOKENIZER, mixed_stage
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
+from albor_pipeline.stages.tokenizer.checks import check_roundtrip
+from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer, comparison_table, report_rows
+from albor_pipeline.text.vocab import FIM_TOKENS
 
 TIMING = ("train_seconds", "train_mb_per_s")  # vary run to run: metadata only, never hashed
 

@@ -1,0 +1,292 @@
+"""Where per-shard work runs: this process, a local process pool, or a Ray cluster.
+
+A stage's per-shard step is a plain picklable function of one item (a shard, a chunk
+of row groups); the stage hands it to an `Executor` and consumes the results in input
+order. The step never knows where it ran, so every backend and worker count gives the
+same results, and the same bytes once the stage writes them (datatrove's split between
+a pipeline block and its executor).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sized
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from albor_pipeline.runtime.artifacts import NO_ROOM
+from albor_pipeline.runtime.nodes import Node
+from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.runtime.watchdog import in_flight
+
+if TYPE_CHECKING:  # the spec sits above the runtime
+    from albor_pipeline.spec import ExecutionSpec
+
+PROGRESS_SECONDS = 10.0  # how often a map tells its `progress` how many tasks are done
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def cpu_count() -> int:
+    """CPUs this process may use (affinity-aware, unlike os.cpu_count)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class Executor(Protocol):
+    """Runs `fn` over `items` and yields the results in input order. `node`: how its tasks
+    reach the data dir where they run (None: on the run's machine, in place)."""
+
+    name: str
+    workers: int
+    progress: Progress | None
+    node: Node | None
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
+
+
+class InlineExecutor:
+    """In this process: for one worker and for work too small to ship elsewhere."""
+
+    name = "inline"
+    workers = 1
+    node: Node | None = None
+
+    def __init__(self, progress: Progress | None = None) -> None:
+        self.progress = progress
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        # window 1: each task runs as it is collected; its errors reach the caller as they are
+        return _windowed(self.name, lambda timed, item: timed(item), lambda done: done, fn, items, 1, self.progress)
+
+
+class LocalExecutor:
+    """A pool of `workers` spawned processes on this machine (spawn: no forked threads or locks)."""
+
+    name = "local"
+    node: Node | None = None
+
+    def __init__(self, workers: int, progress: Progress | None = None) -> None:
+        self.workers, self.progress = workers, progress
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        if self.workers <= 1:
+            yield from InlineExecutor(self.progress).map(fn, items)
+            return
+        pool = ProcessPoolExecutor(
+            self.workers, mp_context=get_context("spawn"), initializer=_exit_with, initargs=(os.getpid(),)
+        )
+        try:
+            yield from _windowed(
+                self.name, pool.submit, lambda fut: fut.result(), fn, items, 2 * self.workers, self.progress
+            )
+        except BaseException:  # a failed or timed-out stage: a worker may be hung, so end them all
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
+def _exit_with(parent: int, every: float = 1.0) -> None:
+    """A pool worker's watch: exit once the run that started it is gone (a SIGKILLed run
+    cannot stop its workers itself)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-run", daemon=True).start()
+
+
+class RayExecutor:
+    """Ray tasks of one CPU each, at most `2 * workers` in flight, collected in order.
+
+    `connect` (dagster-ray's resource inside Dagster) runs before the first task, so a
+    stage with nothing to fan out never starts or joins a cluster; without it, Ray must
+    be initialised already. Workers import this package, so a remote cluster needs it
+    installed. `node` lets a task on a machine without the run's working copy fetch its
+    inputs from the data dir's bucket and send its shards back through it (`runtime/nodes.py`).
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        workers: int,
+        connect: Callable[[], None] | None = None,
+        progress: Progress | None = None,
+        node: Node | None = None,
+    ) -> None:
+        self.workers, self.progress, self.node = workers, progress, node
+        self._connect = connect
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        import ray
+
+        if self._connect is not None:
+            self._connect()
+        if not ray.is_initialized():
+            raise RuntimeError("execution.backend is ray but Ray is not initialised (no Ray resource connected)")
+        remote: Any = ray.remote(num_cpus=1, max_retries=0)(_apply)  # ray.remote takes no partials
+        fn_ref = ray.put(_Timed(fn))  # shipped once, not with every task
+
+        def get(ref: Any) -> tuple[float, R]:
+            result: tuple[float, R] = ray.get(ref)
+            return result
+
+        submit = lambda _, item: remote.remote(fn_ref, item)  # noqa: E731
+        yield from _windowed(self.name, submit, get, fn, items, 2 * self.workers, self.progress)
+
+
+def _apply(fn: Callable[[T], R], item: T) -> R:
+    return fn(item)
+
+
+class _Timed(Generic[T, R]):
+    """`fn` returning (the seconds it took where it ran, its result)."""
+
+    def __init__(self, fn: Callable[[T], R]) -> None:
+        self.fn = fn
+
+    def __call__(self, item: T) -> tuple[float, R]:
+        start = time.perf_counter()
+        result = self.fn(item)
+        return time.perf_counter() - start, result
+
+
+def task_name(fn: Callable[..., Any]) -> str:
+    return str(getattr(getattr(fn, "func", fn), "__name__", fn))  # a partial names its function
+
+
+class TaskLog:
+    """The seconds of every task this process collected, by task function: a stage reports its
+    own (`mark`, then `since`) as the cost of its per-shard work, wherever it ran."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {}
+
+    def record(self, name: str, seconds: float) -> None:
+        self.seconds.setdefault(name, []).append(seconds)
+
+    def mark(self) -> dict[str, int]:
+        return {name: len(runs) for name, runs in self.seconds.items()}
+
+    def since(self, mark: dict[str, int]) -> dict[str, dict[str, float]]:
+        """Per task function since `mark`: tasks, p50 / p90 / max / total seconds."""
+        out = {}
+        for name, runs in sorted(self.seconds.items()):
+            secs = np.array(runs[mark.get(name, 0) :])
+            if len(secs):
+                out[name] = {
+                    "tasks": len(secs),
+                    "p50_s": round(float(np.percentile(secs, 50)), 4),
+                    "p90_s": round(float(np.percentile(secs, 90)), 4),
+                    "max_s": round(float(secs.max()), 4),
+                    "total_s": round(float(secs.sum()), 4),
+                }
+        return out
+
+
+TASKS = TaskLog()
+
+
+class TaskError(RuntimeError):
+    """A per-shard task failed unexpectedly; the message names the task, its item and the backend."""
+
+
+def _describe(item: object) -> str:
+    if isinstance(item, (list, tuple)) and len(item) > 3:
+        return f"[{item[0]!r}, ... {len(item)} items]"
+    return repr(item)
+
+
+def _windowed(
+    backend: str,
+    submit: Callable[[_Timed[T, R], T], Any],
+    result: Callable[[Any], tuple[float, R]],
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    window: int,
+    progress: Progress | None = None,
+) -> Iterator[R]:
+    """Submit `fn` (timed) ahead by at most `window` items and yield results in input order,
+    so memory holds a window of results, never the whole input's; each task's seconds go to
+    `TASKS`, and `progress` hears how many are done every PROGRESS_SECONDS."""
+    pending: deque[tuple[T, Any]] = deque()
+    timed, name = _Timed(fn), task_name(fn)
+    total = f"/{len(items)}" if isinstance(items, Sized) else ""
+    done, told = 0, time.monotonic()
+
+    def collect() -> R:
+        item, handle = pending[0]  # still in flight while waited for (a time-out names it)
+        try:
+            seconds, value = result(handle)
+            pending.popleft()
+        except Exception as exc:
+            cause = getattr(exc, "cause", None) or exc  # Ray wraps the task's own exception
+            if isinstance(cause, OSError) and cause.errno in NO_ROOM:
+                raise cause from None  # a full disk is no task's bug: the stage names what it was writing
+            if type(cause).__module__.startswith("albor_pipeline."):
+                # Our own errors (bad input named by file and line, ...) read the same on every backend.
+                raise cause from None
+            raise TaskError(f"{name} failed on {_describe(item)} ({backend}): {type(cause).__name__}: {cause}") from exc
+        TASKS.record(name, seconds)
+        nonlocal done, told
+        done += 1
+        if progress is not None and time.monotonic() - told >= PROGRESS_SECONDS:
+            progress(f"{name}: {done}{total} tasks done ({backend})")
+            told = time.monotonic()
+        return value
+
+    submitting: list[T] = []  # an inline executor runs the task while submitting it
+    waiting = lambda: [*submitting, *(item for item, _ in pending)]  # noqa: E731
+    with in_flight(lambda: [f"{name} on {_describe(item)} ({backend})" for item in waiting()]):
+        for item in items:
+            submitting.append(item)
+            handle = submit(timed, item)
+            submitting.clear()
+            pending.append((item, handle))
+            if len(pending) >= window:
+                yield collect()
+        while pending:
+            yield collect()
+
+
+INLINE = InlineExecutor()
+
+
+def make_executor(
+    spec: ExecutionSpec,
+    connect: Callable[[], None] | None = None,
+    progress: Progress | None = None,
+    node: Node | None = None,
+) -> Executor:
+    """The spec's executor: `workers` (default: one per CPU) on its backend, telling `progress`
+    (the Dagster log) how many tasks are done; a cluster's tasks reach the data dir by `node`."""
+    workers = spec.workers or cpu_count()
+    if spec.backend == "ray":
+        return RayExecutor(workers, connect, progress, node)
+    return LocalExecutor(workers, progress) if workers > 1 else InlineExecutor(progress)
+
+
+def remote_only(executor: Executor) -> Executor:
+    """`executor` on a cluster, else inline: for a step a local pool does not speed up, whose
+    results cost as much to send back between processes as to compute (FIM: 1.2 s inline,
+    1.8 s on two processes for the default spec's train split)."""
+    return executor if executor.name == RayExecutor.name else InlineExecutor(executor.progress)
+
+
+def for_items(executor: Executor, items: int, minimum: int) -> Executor:
+    """`executor`, or inline for fewer than `minimum` items on a local pool, whose start-up
+    (spawned interpreters importing this package) would cost more than it saves."""
+    if executor.name == LocalExecutor.name and items < minimum:
+        return InlineExecutor(executor.progress)
+    return executor

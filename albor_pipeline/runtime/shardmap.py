@@ -1,0 +1,132 @@
+"""The shard map: one per-shard step over a stage's items, on the run's executor, committing
+the shard set it writes. The only place staging, node shipping and landing, the inline
+threshold and progress live, so a per-shard stage is its step and its accounting.
+
+A step is a plain function `step(job, io, item) -> result`, where `result.shards` lists the
+shards it wrote into `io.directory`; `io.local(path)` is where it reads a data-dir file. It
+runs wherever the executor puts it (`runtime/nodes.py`): the map ships its shards from the
+task's node and lands them in the run's staging directory, which commits whole
+(`staged_dir`), so the set never depends on where tasks ran. Later hooks (task reuse, per-
+document lineage) belong here too: a task's identity is its step, its job (settings) and
+its item (the input shards it reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
+
+from albor_pipeline.runtime.artifacts import naming_write_errors, staged_dir
+from albor_pipeline.runtime.executor import Executor, for_items
+from albor_pipeline.runtime.nodes import Node, Spooled, task_node
+from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.stage import Progress
+
+INLINE_BELOW = 2
+"""Fewer items than this run inline on a local pool: starting spawned interpreters that
+import this package costs more than one shard's work. A step whose items are cheaper (FIM,
+the mix's waves: about a second a shard) passes a higher `inline_below`."""
+
+
+class ShardResult(Protocol):
+    """What a step returns: at least the shards it wrote."""
+
+    @property
+    def shards(self) -> Sequence[Shard]: ...
+
+
+J = TypeVar("J")
+I = TypeVar("I")  # noqa: E741 - an item
+R = TypeVar("R", bound=ShardResult)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TaskIO:
+    """Where a task reads and writes, wherever it runs."""
+
+    staging: str  # the run's staging directory (a task writes its shards there)
+    node: Node
+
+    @property
+    def directory(self) -> Path:
+        """Where this task writes its shards (on its own node)."""
+        return self.node.directory(self.staging)
+
+    def local(self, path: str | Path) -> Path:
+        """Where this task reads the data-dir file `path`."""
+        return self.node.local(path)
+
+
+@dataclass(frozen=True)
+class _Task(Generic[J, I, R]):
+    step: Callable[[J, TaskIO, I], R]
+    job: J
+    io: TaskIO
+
+    def __call__(self, item: I) -> R:
+        result = self.step(self.job, self.io, item)
+        for shard in result.shards:
+            self.io.node.ship(self.io.directory, shard)
+        return result
+
+
+def map_shards(
+    step: Callable[[J, TaskIO, I], R],
+    job: J,
+    items: Sequence[I],
+    out: Path,
+    executor: Executor,
+    progress: Callable[[list[R]], str | None] | None = None,
+    log: Progress | None = None,
+    check: Callable[[list[R]], None] | None = None,
+    spools: Sequence[Spooled | None] = (),
+    inline_below: int = INLINE_BELOW,
+) -> list[R]:
+    """Run `step(job, io, item)` for every item on `executor` (inline below INLINE_BELOW
+    items on a local pool) and commit the shards they wrote as the set `out`, in item order.
+    `progress(done)` says what to log after each result (None: nothing); `check(results)`
+    may refuse the set before it commits; `spools`: what an earlier wave (`map_tasks`) sent
+    back, for the steps to read. If a step or the check fails, nothing is committed and `out`
+    keeps its previous set."""
+    done: list[R] = []
+    with staged_dir(out) as staging:
+        executor = for_items(executor, len(items), inline_below)
+        node = task_node(executor.node).with_spools(spools)
+        task = _Task(step, job, TaskIO(str(staging), node))
+        for result in executor.map(task, items):
+            for shard in result.shards:
+                node.land(staging, shard)
+            done.append(result)
+            line = progress(done) if progress else None
+            if line and log:
+                log(line)
+        if check is not None:
+            check(done)
+    return done
+
+
+def map_tasks(
+    step: Callable[[J, TaskIO, I], T],
+    job: J,
+    items: Sequence[I],
+    directory: Path,
+    executor: Executor,
+    inline_below: int = INLINE_BELOW,
+) -> list[T]:
+    """A wave of tasks that write no shard of the stage, only files in `directory` that a later
+    wave reads (spools, sent back with `io.node.spool`), or nothing: the map's inline rule and
+    nodes, without a commit. Results in item order."""
+    executor = for_items(executor, len(items), inline_below)
+    io = TaskIO(str(directory), task_node(executor.node))
+    with naming_write_errors(directory):  # a full disk names where the wave was writing
+        return list(executor.map(partial(step, job, io), items))
+
+
+def shards_of(results: Sequence[ShardResult]) -> Iterator[Shard]:
+    """Every shard the results wrote, in order."""
+    for result in results:
+        yield from result.shards

@@ -1,0 +1,130 @@
+"""Shard sets: a stage's output as a directory of Parquet shards of bounded size.
+
+Shard `part-TTTTT-KKKK.parquet` is the K-th file that task T wrote. Task boundaries are
+fixed by the input and the spec's `shard_mb` alone, so the names, and with them the set's
+order and bytes, never depend on the workers or the backend that ran the tasks. A task
+writes its shards straight into the stage's staging directory (memory bounded by a batch,
+and no shard passes through the run's process); the set becomes visible only as a whole,
+when the stage commits the directory (`staged_dir`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, sha256_file
+
+MB = 1_000_000
+
+
+def shard_name(task: int, part: int = 0) -> str:
+    return f"part-{task:05d}-{part:04d}.parquet"
+
+
+def is_shard(path: Path) -> bool:
+    """A file of a shard set (its set is named by the directory, not by the file)."""
+    return path.name.startswith("part-") and path.suffix == ".parquet"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One written shard: its file name in the set, full SHA-256, size and rows."""
+
+    name: str
+    sha256: str
+    bytes: int
+    rows: int
+
+    @classmethod
+    def of(cls, path: Path, rows: int) -> Shard:
+        return cls(path.name, sha256_file(path), path.stat().st_size, rows)
+
+    def artifact(self, directory: Path, root: Path) -> Artifact:
+        """As an artifact of the committed set `directory` (path relative to the data dir)."""
+        path = (directory / self.name).relative_to(root).as_posix()
+        return Artifact(path=path, sha256=self.sha256, bytes=self.bytes, rows=self.rows)
+
+
+class ShardWriter:
+    """One task's batches as shards of at most about `max_bytes` each: a new shard starts once
+    the current one holds `max_bytes` (as the caller measures a batch, by default its Arrow
+    size). Each shard file is committed atomically when it is full or the task ends well; a
+    failing task leaves no file under a shard's name. `shards` lists what was written."""
+
+    def __init__(self, directory: Path, task: int, schema: pa.Schema, max_bytes: int) -> None:
+        self.directory, self.task, self.schema, self.max_bytes = directory, task, schema, max_bytes
+        self.shards: list[Shard] = []
+        self._sink: ParquetSink | None = None
+        self._held = 0
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def write(self, batch: pa.RecordBatch, size: int | None = None) -> None:
+        if not batch.num_rows:
+            return
+        if self._sink is None:
+            self._sink = ParquetSink(self.directory / shard_name(self.task, len(self.shards)), self.schema)
+            self._sink.__enter__()
+        self._sink.write(batch)
+        self._held += batch.nbytes if size is None else size
+        if self._held >= self.max_bytes:
+            self._close(None)
+
+    def _close(self, exc: BaseException | None) -> None:
+        sink, self._sink, self._held = self._sink, None, 0
+        if sink is None:
+            return
+        sink.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
+        if exc is None:
+            self.shards.append(Shard.of(sink.path, sink.rows))
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._close(exc)
+
+
+def shard_files(directory: Path) -> list[Path]:
+    """The shards of a committed set, in order; a clear error when it is missing."""
+    if not directory.is_dir():
+        raise FileNotFoundError(f"shard set {directory} does not exist; materialize the stage that writes it")
+    return sorted(directory.glob("part-*.parquet"))
+
+
+def parquet_files(path: Path) -> list[Path]:
+    """A Parquet input's files: a shard set's shards in order, or the one file."""
+    return shard_files(path) if path.is_dir() or not path.suffix else [path]
+
+
+def first_rows(files: list[Path]) -> list[int]:
+    """The set-wide index of each file's first row, from the Parquet footers."""
+    starts, total = [], 0
+    for file in files:
+        starts.append(total)
+        total += pq.ParquetFile(file).metadata.num_rows
+    return starts
+
+
+def row_groups(path: Path) -> list[tuple[str, int]]:
+    """(file, row group) of every row group of a Parquet file or shard set, in order: the
+    items of a per-row-group task."""
+    return [(str(f), g) for f in parquet_files(path) for g in range(pq.ParquetFile(f).num_row_groups)]
+
+
+def iter_batches(path: Path, columns: list[str] | None = None, batch_size: int = 2048) -> Iterator[pa.RecordBatch]:
+    """Every record batch of a Parquet file or shard set, in order: memory bounded by a batch."""
+    for file in parquet_files(path):
+        yield from pq.ParquetFile(file).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def read_shards(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """A whole (small) Parquet file or shard set as one table: for inputs a stage needs whole."""
+    tables = [pq.read_table(p, columns=columns) for p in parquet_files(path)]
+    if not tables:
+        raise FileNotFoundError(f"shard set {path} has no shards")
+    return pa.concat_tables(tables)

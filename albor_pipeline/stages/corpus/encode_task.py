@@ -1,0 +1,171 @@
+"""Encoding one row group of a FIM Parquet file: the corpus stage's first per-shard task.
+
+`encode_row_group` is a pure function of (file, tokenizer, encoder, row group): it writes
+the row group's ids to its own file of the stage's token spool and returns only what the
+stage's plan needs (each document's length, source and key), so no token crosses a process
+boundary. The corpus stage runs it inline or on any executor (`runtime/executor.py`) and gets
+the same bytes. An executor's worker process builds the encoder once and reuses it for
+every row group it is given.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer
+
+from albor_pipeline.runtime.nodes import Node, Spooled
+from albor_pipeline.text.documents import sha_keys
+from albor_pipeline.text.encode import Encoder, make_encoder
+from albor_pipeline.text.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
+
+READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
+
+
+def encode_rows(
+    rows: dict[str, list[Any]], encoder: Encoder, ids: dict[str, int], bos: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(flat uint32 ids with EOS after each document, each document's length incl. EOS),
+    with `<s>` before each document when `bos`.
+
+    Plain rows encode as one text, FIM rows as three segments in output order (PSM: prefix,
+    suffix, middle; SPM: suffix, prefix, middle); all in one encoder batch. The sentinels,
+    BOS and EOS are then inserted into the flat ids in one `np.insert`: no list per document.
+    """
+    p_id, s_id, m_id, eos = ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE], ids[EOS]
+    before = {None: ((),), "psm": ((p_id,), (s_id,), (m_id,)), "spm": ((s_id,), (p_id,), (m_id,))}
+    first = (ids[BOS],) if bos else ()
+    pieces: list[str] = []
+    for i, fmt in enumerate(rows["fim_format"]):
+        if fmt is None:
+            pieces.append(rows["text"][i])
+        elif fmt == "psm":
+            pieces += (rows["fim_prefix"][i], rows["fim_suffix"][i], rows["fim_middle"][i])
+        else:
+            pieces += (rows["fim_suffix"][i], rows["fim_prefix"][i], rows["fim_middle"][i])
+    flat, offsets = encoder.encode_flat(pieces)
+    starts = offsets.tolist()
+    where: list[int] = []
+    values: list[int] = []
+    lengths = array("q")
+    k = 0
+    for fmt in rows["fim_format"]:
+        added = len(values)
+        doc_start = starts[k]
+        for j, literals in enumerate(before[fmt]):
+            for v in (first + literals) if j == 0 else literals:
+                where.append(starts[k])
+                values.append(v)
+            k += 1
+        where.append(starts[k])
+        values.append(eos)
+        lengths.append(starts[k] - doc_start + len(values) - added)
+    out = np.insert(flat, np.array(where, dtype=np.int64), np.array(values, dtype=np.uint32))
+    return out.astype(np.uint32, copy=False), np.frombuffer(lengths, dtype=np.int64)
+
+
+RowGroup = tuple[str, int]
+"""(Parquet file, row group index): an item of a per-row-group task (`shards.row_groups`)."""
+
+
+@dataclass(frozen=True)
+class GroupTokens:
+    """A row group's encoded documents, less their ids (spooled by the task): the stage's plan
+    and per-source accounting need only these, about 30 bytes a document."""
+
+    lengths: np.ndarray  # int64 tokens of each kept document (EOS, and BOS if on, included)
+    sources: list[str]  # the distinct sources of the row group
+    codes: np.ndarray  # int32: each kept document's index into `sources`
+    keys: np.ndarray  # each kept document's SHA-256 key (`documents.sha_keys`)
+    text_bytes: int
+    spooled: Spooled | None = None  # its token file, when sent through the data dir's bucket
+
+
+class RowGroupEncoder:
+    """Encodes row groups of FIM Parquet files (in a worker process, or in-process)."""
+
+    def __init__(self, tok: Tokenizer, encoder: Encoder, bos: bool = False, min_chars: int = 0) -> None:
+        self.encoder, self.bos, self.min_chars = encoder, bos, min_chars
+        ids = {t: tok.token_to_id(t) for t in (BOS, EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
+        missing = [t for t, i in ids.items() if i is None]
+        if missing:
+            raise ValueError(f"tokenizer has no id for {missing}")
+        self.ids: dict[str, int] = {t: i for t, i in ids.items() if i is not None}
+
+    @classmethod
+    def load(cls, tokenizer_path: str, encoder_name: str, bos: bool, min_chars: int) -> RowGroupEncoder:
+        """A single-threaded encoder of `encoder_name`, as a worker process builds it."""
+        tok = Tokenizer.from_file(tokenizer_path)
+        return cls(tok, make_encoder(tok, encoder_name, threads=1), bos, min_chars)
+
+    def encode(self, group: RowGroup) -> tuple[np.ndarray, GroupTokens]:
+        """(flat ids with EOS after each document, the rest) of one row group's documents of at
+        least `min_chars` characters."""
+        path, index = group
+        table = pq.ParquetFile(path).read_row_group(index, columns=[*READ_COLUMNS, "source", "sha256"])
+        if self.min_chars:
+            # Characters before FIM: a FIM'd text carries the three sentinels on top.
+            fim = pc.if_else(pc.is_null(table.column("fim_format")), 0, FIM_SENTINEL_CHARS)
+            chars = pc.subtract(pc.utf8_length(table.column("text")), fim)
+            table = table.filter(pc.greater_equal(chars, self.min_chars))
+        flat, lengths = encode_rows(table.select(READ_COLUMNS).to_pydict(), self.encoder, self.ids, self.bos)
+        sources = pc.dictionary_encode(table.column("source").combine_chunks())
+        return flat, GroupTokens(
+            lengths=lengths,
+            sources=sources.dictionary.to_pylist(),
+            codes=sources.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+            keys=sha_keys(table.column("sha256").combine_chunks()),
+            text_bytes=pc.sum(pc.binary_length(table.column("text"))).as_py() or 0,
+        )
+
+
+@dataclass(frozen=True)
+class EncodeJob:
+    """What every row group of one corpus build is encoded with, and where its ids go."""
+
+    tokenizer_path: str
+    encoder: str  # `make_encoder`'s name: the one the stage picked
+    bos: bool
+    min_chars: int
+    spool: str  # the build's token spool: `spool_tokens(spool, task)` per row group
+    dtype: str  # the spooled ids' dtype: the exports' (`corpus.token_dtype`)
+    node: Node  # how a task reaches the data dir where it runs
+
+
+@dataclass(frozen=True)
+class SpoolItem:
+    """Row group `group`, the `task`-th of the build: its ids go to `spool_tokens(spool, task)`."""
+
+    group: RowGroup
+    task: int
+
+
+def spool_tokens(spool: str | Path, task: int) -> Path:
+    """Row group task `task`'s ids: raw, in the exports' dtype, so the Megatron and nanoGPT
+    streams are these files end to end."""
+    return Path(spool) / f"tokens-{task:06d}.bin"
+
+
+@lru_cache(maxsize=2)
+def _row_group_encoder(tokenizer_path: str, encoder: str, bos: bool, min_chars: int) -> RowGroupEncoder:
+    return RowGroupEncoder.load(tokenizer_path, encoder, bos, min_chars)
+
+
+def encode_row_group(job: EncodeJob, item: SpoolItem, encoder: RowGroupEncoder | None = None) -> GroupTokens:
+    """Encode one row group and spool its ids; `encoder` is the stage's own when inline, else
+    one cached per worker process."""
+    node = job.node
+    if encoder is None:
+        encoder = _row_group_encoder(str(node.local(job.tokenizer_path)), job.encoder, job.bos, job.min_chars)
+    path, index = item.group
+    flat, tokens = encoder.encode((str(node.local(path)), index))
+    spooled = spool_tokens(node.directory(job.spool), item.task)
+    flat.astype(job.dtype, copy=False).tofile(spooled)
+    return replace(tokens, spooled=node.spool(spooled))

@@ -1,0 +1,108 @@
+"""No train document in a held-out split, exactly or nearly, and no benchmark n-grams left."""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
+from albor_pipeline.runtime.checks import CheckOutcome
+from albor_pipeline.runtime.executor import INLINE, Executor, for_items
+from albor_pipeline.runtime.nodes import Node, OnNode, Spooled, task_node
+from albor_pipeline.runtime.shards import iter_batches, parquet_files
+from albor_pipeline.spec import DecontaminateSpec
+from albor_pipeline.stages.dedup.decontam import contaminated
+from albor_pipeline.stages.dedup.neardup import LshJob, NearDupIndex, Signer, word_hashes
+
+
+def _hashes(path: Path) -> set[str]:
+    out: set[str] = set()
+    for batch in iter_batches(path, ["sha256"], 65536):
+        out.update(batch.column(0).to_pylist())
+    return out
+
+
+def check_no_leak(train: Path, *held_out: Path) -> CheckOutcome:
+    """No held-out document (by sha256) is also in train (each a Parquet file or shard set)."""
+    train_hashes = _hashes(train)
+    leaks = {p.stem: len(_hashes(p) & train_hashes) for p in held_out}
+    return CheckOutcome(
+        not any(leaks.values()),
+        "held-out documents shared with train: " + ", ".join(f"{k} {v}" for k, v in leaks.items()),
+        {"shared": leaks},
+    )
+
+
+def _signatures(
+    signer: Signer, lsh: LshJob, node: Node, item: tuple[int, int, Path]
+) -> tuple[np.ndarray, list[Spooled | None]]:
+    """Shard `item` = (task, its first document, path): its documents' MinHash signatures
+    spooled for LSH, a per-shard task; returns the partition offsets and spool files."""
+    task, first, path = item
+    batches = iter_batches(node.local(path), ["text"])
+    sigs = [signer.signature(word_hashes(t)) for b in batches for t in b.column(0).to_pylist()]
+    stacked = np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64)
+    return lsh.spool_signatures(task, first, stacked, node)
+
+
+def check_no_near_leak(
+    paths: dict[str, Path],
+    ngram: int,
+    num_perm: int,
+    bands: int,
+    threshold: float,
+    executor: Executor = INLINE,
+    spool_dir: Path | None = None,
+) -> CheckOutcome:
+    """No document of one split (a Parquet file or shard set) is a near-duplicate (verified
+    Jaccard >= threshold on LSH candidates) of a document of another split. Signatures, LSH
+    buckets and the candidates' verification run a shard (or a partition, or a run of pairs)
+    per task on `executor`, spooling to `spool_dir`; clusters in this process."""
+    index = NearDupIndex(ngram, num_perm, bands, threshold)
+    shards = [(split, file) for split, path in paths.items() for file in parquet_files(path)]
+    rows = [pq.ParquetFile(f).metadata.num_rows for _, f in shards]
+    firsts = np.concatenate(([0], np.cumsum(rows, dtype=np.int64)))
+    shard_split = np.array([split for split, _ in shards], dtype=object)
+
+    def locate(docs: np.ndarray) -> np.ndarray:
+        shard = np.searchsorted(firsts, docs, side="right") - 1
+        return np.stack([shard, docs - firsts[shard]], axis=1)
+
+    with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
+        lsh = index.lsh(spool, int(firsts[-1]))
+        items = [(k, int(firsts[k]), f) for k, (_, f) in enumerate(shards)]
+        signing = for_items(executor, len(items), 2)
+        node = task_node(signing.node)
+        signed = list(signing.map(partial(_signatures, index.signer, lsh, node), items))
+        stacked = np.stack([o for o, _ in signed]) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
+        index.find_candidates(lsh, stacked, firsts, executor, node.with_spools(s for _, sent in signed for s in sent))
+    index.verify_shards([str(f) for _, f in shards], locate, spool_dir, executor)
+    pairs = np.array([(a, b) for a, b, _ in index.verified], dtype=np.int64).reshape(-1, 2)
+    sides = shard_split[locate(pairs.ravel())[:, 0]].reshape(-1, 2)
+    crossing = [v for v, (x, y) in zip(index.verified, sides) if x != y]
+    return CheckOutcome(
+        not crossing,
+        f"{len(crossing)} near-duplicate pairs across splits (of {len(index.pairs)} LSH candidates)",
+        {"crossing": len(crossing), "candidates": len(index.pairs), "documents": int(firsts[-1])},
+    )
+
+
+def check_no_contamination(train: Path, spec: DecontaminateSpec, executor: Executor = INLINE) -> CheckOutcome:
+    """No train document shares an n-gram with any benchmark item (a shard per task)."""
+    files = parquet_files(train)
+    found: Counter[str] = Counter()
+    executor = for_items(executor, len(files), 2)
+    for hits in executor.map(OnNode(task_node(executor.node), partial(contaminated, spec=spec)), files):
+        found.update(hits)
+    return CheckOutcome(
+        not found,
+        f"{sum(found.values())} (train document, benchmark) pair(s) share a {spec.ngram}-gram"
+        if found
+        else f"no train document shares a {spec.ngram}-gram with {', '.join(b.name for b in spec.benchmarks)}",
+        {"per_benchmark": dict(sorted(found.items())), "benchmarks": [b.name for b in spec.benchmarks]},
+    )

@@ -1,0 +1,94 @@
+"""Decontamination: train documents that share a long word n-gram with an eval item go.
+
+An item's text is its fields joined by newlines (a prompt and its reference solution form
+one stretch of code). N-grams are over `neardup.word_hashes` words: lowercased runs of
+[a-z0-9_], so whitespace, punctuation and case changes do not hide a copy. An item with
+fewer than n words has no n-gram and cannot match; it is counted as `too_short`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from albor_pipeline.runtime.artifacts import Artifact, sha256_file
+from albor_pipeline.runtime.layout import benchmark_stage
+from albor_pipeline.runtime.shards import iter_batches
+from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec
+from albor_pipeline.stages.dedup.neardup import ngrams, word_hashes
+from albor_pipeline.text.datafiles import IngestError, data_file_texts
+
+
+def benchmark_fingerprint(spec: BenchmarkSpec) -> Artifact:
+    """The benchmark file as an input artifact under its stable name (`benchmark/<name>`)."""
+    return Artifact(path=benchmark_stage(spec.name), sha256=sha256_file(spec.path), bytes=spec.path.stat().st_size)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    ngrams: np.ndarray  # sorted unique n-gram hashes of all its items
+    items: int
+    too_short: int
+
+
+def load_benchmark(spec: BenchmarkSpec, n: int) -> Benchmark:
+    """Read every item of `spec` (all `fields` are required on every row) into its n-gram set."""
+    if not spec.path.is_file():
+        raise IngestError(f"decontaminate.benchmarks.{spec.name}: no such file {spec.path}")
+    skipped: Counter[str] = Counter()  # an unreadable or empty file reads as no items: say why
+    columns = [list(data_file_texts(spec.path, f, skipped)) for f in spec.fields]
+    grams: list[np.ndarray] = []
+    too_short = 0
+    for parts in zip(*columns, strict=True):
+        found = ngrams(word_hashes("\n".join(text for _, text in parts)), n, short=False)
+        too_short += not len(found)
+        grams.append(found)
+    if not columns[0]:
+        why = f" ({', '.join(sorted(skipped))})" if skipped else ""
+        raise IngestError(f"decontaminate.benchmarks.{spec.name}: {spec.path} has no items{why}")
+    merged = np.unique(np.concatenate(grams)) if grams else np.zeros(0, dtype=np.uint64)
+    return Benchmark(spec.name, merged, len(columns[0]), too_short)
+
+
+class Decontaminator:
+    """Which benchmarks a text shares an n-gram with."""
+
+    def __init__(self, spec: DecontaminateSpec) -> None:
+        self.n = spec.ngram
+        self.benchmarks = [load_benchmark(b, spec.ngram) for b in spec.benchmarks]
+        self.inputs = [benchmark_fingerprint(b) for b in spec.benchmarks]  # what provenance records as read
+
+    def __bool__(self) -> bool:
+        return bool(self.benchmarks)
+
+    def hits(self, words: np.ndarray) -> list[str]:
+        """The benchmarks (by name) sharing an n-gram with a text of these `word_hashes`."""
+        if not self.benchmarks:
+            return []
+        grams = ngrams(words, self.n, short=False)
+        return [b.name for b in self.benchmarks if len(grams) and _any_in(grams, b.ngrams)]
+
+    def report(self) -> dict[str, dict[str, int]]:
+        return {b.name: {"items": b.items, "ngrams": len(b.ngrams), "too_short": b.too_short} for b in self.benchmarks}
+
+
+def _any_in(needles: np.ndarray, sorted_haystack: np.ndarray) -> bool:
+    if not len(sorted_haystack):
+        return False
+    at = np.searchsorted(sorted_haystack, needles).clip(max=len(sorted_haystack) - 1)
+    return bool((sorted_haystack[at] == needles).any())
+
+
+def contaminated(path: Path, spec: DecontaminateSpec) -> Counter[str]:
+    """Per benchmark, how many documents of the Parquet file or shard set at `path` share an
+    n-gram with it."""
+    found: Counter[str] = Counter()
+    decon = Decontaminator(spec)
+    for batch in iter_batches(path, ["text"]):
+        for text in batch.column(0).to_pylist():
+            found.update(decon.hits(word_hashes(text)))
+    return found

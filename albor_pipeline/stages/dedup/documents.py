@@ -1,0 +1,378 @@
+"""Exact dedup across sources and content-hash holdout assignment.
+
+A document's split is a function of (split seed, its SHA-256) alone, so splits are
+disjoint by construction and a document never moves when other documents come or go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from albor_pipeline.runtime import hashpart
+from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, staged_dir
+from albor_pipeline.runtime.executor import INLINE, Executor, for_items
+from albor_pipeline.runtime.nodes import Node, Spooled, task_node
+from albor_pipeline.runtime.shards import Shard, shard_name
+from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
+from albor_pipeline.stages.dedup.decontam import Decontaminator
+from albor_pipeline.stages.dedup.neardup import LshJob, NearDupIndex, Signer, word_hashes
+from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
+from albor_pipeline.text.secrets import redact_path
+
+
+def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:
+    """`u = H(seed, sha256)` in [0, 1): val below val_fraction, then test, else train."""
+    digest = hashlib.sha256(f"{holdout.seed}:{sha256_hex}".encode()).digest()
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    if u < holdout.val_fraction:
+        return "val"
+    if u < holdout.val_fraction + holdout.test_fraction:
+        return "test"
+    return "train"
+
+
+@dataclass
+class DocumentsResult:
+    artifacts: dict[str, list[Artifact]]  # split -> its shard set, a shard per input shard
+    rows: dict[str, dict[str, int]]  # split -> source -> rows
+    duplicates: dict[str, int] = field(default_factory=dict)  # "kept_source <- dropped_source" -> n
+    near: dict[str, Any] = field(default_factory=dict)  # near-dedup: removed per source, clusters, examples
+    decontaminated: dict[str, Any] = field(default_factory=dict)  # per benchmark and source, examples
+
+
+@dataclass(frozen=True)
+class _ScanJob:
+    """What every row-group task of the scan needs: the inputs, the LSH job, the benchmarks."""
+
+    paths: tuple[str, ...]
+    signer: Signer | None
+    lsh: LshJob | None
+    decon: Decontaminator | None
+    node: Node
+
+
+SCAN_MIN_GROUPS = 8  # a local pool's start-up pays off from ~2k documents
+
+
+@dataclass(frozen=True)
+class _ScanItem:
+    task: int
+    first: int  # the scan's number of its first document
+    input: int
+    group: int  # row group of the input
+    group_row: int  # the input row of the group's first row
+    rows: np.ndarray  # the group's rows to scan (exact-unique documents), int32
+
+
+def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict[int, list[str]], list[Spooled | None]]:
+    """One row group's documents' words hashed once for both: MinHash signatures spooled for
+    LSH (returns the partition offsets and the spool files) and benchmark hits by the group's
+    document index. A pure function of the group, for any executor."""
+    texts = pq.ParquetFile(job.node.local(job.paths[item.input])).read_row_group(item.group, columns=["text"]).column(0)
+    sigs, hits = [], {}
+    for k, row in enumerate(item.rows.tolist()):
+        words = word_hashes(texts[row].as_py())
+        if job.signer is not None:
+            sigs.append(job.signer.signature(words))
+        if job.decon and (found := job.decon.hits(words)):
+            hits[k] = found
+    if job.lsh and sigs:
+        offsets, spooled = job.lsh.spool_signatures(item.task, item.first, np.stack(sigs), job.node)
+        return offsets, hits, spooled
+    return None, hits, []
+
+
+class _Locator:
+    """(input, row) of scanned documents, from the scan's items (a 4-byte row per document)."""
+
+    def __init__(self, items: list[_ScanItem], firsts: np.ndarray) -> None:
+        self.firsts, self.documents = firsts, int(firsts[-1])
+        self.inputs = np.array([it.input for it in items], dtype=np.int64)
+        self.group_rows = np.array([it.group_row for it in items], dtype=np.int64)
+        self.rows = np.concatenate([np.zeros(0, np.int32), *(it.rows for it in items)])
+
+    def __call__(self, docs: np.ndarray) -> np.ndarray:
+        items = np.searchsorted(self.firsts, docs, side="right") - 1
+        return np.stack([self.inputs[items], self.group_rows[items] + self.rows[docs]], axis=1)
+
+    def one(self, doc: int) -> tuple[int, int]:
+        i, row = self(np.array([doc]))[0].tolist()
+        return i, row
+
+
+def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
+    """`source:file` of one document, read when a report names it (a few examples), redacted
+    as every recorded path is."""
+    return f"{inputs[i][0]}:{redact_path(pq.read_table(inputs[i][1], columns=['file']).column(0)[row].as_py())}"
+
+
+def _scan(
+    inputs: list[tuple[str, Path]],
+    codes: list[np.ndarray],
+    near: NearDedupSpec | None,
+    decon: Decontaminator | None,
+    spool_dir: Path,
+    progress: Progress | None,
+    executor: Executor,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One pass over the exact-unique documents (words hashed once) for near-dup signatures
+    and benchmark n-grams, a task per row group on `executor`; then near-dup clusters, then
+    decontamination, updating the split `codes`. Returns the near-dup and decontamination
+    reports."""
+    items: list[_ScanItem] = []
+    docs = 0
+    for i, (_, path) in enumerate(inputs):
+        meta = pq.ParquetFile(path).metadata
+        start = 0
+        for group in range(meta.num_row_groups):
+            end = start + meta.row_group(group).num_rows
+            rows = np.flatnonzero(codes[i][start:end] != DROPPED).astype(np.int32)
+            if len(rows):
+                items.append(_ScanItem(len(items), docs, i, group, start, rows))
+                docs += len(rows)
+            start = end
+    firsts = np.array([it.first for it in items] + [docs], dtype=np.int64)
+    where = _Locator(items, firsts)
+    index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
+    hits: dict[int, list[str]] = {}
+    with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
+        lsh = index.lsh(spool, docs) if index else None
+        scanning = for_items(executor, len(items), SCAN_MIN_GROUPS)
+        node = task_node(scanning.node)
+        signer = index.signer if index else None
+        job = _ScanJob(tuple(str(p) for _, p in inputs), signer, lsh, decon, node)
+        offsets, spooled = [], []
+        for item, (parts, found, sent) in zip(items, scanning.map(partial(_scan_group, job), items)):
+            if parts is not None:
+                offsets.append(parts)
+            spooled += sent
+            hits.update({item.first + k: names for k, names in found.items()})
+        if index and lsh:
+            stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
+            index.find_candidates(lsh, stacked, firsts, executor, node.with_spools(spooled))
+    near_report = {}
+    if index and near:
+        near_report = _near_dedup(index, inputs, codes, where, near, spool_dir, progress, executor)
+    decon_report: dict[str, Any] = {}
+    if decon:
+        dropped: Counter[str] = Counter()
+        per_benchmark: Counter[str] = Counter()
+        examples: list[list[str]] = []
+        for doc, names in sorted(hits.items()):
+            i, row = where.one(doc)
+            if codes[i][row] != SPLIT_CODES["train"]:  # only train must not contain eval text
+                continue
+            codes[i][row] = DROPPED
+            dropped[inputs[i][0]] += 1
+            per_benchmark.update(names)
+            if len(examples) < 5:
+                examples.append([_file_of(inputs, i, row), ", ".join(names)])
+        decon_report = {
+            "ngram": decon.n,
+            "benchmarks": {n: {**r, "train_dropped": per_benchmark[n]} for n, r in decon.report().items()},
+            "dropped": dict(sorted(dropped.items())),
+            "examples": examples,
+        }
+    return near_report, decon_report
+
+
+SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
+DROPPED = np.uint8(255)  # a document's split code once dedup or decontamination drops it
+_KEY_RECORD = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("doc", "<i8")])
+
+
+@dataclass(frozen=True)
+class _KeyJob:
+    spool: str
+    partitions: int
+    holdout: HoldoutSpec
+    node: Node
+
+
+def _key_shard(job: _KeyJob, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray, Spooled | None]:
+    """Input shard i's SHA-256 keys scattered by hash partition, tagged with their global
+    document index (`first` is the shard's first); returns the partition offsets, each
+    document's split code (its split is a function of its hash alone) and the spool file."""
+    i, path, first = item
+    keys, codes = [], []
+    for batch in pq.ParquetFile(job.node.local(path)).iter_batches(batch_size=65536, columns=["sha256"]):
+        keys.append(sha_keys(batch.column(0)))
+        codes += [SPLIT_CODES[split_of(sha, job.holdout)] for sha in batch.column(0).to_pylist()]
+    words = np.concatenate(keys).view(np.uint64).reshape(-1, 2) if keys else np.zeros((0, 2), np.uint64)
+    records = np.empty(len(words), _KEY_RECORD)
+    records["hi"], records["lo"] = words[:, 0], words[:, 1]
+    records["doc"] = np.arange(first, first + len(words))
+    part = words[:, 0] % np.uint64(job.partitions)
+    offsets, spooled = hashpart.scatter(job.node, job.spool, "keys", i, records, part, job.partitions)
+    return offsets, np.array(codes, dtype=np.uint8), spooled
+
+
+def _repeats(job: _KeyJob, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
+    """(document, first document with its SHA-256) for every repeat in one hash partition: its
+    records arrive in document order, so a stable sort puts each key's first document first."""
+    records = hashpart.gather(job.node, job.spool, "keys", item[1], item[2])
+    if records is None:
+        return np.zeros((0, 2), dtype=np.int64)
+    order = np.lexsort((records["lo"], records["hi"]))  # stable: documents stay ascending per key
+    hi, lo, doc = records["hi"][order], records["lo"][order], records["doc"][order]
+    starts = np.concatenate(([True], (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])))
+    kept = doc[starts][np.cumsum(starts) - 1]
+    return np.stack([doc[~starts], kept[~starts]], axis=1)
+
+
+@dataclass
+class ExactDedup:
+    """Exact dedup of a list of inputs, documents numbered in input order."""
+
+    codes: list[np.ndarray]  # per input, each document's split code; DROPPED for a repeat
+    repeats: np.ndarray  # (document, first document with its SHA-256) per repeat, by document
+    firsts: np.ndarray  # each input's first document number, then the total
+
+    def input_of(self, docs: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.firsts, docs, side="right") - 1
+
+
+def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, executor: Executor = INLINE) -> ExactDedup:
+    """Exact dedup over every document of `paths` in order, by hash partitioning: a task per
+    input scatters its 128-bit SHA-256 keys, a task per partition finds the repeats. Only the
+    repeats and a byte per document reach this process, never a key per document."""
+    rows = [pq.ParquetFile(path).metadata.num_rows for path in paths]
+    firsts = np.concatenate(([0], np.cumsum(rows, dtype=np.int64)))
+    job_args = (hashpart.partition_count(int(firsts[-1]), _KEY_RECORD.itemsize), holdout)
+    with tempfile.TemporaryDirectory(prefix=".albor-keys-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
+        executor = for_items(executor, len(paths), 2)
+        job = _KeyJob(spool, *job_args, task_node(executor.node))
+        items = [(i, str(path), int(firsts[i])) for i, path in enumerate(paths)]
+        scattered = list(executor.map(partial(_key_shard, job), items))
+        offsets = np.stack([o for o, _, _ in scattered]) if scattered else np.zeros((0, 2), np.int64)
+        parts = hashpart.partition_items(offsets)
+        job = replace(job, node=job.node.with_spools(s for _, _, s in scattered))
+        found = list(executor.map(partial(_repeats, job), parts))
+    repeats = np.concatenate([np.zeros((0, 2), np.int64), *found])
+    repeats = repeats[np.argsort(repeats[:, 0], kind="stable")]
+    codes = [np.array(c) for _, c, _ in scattered]  # writable (Ray hands back read-only arrays)
+    for i in range(len(paths)):
+        mine = repeats[(repeats[:, 0] >= firsts[i]) & (repeats[:, 0] < firsts[i + 1]), 0] - firsts[i]
+        codes[i][mine] = DROPPED
+    return ExactDedup(codes, repeats, firsts)
+
+
+def _write_splits(node: Node, staging: str, item: tuple[int, str, np.ndarray]) -> dict[str, Shard]:
+    """Input shard `item` = (index, path, its documents' split codes) written as shard `index`
+    of each split's set (possibly empty, so every split has a shard per input shard): a pure
+    function of the shard and its codes, so it runs on any executor, on any node."""
+    i, path, codes = item
+    dirs = {s: node.directory(Path(staging) / s) for s in SPLITS}
+    with ExitStack() as stack:
+        sinks = {s: stack.enter_context(ParquetSink(dirs[s] / shard_name(i), DOC_SCHEMA)) for s in SPLITS}
+        start = 0
+        for batch in pq.ParquetFile(node.local(path)).iter_batches(batch_size=BATCH_ROWS):
+            mine = codes[start : start + batch.num_rows]
+            start += batch.num_rows
+            for split in SPLITS:
+                sinks[split].write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
+    shards = {s: Shard.of(sink.path, sink.rows) for s, sink in sinks.items()}
+    for split, shard in shards.items():
+        node.ship(dirs[split], shard)
+    return shards
+
+
+def _near_dedup(
+    index: NearDupIndex,
+    inputs: list[tuple[str, Path]],
+    codes: list[np.ndarray],
+    where: _Locator,
+    spec: NearDedupSpec,
+    spool_dir: Path,
+    progress: Progress | None,
+    executor: Executor,
+) -> dict[str, Any]:
+    """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
+    or take their representative's split (cluster-aware holdout). The representative is the
+    first member in spec order, as in exact dedup. Returns the report."""
+    if progress:
+        progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
+    index.verify_shards([str(p) for _, p in inputs], where, spool_dir, executor)
+    removed: Counter[str] = Counter()
+    sizes: Counter[int] = Counter()
+    for root, members in index.clusters.groups().items():
+        sizes[len(members)] += 1
+        ri, rrow = where.one(root)
+        for member in members[1:]:
+            i, row = where.one(member)
+            if spec.remove:
+                codes[i][row] = DROPPED
+                removed[inputs[i][0]] += 1
+            else:
+                codes[i][row] = codes[ri][rrow]
+    return {
+        "removed": dict(sorted(removed.items())),
+        "clusters": sum(sizes.values()),
+        "cluster_sizes": {str(k): v for k, v in sorted(sizes.items())},
+        "candidate_pairs": len(index.pairs),
+        "verified_pairs": len(index.verified),
+        "examples": [
+            [_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j] for a, b, j in index.verified[:5]
+        ],
+    }
+
+
+def build_documents(
+    inputs: list[tuple[str, Path]],
+    holdout: HoldoutSpec,
+    out_dir: Path,
+    data_root: Path,
+    progress: Progress | None = None,
+    near: NearDedupSpec | None = None,
+    decon: Decontaminator | None = None,
+    executor: Executor = INLINE,
+) -> DocumentsResult:
+    """Dedup `inputs` (source name, Parquet shard) in order and write each split as a shard set
+    under `out_dir` (shard i of a split holds input shard i's documents of it, written by a
+    task on `executor`): exact duplicates first, then (with `near`) near-duplicate clusters,
+    then (with `decon`) train documents sharing an n-gram with a benchmark. Each global step
+    is hash-partitioned over tasks; this process holds a byte per document (its split)."""
+    exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, executor)
+    names = np.array([name for name, _ in inputs], dtype=object)
+    kept_by, dropped_from = (names[exact.input_of(exact.repeats[:, k])].tolist() for k in (1, 0))
+    duplicates = Counter(f"{a} <- {b}" for a, b in zip(kept_by, dropped_from))
+    codes = exact.codes
+    near = near if near is not None and near.enabled else None
+    report, decon_report = (
+        _scan(inputs, codes, near, decon, out_dir.parent, progress, executor) if near or decon else ({}, {})
+    )
+    rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
+    shards: dict[str, list[Artifact]] = {s: [] for s in SPLITS}
+    with staged_dir(out_dir) as staging:
+        for split in SPLITS:
+            (staging / split).mkdir()
+        items = [(i, str(path), codes[i]) for i, (_, path) in enumerate(inputs)]
+        writing = for_items(executor, len(items), 2)
+        node = task_node(writing.node)
+        written = writing.map(partial(_write_splits, node, str(staging)), items)
+        for (name, _), parts in zip(inputs, written):
+            for split, shard in parts.items():
+                node.land(staging / split, shard)
+                shards[split].append(shard.artifact(out_dir / split, data_root))
+                rows[split][name] += shard.rows
+        if progress:
+            progress(f"documents: {len(inputs)} input shard(s) split")
+    return DocumentsResult(
+        artifacts=shards,
+        rows={s: dict(rows[s]) for s in SPLITS},
+        duplicates=dict(sorted(duplicates.items())),
+        near=report,
+        decontaminated=decon_report,
+    )

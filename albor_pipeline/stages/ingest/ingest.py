@@ -1,0 +1,347 @@
+"""Source ingestion: Python files or JSONL/CSV/Parquet rows -> Parquet {text, source, file, sha256}.
+
+Code files are decoded as strict UTF-8; a file that fails is skipped and counted by
+reason, never mangled. Data files are held to their format: a malformed line or a
+missing column is an `IngestError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from albor_pipeline.runtime.artifacts import Artifact
+from albor_pipeline.runtime.executor import INLINE, Executor
+from albor_pipeline.runtime.files import (
+    Location,
+    SourceListing,
+    fingerprint_files,
+    join,
+    list_source_files,
+    name_of,
+    read_bytes,
+    skip_reason,
+    source_root,
+)
+from albor_pipeline.runtime.layout import source_stage
+from albor_pipeline.runtime.shardmap import TaskIO, map_shards, shards_of
+from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
+from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.runtime.watchdog import reading
+from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
+from albor_pipeline.stages.ingest.tasks import generate, read_words
+from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
+from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column
+from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.text.secrets import redact_path, redacted
+
+BATCH_BYTES = 32 << 20
+READ_CHUNK = 256  # code files read ahead at most
+
+
+@dataclass
+class IngestResult:
+    artifacts: list[Artifact]  # the shard set, in order
+    files: int
+    text_bytes: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    cleanup: dict[str, int] = field(default_factory=dict)  # chat: what cleaning changed, by action
+    first: dict[str, str] = field(default_factory=dict)  # reason -> where the listing first skipped for it
+    secrets: dict[str, int] = field(default_factory=dict)  # secrets redacted (or dropped), by type
+
+    @property
+    def rows(self) -> int:
+        return sum(a.rows or 0 for a in self.artifacts)
+
+
+@dataclass
+class Counts:
+    """What ingestion left out (by reason) and, for chat, what cleaning changed (by action)."""
+
+    skipped: Counter[str] = field(default_factory=Counter)
+    cleanup: Counter[str] = field(default_factory=Counter)
+    secrets: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: Counts) -> None:
+        self.skipped.update(other.skipped)
+        self.cleanup.update(other.cleanup)
+        self.secrets.update(other.secrets)
+
+
+def _read_code_file(path: Location, max_chars: int) -> tuple[str, None] | tuple[None, str]:
+    """(text, None) or (None, skip reason). Reads at most 4 bytes a character (UTF-8's
+    widest) past `max_chars`: a longer file is too long whatever it holds, never read whole."""
+    limit = 4 * max_chars
+    try:
+        with reading(path):
+            data = read_bytes(path, limit + 1)
+    except OSError as exc:
+        return None, skip_reason(exc)
+    if len(data) > limit:
+        return None, "too_long"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, "not_utf8"
+
+
+def _code_documents(root: Location, files: list[str], skipped: Counter, max_chars: int) -> Iterator[tuple[str, str]]:
+    """Read files on a few threads, in order, a chunk at a time (memory stays bounded)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for start in range(0, len(files), READ_CHUNK):
+            chunk = files[start : start + READ_CHUNK]
+            texts = pool.map(lambda r: _read_code_file(join(root, r), max_chars), chunk)
+            for rel, (text, reason) in zip(chunk, texts):
+                if text is None:
+                    skipped[reason] += 1
+                else:
+                    yield rel, text
+
+
+def _chat_rows(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str, Any]]:
+    """(where, file:row, raw messages) of a JSONL or Parquet chat file."""
+    if name_of(path).endswith(".parquet"):
+        with parquet_column(path, field_name, skipped) as pfile:
+            row = 0
+            for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]) if pfile else ():
+                for value in batch.column(0).to_pylist():
+                    row += 1
+                    if isinstance(value, str):  # a JSON string column
+                        try:
+                            value = json.loads(value)
+                        except json.JSONDecodeError as exc:
+                            raise IngestError(f"{path}#{row}: {field_name!r} is not valid JSON: {exc.msg}") from None
+                    yield f"{path}#{row}", f"{rel}#{row}", value
+        return
+    for lineno, obj in jsonl_objects(path, skipped):
+        if field_name not in obj:
+            raise IngestError(f"{path}:{lineno}: missing field {field_name!r} (has {sorted(obj)[:10]})")
+        yield f"{path}:{lineno}", f"{rel}:{lineno}", obj[field_name]
+
+
+def _conversations(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """(file:row, conversation JSON) of a chat source, cleaned; a malformed row is an error
+    naming file and row, or with `on_error: skip` a counted skip."""
+    for rel in files:
+        for where, file_row, raw in _chat_rows(join(root, rel), rel, src.messages_field, counts.skipped):
+            try:
+                messages = clean_conversation(raw, src.calculator, counts.cleanup)
+            except ChatError as exc:
+                if src.on_error is OnError.skip:
+                    counts.skipped["malformed"] += 1
+                    continue
+                raise IngestError(f"{where}: {exc}") from None
+            if messages is not None:
+                yield file_row, conversation_json(messages)
+
+
+def _synthetic(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """(task#i, conversation JSON) of a synthetic task over the word list file(s)."""
+    assert src.task is not None  # the spec requires it for this kind
+    words: set[str] = set()
+    for rel in files:
+        try:
+            words.update(read_words(read_bytes(join(root, rel)).decode("utf-8")))
+        except OSError as exc:
+            counts.skipped[skip_reason(exc)] += 1
+    if not words:
+        raise IngestError(f"source {src.name!r}: no usable words (lowercase a-z, one per line) in {src.path}")
+    for i, messages in enumerate(generate(src.task, sorted(words), src.rows, src.seed)):
+        yield f"{src.task.value}#{i}", conversation_json(messages)
+
+
+def _mc_items(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """(file:line, item JSON) of a multiple-choice file."""
+    for rel in files:
+        for lineno, obj in jsonl_objects(join(root, rel), counts.skipped):
+            try:
+                item = parse_mc(obj)
+            except ChatError as exc:
+                if src.on_error is OnError.skip:
+                    counts.skipped["malformed"] += 1
+                    continue
+                raise IngestError(f"{join(root, rel)}:{lineno}: {exc}") from None
+            yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def source_files(src: SourceSpec) -> SourceListing:
+    """The files ingestion reads for `src` (also what its fingerprint covers)."""
+    return list_source_files(src.path, src.include_globs, src.exclude, src.follow_symlinks)
+
+
+def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artifact:
+    """The source as an input artifact: content fingerprint of exactly the files ingestion reads."""
+    files = source_files(src).files
+    digest, total = fingerprint_files(source_root(src.path), files, cache_path)
+    return Artifact(path=source_stage(src.name), sha256=digest, bytes=total, rows=len(files))
+
+
+SECRET_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources whose text ingestion redacts
+_STRUCTURED_READERS = {SourceKind.chat: _conversations, SourceKind.synthetic: _synthetic, SourceKind.mc: _mc_items}
+
+
+def iter_documents(src: SourceSpec, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """Yield (file, text) for every document of `src` before length filtering; the text of a
+    conversation or a multiple-choice item is its canonical JSON."""
+    root = source_root(src.path)
+    if src.kind is SourceKind.code:
+        yield from _code_documents(root, files, counts.skipped, src.max_chars)
+        return
+    if src.kind in _STRUCTURED_READERS:
+        yield from _STRUCTURED_READERS[src.kind](src, root, files, counts)
+        return
+    reader = DATA_READERS[src.kind]
+    for rel in files:
+        yield from reader(join(root, rel), rel, src.text_field, counts.skipped)
+
+
+@dataclass
+class _Part:
+    """One task's files, ingested: the shards it wrote and what it left out."""
+
+    shards: list[Shard]
+    counts: Counts
+    text_bytes: int
+
+
+@dataclass(frozen=True)
+class _IngestJob:
+    """What every ingestion task needs: the source and its shards' size."""
+
+    src: SourceSpec
+    max_bytes: int
+
+
+def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str]]) -> _Part:
+    """Task `item` = (index, files of one source): its documents, length-filtered, hashed and
+    written as shards `part-<index>-*`. A pure function of its files, so tasks run on any
+    executor, on any node (its local sources must be mounted there)."""
+    task, files = item
+    src = job.src
+    counts = Counts()
+    skipped = counts.skipped
+    structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
+    cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
+    text_bytes = pending = 0
+    with ShardWriter(io.directory, task, DOC_SCHEMA, job.max_bytes) as writer:
+        for rel, text in iter_documents(src, files, counts):
+            n = len(text)
+            if n < src.min_chars and not structured:
+                skipped["too_short"] += 1
+                continue
+            if n > src.max_chars and not structured:
+                skipped["too_long"] += 1
+                continue
+            redacted_text = _without_secrets(src, rel, text, counts)
+            if redacted_text is None:
+                continue
+            rel, text = redacted_text
+            encoded = text.encode("utf-8")
+            text_bytes += len(encoded)
+            pending += len(encoded)
+            cols["text"].append(text)
+            cols["source"].append(src.name)
+            cols["file"].append(rel)
+            cols["sha256"].append(hashlib.sha256(encoded).hexdigest())
+            if len(cols["text"]) >= BATCH_ROWS or pending >= BATCH_BYTES:
+                writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
+                cols = {name: [] for name in DOC_SCHEMA.names}
+                pending = 0
+        if cols["text"]:
+            writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
+    return _Part(writer.shards, counts, text_bytes)
+
+
+def _without_secrets(src: SourceSpec, rel: str, text: str, counts: Counts) -> tuple[str, str] | None:
+    """(file, text) with every secret in the text replaced by `<KEY>` (and secrets and PII in the
+    file name), or None to drop the document (hygiene mode `drop`): a secret never reaches the
+    data dir, `ingested/` included. Under `report` and `off` both are kept as they are."""
+    mode = src.hygiene.redact
+    if mode not in (RedactMode.redact, RedactMode.drop) or src.kind not in SECRET_KINDS:
+        return rel, text
+    text, found = redacted(text, conversation=src.kind is SourceKind.chat, pii=False)
+    rel = redact_path(rel)  # a name holding an address or a token is recorded redacted, as every path
+    if found:
+        counts.secrets.update(found)
+        if mode is RedactMode.drop:
+            counts.skipped["secrets"] += 1
+            return None
+    return rel, text
+
+
+def file_groups(src: SourceSpec, listing: SourceListing, max_bytes: int) -> list[list[str]]:
+    """Ingestion's tasks: consecutive files of up to `max_bytes` together (a bigger file alone),
+    so a task writes about one shard; a chat/synthetic/multiple-choice source whole (a
+    task's words span its files)."""
+    if src.kind in _STRUCTURED_READERS:
+        return [listing.files]
+    groups: list[list[str]] = []
+    held = 0
+    for rel, size in zip(listing.files, listing.sizes, strict=True):
+        if not groups or held + size > max_bytes:
+            groups.append([])
+            held = 0
+        groups[-1].append(rel)
+        held += size
+    return groups
+
+
+def ingest_source(
+    src: SourceSpec,
+    out: Path,
+    data_root: Path,
+    progress: Progress | None = None,
+    executor: Executor = INLINE,
+    shard_mb: float = 32,
+) -> IngestResult:
+    """Write `src` as a shard set (directory `out`); raise on an empty source (nothing is
+    replaced). Tasks write their shards wherever they run; the set commits whole."""
+    listing = source_files(src)
+    files = listing.files
+    counts = Counts(Counter(listing.skipped))
+    for reason, where in listing.first.items():
+        if progress:
+            progress(f"{src.name}: skipped {listing.skipped[reason]} as {reason}, the first at {where}")
+    max_bytes = int(shard_mb * MB)
+    groups = list(enumerate(file_groups(src, listing, max_bytes)))
+
+    def ingested(parts: list[_Part]) -> str | None:
+        if not parts[-1].shards:
+            return None
+        shards = list(shards_of(parts))
+        mb = sum(p.text_bytes for p in parts) / 1e6
+        return f"{src.name}: {sum(s.rows for s in shards):,} documents in {len(shards)} shard(s), {mb:.1f} MB"
+
+    def not_empty(parts: list[_Part]) -> None:
+        """An empty source is an error (before the commit: the previous set is kept)."""
+        for part in parts:
+            counts.add(part.counts)
+        if not any(part.shards for part in parts):
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(counts.skipped.items())) or "no matching files"
+            raise IngestError(
+                f"source {src.name!r} produced 0 documents from {len(files)} file(s) under {src.path} ({reasons}); "
+                "the previous materialization, if any, is kept"
+            )
+
+    job = _IngestJob(src, max_bytes)
+    parts = map_shards(_ingest_group, job, groups, out, executor, ingested, progress, not_empty)
+    shards = list(shards_of(parts))
+    text_bytes = sum(part.text_bytes for part in parts)
+    skipped = counts.skipped
+    return IngestResult(
+        artifacts=[shard.artifact(out, data_root) for shard in shards],
+        files=len(files),
+        text_bytes=text_bytes,
+        skipped=dict(sorted(skipped.items())),
+        cleanup=dict(sorted(counts.cleanup.items())),
+        first=listing.first,
+        secrets=dict(sorted(counts.secrets.items())),
+    )

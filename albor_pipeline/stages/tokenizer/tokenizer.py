@@ -1,0 +1,422 @@
+"""ByteLevel BPE training, its exported files and a quality report.
+
+Specials `<unk> <s> </s> <pad>` take ids 0-3 and are registered before training; the
+FIM sentinels, then the chat tokens, are appended after the learned vocabulary (ids
+vocab_size..), so adding chat tokens moves no existing id. None of them can be learned
+from text: the ByteLevel pre-tokenizer splits `<|`, letters and `|>` apart before any
+merge, and training checks that no learned token equals one.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+from tiktoken_ext.openai_public import r50k_pat_str
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from albor_pipeline.runtime.artifacts import (
+    TEMP_SUFFIX,
+    Artifact,
+    atomic_path,
+    record,
+    staged_dir,
+    write_bytes,
+    write_json,
+)
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.shards import iter_batches
+from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.spec import BpeTrainer, TokenizerSpec
+from albor_pipeline.text.vocab import (
+    BOS,
+    EOS,
+    FIM_TOKENS,
+    PAD,
+    SPECIALS,
+    UNK,
+    added_tokens,
+    byte_decoder,
+    plain_tokenizer,
+    token_to_bytes,
+)
+
+PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
+
+
+class TokenizerError(ValueError):
+    """A tokenizer that cannot be trained as configured."""
+
+
+def iter_texts(
+    path: Path, max_chars: int | None = None, doc_cap: int | None = None, batch_rows: int = 1024
+) -> Iterator[list[str]]:
+    """Stream batches of documents from a Parquet file or shard set, truncating each to
+    `doc_cap` and stopping after `max_chars` in total."""
+    total = 0
+    for batch in iter_batches(path, ["text"], batch_rows):
+        texts = batch.column(0).to_pylist()
+        if doc_cap:
+            texts = [t[:doc_cap] for t in texts]
+        if max_chars is not None:
+            kept = []
+            for t in texts:
+                if total >= max_chars:
+                    break
+                t = t[: max_chars - total]
+                total += len(t)
+                kept.append(t)
+            texts = kept
+        if texts:
+            yield texts
+        if max_chars is not None and total >= max_chars:
+            return
+
+
+LONG_RUN = 1000  # bytes: the longest run of one character class a trainer sees whole
+_ASCII_SPACE = np.zeros(256, dtype=bool)
+_ASCII_SPACE[list(b" \t\n\r\x0b\x0c")] = True
+
+
+def split_long_runs(text: str, limit: int = LONG_RUN) -> list[str]:
+    """For training only: `text` cut inside every run of more than `limit` bytes of ASCII
+    whitespace, or of anything else, every `limit` bytes (moved back to a character start),
+    each part then counted as its own text. No pre-token reaching the trainer is longer
+    than `limit` bytes, so a 1 MB run of one letter costs what ordinary code does (BPE
+    training is superlinear in a pre-token's length); text without such a run, i.e.
+    nearly all code, comes back whole. Encoding is not affected."""
+    if len(text) <= limit:
+        return [text]
+    raw = text.encode("utf-8")
+    data = np.frombuffer(raw, dtype=np.uint8)
+    space = _ASCII_SPACE[data]
+    change = np.flatnonzero(space[1:] != space[:-1]) + 1
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change, [len(data)]))
+    long = np.flatnonzero(ends - starts > limit)
+    if not len(long):
+        return [text]
+    cuts = []
+    for i in long:
+        cut = int(starts[i])
+        while ends[i] - cut > limit:
+            cut += limit
+            while data[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte: back to the character start
+                cut -= 1
+            cuts.append(cut)
+    bounds = [0, *cuts, len(raw)]
+    return [raw[a:b].decode("utf-8") for a, b in pairwise(bounds) if b > a]
+
+
+def _bytelevel(model: models.BPE) -> Tokenizer:
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _train_hf(batches: Iterator[list[str]], spec: TokenizerSpec) -> Tokenizer:
+    tok = _bytelevel(models.BPE())
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size,
+        min_frequency=spec.min_frequency,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(batches, trainer=trainer)
+    return tok
+
+
+def tokenizer_from_merges(merges: list[tuple[bytes, bytes]]) -> Tokenizer:
+    """An HF ByteLevel BPE from byte-level merges in training order: specials take ids 0-3,
+    the 256 bytes ids 4-259, each merge's token the next id (a merge whose token already
+    exists adds no id), and the merges keep their order, i.e. their priority."""
+    to_char = {b: ch for ch, b in byte_decoder().items()}
+
+    def text(token: bytes) -> str:
+        return "".join(to_char[b] for b in token)
+
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for b in range(256):
+        vocab[text(bytes([b]))] = len(vocab)
+    for left, right in merges:
+        vocab.setdefault(text(left + right), len(vocab))
+    tok = _bytelevel(models.BPE(vocab=vocab, merges=[(text(a), text(b)) for a, b in merges]))
+    tok.add_special_tokens(list(SPECIALS))
+    return tok
+
+
+SEPARATOR = b"\xff"  # never inside UTF-8 text: it parts the documents handed to gigatoken's trainer
+
+
+def _train_gigatoken(batches: Iterator[list[str]], spec: TokenizerSpec, scratch: Path | None) -> Tokenizer:
+    """gigatoken's trainer: HF BpeTrainer's merges (its `huggingface` tie-breaking; the tests
+    check equality on real code) from a SIMD ByteLevel pre-tokenizer on every core, ~0.15x the
+    HF trainer's time; `min_frequency` does not apply. It reads the documents from one file,
+    streamed to a hidden temp dir under `scratch` (removed after, or by the next run's
+    clean-up if this one is killed), so Python never holds the training text."""
+    import gigatoken
+
+    with tempfile.TemporaryDirectory(prefix=".train-text.", suffix=TEMP_SUFFIX, dir=scratch) as tmp:
+        text_file = Path(tmp) / "train.txt"
+        with open(text_file, "wb") as fh:
+            for batch in batches:
+                fh.write(SEPARATOR.join(text.encode("utf-8") for text in batch) + SEPARATOR)
+        _, merges = gigatoken.train_bpe(str(text_file), spec.vocab_size - len(SPECIALS), [], separator=SEPARATOR)
+    return tokenizer_from_merges(merges)
+
+
+def train_bpe(
+    batches: Iterator[list[str]],
+    spec: TokenizerSpec,
+    appended: tuple[str, ...] = FIM_TOKENS,
+    scratch: Path | None = None,
+) -> Tokenizer:
+    """Train a ByteLevel BPE with the spec's trainer, then append the `appended` special
+    tokens; deterministic for the same input. `scratch`: where a trainer may spool its text
+    (default: the system's temp dir)."""
+    parts = ([part for text in batch for part in split_long_runs(text)] for batch in batches)
+    gigatoken = spec.trainer is BpeTrainer.gigatoken
+    tok = _train_gigatoken(parts, spec, scratch) if gigatoken else _train_hf(parts, spec)
+    learned = tok.get_vocab(with_added_tokens=False)
+    clash = [t for t in appended if t in learned]
+    if clash:  # it would take the learned id instead of being appended
+        raise TokenizerError(f"special token(s) {clash} were learned from the training text")
+    tok.add_special_tokens(list(appended))
+    return tok
+
+
+def special_ids(tok: Tokenizer) -> dict[str, int]:
+    return added_tokens(tok)
+
+
+def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
+    """UTF-8 byte length of every id (0 for specials), like nanochat's token_bytes."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    specials = set(added_tokens(tok))
+    lengths = np.zeros(max(vocab.values()) + 1, dtype=np.int32)
+    for token, idx in vocab.items():
+        if token not in specials:
+            lengths[idx] = len(token_to_bytes(token))
+    return lengths
+
+
+def bpe_files(tok: Tokenizer) -> tuple[bytes, bytes]:
+    """vocab.json and merges.txt ("a b" per line), derived from tokenizer.json."""
+    model = json.loads(tok.to_str())["model"]
+    vocab = dict(sorted(model["vocab"].items(), key=lambda kv: kv[1]))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    vocab_json = json.dumps(vocab, ensure_ascii=False).encode()
+    merges_txt = ("#version: 0.2\n" + "".join(f"{m}\n" for m in merges)).encode()
+    return vocab_json, merges_txt
+
+
+def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]]) -> dict[str, Any]:
+    """Round-trip every val document, keyword coverage, bytes/token."""
+    plain = plain_tokenizer(tok)
+    docs = ok = n_bytes = n_tokens = 0
+    failures: list[int] = []
+    for batch in val_texts:
+        encs = plain.encode_batch_fast(batch, add_special_tokens=False)
+        ids = [e.ids for e in encs]
+        decoded = plain.decode_batch(ids, skip_special_tokens=False)
+        for text, back, tids in zip(batch, decoded, ids):
+            if back == text:
+                ok += 1
+            elif len(failures) < 20:
+                failures.append(docs)
+            docs += 1
+            n_bytes += len(text.encode("utf-8"))
+            n_tokens += len(tids)
+    coverage = {kw: len(plain.encode(kw, add_special_tokens=False).ids) == 1 for kw in PYTHON_KEYWORDS}
+    return {
+        "val_documents": docs,
+        "roundtrip_ok": ok,
+        "roundtrip_failures_first": failures,
+        "keyword_coverage": coverage,
+        "keywords_single_token": sum(coverage.values()),
+        "val_bytes": n_bytes,
+        "val_tokens": n_tokens,
+        "bytes_per_token": round(n_bytes / n_tokens, 4) if n_tokens else None,
+    }
+
+
+TokenCounter = Callable[[list[str]], list[int]]
+
+
+def _hf_counter(tok: Tokenizer) -> TokenCounter:
+    plain = plain_tokenizer(tok)
+    return lambda texts: [len(e.ids) for e in plain.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+def gpt2_counter(ranks: Path) -> TokenCounter:
+    """GPT-2's tokenizer from its ranks file and split pattern: "Hello world" -> 15496, 995."""
+    enc = tiktoken.Encoding(
+        name="gpt2", pat_str=r50k_pat_str, mergeable_ranks=load_tiktoken_bpe(str(ranks)), special_tokens={}
+    )
+    return lambda texts: [len(ids) for ids in enc.encode_ordinary_batch(texts, num_threads=1)]
+
+
+def compare(tok: Tokenizer, val_path: Path, baselines: tuple[Path, ...], gpt2_ranks: Path | None) -> dict[str, Any]:
+    """nanochat's tokenizer comparison: bytes/token of ours and of each baseline (GPT-2, the spec's
+    `baselines` files) on the val text of every source, and the relative difference
+    (baseline tokens - ours) / baseline tokens: positive when ours needs fewer tokens."""
+    counters: dict[str, TokenCounter] = {}
+    notes: list[str] = []
+    if gpt2_ranks is not None:
+        if gpt2_ranks.exists():
+            counters["gpt2"] = gpt2_counter(gpt2_ranks)
+        else:
+            notes.append(f"gpt2: skipped, {gpt2_ranks} not found (make install fetches it from PyPI)")
+    counters.update(
+        {p.name if p.name != "tokenizer.json" else str(p): _hf_counter(Tokenizer.from_file(str(p))) for p in baselines}
+    )
+    ours = _hf_counter(tok)
+    totals: dict[str, Counter[str]] = defaultdict(Counter)
+    for batch in iter_batches(val_path, ["text", "source"], 1024):
+        texts, sources = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+        counts = {"ours": ours(texts), **{name: count(texts) for name, count in counters.items()}}
+        for i, (text, source) in enumerate(zip(texts, sources)):
+            for key in (source, "all"):
+                totals[key]["bytes"] += len(text.encode("utf-8"))
+                for name, n in counts.items():
+                    totals[key][name] += n[i]
+    rows = []
+    for key in [*sorted(k for k in totals if k != "all"), "all"] if totals else []:
+        t = totals[key]
+        row: dict[str, Any] = {"text": key, "bytes": t["bytes"], "ours_tokens": t["ours"]}
+        row["ours_bytes_per_token"] = round(t["bytes"] / t["ours"], 3) if t["ours"] else None
+        for name in counters:
+            row[f"{name}_tokens"] = t[name]
+            row[f"{name}_bytes_per_token"] = round(t["bytes"] / t[name], 3) if t[name] else None
+            row[f"{name}_diff_pct"] = round(100 * (t[name] - t["ours"]) / t[name], 1) if t[name] else None
+        rows.append(row)
+    return {"comparison": rows, "comparison_notes": notes}
+
+
+def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report as (fact, value) rows: one table for the asset page and PROVENANCE.md."""
+    rows = [
+        ("vocab size (with FIM and chat tokens)", report["vocab_size"]),
+        ("merges", report["merges"]),
+        ("special ids", ", ".join(f"`{k}`={v}" for k, v in report["special_ids"].items())),
+        ("val round-trip", f"{report['roundtrip_ok']}/{report['val_documents']}"),
+        ("keywords single-token", f"{report['keywords_single_token']}/{len(PYTHON_KEYWORDS)}"),
+        ("bytes/token (val)", report["bytes_per_token"]),
+        ("train documents", report["train_documents"]),
+        *(("comparison", note) for note in report.get("comparison_notes", [])),
+        *((f"training {k}", report[f"train_{k}"]) for k in ("seconds", "mb_per_s") if f"train_{k}" in report),
+    ]
+    return [{"fact": fact, "value": value} for fact, value in rows]
+
+
+def comparison_table(rows: list[dict[str, Any]]) -> str:
+    """The comparison as markdown, columns in reading order (stored JSON sorts its keys)."""
+    first = ["text", "bytes", "ours_tokens", "ours_bytes_per_token"]
+    rest = sorted({k for row in rows for k in row} - set(first))
+    return markdown_table([{k: row.get(k, "") for k in first + rest} for row in rows])
+
+
+HF_CONFIGS = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def hf_configs(appended: tuple[str, ...], model_max_length: int) -> dict[str, dict[str, Any]]:
+    """What makes the folder HF-complete: `AutoTokenizer.from_pretrained(dir)` knows bos/eos/
+    pad/unk and the max length, and (`split_special_tokens`) encodes a literal `</s>` or
+    `<|fim_prefix|>` in text as ordinary text, exactly as the corpus stage does."""
+    specials = {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": PAD}
+    return {
+        "tokenizer_config.json": {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            **specials,
+            "additional_special_tokens": list(appended),
+            "model_max_length": model_max_length,
+            "split_special_tokens": True,
+            "clean_up_tokenization_spaces": False,
+            "add_prefix_space": False,
+        },
+        "special_tokens_map.json": {**specials, "additional_special_tokens": list(appended)},
+    }
+
+
+@dataclass
+class TokenizerResult:
+    artifacts: list[Artifact]
+    report: dict[str, Any]
+
+
+def build_tokenizer(
+    train_path: Path,
+    val_path: Path,
+    spec: TokenizerSpec,
+    out_dir: Path,
+    data_root: Path,
+    progress: Progress | None = None,
+    appended: tuple[str, ...] = FIM_TOKENS,
+    model_max_length: int = 2048,
+) -> TokenizerResult:
+    """Train on `train_path` text, write tokenizer files and report.json into `out_dir`.
+
+    `appended`: special tokens after the learned vocabulary (FIM sentinels, chat tokens).
+    `model_max_length`: what transformers reports for the folder (the corpus' seq_len)."""
+    seen = {"docs": 0, "chars": 0}
+
+    def counted() -> Iterator[list[str]]:
+        for batch in iter_texts(train_path, spec.max_chars, spec.doc_cap):
+            seen["docs"] += len(batch)
+            seen["chars"] += sum(map(len, batch))
+            if progress and seen["docs"] % 8192 < len(batch):
+                progress(f"tokenizer: fed {seen['docs']:,} documents, {seen['chars'] / 1e6:.1f}M chars")
+            yield batch
+
+    start = time.perf_counter()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tok = train_bpe(counted(), spec, appended, scratch=out_dir.parent)
+    seconds = time.perf_counter() - start
+    if seen["docs"] == 0:
+        raise TokenizerError(f"the train split is empty ({train_path}); nothing to train the tokenizer on")
+    learned = tok.get_vocab_size(with_added_tokens=False)
+    report: dict[str, Any] = {
+        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+        "learned_vocab_size": learned,
+        "requested_vocab_size": spec.vocab_size,
+        "merges": len(json.loads(tok.to_str())["model"]["merges"]),
+        "special_ids": special_ids(tok),
+        "train_documents": seen["docs"],
+        "train_chars": seen["chars"],
+        "train_seconds": round(seconds, 3),
+        "train_mb_per_s": round(seen["chars"] / 1e6 / seconds, 3) if seconds else None,
+    }
+    if learned < spec.vocab_size:
+        report["warning"] = (
+            f"the training text supports only {learned} tokens (< {spec.vocab_size} requested); "
+            "the appended special tokens follow the learned vocabulary"
+        )
+    report.update(evaluate(tok, iter_texts(val_path)))
+    report.update(compare(tok, val_path, spec.baselines, spec.gpt2_ranks))
+    # The report's timing fields vary run to run; keep them out of the hashed file.
+    stable = {k: v for k, v in report.items() if k not in ("train_seconds", "train_mb_per_s")}
+    vocab_json, merges_txt = bpe_files(tok)
+    with staged_dir(out_dir) as staging:
+        with atomic_path(staging / "tokenizer.json") as tmp:
+            tok.save(str(tmp))
+        write_bytes(staging / "vocab.json", vocab_json)
+        write_bytes(staging / "merges.txt", merges_txt)
+        with atomic_path(staging / "token_bytes.npy") as tmp, open(tmp, "wb") as fh:
+            np.save(fh, token_byte_lengths(tok))
+        write_json(staging / "report.json", stable)
+        for name, content in hf_configs(appended, model_max_length).items():
+            write_json(staging / name, content)
+    names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json", *HF_CONFIGS)
+    return TokenizerResult([record(out_dir / n, data_root) for n in names], report)

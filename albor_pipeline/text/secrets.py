@@ -1,0 +1,333 @@
+"""Secrets and PII found in a text, and replaced by placeholders.
+
+Secrets are found by detect-secrets' detectors (the tool BigCode used): AWS, GitHub,
+GitLab, Slack, Stripe, npm, PyPI, OpenAI, JWT and other token formats, private key
+blocks, and high-entropy strings assigned to a key/secret/token/password name; plus our
+own patterns for formats detect-secrets 1.5 lacks (GitHub's fine-grained tokens, npm
+tokens outside an .npmrc, OpenAI's project keys). A finding is the whole token: the
+pattern's match (or its captured value, where it also matched the name) widened to the
+run of token characters around it, since detect-secrets reports a pattern's group (the
+GitHub prefix `ghp`) and some patterns stop short (Stripe's 24 of up to 99 characters,
+the JWT before its signature). E-mail addresses and public IP addresses (not private,
+loopback, link-local or documentation ranges) are found by regex. A cheap line
+pre-filter sends only lines that could hold a secret to the detectors. Each finding
+becomes a placeholder (`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`), which is ordinary text. A
+conversation is redacted message by message. Secrets are never logged: only counts, and
+file paths redacted the same way.
+
+Ingestion redacts secrets as it writes each document (a secret never reaches the data
+dir); hygiene redacts e-mails and IP addresses (`stages/hygiene/hygiene.py`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property, partial
+from typing import Any
+
+from detect_secrets.filters.heuristic import is_potential_uuid, is_sequential_string, is_templated_secret
+from detect_secrets.plugins.artifactory import ArtifactoryDetector
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.base import RegexBasedDetector
+from detect_secrets.plugins.discord import DiscordBotTokenDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.mailchimp import MailchimpDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.stripe import StripeDetector
+from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+from detect_secrets.plugins.twilio import TwilioKeyDetector
+
+from albor_pipeline.text.chat import conversation_json
+
+EMAIL, IP_ADDRESS, KEY = "<EMAIL>", "<IP_ADDRESS>", "<KEY>"
+PLACEHOLDERS = (EMAIL, IP_ADDRESS, KEY)
+# Found around each "@" (a literal the regex engine skips to fast), not by a regex tried at every position.
+EMAIL_LOCAL = re.compile(r"[A-Za-z0-9._%+-]{1,64}\Z")
+EMAIL_DOMAIN = re.compile(r"[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,}\b")
+IPV4_RE = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
+IPV6_RE = re.compile(r"[0-9a-fA-F]{1,4}::?[0-9a-fA-F]{0,4}:[0-9a-fA-F:]{1,34}")
+# Dotted numbers that are not addresses: versions, and OIDs (2.5.29.17 in X.509 code).
+NOT_AN_ADDRESS = re.compile(r"version|release|\boid|ObjectIdentifier", re.IGNORECASE)
+PRIVATE_KEY_BLOCK = re.compile(
+    r"-----BEGIN[A-Z ]*PRIVATE KEY( BLOCK)?-----.*?(?:-----END[A-Z ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.DOTALL
+)
+SECRET_NAME = re.compile(r"key|secret|token|passw|pwd|auth|credential", re.IGNORECASE)
+# Lines that could hold a secret; the detectors only see these (most code lines are not): a known
+# token prefix, or a long quoted token-like string (keys, entropy secrets and the rest are quoted).
+CANDIDATE = re.compile(
+    r"AKIA|ASIA|ABIA|ACCA|A3T|gh[pousr]_|github_pat_|gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-|GR1348941"
+    r"|xox[abposr]-|hooks\.slack|eyJ|PRIVATE KEY|PuTTY-User|[rs]k_live_"
+    r"|sk-|SG\.|npm_|pypi-|AccountKey=|-us\d|:AA|['\"][A-Za-z0-9+/=_.\-]{16,}['\"]"
+)
+TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "_-")  # what a finding widens over
+EDGE = " \t\"'=:"  # delimiters a pattern may match around its token (Artifactory's)
+
+
+class GitHubFineGrainedTokenDetector(RegexBasedDetector):
+    """GitHub's fine-grained personal access tokens, which detect-secrets 1.5 does not know."""
+
+    secret_type = "GitHub Token"
+    denylist = (re.compile(r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}"),)
+
+
+class NpmTokenDetector(RegexBasedDetector):
+    """npm access tokens anywhere (detect-secrets finds them only after `_authToken=`)."""
+
+    secret_type = "NPM tokens"
+    denylist = (re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),)
+
+
+class OpenAIProjectKeyDetector(RegexBasedDetector):
+    """OpenAI's project, service-account and admin keys, whose `-` and `_` before the
+    `T3BlbkFJ` marker detect-secrets' pattern does not allow."""
+
+    secret_type = "OpenAI Token"
+    denylist = (re.compile(r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}"),)
+
+
+@dataclass
+class Findings:
+    """What a scan found in one text, by type (values never leave this object)."""
+
+    spans: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, placeholder)
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add(self, start: int, end: int, kind: str, placeholder: str) -> None:
+        self.spans.append((start, end, placeholder))
+        self.counts[kind] += 1
+
+    def redact(self, text: str) -> str:
+        """`text` with every finding replaced by its placeholder; overlapping findings merge
+        into one placeholder (the first one's)."""
+        out, pos = [], 0
+        merged: list[list[Any]] = []
+        for start, end, placeholder in sorted(self.spans):
+            if merged and start < merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end, placeholder])
+        for start, end, placeholder in merged:
+            out += [text[pos:start], placeholder]
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+
+class SecretScanner:
+    """detect-secrets' detectors (and ours) plus e-mail and public-IP regexes, over one text at a time."""
+
+    REGEX_PLUGINS: tuple[type[RegexBasedDetector], ...] = (
+        ArtifactoryDetector,
+        AWSKeyDetector,
+        AzureStorageKeyDetector,
+        DiscordBotTokenDetector,
+        GitHubTokenDetector,
+        GitLabTokenDetector,
+        JwtTokenDetector,
+        MailchimpDetector,
+        NpmDetector,
+        OpenAIDetector,
+        PrivateKeyDetector,
+        PypiTokenDetector,
+        SendGridDetector,
+        SlackDetector,
+        StripeDetector,
+        TelegramBotTokenDetector,
+        TwilioKeyDetector,
+        GitHubFineGrainedTokenDetector,
+        NpmTokenDetector,
+        OpenAIProjectKeyDetector,
+    )
+
+    @cached_property
+    def _plugins(self) -> list[RegexBasedDetector]:
+        # Private key blocks are found whole by PRIVATE_KEY_BLOCK; the plugin matches only a header.
+        return [plugin() for plugin in self.REGEX_PLUGINS if plugin is not PrivateKeyDetector]
+
+    @cached_property
+    def _entropy(self) -> list[Base64HighEntropyString | HexHighEntropyString]:
+        return [Base64HighEntropyString(limit=4.5), HexHighEntropyString(limit=3.0)]
+
+    def _secrets_in_line(self, line: str) -> list[tuple[str, int, int]]:
+        """(kind, start, end) of each secret on a candidate line: whole tokens; overlapping
+        findings merge into one of the first detector's kind."""
+        found: list[tuple[str, int, int]] = []
+
+        def add(kind: str, start: int, end: int) -> None:
+            for i, (first, s, e) in enumerate(found):
+                if start < e and s < end:
+                    found[i] = (first, min(s, start), max(e, end))
+                    return
+            found.append((kind, start, end))
+
+        for plugin in self._plugins:
+            for regex in plugin.denylist:
+                for match in regex.finditer(line):
+                    # The plugin's own validation of what matched (a JWT's parts must decode).
+                    if next(iter(plugin.analyze_string(match.group())), None) is not None:
+                        add(plugin.secret_type, *_token_span(line, match))
+        if SECRET_NAME.search(line):  # high entropy counts only when assigned to a secret-ish name
+            for entropy in self._entropy:
+                for raw in filter(partial(_high_entropy, entropy), entropy.analyze_string(line)):
+                    at = line.find(raw)
+                    while at >= 0:
+                        add("High Entropy String", *_widen(line, at, at + len(raw)))
+                        at = line.find(raw, at + len(raw))
+        return found
+
+    def scan(self, text: str, secrets: bool = True, pii: bool = True) -> Findings:
+        """What `text` holds: secrets (tokens, keys), PII (e-mail and public IP addresses), or both."""
+        found = Findings()
+        if secrets:
+            self._scan_secrets(text, found)
+        if pii:
+            _scan_pii(text, found)
+        return found
+
+    def _scan_secrets(self, text: str, found: Findings) -> None:
+        for match in PRIVATE_KEY_BLOCK.finditer(text):
+            found.add(match.start(), match.end(), "Private Key", KEY)
+        scanned = -1  # the end of the last line handed to the detectors
+        for candidate in CANDIDATE.finditer(text):  # one pass over the text; detectors see only these lines
+            offset = text.rfind("\n", 0, candidate.start()) + 1
+            if offset <= scanned:
+                continue
+            end = text.find("\n", candidate.end())
+            scanned = len(text) if end < 0 else end
+            for kind, start, end in self._secrets_in_line(text[offset:scanned]):
+                found.add(offset + start, offset + end, kind, KEY)
+
+
+def _scan_pii(text: str, found: Findings) -> None:
+    at = text.find("@")
+    while at >= 0:
+        local = EMAIL_LOCAL.search(text, max(0, at - 64), at)
+        domain = EMAIL_DOMAIN.match(text, at + 1)
+        if local and domain and local.group()[0].isalnum():
+            found.add(local.start(), domain.end(), "E-mail", EMAIL)
+        at = text.find("@", at + 1)
+    for regex in (IPV4_RE, IPV6_RE):
+        for match in regex.finditer(text):
+            start, end = match.span()
+            bounded = not _token_char(text, start - 1) and not _token_char(text, end)
+            if bounded and _public_ip(match.group()) and not _not_an_address(text, start):
+                found.add(start, end, "IP address", IP_ADDRESS)
+
+
+def _placeholder(value: str) -> bool:
+    return any(p in value for p in PLACEHOLDERS)
+
+
+def _widen(text: str, start: int, end: int) -> tuple[int, int]:
+    """`text[start:end]` widened to the whole run of token characters around it."""
+    while start > 0 and text[start - 1] in TOKEN_CHARS:
+        start -= 1
+    while end < len(text) and text[end] in TOKEN_CHARS:
+        end += 1
+    return start, end
+
+
+def _token_span(text: str, match: re.Match[str]) -> tuple[int, int]:
+    """The whole token a detector's match found: its captured groups (the value, where the
+    pattern also matched the name it is assigned to; or a part of the token, as GitHub's
+    prefix) or else the match, less edge delimiters, widened to the run of token characters."""
+    groups = [match.span(g) for g in range(1, match.re.groups + 1) if match.group(g)]
+    start, end = (min(s for s, _ in groups), max(e for _, e in groups)) if groups else match.span()
+    while start < end - 1 and text[start] in EDGE:
+        start += 1
+    while end > start + 1 and text[end - 1] in EDGE:
+        end -= 1
+    return _widen(text, start, end)
+
+
+def _high_entropy(plugin: Base64HighEntropyString | HexHighEntropyString, raw: str) -> bool:
+    """detect-secrets' own tests of a quoted string: entropy over the limit, and not a UUID,
+    a sequence or a template."""
+    return (
+        plugin.calculate_shannon_entropy(raw) >= plugin.entropy_limit
+        and not is_potential_uuid(raw)
+        and not is_sequential_string(raw)
+        and not is_templated_secret(raw)
+        and not _placeholder(raw)
+    )
+
+
+def _token_char(text: str, at: int) -> bool:
+    """Whether text[at] continues a token (so a match there is part of something longer)."""
+    return 0 <= at < len(text) and (text[at].isalnum() or text[at] in "._:")
+
+
+def _public_ip(value: str) -> bool:
+    try:
+        return ipaddress.ip_address(value).is_global
+    except ValueError:
+        return False
+
+
+def _not_an_address(text: str, at: int) -> bool:
+    """A dotted number on a line about versions or OIDs (`__version__ = "1.2.3.4"`, `oid =
+    "2.5.29.17"`) or prefixed by "v" is not an address; nor are IPv6-looking tokens of fewer
+    than three groups (`a[1::2]`)."""
+    line_start = text.rfind("\n", 0, at) + 1
+    line_end = text.find("\n", at)
+    line = text[line_start : len(text) if line_end < 0 else line_end]
+    token = IPV6_RE.match(text, at)
+    few_groups = token is not None and len([g for g in token.group().split(":") if g]) < 3
+    return bool(NOT_AN_ADDRESS.search(line)) or text[at - 1 : at] in ("v", "V") or few_groups
+
+
+_SCANNER: SecretScanner | None = None
+
+
+def scanner() -> SecretScanner:
+    """This process's scanner (its detectors are built once)."""
+    global _SCANNER
+    _SCANNER = _SCANNER or SecretScanner()
+    return _SCANNER
+
+
+def redact_path(path: str) -> str:
+    """`path` with its e-mails, public IPs and secrets replaced by their placeholders: every
+    file path a stage records (examples in metadata, manifests, provenance, the event log)
+    goes through here, since a file name can hold an address or a token as well as a text."""
+    found = scanner().scan(path)
+    return found.redact(path) if found.spans else path
+
+
+def _redacted_conversation(text: str, secrets: bool, pii: bool) -> tuple[str, Counter[str]]:
+    """A conversation's canonical JSON with every message's text (and every part's) redacted
+    on its own, so a placeholder never cuts a JSON escape; the findings by type."""
+    messages = json.loads(text)
+    counts: Counter[str] = Counter()
+    for message in messages:
+        parts = [message] if isinstance(message["content"], str) else message["content"]
+        key = "content" if isinstance(message["content"], str) else "text"
+        for part in parts:
+            found = scanner().scan(part[key], secrets, pii)
+            counts.update(found.counts)
+            if found.spans:
+                part[key] = found.redact(part[key])
+    return (conversation_json(messages) if counts else text), counts
+
+
+def redacted(text: str, conversation: bool = False, secrets: bool = True, pii: bool = True) -> tuple[str, Counter[str]]:
+    """(`text` with every finding of the kinds asked for replaced, the findings by type);
+    `text` itself when none. `conversation`: a conversation's canonical JSON."""
+    if conversation:
+        return _redacted_conversation(text, secrets, pii)
+    found = scanner().scan(text, secrets, pii)
+    return (found.redact(text) if found.spans else text), found.counts

@@ -1,0 +1,65 @@
+"""The token strings every stage agrees on, and ByteLevel's byte map.
+
+Kept free of pydantic, the spec and Dagster so the encode workers import little.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import numpy as np
+from tokenizers import Tokenizer
+
+SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
+UNK, BOS, EOS, PAD = SPECIALS
+FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
+FIM_TOKENS = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
+FIM_SENTINEL_CHARS = sum(map(len, FIM_TOKENS))  # what FIM adds to a text (ASCII: also its bytes)
+
+
+@lru_cache(maxsize=1)
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's printable-character -> byte map used by ByteLevel."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+@lru_cache(maxsize=1)
+def _byte_translation() -> dict[int, int]:
+    return {ord(ch): b for ch, b in byte_decoder().items()}
+
+
+def token_to_bytes(token: str) -> bytes:
+    """The bytes a ByteLevel token stands for (every char maps to one byte, so latin-1 is exact)."""
+    return token.translate(_byte_translation()).encode("latin-1")
+
+
+def added_tokens(tok: Tokenizer) -> dict[str, int]:
+    """Every special token of `tok` (ids 0-3, FIM sentinels, chat tokens) by string."""
+    return {t.content: i for i, t in sorted(tok.get_added_tokens_decoder().items())}
+
+
+def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
+    """A copy that treats special-token strings in text as ordinary text.
+
+    HF tokenizers split added tokens out of raw text even with add_special_tokens=False;
+    without the added-token table, `</s>` in a document is just bytes.
+    """
+    data = json.loads(tok.to_str())
+    data["added_tokens"] = []
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def token_dtype(vocab_size: int, signed: bool = False) -> np.dtype:
+    """uint16 when every id fits, else int32 (Megatron) / uint32 (flat stream)."""
+    if vocab_size <= 65536:
+        return np.dtype(np.uint16)
+    return np.dtype(np.int32 if signed else np.uint32)
