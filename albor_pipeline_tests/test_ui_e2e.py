@@ -49,7 +49,7 @@ def server(tmp_path_factory, dagster_dev) -> Server:
     return dagster_dev(write_spec(tmp / "spec.yaml", raw), instance_home(tmp / "dagster_home"), tmp / "out")
 
 
-GROUPS = ("ingestion", "hygiene", "mix", "fim", "tokenizer", "corpus", "chat", "provenance")
+GROUPS = ("ingestion", "hygiene", "dedup", "mix", "fim", "tokenizer", "corpus", "chat", "provenance")
 # `make screenshots` (ALBOR_SCREENSHOTS=1) writes the README's images into docs/.
 SCREENSHOTS = REPO_ROOT / "docs" if os.environ.get("ALBOR_SCREENSHOTS") else ARTIFACTS
 

@@ -505,7 +505,9 @@ def profile_summary(raw: Path, top: int = 12) -> dict[str, Any]:
         if not count.isdigit():
             continue
         frames = stack.split(";")
-        ours = [f for f in frames if "albor_pipeline/stages/" in f or "albor_pipeline/runtime/" in f] or [f for f in frames if "albor_pipeline/" in f]
+        ours = [f for f in frames if "albor_pipeline/stages/" in f or "albor_pipeline/runtime/" in f] or [
+            f for f in frames if "albor_pipeline/" in f
+        ]
         module = ours[-1].split("albor_pipeline/")[1].split(".py")[0] if ours else "dagster / interpreter"
         by_module[module] += int(count)
         by_function[frames[-1].split(" (")[0] + " (" + frames[-1].rsplit("/", 1)[-1]] += int(count)

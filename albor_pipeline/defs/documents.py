@@ -33,7 +33,7 @@ from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 
-class HoldoutConfig(dg.Config):
+class DedupSplitConfig(dg.Config):
     """Run overrides of the spec's `holdout`; a field left unset keeps the spec's value."""
 
     val_fraction: float | None = None
@@ -71,7 +71,9 @@ def _redaction(spec: PipelineSpec, layout: Layout, names: list[str]) -> dict[str
     return out
 
 
-def holdout(spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext, config: HoldoutConfig) -> StageOutput:
+def dedup_and_split(
+    spec: PipelineSpec, stage: str, names: list[str], ctx: StageContext, config: DedupSplitConfig
+) -> StageOutput:
     settings = resolve(spec.holdout, config, f"{stage} run config")
     layout = ctx.layout
     sources = [(n, shard) for n in names for shard in shard_files(_reads(spec, n)[1](layout, n))]
@@ -129,15 +131,15 @@ def _no_benchmark_ngrams(ctx: CheckContext) -> CheckOutcome:
     return check_no_contamination(ctx.layout.documents("train"), spec, ctx.executor)
 
 
-def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: str) -> Stage[HoldoutConfig]:
+def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: str) -> Stage[DedupSplitConfig]:
     return Stage(
         name=stage,
         group=group,
         description=f"Exact duplicate {what} (same `sha256`) kept once, first source in spec order wins; each "
         f"assigned to train/val/test by a hash of its content, so splits are disjoint and stable as sources grow.",
-        config=HoldoutConfig,
-        defaults=spec_defaults(HoldoutConfig, spec.holdout),
-        work=partial(holdout, spec, stage, names),
+        config=DedupSplitConfig,
+        defaults=spec_defaults(DedupSplitConfig, spec.holdout),
+        work=partial(dedup_and_split, spec, stage, names),
         deps=tuple(_reads(spec, n)[0] for n in names),
         checks=(
             schema_check(DOC_SCHEMA),
@@ -151,8 +153,8 @@ def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: s
     )
 
 
-def stages(spec: PipelineSpec) -> list[Stage[HoldoutConfig]]:
-    documents = _stage(spec, DOCUMENTS, [s.name for s in spec.sources_of(*DOCUMENT_KINDS)], "mix", "documents")
+def stages(spec: PipelineSpec) -> list[Stage[DedupSplitConfig]]:
+    documents = _stage(spec, DOCUMENTS, [s.name for s in spec.sources_of(*DOCUMENT_KINDS)], "dedup", "documents")
     if spec.near_dedup.enabled:
         near_check = Check(
             "no_near_leak",
