@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.runtime.artifacts import sha256_file
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import REPO_ROOT, BenchmarkSpec, DecontaminateSpec, HoldoutSpec, SpecError, parse_spec
 from albor_pipeline.stages.dedup.checks import check_no_contamination
 from albor_pipeline.stages.dedup.decontam import Decontaminator, load_benchmark
@@ -61,19 +62,19 @@ def test_documents_drop_contaminated_train_documents_only(tmp_path):
     a = write_docs(tmp_path / "a.parquet", originals)
     b = write_docs(tmp_path / "b.parquet", [planted, (STDLIB / "colorsys.py").read_text(encoding="utf-8")])
     decon = Decontaminator(SPEC)
-    result = build_documents([("a", a), ("b", b)], ALL_TRAIN, tmp_path / "d", tmp_path, decon=decon)
+    result = build_documents([("a", a), ("b", b)], ALL_TRAIN, tmp_path / "d", StageIO(tmp_path), decon=decon)
     report = result.decontaminated
     assert report["dropped"] == {"b": 2} and report["benchmarks"]["python_bench"]["train_dropped"] == 2
     assert result.rows["train"] == {"a": len(originals), "b": 0}  # no distinct real file removed
     kept = set(pq.read_table(tmp_path / "d" / "train").column("text").to_pylist())
     assert kept == set(originals)
     assert check_no_contamination(tmp_path / "d" / "train", SPEC).passed
-    plain = build_documents([("a", a), ("b", b)], ALL_TRAIN, tmp_path / "p", tmp_path)
+    plain = build_documents([("a", a), ("b", b)], ALL_TRAIN, tmp_path / "p", StageIO(tmp_path))
     leak = check_no_contamination(tmp_path / "p" / "train", SPEC)
     assert plain.decontaminated == {} and not leak.passed and leak.metadata["per_benchmark"] == {"python_bench": 2}
     # Held-out documents keep benchmark text: only train must be clean.
     held = build_documents(
-        [("b", b)], HoldoutSpec(val_fraction=0.99, test_fraction=0), tmp_path / "h", tmp_path, decon=decon
+        [("b", b)], HoldoutSpec(val_fraction=0.99, test_fraction=0), tmp_path / "h", StageIO(tmp_path), decon=decon
     )
     assert held.rows["val"] == {"b": 2} and held.decontaminated["dropped"] == {}
     # The benchmark file is a recorded input of the stage.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.stages.dedup.neardup import MinHasher, NearDupIndex, P, _inverse, jaccard, near_duplicates, shingles
 
 from .support import STDLIB
@@ -55,12 +56,14 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     a = write_docs(tmp_path / "a.parquet", originals)
     b = write_docs(tmp_path / "b.parquet", [*copies, (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")])
     holdout = HoldoutSpec(val_fraction=0.3, test_fraction=0.2)
-    removed = build_documents([("a", a), ("b", b)], holdout, tmp_path / "r", tmp_path, near=NearDedupSpec())
+    removed = build_documents([("a", a), ("b", b)], holdout, tmp_path / "r", StageIO(tmp_path), near=NearDedupSpec())
     assert (
         removed.near["removed"] == {"b": 6}
         and removed.rows["train"].get("b", 0) + removed.rows["val"].get("b", 0) + removed.rows["test"].get("b", 0) == 1
     )  # only the distinct json file of b is left
-    kept = build_documents([("a", a), ("b", b)], holdout, tmp_path / "k", tmp_path, near=NearDedupSpec(remove=False))
+    kept = build_documents(
+        [("a", a), ("b", b)], holdout, tmp_path / "k", StageIO(tmp_path), near=NearDedupSpec(remove=False)
+    )
     assert kept.near["removed"] == {} and sum(sum(r.values()) for r in kept.rows.values()) == len(originals) + 7
     split_of = {}
     for split in ("train", "val", "test"):
@@ -71,7 +74,7 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
         paths = {s: tmp_path / out / s for s in ("train", "val", "test")}
         assert check_no_near_leak(paths, 5, 112, 14, 0.8).passed
     # A content-hash holdout alone puts near-copies across splits: the check sees it.
-    plain = build_documents([("a", a), ("b", b)], holdout, tmp_path / "p", tmp_path)
+    plain = build_documents([("a", a), ("b", b)], holdout, tmp_path / "p", StageIO(tmp_path))
     paths = {s: tmp_path / "p" / s for s in ("train", "val", "test")}
     leak = check_no_near_leak(paths, 5, 112, 14, 0.8)
     assert plain.near == {} and not leak.passed and leak.metadata["crossing"] >= 1
@@ -132,11 +135,11 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
         ("b", write_docs(tmp_path / "b.parquet", variants[:12])),
         ("c", write_docs(tmp_path / "c.parquet", variants[12:])),
     ]
-    serial = documents.build_documents(inputs, HoldoutSpec(), tmp_path / "s", tmp_path, near=NearDedupSpec())
+    serial = documents.build_documents(inputs, HoldoutSpec(), tmp_path / "s", StageIO(tmp_path), near=NearDedupSpec())
     monkeypatch.setattr(neardup, "MIN_PAIR_BLOCK", 3)
     monkeypatch.setattr(hashpart, "PARTITION_BYTES", 24 * 8)  # keys and band keys in many partitions
     pooled = documents.build_documents(
-        inputs, HoldoutSpec(), tmp_path / "p", tmp_path, near=NearDedupSpec(), executor=LocalExecutor(2)
+        inputs, HoldoutSpec(), tmp_path / "p", StageIO(tmp_path, LocalExecutor(2)), near=NearDedupSpec()
     )
     assert pooled.near == serial.near
     assert serial.near["removed"] == {"b": 12, "c": 12} and serial.near["cluster_sizes"] == {"4": 8}

@@ -146,6 +146,7 @@ class Node:
             return
         if self.bucket is None:
             raise NodeError(f"{path}: a task wrote it elsewhere, and the data dir is not in a bucket")
+        path.parent.mkdir(parents=True, exist_ok=True)
         Bucket(self.bucket, Layout(Path(self.root))).download(self._artifact(path, shard), path)
 
     def _artifact(self, path: Path, shard: Shard) -> Artifact:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from albor_pipeline.runtime.artifacts import naming_write_errors, staged_dir
-from albor_pipeline.runtime.executor import Executor, for_items
+from albor_pipeline.runtime.executor import INLINE, Executor, for_items
 from albor_pipeline.runtime.nodes import Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
@@ -66,8 +66,11 @@ class _Task(Generic[J, I, R]):
     step: Callable[[J, TaskIO, I], R]
     job: J
     io: TaskIO
+    subsets: tuple[str, ...] = ()
 
     def __call__(self, item: I) -> R:
+        for subset in self.subsets:  # on a node of its own, the task's directory starts empty
+            (self.io.directory / subset).mkdir(parents=True, exist_ok=True)
         result = self.step(self.job, self.io, item)
         for shard in result.shards:
             self.io.node.ship(self.io.directory, shard)
@@ -85,18 +88,22 @@ def map_shards(
     check: Callable[[list[R]], None] | None = None,
     spools: Sequence[Spooled | None] = (),
     inline_below: int = INLINE_BELOW,
+    subsets: Sequence[str] = (),
 ) -> list[R]:
     """Run `step(job, io, item)` for every item on `executor` (inline below INLINE_BELOW
     items on a local pool) and commit the shards they wrote as the set `out`, in item order.
     `progress(done)` says what to log after each result (None: nothing); `check(results)`
     may refuse the set before it commits; `spools`: what an earlier wave (`map_tasks`) sent
-    back, for the steps to read. If a step or the check fails, nothing is committed and `out`
-    keeps its previous set."""
+    back, for the steps to read; `subsets`: subdirectories of the set (one per split), each
+    present even when empty, where steps write shards named `<subset>/part-….parquet`. If a
+    step or the check fails, nothing is committed and `out` keeps its previous set."""
     done: list[R] = []
     with staged_dir(out) as staging:
+        for subset in subsets:
+            (staging / subset).mkdir()
         executor = for_items(executor, len(items), inline_below)
         node = task_node(executor.node).with_spools(spools)
-        task = _Task(step, job, TaskIO(str(staging), node))
+        task = _Task(step, job, TaskIO(str(staging), node), tuple(subsets))
         for result in executor.map(task, items):
             for shard in result.shards:
                 node.land(staging, shard)
@@ -116,12 +123,13 @@ def map_tasks(
     directory: Path,
     executor: Executor,
     inline_below: int = INLINE_BELOW,
+    spools: Sequence[Spooled | None] = (),
 ) -> list[T]:
     """A wave of tasks that write no shard of the stage, only files in `directory` that a later
     wave reads (spools, sent back with `io.node.spool`), or nothing: the map's inline rule and
-    nodes, without a commit. Results in item order."""
+    nodes, without a commit. `spools`: what an earlier wave sent back. Results in item order."""
     executor = for_items(executor, len(items), inline_below)
-    io = TaskIO(str(directory), task_node(executor.node))
+    io = TaskIO(str(directory), task_node(executor.node).with_spools(spools))
     with naming_write_errors(directory):  # a full disk names where the wave was writing
         return list(executor.map(partial(step, job, io), items))
 
@@ -130,3 +138,13 @@ def shards_of(results: Sequence[ShardResult]) -> Iterator[Shard]:
     """Every shard the results wrote, in order."""
     for result in results:
         yield from result.shards
+
+
+@dataclass(frozen=True)
+class StageIO:
+    """What every stage's entry gets besides its inputs and settings: the data dir's root (artifact
+    paths are relative to it), where its per-shard tasks run, and where its progress lines go."""
+
+    root: Path
+    executor: Executor = INLINE
+    progress: Progress | None = None

@@ -42,8 +42,11 @@ class Shard:
     rows: int
 
     @classmethod
-    def of(cls, path: Path, rows: int) -> Shard:
-        return cls(path.name, sha256_file(path), path.stat().st_size, rows)
+    def of(cls, path: Path, rows: int, directory: Path | None = None) -> Shard:
+        """The shard at `path`, named by its file name, or by its path under `directory` (a
+        set of subsets, e.g. one per split: `train/part-….parquet`)."""
+        name = path.relative_to(directory).as_posix() if directory is not None else path.name
+        return cls(name, sha256_file(path), path.stat().st_size, rows)
 
     def artifact(self, directory: Path, root: Path) -> Artifact:
         """As an artifact of the committed set `directory` (path relative to the data dir)."""

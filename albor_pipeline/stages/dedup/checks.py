@@ -11,9 +11,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
-from albor_pipeline.runtime.checks import CheckOutcome
-from albor_pipeline.runtime.executor import INLINE, Executor, for_items
-from albor_pipeline.runtime.nodes import Node, OnNode, Spooled, task_node
+from albor_pipeline.runtime.checks import CheckOutcome, per_shard
+from albor_pipeline.runtime.executor import INLINE, Executor
+from albor_pipeline.runtime.nodes import Spooled
+from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
 from albor_pipeline.runtime.shards import iter_batches, parquet_files
 from albor_pipeline.spec import DecontaminateSpec
 from albor_pipeline.stages.dedup.decontam import contaminated
@@ -39,12 +40,13 @@ def check_no_leak(train: Path, *held_out: Path) -> CheckOutcome:
 
 
 def _signatures(
-    signer: Signer, lsh: LshJob, node: Node, item: tuple[int, int, Path]
+    job: tuple[Signer, LshJob], io: TaskIO, item: tuple[int, int, Path]
 ) -> tuple[np.ndarray, list[Spooled | None]]:
     """Shard `item` = (task, its first document, path): its documents' MinHash signatures
     spooled for LSH, a per-shard task; returns the partition offsets and spool files."""
+    (signer, lsh), node = job, io.node
     task, first, path = item
-    batches = iter_batches(node.local(path), ["text"])
+    batches = iter_batches(io.local(path), ["text"])
     sigs = [signer.signature(word_hashes(t)) for b in batches for t in b.column(0).to_pylist()]
     stacked = np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64)
     return lsh.spool_signatures(task, first, stacked, node)
@@ -76,11 +78,9 @@ def check_no_near_leak(
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
         lsh = index.lsh(spool, int(firsts[-1]))
         items = [(k, int(firsts[k]), f) for k, (_, f) in enumerate(shards)]
-        signing = for_items(executor, len(items), 2)
-        node = task_node(signing.node)
-        signed = list(signing.map(partial(_signatures, index.signer, lsh, node), items))
+        signed = map_tasks(_signatures, (index.signer, lsh), items, Path(spool), executor)
         stacked = np.stack([o for o, _ in signed]) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
-        index.find_candidates(lsh, stacked, firsts, executor, node.with_spools(s for _, sent in signed for s in sent))
+        index.find_candidates(lsh, stacked, firsts, executor, [s for _, sent in signed for s in sent])
     index.verify_shards([str(f) for _, f in shards], locate, spool_dir, executor)
     pairs = np.array([(a, b) for a, b, _ in index.verified], dtype=np.int64).reshape(-1, 2)
     sides = shard_split[locate(pairs.ravel())[:, 0]].reshape(-1, 2)
@@ -96,8 +96,7 @@ def check_no_contamination(train: Path, spec: DecontaminateSpec, executor: Execu
     """No train document shares an n-gram with any benchmark item (a shard per task)."""
     files = parquet_files(train)
     found: Counter[str] = Counter()
-    executor = for_items(executor, len(files), 2)
-    for hits in executor.map(OnNode(task_node(executor.node), partial(contaminated, spec=spec)), files):
+    for hits in per_shard(executor, partial(contaminated, spec=spec), files):
         found.update(hits)
     return CheckOutcome(
         not found,

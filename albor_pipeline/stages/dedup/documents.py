@@ -10,8 +10,7 @@ import hashlib
 import tempfile
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime import hashpart
-from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, staged_dir
-from albor_pipeline.runtime.executor import INLINE, Executor, for_items
-from albor_pipeline.runtime.nodes import Node, Spooled, task_node
+from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink
+from albor_pipeline.runtime.executor import INLINE, Executor
+from albor_pipeline.runtime.nodes import Spooled
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
@@ -60,7 +60,6 @@ class _ScanJob:
     signer: Signer | None
     lsh: LshJob | None
     decon: Decontaminator | None
-    node: Node
 
 
 SCAN_MIN_GROUPS = 8  # a local pool's start-up pays off from ~2k documents
@@ -76,11 +75,13 @@ class _ScanItem:
     rows: np.ndarray  # the group's rows to scan (exact-unique documents), int32
 
 
-def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict[int, list[str]], list[Spooled | None]]:
+def _scan_group(
+    job: _ScanJob, io: TaskIO, item: _ScanItem
+) -> tuple[np.ndarray | None, dict[int, list[str]], list[Spooled | None]]:
     """One row group's documents' words hashed once for both: MinHash signatures spooled for
     LSH (returns the partition offsets and the spool files) and benchmark hits by the group's
     document index. A pure function of the group, for any executor."""
-    texts = pq.ParquetFile(job.node.local(job.paths[item.input])).read_row_group(item.group, columns=["text"]).column(0)
+    texts = pq.ParquetFile(io.local(job.paths[item.input])).read_row_group(item.group, columns=["text"]).column(0)
     sigs, hits = [], {}
     for k, row in enumerate(item.rows.tolist()):
         words = word_hashes(texts[row].as_py())
@@ -89,7 +90,7 @@ def _scan_group(job: _ScanJob, item: _ScanItem) -> tuple[np.ndarray | None, dict
         if job.decon and (found := job.decon.hits(words)):
             hits[k] = found
     if job.lsh and sigs:
-        offsets, spooled = job.lsh.spool_signatures(item.task, item.first, np.stack(sigs), job.node)
+        offsets, spooled = job.lsh.spool_signatures(item.task, item.first, np.stack(sigs), io.node)
         return offsets, hits, spooled
     return None, hits, []
 
@@ -149,19 +150,17 @@ def _scan(
     hits: dict[int, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
         lsh = index.lsh(spool, docs) if index else None
-        scanning = for_items(executor, len(items), SCAN_MIN_GROUPS)
-        node = task_node(scanning.node)
-        signer = index.signer if index else None
-        job = _ScanJob(tuple(str(p) for _, p in inputs), signer, lsh, decon, node)
+        job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, lsh, decon)
         offsets, spooled = [], []
-        for item, (parts, found, sent) in zip(items, scanning.map(partial(_scan_group, job), items)):
+        scanned = map_tasks(_scan_group, job, items, Path(spool), executor, SCAN_MIN_GROUPS)
+        for item, (parts, found, sent) in zip(items, scanned):
             if parts is not None:
                 offsets.append(parts)
             spooled += sent
             hits.update({item.first + k: names for k, names in found.items()})
         if index and lsh:
             stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
-            index.find_candidates(lsh, stacked, firsts, executor, node.with_spools(spooled))
+            index.find_candidates(lsh, stacked, firsts, executor, spooled)
     near_report = {}
     if index and near:
         near_report = _near_dedup(index, inputs, codes, where, near, spool_dir, progress, executor)
@@ -198,16 +197,15 @@ class _KeyJob:
     spool: str
     partitions: int
     holdout: HoldoutSpec
-    node: Node
 
 
-def _key_shard(job: _KeyJob, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray, Spooled | None]:
+def _key_shard(job: _KeyJob, io: TaskIO, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray, Spooled | None]:
     """Input shard i's SHA-256 keys scattered by hash partition, tagged with their global
     document index (`first` is the shard's first); returns the partition offsets, each
     document's split code (its split is a function of its hash alone) and the spool file."""
     i, path, first = item
     keys, codes = [], []
-    for batch in pq.ParquetFile(job.node.local(path)).iter_batches(batch_size=65536, columns=["sha256"]):
+    for batch in pq.ParquetFile(io.local(path)).iter_batches(batch_size=65536, columns=["sha256"]):
         keys.append(sha_keys(batch.column(0)))
         codes += [SPLIT_CODES[split_of(sha, job.holdout)] for sha in batch.column(0).to_pylist()]
     words = np.concatenate(keys).view(np.uint64).reshape(-1, 2) if keys else np.zeros((0, 2), np.uint64)
@@ -215,14 +213,14 @@ def _key_shard(job: _KeyJob, item: tuple[int, str, int]) -> tuple[np.ndarray, np
     records["hi"], records["lo"] = words[:, 0], words[:, 1]
     records["doc"] = np.arange(first, first + len(words))
     part = words[:, 0] % np.uint64(job.partitions)
-    offsets, spooled = hashpart.scatter(job.node, job.spool, "keys", i, records, part, job.partitions)
+    offsets, spooled = hashpart.scatter(io.node, job.spool, "keys", i, records, part, job.partitions)
     return offsets, np.array(codes, dtype=np.uint8), spooled
 
 
-def _repeats(job: _KeyJob, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
+def _repeats(job: _KeyJob, io: TaskIO, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
     """(document, first document with its SHA-256) for every repeat in one hash partition: its
     records arrive in document order, so a stable sort puts each key's first document first."""
-    records = hashpart.gather(job.node, job.spool, "keys", item[1], item[2])
+    records = hashpart.gather(io.node, job.spool, "keys", item[1], item[2])
     if records is None:
         return np.zeros((0, 2), dtype=np.int64)
     order = np.lexsort((records["lo"], records["hi"]))  # stable: documents stay ascending per key
@@ -252,14 +250,12 @@ def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, execut
     firsts = np.concatenate(([0], np.cumsum(rows, dtype=np.int64)))
     job_args = (hashpart.partition_count(int(firsts[-1]), _KEY_RECORD.itemsize), holdout)
     with tempfile.TemporaryDirectory(prefix=".albor-keys-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
-        executor = for_items(executor, len(paths), 2)
-        job = _KeyJob(spool, *job_args, task_node(executor.node))
+        job = _KeyJob(spool, *job_args)
         items = [(i, str(path), int(firsts[i])) for i, path in enumerate(paths)]
-        scattered = list(executor.map(partial(_key_shard, job), items))
+        scattered = map_tasks(_key_shard, job, items, Path(spool), executor)
         offsets = np.stack([o for o, _, _ in scattered]) if scattered else np.zeros((0, 2), np.int64)
         parts = hashpart.partition_items(offsets)
-        job = replace(job, node=job.node.with_spools(s for _, _, s in scattered))
-        found = list(executor.map(partial(_repeats, job), parts))
+        found = map_tasks(_repeats, job, parts, Path(spool), executor, spools=[s for _, _, s in scattered])
     repeats = np.concatenate([np.zeros((0, 2), np.int64), *found])
     repeats = repeats[np.argsort(repeats[:, 0], kind="stable")]
     codes = [np.array(c) for _, c, _ in scattered]  # writable (Ray hands back read-only arrays)
@@ -269,24 +265,27 @@ def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, execut
     return ExactDedup(codes, repeats, firsts)
 
 
-def _write_splits(node: Node, staging: str, item: tuple[int, str, np.ndarray]) -> dict[str, Shard]:
+@dataclass(frozen=True)
+class _SplitShards:
+    """Input shard i's documents as shard i of each split's set, in SPLITS order."""
+
+    shards: tuple[Shard, ...]  # named `<split>/part-….parquet`
+
+
+def _write_splits(job: None, io: TaskIO, item: tuple[int, str, np.ndarray]) -> _SplitShards:
     """Input shard `item` = (index, path, its documents' split codes) written as shard `index`
     of each split's set (possibly empty, so every split has a shard per input shard): a pure
     function of the shard and its codes, so it runs on any executor, on any node."""
     i, path, codes = item
-    dirs = {s: node.directory(Path(staging) / s) for s in SPLITS}
     with ExitStack() as stack:
-        sinks = {s: stack.enter_context(ParquetSink(dirs[s] / shard_name(i), DOC_SCHEMA)) for s in SPLITS}
+        sinks = [stack.enter_context(ParquetSink(io.directory / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS]
         start = 0
-        for batch in pq.ParquetFile(node.local(path)).iter_batches(batch_size=BATCH_ROWS):
+        for batch in pq.ParquetFile(io.local(path)).iter_batches(batch_size=BATCH_ROWS):
             mine = codes[start : start + batch.num_rows]
             start += batch.num_rows
-            for split in SPLITS:
-                sinks[split].write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
-    shards = {s: Shard.of(sink.path, sink.rows) for s, sink in sinks.items()}
-    for split, shard in shards.items():
-        node.ship(dirs[split], shard)
-    return shards
+            for split, sink in zip(SPLITS, sinks):
+                sink.write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
+    return _SplitShards(tuple(Shard.of(sink.path, sink.rows, io.directory) for sink in sinks))
 
 
 def _near_dedup(
@@ -333,17 +332,17 @@ def build_documents(
     inputs: list[tuple[str, Path]],
     holdout: HoldoutSpec,
     out_dir: Path,
-    data_root: Path,
-    progress: Progress | None = None,
+    io: StageIO,
+    *,
     near: NearDedupSpec | None = None,
     decon: Decontaminator | None = None,
-    executor: Executor = INLINE,
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, Parquet shard) in order and write each split as a shard set
     under `out_dir` (shard i of a split holds input shard i's documents of it, written by a
-    task on `executor`): exact duplicates first, then (with `near`) near-duplicate clusters,
+    task on the shard map): exact duplicates first, then (with `near`) near-duplicate clusters,
     then (with `decon`) train documents sharing an n-gram with a benchmark. Each global step
     is hash-partitioned over tasks; this process holds a byte per document (its split)."""
+    executor, progress = io.executor, io.progress
     exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, executor)
     names = np.array([name for name, _ in inputs], dtype=object)
     kept_by, dropped_from = (names[exact.input_of(exact.repeats[:, k])].tolist() for k in (1, 0))
@@ -355,20 +354,14 @@ def build_documents(
     )
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     shards: dict[str, list[Artifact]] = {s: [] for s in SPLITS}
-    with staged_dir(out_dir) as staging:
-        for split in SPLITS:
-            (staging / split).mkdir()
-        items = [(i, str(path), codes[i]) for i, (_, path) in enumerate(inputs)]
-        writing = for_items(executor, len(items), 2)
-        node = task_node(writing.node)
-        written = writing.map(partial(_write_splits, node, str(staging)), items)
-        for (name, _), parts in zip(inputs, written):
-            for split, shard in parts.items():
-                node.land(staging / split, shard)
-                shards[split].append(shard.artifact(out_dir / split, data_root))
-                rows[split][name] += shard.rows
-        if progress:
-            progress(f"documents: {len(inputs)} input shard(s) split")
+    items = [(i, str(path), codes[i]) for i, (_, path) in enumerate(inputs)]
+    written = map_shards(_write_splits, None, items, out_dir, executor, subsets=SPLITS)
+    for (name, _), parts in zip(inputs, written):
+        for split, shard in zip(SPLITS, parts.shards):
+            shards[split].append(shard.artifact(out_dir, io.root))
+            rows[split][name] += shard.rows
+    if progress:
+        progress(f"documents: {len(inputs)} input shard(s) split")
     return DocumentsResult(
         artifacts=shards,
         rows={s: dict(rows[s]) for s in SPLITS},

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +26,9 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime import hashpart
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
-from albor_pipeline.runtime.executor import INLINE, Executor, for_items
-from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
+from albor_pipeline.runtime.executor import INLINE, Executor
+from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled
+from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
 
 U64 = np.uint64
 P = U64(0x100000001B3)  # FNV prime: odd, so it has an inverse mod 2**64
@@ -283,10 +283,15 @@ class LshJob:
         return out
 
 
-def _bucket_partition(
-    job: LshJob, node: Node, firsts: np.ndarray, item: tuple[int, np.ndarray, np.ndarray]
-) -> np.ndarray:
+@dataclass(frozen=True)
+class _BucketJob:
+    lsh: LshJob
+    firsts: np.ndarray  # each signature task's first document, then the total
+
+
+def _bucket_partition(bucketing: _BucketJob, io: TaskIO, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
     """The candidate pairs of one hash partition of band keys: a task on any executor."""
+    job, node = bucketing.lsh, io.node
     records = hashpart.gather(node, job.spool, "lsh", item[1], item[2])
     if records is None:
         return np.zeros((0, 2), dtype=np.int64)
@@ -303,20 +308,20 @@ def _bucket_partition(
     if not shared:
         return np.zeros((0, 2), dtype=np.int64)
     need = np.unique(np.concatenate([s["doc"] for s in shared]))
-    sigs = job.signatures(firsts, need, node)
+    sigs = job.signatures(bucketing.firsts, need, node)
     return np.concatenate(
         [need[bucket_pairs(s["key"], np.searchsorted(need, s["doc"]), sigs, job.agree)] for s in shared]
     )
 
 
 def lsh_candidates(
-    job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor, node: Node = IN_PLACE
+    job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor, spools: Sequence[Spooled | None] = ()
 ) -> np.ndarray:
     """Every candidate pair (earlier, later), sorted, from the signature tasks' partition
     offsets (a row per task) and first documents (then the total): a task per partition,
-    reading the spool through `node` (the signature tasks' node, with their spool files)."""
+    reading the spool files the signature tasks sent back (`spools`)."""
     items = hashpart.partition_items(offsets)
-    found = list(for_items(executor, len(items), 2).map(partial(_bucket_partition, job, node, firsts), items))
+    found = map_tasks(_bucket_partition, _BucketJob(job, firsts), items, Path(job.spool), executor, spools=spools)
     pairs = np.concatenate([np.zeros((0, 2), dtype=np.int64), *found])
     return np.unique(pairs, axis=0) if len(pairs) else pairs
 
@@ -341,10 +346,15 @@ class NearDupIndex:
         return LshJob(str(spool), self.num_perm, self.bands, agree, partitions)
 
     def find_candidates(
-        self, job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor, node: Node = IN_PLACE
+        self,
+        job: LshJob,
+        offsets: np.ndarray,
+        firsts: np.ndarray,
+        executor: Executor,
+        spools: Sequence[Spooled | None] = (),
     ) -> None:
         """`pairs` from spooled signature tasks (`lsh_candidates`)."""
-        pairs = lsh_candidates(job, offsets, firsts, executor, node)
+        pairs = lsh_candidates(job, offsets, firsts, executor, spools)
         self.pairs = [(int(a), int(b)) for a, b in pairs.tolist()]
 
     def add(self, text: str) -> int:
@@ -387,12 +397,10 @@ class NearDupIndex:
         with tempfile.TemporaryDirectory(prefix=".albor-shingles-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
             used = np.unique(loc[:, 0])
             items = [(int(f), files[f], loc[loc[:, 0] == f, 1]) for f in used]
-            shingling = for_items(executor, len(items), 2)
-            node = task_node(shingling.node)
-            job = _ShingleJob(self.ngram, spool, node)
             spans = np.zeros((len(docs), 3), dtype=np.int64)  # (spool file, start, end) per doc
             spooled = []
-            for (f, _, _), (offsets, sent) in zip(items, shingling.map(partial(_shingle_file, job), items)):
+            shingled = map_tasks(_shingle_file, self.ngram, items, Path(spool), executor)
+            for (f, _, _), (offsets, sent) in zip(items, shingled):
                 spooled.append(sent)
                 mine = np.flatnonzero(loc[:, 0] == f)
                 spans[mine] = np.stack([np.full(len(mine), f), offsets[:-1], offsets[1:]], axis=1)
@@ -402,8 +410,8 @@ class NearDupIndex:
                 block = pairs[start : start + size]
                 block_docs = np.unique(block)
                 blocks.append((block, block_docs, spans[np.searchsorted(docs, block_docs)]))
-            task = partial(score_pair_block, PairJob(spool, self.threshold, node.with_spools(spooled)))
-            scored = list(for_items(executor, len(blocks), 2).map(task, blocks))
+            job = PairJob(spool, self.threshold)
+            scored = map_tasks(score_pair_block, job, blocks, Path(spool), executor, spools=spooled)
         self.cluster(np.concatenate(scored) if scored else np.zeros(0))
 
     def cluster(self, scores: np.ndarray) -> None:
@@ -440,22 +448,16 @@ def score_pairs(pairs: np.ndarray, shingles_of: Callable[[int], np.ndarray], thr
     return scores
 
 
-@dataclass(frozen=True)
-class _ShingleJob:
-    ngram: int
-    spool: str
-    node: Node
-
-
-def _shingle_file(job: _ShingleJob, item: tuple[int, str, np.ndarray]) -> tuple[np.ndarray, Spooled | None]:
+def _shingle_file(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> tuple[np.ndarray, Spooled | None]:
     """The shingles of rows `rows` of Parquet file f (candidate documents), concatenated into
-    the spool file f; returns their offsets in it and the file. A pure function of the file."""
+    the spool file f in the wave's directory; returns their offsets in it and the file. A
+    pure function of the file."""
     f, path, rows = item
-    texts = pq.read_table(job.node.local(path), columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
-    sets = [shingles(text, job.ngram) for text in texts]
-    spooled = job.node.directory(job.spool) / f"{f:05d}.npy"
+    texts = pq.read_table(io.local(path), columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
+    sets = [shingles(text, ngram) for text in texts]
+    spooled = io.directory / f"{f:05d}.npy"
     np.save(spooled, np.concatenate([np.zeros(0, U64), *sets]))
-    return np.cumsum([0, *map(len, sets)]), job.node.spool(spooled)
+    return np.cumsum([0, *map(len, sets)]), io.node.spool(spooled)
 
 
 PAIR_BLOCKS_PER_WORKER = 4  # pair blocks per worker: an even spread, and few tasks
@@ -469,10 +471,9 @@ class PairJob:
 
     spool: str
     threshold: float
-    node: Node = IN_PLACE
 
 
-def score_pair_block(job: PairJob, block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+def score_pair_block(job: PairJob, io: TaskIO, block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     """`score_pairs` of a run of pairs: a task of `documents` on any executor. `docs` are the
     block's document ids, sorted; `where[k]` is (spool file, start, end) of `docs[k]`'s shingles."""
     pairs, docs, where = block
@@ -481,7 +482,7 @@ def score_pair_block(job: PairJob, block: tuple[np.ndarray, np.ndarray, np.ndarr
     def shingles_of(doc: int) -> np.ndarray:
         f, start, end = where[np.searchsorted(docs, doc)].tolist()
         if f not in files:
-            files[f] = np.load(job.node.local(f"{job.spool}/{f:05d}.npy"), mmap_mode="r")
+            files[f] = np.load(io.local(f"{job.spool}/{f:05d}.npy"), mmap_mode="r")
         return np.asarray(files[f][start:end])
 
     return score_pairs(pairs, shingles_of, job.threshold)
