@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow.parquet as pq
 
-from albor_pipeline.stages.corpus.corpus import INDEX_FILE, INDEX_FORMAT
+from albor_pipeline.stages.corpus.index import INDEX_FILE, INDEX_FORMAT
 
 IGNORE_INDEX = -100  # torch.nn.functional.cross_entropy's default ignore_index
 SOURCES = ("parquet", "tokens", "megatron")  # the Parquet shards, the nanoGPT and Megatron streams

@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.checks import check_schema
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_sequences
-from albor_pipeline.stages.corpus.corpus import SEQ_SCHEMA, Packed, sequences_batch
+from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA, sequences_batch
+from albor_pipeline.stages.corpus.plan import Packed
 from albor_pipeline.stages.dedup.checks import check_no_leak
 from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip

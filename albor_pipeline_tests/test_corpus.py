@@ -14,19 +14,20 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from albor_pipeline.runtime.executor import LocalExecutor, TaskError
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import CorpusSpec, FimSpec
-from albor_pipeline.stages.corpus import corpus as corpus_module
+from albor_pipeline.stages.corpus import pack as pack_module
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_no_short_splits
-from albor_pipeline.stages.corpus.corpus import (
+from albor_pipeline.stages.corpus.corpus import build_corpus
+from albor_pipeline.stages.corpus.exports import megatron_index
+from albor_pipeline.stages.corpus.plan import (
     Packed,
     PlanSummary,
     Segments,
     best_fit_plan,
-    build_corpus,
     concat_plan,
     concat_segments,
     fill,
-    megatron_index,
 )
 from albor_pipeline.stages.fim.fim import apply_fim
 from albor_pipeline.text.encode import (
@@ -138,7 +139,7 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     tmp, _ = pipeline
     out = tmp / f"out_{encoder}"
     spec = CorpusSpec(seq_len=128, remainder="pad", encoder=encoder, formats=["parquet", "megatron", "nanogpt"])
-    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, StageIO(tmp))
     tok = Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json"))
     eos, pad = tok.token_to_id("</s>"), tok.token_to_id("<pad>")
     table = pq.read_table(out / "part-00000.parquet")
@@ -224,7 +225,7 @@ def test_best_fit_corpus_passes_its_checks_and_beats_concat_on_cuts(pipeline):
         spec = CorpusSpec(
             seq_len=256, remainder="pad", packing=packing, best_fit_window=64, formats=["parquet", "megatron"]
         )
-        results[packing] = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+        results[packing] = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, StageIO(tmp))
         shards = sorted(out.glob("part-*.parquet"))
         assert check_doc_lens(shards, 256, eos_id=2, pad_id=3).passed
         assert check_no_short_splits(shards, 256, eos_id=2).passed == (packing == "best_fit")
@@ -240,9 +241,9 @@ def test_per_source_accounting_counts_repeats_tokens_and_epochs(pipeline):
     table = pq.read_table(write_docs(tmp / "acct.parquet", [t for _, t in rows]))
     table = table.set_column(1, "source", pa.array([s for s, _ in rows]))
     pq.write_table(table, tmp / "acct_src.parquet")
-    apply_fim(tmp / "acct_src.parquet", FimSpec(rate=0.0), tmp / "acct_fim", tmp, enabled=False)
+    apply_fim(tmp / "acct_src.parquet", FimSpec(rate=0.0), tmp / "acct_fim", StageIO(tmp), enabled=False)
     spec = CorpusSpec(seq_len=64, formats=["parquet"])
-    result = build_corpus(tmp / "acct_fim", tmp / "tok" / "tokenizer.json", spec, tmp / "acct_out", tmp)
+    result = build_corpus(tmp / "acct_fim", tmp / "tok" / "tokenizer.json", spec, tmp / "acct_out", StageIO(tmp))
     tok = plain_tokenizer(Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json")))
     n = {t: len(tok.encode(t, add_special_tokens=False).ids) + 1 for t in (x, y, z)}  # + EOS
     a, b = result.sources["a"], result.sources["b"]
@@ -264,7 +265,7 @@ def test_doc_lens_rebuild_the_documents_and_bos_starts_each(pipeline, bos, worke
     tmp, _ = pipeline
     out = tmp / f"doclens_{bos}"
     spec = CorpusSpec(seq_len=64, remainder="pad", bos=bos, formats=["parquet", "megatron"])
-    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, tmp, LocalExecutor(workers))
+    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, StageIO(tmp, LocalExecutor(workers)))
     shards = sorted(out.glob("part-*.parquet"))
     assert check_doc_lens(shards, 64, eos_id=2, pad_id=3).passed
     table = pq.read_table(shards)
@@ -283,7 +284,7 @@ def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
     tmp, _ = pipeline
     out = tmp / "exports"
     spec = CorpusSpec(seq_len=64, formats=["parquet", "megatron", "nanogpt"])
-    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, tmp)
+    result = build_corpus(tmp / "fim", tmp / "tok" / "tokenizer.json", spec, out, StageIO(tmp))
     raw = (out / "megatron.idx").read_bytes()
     assert raw[:9] == b"MMIDIDX\x00\x00"
     version, dtype_code = np.frombuffer(raw[9:17], "<u8")[0], raw[17]
@@ -318,18 +319,18 @@ def test_corpus_is_deterministic_and_independent_of_worker_processes(pipeline):
     spec = CorpusSpec(seq_len=100, formats=["parquet", "megatron", "nanogpt"])
     tok = tmp / "tok" / "tokenizer.json"
     runs = [
-        build_corpus(tmp / "fim_small_groups.parquet", tok, spec, tmp / f"d{w}", tmp, LocalExecutor(w))
+        build_corpus(tmp / "fim_small_groups.parquet", tok, spec, tmp / f"d{w}", StageIO(tmp, LocalExecutor(w)))
         for w in (1, 2, 3)
     ]
     assert [x.sha256 for x in runs[0].artifacts] == [x.sha256 for x in runs[1].artifacts]
     assert [x.sha256 for x in runs[0].artifacts] == [x.sha256 for x in runs[2].artifacts]
-    single = build_corpus(tmp / "fim", tok, spec, tmp / "d_one_group", tmp)
+    single = build_corpus(tmp / "fim", tok, spec, tmp / "d_one_group", StageIO(tmp))
     assert [x.sha256 for x in single.artifacts] == [x.sha256 for x in runs[0].artifacts]
     resharded = tmp / "fim_resharded"  # the same rows in 5 shards of other sizes (another shard_mb)
     resharded.mkdir(exist_ok=True)
     for k, (lo, hi) in enumerate(zip([0, 1, 9, 10, 30], [1, 9, 10, 30, table.num_rows])):
         pq.write_table(table.slice(lo, hi - lo), resharded / f"part-{k:05d}-0000.parquet", row_group_size=5)
-    sharded = build_corpus(resharded, tok, spec, tmp / "d_sharded", tmp, LocalExecutor(2))
+    sharded = build_corpus(resharded, tok, spec, tmp / "d_sharded", StageIO(tmp, LocalExecutor(2)))
     assert [x.sha256 for x in sharded.artifacts] == [x.sha256 for x in runs[0].artifacts]
     assert runs[0].dropped_tokens == runs[0].tokens - runs[0].sequences * 100
 
@@ -341,7 +342,7 @@ def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pi
     pq.write_table(table, good, row_group_size=7, compression="zstd")
     tok = tmp / "tok" / "tokenizer.json"
     out = tmp / "d_kept"
-    build_corpus(good, tok, CorpusSpec(seq_len=100), out, tmp, LocalExecutor(2))
+    build_corpus(good, tok, CorpusSpec(seq_len=100), out, StageIO(tmp, LocalExecutor(2)))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     # Garble the page header of row group 3's text: only the worker that reads it fails.
     data = bytearray(good.read_bytes())
@@ -352,7 +353,7 @@ def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pi
         TaskError,
         match=r"encode_row_group failed on SpoolItem\(group=\('.*fim_bad_group.parquet', 3\), task=3\) \(local\)",
     ):
-        build_corpus(bad, tok, CorpusSpec(seq_len=100), out, tmp, LocalExecutor(2))
+        build_corpus(bad, tok, CorpusSpec(seq_len=100), out, StageIO(tmp, LocalExecutor(2)))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".d_kept")) == []
 
@@ -519,10 +520,12 @@ def test_autotokenizer_folder_matches_the_corpus_ids(pipeline, tmp_path):
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp / "tok"))
     assert (hf.bos_token_id, hf.eos_token_id, hf.pad_token_id, hf.unk_token_id) == (1, 2, 3, 0)
     assert hf.model_max_length == 2048 and hf.convert_tokens_to_ids("<|fim_middle|>") == 1502  # vocab 1500 + 2
-    plain = apply_fim(write_docs(tmp_path / "docs.parquet", docs), FimSpec(rate=0.0), tmp_path / "fim", tmp_path)
+    plain = apply_fim(
+        write_docs(tmp_path / "docs.parquet", docs), FimSpec(rate=0.0), tmp_path / "fim", StageIO(tmp_path)
+    )
     assert plain.transformed == 0
     spec = CorpusSpec(seq_len=64, formats=["megatron"])
-    build_corpus(tmp_path / "fim", tmp / "tok" / "tokenizer.json", spec, tmp_path / "c", tmp_path)
+    build_corpus(tmp_path / "fim", tmp / "tok" / "tokenizer.json", spec, tmp_path / "c", StageIO(tmp_path))
     stream = np.fromfile(tmp_path / "c" / "megatron.bin", dtype=np.uint16)
     ends = np.cumsum(_megatron_lengths(tmp_path / "c"))
     corpus_docs = [d[:-1].tolist() for d in np.split(stream, ends[:-1])]  # each without its EOS
@@ -569,10 +572,10 @@ def test_corpus_shards_and_packing_chunks_change_files_not_sequences(pipeline, m
             formats=["parquet", "megatron", "nanogpt"],
         )
 
-    one = build_corpus(fim, tok, spec(100_000), tmp / f"one_{packing}", tmp)
-    sharded = build_corpus(fim, tok, spec(3), tmp / f"sharded_{packing}", tmp, LocalExecutor(2))
-    monkeypatch.setattr(corpus_module, "PACK_SEQUENCES", 2)
-    chunked = build_corpus(fim, tok, spec(3), tmp / f"chunked_{packing}", tmp)
+    one = build_corpus(fim, tok, spec(100_000), tmp / f"one_{packing}", StageIO(tmp))
+    sharded = build_corpus(fim, tok, spec(3), tmp / f"sharded_{packing}", StageIO(tmp, LocalExecutor(2)))
+    monkeypatch.setattr(pack_module, "PACK_SEQUENCES", 2)
+    chunked = build_corpus(fim, tok, spec(3), tmp / f"chunked_{packing}", StageIO(tmp))
     assert len([a for a in one.artifacts if a.path.endswith(".parquet")]) == 1
     assert len([a for a in sharded.artifacts if a.path.endswith(".parquet")]) == -(-one.sequences // 3) > 5
     assert _sequences(tmp / f"sharded_{packing}") == _sequences(tmp / f"one_{packing}")

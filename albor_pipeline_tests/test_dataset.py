@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.dataset import IGNORE_INDEX, Batches, Sequences
 from albor_pipeline.runtime.executor import LocalExecutor
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import CorpusSpec
 from albor_pipeline.stages.corpus import checks
 from albor_pipeline.stages.corpus.checks import check_min_chars, token_chars
@@ -38,7 +39,7 @@ def corpora(pipeline: tuple[Path, list[str]]) -> dict[str, Path]:
     out = {}
     for name, (spec, min_chars) in specs.items():
         out[name] = tmp / f"dataset_{name}"
-        build_corpus(fim, tok, spec, out[name], tmp, min_chars=min_chars)
+        build_corpus(fim, tok, spec, out[name], StageIO(tmp), min_chars=min_chars)
     return out
 
 

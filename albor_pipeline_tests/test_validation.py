@@ -28,7 +28,7 @@ from albor_pipeline.spec import (
     parse_spec,
     path_variables,
 )
-from albor_pipeline.stages.corpus.corpus import PACK_SEQUENCES
+from albor_pipeline.stages.corpus.pack import PACK_SEQUENCES
 from albor_pipeline.text.vocab import FIM_TOKENS
 
 from .support import run_into_bucket, small_spec_dict, write_spec

@@ -12,12 +12,16 @@ from tokenizers import Tokenizer
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
-from albor_pipeline.runtime.layout import TOKENIZER, corpus_stage, fim_stage, long_split
+from albor_pipeline.runtime.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split
 from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import SPLITS, CorpusSpec, LongSpec, Packing, PipelineSpec
+from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Packing, PipelineSpec, RemainderPolicy
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
-from albor_pipeline.stages.corpus.corpus import SEQ_SCHEMA, build_corpus
+from albor_pipeline.stages.corpus.corpus import build_corpus
+from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
+from albor_pipeline.stages.corpus.report import CorpusSummary
+from albor_pipeline.stages.tokenizer.report import TokenizerSummary
 from albor_pipeline.text.vocab import EOS, PAD
 
 
@@ -25,12 +29,12 @@ class CorpusConfig(dg.Config):
     """Run overrides of the spec's `corpus`; a field left unset keeps the spec's value."""
 
     seq_len: int | None = None
-    remainder: str | None = None
-    formats: list[str] | None = None
+    remainder: RemainderPolicy | None = None
+    formats: list[ExportFormat] | None = None
     shard_sequences: int | None = None
     encoder: str | None = None
     bos: bool | None = None
-    packing: str | None = None
+    packing: Packing | None = None
     best_fit_window: int | None = None
 
 
@@ -49,25 +53,22 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
         layout.tokenizer_json,
         settings,
         layout.corpus_dir(out),
-        layout.root,
-        ctx.executor,
-        progress=ctx.log.info,
+        StageIO(layout.root, ctx.executor, ctx.log.info),
         min_chars=min_chars,
     )
-    summary = {
-        "documents": result.documents,
-        "sequences": result.sequences,
-        "tokens": result.tokens,
-        "dropped_tokens": result.dropped_tokens,
-        "padded_tokens": result.padded_tokens,
-        # Boundary-aware training cares how often packing splits a document and pads.
-        "cut_documents": result.cut_documents,
-        "cut_fraction": round(result.cut_documents / result.documents, 6) if result.documents else 0.0,
-        "pad_fraction": round(result.padded_tokens / (result.sequences * settings.seq_len), 6)
+    summary = CorpusSummary(
+        documents=result.documents,
+        sequences=result.sequences,
+        tokens=result.tokens,
+        dropped_tokens=result.dropped_tokens,
+        padded_tokens=result.padded_tokens,
+        cut_documents=result.cut_documents,
+        cut_fraction=round(result.cut_documents / result.documents, 6) if result.documents else 0.0,
+        pad_fraction=round(result.padded_tokens / (result.sequences * settings.seq_len), 6)
         if result.sequences
         else 0.0,
-        "sources": result.sources,
-    }
+        sources=result.sources,
+    )
     if not result.sequences:
         ctx.log.warning(f"corpus/{out}: no full sequence ({result.documents} documents, {result.tokens} tokens)")
     bytes_per_token = result.text_bytes / result.tokens if result.tokens else 0.0
@@ -77,8 +78,10 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
         summary=summary,
         row_count=result.sequences,
         metadata={
-            **{k: v for k, v in summary.items() if k != "sources"},
-            "sources": dg.MetadataValue.md(markdown_table([{"source": k, **v} for k, v in result.sources.items()])),
+            **summary.model_dump(exclude={"sources"}),
+            "sources": dg.MetadataValue.md(
+                markdown_table([{"source": k, **v} for k, v in summary.to_json()["sources"].items()])
+            ),
             "bytes_per_token": round(bytes_per_token, 4),
             "encoder": result.encoder,
             "tokens_per_s": round(result.tokens / result.seconds) if result.seconds else 0,
@@ -99,13 +102,17 @@ def long_corpus(
     return pack(ctx, split, long_split(split), corpus_settings, min_chars=settings.min_chars)
 
 
+def _special_ids(layout: Layout) -> dict[str, int]:
+    return TokenizerSummary.model_validate(read_manifest(layout, TOKENIZER).summary).special_ids
+
+
 def _doc_lens(ctx: CheckContext) -> CheckOutcome:
-    ids = read_manifest(ctx.layout, TOKENIZER).summary["special_ids"]
+    ids = _special_ids(ctx.layout)
     return check_doc_lens(ctx.parquet_outputs, ctx.manifest.config["seq_len"], ids[EOS], ids[PAD], ctx.executor)
 
 
 def _no_short_splits(ctx: CheckContext) -> CheckOutcome:
-    eos = read_manifest(ctx.layout, TOKENIZER).summary["special_ids"][EOS]
+    eos = _special_ids(ctx.layout)[EOS]
     return check_no_short_splits(ctx.parquet_outputs, ctx.manifest.config["seq_len"], eos, ctx.executor)
 
 
@@ -124,8 +131,9 @@ def _unless_empty(check: Check) -> Check:
     saying so, instead of failing every check of an empty corpus."""
 
     def run(ctx: CheckContext) -> CheckOutcome:
-        if ctx.manifest.summary["sequences"] == 0:
-            return CheckOutcome(True, f"empty: {ctx.manifest.summary['documents']} long document(s), no full sequence")
+        summary = CorpusSummary.model_validate(ctx.manifest.summary)
+        if summary.sequences == 0:
+            return CheckOutcome(True, f"empty: {summary.documents} long document(s), no full sequence")
         return check.run(ctx)
 
     return replace(check, run=run)

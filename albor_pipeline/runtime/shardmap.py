@@ -85,15 +85,16 @@ def map_shards(
     executor: Executor,
     progress: Callable[[list[R]], str | None] | None = None,
     log: Progress | None = None,
-    check: Callable[[list[R]], None] | None = None,
+    finish: Callable[[Path, list[R]], None] | None = None,
     spools: Sequence[Spooled | None] = (),
     inline_below: int = INLINE_BELOW,
     subsets: Sequence[str] = (),
 ) -> list[R]:
     """Run `step(job, io, item)` for every item on `executor` (inline below INLINE_BELOW
     items on a local pool) and commit the shards they wrote as the set `out`, in item order.
-    `progress(done)` says what to log after each result (None: nothing); `check(results)`
-    may refuse the set before it commits; `spools`: what an earlier wave (`map_tasks`) sent
+    `progress(done)` says what to log after each result (None: nothing); `finish(staging,
+    results)` may add the set's other files (an index, exports) or refuse the set before it
+    commits; `spools`: what an earlier wave (`map_tasks`) sent
     back, for the steps to read; `subsets`: subdirectories of the set (one per split), each
     present even when empty, where steps write shards named `<subset>/part-….parquet`. If a
     step or the check fails, nothing is committed and `out` keeps its previous set."""
@@ -111,8 +112,8 @@ def map_shards(
             line = progress(done) if progress else None
             if line and log:
                 log(line)
-        if check is not None:
-            check(done)
+        if finish is not None:
+            finish(staging, done)
     return done
 
 

@@ -19,7 +19,6 @@ from typing import Any
 import pyarrow as pa
 
 from albor_pipeline.runtime.artifacts import Artifact
-from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.files import (
     Location,
     SourceListing,
@@ -32,9 +31,8 @@ from albor_pipeline.runtime.files import (
     source_root,
 )
 from albor_pipeline.runtime.layout import source_stage
-from albor_pipeline.runtime.shardmap import TaskIO, map_shards, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
-from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.runtime.watchdog import reading
 from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.tasks import generate, read_words
@@ -297,13 +295,13 @@ def file_groups(src: SourceSpec, listing: SourceListing, max_bytes: int) -> list
 def ingest_source(
     src: SourceSpec,
     out: Path,
-    data_root: Path,
-    progress: Progress | None = None,
-    executor: Executor = INLINE,
+    io: StageIO,
+    *,
     shard_mb: float = 32,
 ) -> IngestResult:
     """Write `src` as a shard set (directory `out`); raise on an empty source (nothing is
-    replaced). Tasks write their shards wherever they run; the set commits whole."""
+    replaced). Tasks write their shards wherever they run (`io.executor`); the set commits whole."""
+    progress = io.progress
     listing = source_files(src)
     files = listing.files
     counts = Counts(Counter(listing.skipped))
@@ -320,7 +318,7 @@ def ingest_source(
         mb = sum(p.text_bytes for p in parts) / 1e6
         return f"{src.name}: {sum(s.rows for s in shards):,} documents in {len(shards)} shard(s), {mb:.1f} MB"
 
-    def not_empty(parts: list[_Part]) -> None:
+    def not_empty(_: Path, parts: list[_Part]) -> None:
         """An empty source is an error (before the commit: the previous set is kept)."""
         for part in parts:
             counts.add(part.counts)
@@ -332,12 +330,12 @@ def ingest_source(
             )
 
     job = _IngestJob(src, max_bytes)
-    parts = map_shards(_ingest_group, job, groups, out, executor, ingested, progress, not_empty)
+    parts = map_shards(_ingest_group, job, groups, out, io.executor, ingested, progress, not_empty)
     shards = list(shards_of(parts))
     text_bytes = sum(part.text_bytes for part in parts)
     skipped = counts.skipped
     return IngestResult(
-        artifacts=[shard.artifact(out, data_root) for shard in shards],
+        artifacts=[shard.artifact(out, io.root) for shard in shards],
         files=len(files),
         text_bytes=text_bytes,
         skipped=dict(sorted(skipped.items())),

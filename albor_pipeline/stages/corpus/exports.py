@@ -1,0 +1,71 @@
+"""The token-stream exports: Megatron MMIDIDX v1 `.bin/.idx` and a flat nanoGPT `tokens.bin` + JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from albor_pipeline.runtime.artifacts import (
+    atomic_path,
+    write_json,
+)
+from albor_pipeline.spec import ExportFormat
+from albor_pipeline.stages.corpus.encode_task import (
+    spool_tokens,
+)
+from albor_pipeline.text.vocab import token_dtype
+
+STREAMS = ((ExportFormat.megatron, "megatron.bin", True), (ExportFormat.nanogpt, "tokens.bin", False))
+"""Token-stream exports: (format, file, signed dtype): Megatron wants int32 past uint16, nanoGPT uint32."""
+
+
+MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
+
+
+MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+
+
+def megatron_index(lengths: np.ndarray, dtype: np.dtype) -> bytes:
+    """MMIDIDX v1: header, int32 lengths, int64 byte pointers, int64 document indices."""
+    n = len(lengths)
+    pointers = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(lengths[:-1].astype(np.int64) * dtype.itemsize, out=pointers[1:])
+    doc_idx = np.arange(n + 1, dtype=np.int64)
+    header = MMIDIDX_MAGIC + struct.pack("<Q", 1) + struct.pack("<B", MEGATRON_DTYPE_CODES[dtype])
+    header += struct.pack("<Q", n) + struct.pack("<Q", n + 1)
+    return header + lengths.astype(np.int32).tobytes() + pointers.tobytes() + doc_idx.tobytes()
+
+
+def concat_streams(spool: Path, tasks: int, names: list[str], into: Path) -> tuple[str, int]:
+    """The spooled ids end to end into each file `names` under `into` (the same bytes: one
+    SHA-256 and size, returned)."""
+    digest, size = hashlib.sha256(), 0
+    with ExitStack() as stack:
+        outs = [stack.enter_context(open(stack.enter_context(atomic_path(into / n)), "wb")) for n in names]
+        for task in range(tasks):
+            with open(spool_tokens(spool, task), "rb") as src:
+                while chunk := src.read(1 << 22):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    for out in outs:
+                        out.write(chunk)
+    return digest.hexdigest(), size
+
+
+def write_sidecars(out: Path, formats: set[ExportFormat], lengths: np.ndarray, nanogpt: dict[str, int]) -> list[Path]:
+    """The exports' index files: Megatron's `.idx` (a record per document) and nanoGPT's JSON."""
+    written = []
+    vocab = nanogpt["vocab_size"]
+    if ExportFormat.megatron in formats:
+        with atomic_path(out / "megatron.idx") as tmp:
+            tmp.write_bytes(megatron_index(lengths, token_dtype(vocab, signed=True)))
+        written.append(out / "megatron.idx")
+    if ExportFormat.nanogpt in formats:
+        write_json(out / "tokens.json", {"dtype": token_dtype(vocab).name, **nanogpt})
+        written.append(out / "tokens.json")
+    return written

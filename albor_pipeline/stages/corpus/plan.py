@@ -1,0 +1,130 @@
+"""The packing plan: every sequence as segments of the token stream, from the documents' lengths alone
+(`concat`: cut every `seq_len` tokens; `best_fit`: whole documents into bins)."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Packed:
+    """Full sequences and the document pieces of each (piece lengths, sequence after sequence)."""
+
+    seqs: np.ndarray  # (n, seq_len) uint32
+    pieces: np.ndarray  # uint32 lengths of the document pieces
+    counts: np.ndarray  # pieces per sequence
+
+
+@dataclass
+class Segments:
+    """Sequences as segments of the token stream: segment j is `lens[j]` tokens from stream
+    position `starts[j]`; sequence i is the next `counts[i]` segments, then padding. The
+    segments are the sequences' document pieces (`doc_lens`)."""
+
+    starts: np.ndarray  # int64
+    lens: np.ndarray  # int64
+    counts: np.ndarray  # int64, one per sequence
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """What packing does to the stream as a whole (stage metadata)."""
+
+    sequences: int
+    cut_documents: int  # documents split across two or more sequences
+    padded: int
+    dropped: int
+
+
+def concat_plan(ends: np.ndarray, seq_len: int, pad_remainder: bool) -> PlanSummary:
+    """`concat` over documents ending at stream positions `ends`: cut every `seq_len` tokens;
+    the tail is one padded sequence (`pad_remainder`) or dropped."""
+    total = int(ends[-1]) if len(ends) else 0
+    full, rest = divmod(total, seq_len)
+    edges = np.arange(1, full + 1, dtype=np.int64) * seq_len
+    at = np.searchsorted(ends, edges)  # the document holding each edge, or ending on it
+    cut = len(np.unique(at[ends[at] != edges])) if full else 0
+    padded = seq_len - rest if pad_remainder and rest else 0
+    return PlanSummary(full + (padded > 0), cut, padded, 0 if pad_remainder else rest)
+
+
+def concat_segments(ends: np.ndarray, lo: int, hi: int, seq_len: int) -> Segments:
+    """The `concat` segments of stream positions [lo, hi) (lo on a sequence edge): the pieces
+    between the document ends and sequence edges inside it. Any cut of the stream into
+    ranges gives the same pieces, so shards never depend on one another."""
+    inner = np.asarray(ends[np.searchsorted(ends, lo, side="right") : np.searchsorted(ends, hi, side="left")])
+    bounds = np.concatenate([[lo], np.union1d(inner, np.arange(lo + seq_len, hi, seq_len, dtype=np.int64)), [hi]])
+    starts = bounds[:-1].astype(np.int64)
+    counts = np.bincount((starts - lo) // seq_len, minlength=-(-(hi - lo) // seq_len))
+    return Segments(starts, np.diff(bounds).astype(np.int64), counts.astype(np.int64))
+
+
+def best_fit_plan(lengths: np.ndarray, seq_len: int, window: int) -> tuple[Segments, PlanSummary]:
+    """`best_fit`: whole documents into `seq_len` bins, best-fit decreasing over windows of
+    `window` documents, each window padded on its own, so memory is bounded by the window
+    and the output depends only on the documents' order.
+
+    A document longer than `seq_len` is the only one ever split: its full chunks become
+    sequences of their own (where it comes in the stream) and its tail is packed like a
+    document."""
+    L = seq_len
+    starts_of = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
+    starts: list[int] = []
+    lens: list[int] = []
+    counts: list[int] = []
+    pending: list[tuple[int, int]] = []  # (stream position, tokens) of the window's documents
+    cut = padded = 0
+
+    def pack_window() -> None:
+        nonlocal padded
+        bins: list[list[int]] = []
+        room: list[tuple[int, int]] = []  # (free tokens, bin), sorted: the best fit is the first that fits
+        for i in sorted(range(len(pending)), key=lambda i: (-pending[i][1], i)):
+            n = pending[i][1]
+            at = bisect.bisect_left(room, (n, -1))
+            if at < len(room):
+                free, b = room.pop(at)
+                bins[b].append(i)
+            else:
+                free, b = L, len(bins)
+                bins.append([i])
+            bisect.insort(room, (free - n, b))
+        for members in bins:
+            for i in members:
+                starts.append(pending[i][0])
+                lens.append(pending[i][1])
+            counts.append(len(members))
+            padded += L - sum(pending[i][1] for i in members)
+        pending.clear()
+
+    for start, n in zip(starts_of.tolist(), lengths.tolist()):
+        if n > L:
+            cut += 1
+            chunks = n // L
+            starts += range(start, start + chunks * L, L)
+            lens += [L] * chunks
+            counts += [1] * chunks
+            start, n = start + chunks * L, n - chunks * L
+        if n:
+            pending.append((start, n))
+        if len(pending) >= window:
+            pack_window()
+    pack_window()
+    segments = Segments(np.array(starts, np.int64), np.array(lens, np.int64), np.array(counts, np.int64))
+    return segments, PlanSummary(len(counts), cut, padded, 0)
+
+
+def fill(stream: np.ndarray, base: int, segments: Segments, seq_len: int, pad_id: int) -> Packed:
+    """The sequences of `segments`, whose tokens are in `stream` (stream position `base` on)."""
+    starts, lens, counts = segments.starts, segments.lens, segments.counts
+    out = np.full(len(counts) * seq_len, pad_id, dtype=np.uint32)
+    before = np.cumsum(lens) - lens  # tokens of the earlier segments
+    first = np.cumsum(counts) - counts  # each sequence's first segment
+    dest = np.repeat(np.arange(len(counts), dtype=np.int64) * seq_len - before[first], counts) + before
+    seg = np.repeat(np.arange(len(lens)), lens)
+    within = np.arange(int(lens.sum()), dtype=np.int64) - before[seg]
+    out[dest[seg] + within] = stream[starts[seg] - base + within]
+    return Packed(out.reshape(len(counts), seq_len), lens.astype(np.uint32), counts)
