@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.stages.dedup.neardup import MinHasher, NearDupIndex, P, _inverse, jaccard, near_duplicates, shingles
+from albor_pipeline.stages.dedup.minhash import MinHasher, P, _inverse, jaccard, shingles
+from albor_pipeline.stages.dedup.neardup import NearDupIndex, near_duplicates
 
 from .support import STDLIB
 
@@ -88,7 +89,8 @@ def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
     member, in a small and in a big bucket. Pairing only with the first (or all pairs only up
     to a size cap) never compared the copies, so both stayed and a check on the survivors,
     seeing smaller buckets, found them across splits."""
-    from albor_pipeline.stages.dedup.neardup import Signer, bucket_pairs, min_agreement, word_hashes
+    from albor_pipeline.stages.dedup.lsh import bucket_pairs, min_agreement
+    from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
 
     far = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
     copy = (STDLIB / "textwrap.py").read_text(encoding="utf-8")
@@ -159,7 +161,8 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
     loop over every pair: share a band's key and agree in enough signature positions."""
     from albor_pipeline.runtime import hashpart
     from albor_pipeline.runtime.executor import LocalExecutor
-    from albor_pipeline.stages.dedup.neardup import band_keys, lsh_candidates, word_hashes
+    from albor_pipeline.stages.dedup.lsh import band_keys, lsh_candidates
+    from albor_pipeline.stages.dedup.minhash import word_hashes
 
     originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
     texts = [*originals, "", *(t.replace("def ", "def  ", 2) + "\n# copy\n" for t in originals[:10])]

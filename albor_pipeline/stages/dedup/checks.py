@@ -18,7 +18,9 @@ from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
 from albor_pipeline.runtime.shards import iter_batches, parquet_files
 from albor_pipeline.spec import DecontaminateSpec
 from albor_pipeline.stages.dedup.decontam import contaminated
-from albor_pipeline.stages.dedup.neardup import LshJob, NearDupIndex, Signer, word_hashes
+from albor_pipeline.stages.dedup.lsh import LshJob
+from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
+from albor_pipeline.stages.dedup.neardup import NearDupIndex
 
 
 def _hashes(path: Path) -> set[str]:

@@ -18,7 +18,7 @@ from albor_pipeline.runtime.artifacts import Artifact, sha256_file
 from albor_pipeline.runtime.layout import benchmark_stage
 from albor_pipeline.runtime.shards import iter_batches
 from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec
-from albor_pipeline.stages.dedup.neardup import ngrams, word_hashes
+from albor_pipeline.stages.dedup.minhash import ngrams, word_hashes
 from albor_pipeline.text.datafiles import IngestError, data_file_texts
 
 

@@ -27,7 +27,9 @@ from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.dedup.decontam import Decontaminator
-from albor_pipeline.stages.dedup.neardup import LshJob, NearDupIndex, Signer, word_hashes
+from albor_pipeline.stages.dedup.lsh import LshJob
+from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
+from albor_pipeline.stages.dedup.neardup import NearDupIndex
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
 from albor_pipeline.text.secrets import redact_path
 

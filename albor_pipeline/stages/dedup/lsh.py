@@ -1,0 +1,167 @@
+"""LSH banding by hash partitioning: documents that agree on all `rows` values of any of `bands`
+bands share a bucket; each band's rows hash to one key, the keys are hash-partitioned to disk
+by the signature tasks, and a task per partition buckets each band by sorting its keys."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from albor_pipeline.runtime import hashpart
+from albor_pipeline.runtime.executor import Executor
+from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled
+from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
+from albor_pipeline.stages.dedup.minhash import MAX_HASH, P, mix64
+
+U64 = np.uint64
+
+
+def band_keys(sigs: np.ndarray, bands: int) -> np.ndarray:
+    """One 64-bit key per LSH band of each signature (rows of `sigs`, or one signature): a hash
+    of the band's rows (a collision only adds a candidate pair, which the signature estimate
+    and exact Jaccard then reject)."""
+    rows = np.asarray(sigs).reshape(*np.shape(sigs)[:-1], bands, np.shape(sigs)[-1] // bands)
+    with np.errstate(over="ignore"):
+        key = rows[..., 0].copy()
+        for j in range(1, rows.shape[-1]):
+            key = mix64(key * P + rows[..., j])
+    return key
+
+
+ESTIMATE_MARGIN = 0.15  # ~4 standard deviations of a 112-permutation estimate at Jaccard 0.8
+
+
+PAIR_BLOCK = 1 << 22  # signature-row comparisons held at once when estimating a big bucket
+
+
+def min_agreement(threshold: float, num_perm: int) -> int:
+    """Signature positions two documents must share to be a candidate pair: their MinHash
+    estimate of Jaccard at least `threshold` - ESTIMATE_MARGIN."""
+    return max(1, math.ceil((threshold - ESTIMATE_MARGIN) * num_perm))
+
+
+def bucket_pairs(keys: np.ndarray, docs: np.ndarray, sigs: np.ndarray, agree: int) -> np.ndarray:
+    """(earlier, later) candidate pairs among documents sharing a key; `docs` ascend and
+    `sigs[d]` is document d's signature.
+
+    A pair is a candidate when it shares a bucket and its signatures agree in at least
+    `agree` positions: a rule about the pair alone, so candidates depend neither on document
+    order nor on who else is in the bucket. (Pairing only with a bucket's first member, or all
+    pairs up to a size cap, missed near-copies in big buckets; a check on the survivors then
+    saw smaller buckets and found them.) Every pair of a bucket is estimated, vectorised in
+    blocks; sort-based bucketing."""
+    order = np.argsort(keys, kind="stable")  # stable: within a key, documents stay ascending
+    k, d = keys[order], docs[order]
+    starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    sizes = np.diff(np.append(starts, len(k)))
+    two = starts[sizes == 2]
+    a, b = d[two], d[two + 1]
+    close = (sigs[a] == sigs[b]).sum(axis=1) >= agree
+    pairs = [np.stack([a[close], b[close]], axis=1)]
+    for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist()):
+        members = d[start : start + size]
+        member_sigs = sigs[members]
+        rows = max(1, PAIR_BLOCK // (size * member_sigs.shape[1]))
+        for first in range(0, size - 1, rows):
+            block = member_sigs[first : first + rows]
+            agreeing = (block[:, None, :] == member_sigs[None, :, :]).sum(axis=2)
+            i, j = np.nonzero(agreeing >= agree)
+            i += first
+            later = j > i
+            pairs.append(np.stack([members[i[later]], members[j[later]]], axis=1))
+    return np.concatenate(pairs).astype(np.int64, copy=False)
+
+
+LSH_RECORD = np.dtype([("band", "<u2"), ("key", "<u8"), ("doc", "<i8")])
+
+
+@dataclass(frozen=True)
+class LshJob:
+    """LSH by hash partitioning. Each signature task spools its documents' signatures and
+    scatters their band keys (`spool_signatures`); then a task per partition buckets each
+    band by sorting its keys and keeps the pairs whose signatures agree enough
+    (`lsh_candidates`). All of a (band, key) bucket is in one partition, so the candidates
+    are those of one pass over every document (datatrove's design, without an all-pairs
+    step anywhere)."""
+
+    spool: str
+    num_perm: int
+    bands: int
+    agree: int  # signature positions a candidate pair shares (`min_agreement`)
+    partitions: int
+
+    def spool_signatures(
+        self, task: int, first: int, sigs: np.ndarray, node: Node = IN_PLACE
+    ) -> tuple[np.ndarray, list[Spooled | None]]:
+        """Spool task `task`'s signatures (documents `first`, `first` + 1, ...) and scatter
+        their band keys where `node` writes; returns the partition offsets for
+        `lsh_candidates` and the two spool files."""
+        sigs = np.asarray(sigs, dtype=U64).reshape(-1, self.num_perm)
+        path = hashpart.spool_file(node.directory(self.spool), "sigs", task)
+        np.save(path, sigs)
+        docs = np.flatnonzero(sigs[:, 0] != MAX_HASH)  # a document without shingles has no buckets
+        keys = band_keys(sigs[docs], self.bands)  # (documents, bands)
+        records = np.empty(keys.size, LSH_RECORD)
+        records["band"] = np.repeat(np.arange(self.bands), len(docs))
+        records["key"] = keys.T.ravel()
+        records["doc"] = np.tile(first + docs, self.bands)
+        part = records["key"] % U64(self.partitions)
+        offsets, keys_file = hashpart.scatter(node, self.spool, "lsh", task, records, part, self.partitions)
+        return offsets, [node.spool(path), keys_file]
+
+    def signatures(self, firsts: np.ndarray, docs: np.ndarray, node: Node = IN_PLACE) -> np.ndarray:
+        """The spooled signatures of `docs`; task t spooled documents firsts[t] .. firsts[t+1]-1."""
+        tasks = np.searchsorted(firsts, docs, side="right") - 1
+        out = np.empty((len(docs), self.num_perm), dtype=U64)
+        for t in np.unique(tasks).tolist():
+            mine = tasks == t
+            spooled = np.load(node.local(hashpart.spool_file(self.spool, "sigs", t)), mmap_mode="r")
+            out[mine] = spooled[docs[mine] - firsts[t]]
+        return out
+
+
+@dataclass(frozen=True)
+class _BucketJob:
+    lsh: LshJob
+    firsts: np.ndarray  # each signature task's first document, then the total
+
+
+def _bucket_partition(bucketing: _BucketJob, io: TaskIO, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The candidate pairs of one hash partition of band keys: a task on any executor."""
+    job, node = bucketing.lsh, io.node
+    records = hashpart.gather(node, job.spool, "lsh", item[1], item[2])
+    if records is None:
+        return np.zeros((0, 2), dtype=np.int64)
+    shared = []
+    for band in np.unique(records["band"]).tolist():
+        mine = records[records["band"] == band]  # documents ascending
+        order = np.argsort(mine["key"], kind="stable")
+        same = mine["key"][order][1:] == mine["key"][order][:-1]
+        in_bucket = np.zeros(len(mine), dtype=bool)
+        in_bucket[1:] |= same
+        in_bucket[:-1] |= same
+        if in_bucket.any():
+            shared.append(mine[np.sort(order[in_bucket])])
+    if not shared:
+        return np.zeros((0, 2), dtype=np.int64)
+    need = np.unique(np.concatenate([s["doc"] for s in shared]))
+    sigs = job.signatures(bucketing.firsts, need, node)
+    return np.concatenate(
+        [need[bucket_pairs(s["key"], np.searchsorted(need, s["doc"]), sigs, job.agree)] for s in shared]
+    )
+
+
+def lsh_candidates(
+    job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor, spools: Sequence[Spooled | None] = ()
+) -> np.ndarray:
+    """Every candidate pair (earlier, later), sorted, from the signature tasks' partition
+    offsets (a row per task) and first documents (then the total): a task per partition,
+    reading the spool files the signature tasks sent back (`spools`)."""
+    items = hashpart.partition_items(offsets)
+    found = map_tasks(_bucket_partition, _BucketJob(job, firsts), items, Path(job.spool), executor, spools=spools)
+    pairs = np.concatenate([np.zeros((0, 2), dtype=np.int64), *found])
+    return np.unique(pairs, axis=0) if len(pairs) else pairs

@@ -1,0 +1,138 @@
+"""MinHash over word n-grams, all numpy: words are runs of [a-z0-9_] in the lowercased UTF-8
+bytes, found with a byte class table; each word's 64-bit hash comes from prefix hashes of the
+bytes (polynomial, mod 2**64, so any span's hash is two multiplications away); an n-gram's
+hash combines its words' hashes the same way. MinHash uses `num_perm` xor-multiply
+permutations of a mixed shingle hash."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+U64 = np.uint64
+
+
+P = U64(0x100000001B3)  # FNV prime: odd, so it has an inverse mod 2**64
+
+
+WORD_BYTES = np.zeros(256, dtype=bool)
+for _c in b"abcdefghijklmnopqrstuvwxyz0123456789_":
+    WORD_BYTES[_c] = True
+
+
+MAX_HASH = np.iinfo(np.uint64).max
+
+
+def _powers(n: int) -> np.ndarray:
+    """P**0 .. P**n mod 2**64."""
+    out = np.full(n + 1, P, dtype=U64)
+    out[0] = 1
+    with np.errstate(over="ignore"):
+        return np.cumprod(out, dtype=U64)
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: spreads structured hashes over all 64 bits."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> U64(30))) * U64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> U64(27))) * U64(0x94D049BB133111EB)
+        return x ^ (x >> U64(31))
+
+
+def word_hashes(text: str) -> np.ndarray:
+    """One 64-bit hash per word of `text`, in order: words are runs of [a-z0-9_] in the
+    lowercased UTF-8 bytes (so case, punctuation and whitespace are normalized away)."""
+    data = np.frombuffer(text.lower().encode("utf-8"), dtype=np.uint8)
+    edges = np.diff(np.concatenate(([0], WORD_BYTES[data].astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    if not len(starts):
+        return np.zeros(0, dtype=U64)
+    powers = _powers(len(data))
+    with np.errstate(over="ignore"):
+        # prefix[i] = sum_{j<i} data[j] * P**(i-1-j), built without a Python loop:
+        # prefix[i] = P**(i-1) * sum_{j<i} data[j] * P**-j, with P's inverse mod 2**64.
+        inverse = _powers_of(_inverse(P), len(data))
+        scaled = np.cumsum(data.astype(U64) * inverse[:-1], dtype=U64)
+        prefix = np.concatenate(([U64(0)], scaled * powers[:-1]))
+        return mix64(prefix[ends] - prefix[starts] * powers[ends - starts])
+
+
+def ngrams(words: np.ndarray, n: int, short: bool = True) -> np.ndarray:
+    """The sorted, unique 64-bit hashes of the n-grams of `words`. With fewer than n words:
+    one shingle of them all when `short` (near dedup of tiny files), else none (a 13-gram
+    match must really be 13 words)."""
+    k = min(n, len(words))
+    if not k or (k < n and not short):
+        return np.zeros(0, dtype=U64)
+    with np.errstate(over="ignore"):
+        grams = words[: len(words) - k + 1].copy()
+        for i in range(1, k):
+            grams = grams * P + words[i : len(words) - k + 1 + i]
+    return np.unique(mix64(grams))
+
+
+def shingles(text: str, n: int) -> np.ndarray:
+    """The sorted, unique hashes of the word n-grams of `text` (one shingle of all words
+    when there are fewer than n; none for a text without words)."""
+    return ngrams(word_hashes(text), n)
+
+
+def _inverse(a: np.uint64) -> np.uint64:
+    """a**-1 mod 2**64 for odd a (Newton's iteration)."""
+    x = int(a)
+    inv = x  # correct to 3 bits for odd x
+    for _ in range(6):
+        inv = inv * (2 - x * inv) % 2**64
+    return U64(inv)
+
+
+def _powers_of(base: np.uint64, n: int) -> np.ndarray:
+    out = np.full(n + 1, base, dtype=U64)
+    out[0] = 1
+    with np.errstate(over="ignore"):
+        return np.cumprod(out, dtype=U64)
+
+
+@dataclass(frozen=True)
+class MinHasher:
+    num_perm: int = 112
+    seed: int = 1
+
+    @property
+    def _params(self) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(self.seed)
+        seeds = rng.integers(0, 2**63, self.num_perm, dtype=np.int64).astype(U64)
+        mults = rng.integers(0, 2**63, self.num_perm, dtype=np.int64).astype(U64) | U64(1)
+        return seeds, mults
+
+    def signature(self, shingle_hashes: np.ndarray, block: int = 65536) -> np.ndarray:
+        """The MinHash signature (num_perm uint64) of a shingle set, memory bounded by `block`."""
+        seeds, mults = self._params
+        sig = np.full(self.num_perm, MAX_HASH, dtype=U64)
+        with np.errstate(over="ignore"):
+            for start in range(0, len(shingle_hashes), block):
+                part = shingle_hashes[start : start + block, None]
+                np.minimum(sig, ((part ^ seeds) * mults).min(axis=0), out=sig)
+        return sig
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard similarity of two sorted unique shingle arrays."""
+    if not len(a) and not len(b):
+        return 1.0
+    inter = len(np.intersect1d(a, b, assume_unique=True))
+    return inter / (len(a) + len(b) - inter)
+
+
+@dataclass(frozen=True)
+class Signer:
+    """A document's MinHash signature from its `word_hashes`: a pure function, so signatures
+    can be computed in executor tasks."""
+
+    ngram: int = 5
+    num_perm: int = 112
+
+    def signature(self, words: np.ndarray) -> np.ndarray:
+        """All-MAX for a document without shingles (LSH skips it)."""
+        return MinHasher(self.num_perm).signature(ngrams(words, self.ngram))

@@ -1,0 +1,105 @@
+"""Verification: a candidate pair is a near-duplicate only when the exact Jaccard of its two
+shingle sets reaches `threshold`; pairs are scored in tasks from spooled shingles, then joined
+into clusters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from albor_pipeline.runtime.nodes import Spooled
+from albor_pipeline.runtime.shardmap import TaskIO
+from albor_pipeline.stages.dedup.minhash import jaccard, shingles
+
+U64 = np.uint64
+
+
+class Clusters:
+    """Union-find whose representative is the smallest document index (first in spec order)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, x: int) -> int:
+        root = x
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while self.parent.get(x, x) != root:  # path compression
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def groups(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for x in sorted(self.parent):
+            out.setdefault(self.find(x), []).append(x)
+        for root, members in out.items():
+            if root not in members:
+                members.insert(0, root)
+        return out
+
+
+def score_pairs(pairs: np.ndarray, shingles_of: Callable[[int], np.ndarray], threshold: float) -> np.ndarray:
+    """Exact Jaccard of each pair of `pairs` (rows of two document ids), in order; NaN for a
+    pair that earlier pairs of this list already joined at `threshold` or more (then its score
+    cannot change a cluster). Any contiguous run of the sorted pairs can be scored on its own:
+    `NearDupIndex.cluster` over the joined scores gives the clusters of one serial pass."""
+    clusters = Clusters()
+    scores = np.full(len(pairs), np.nan)
+    for p, (a, b) in enumerate(pairs.tolist()):
+        if clusters.find(a) == clusters.find(b):
+            continue
+        scores[p] = jaccard(shingles_of(a), shingles_of(b))
+        if scores[p] >= threshold:
+            clusters.union(a, b)
+    return scores
+
+
+def shingle_file(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> tuple[np.ndarray, Spooled | None]:
+    """The shingles of rows `rows` of Parquet file f (candidate documents), concatenated into
+    the spool file f in the wave's directory; returns their offsets in it and the file. A
+    pure function of the file."""
+    f, path, rows = item
+    texts = pq.read_table(io.local(path), columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
+    sets = [shingles(text, ngram) for text in texts]
+    spooled = io.directory / f"{f:05d}.npy"
+    np.save(spooled, np.concatenate([np.zeros(0, U64), *sets]))
+    return np.cumsum([0, *map(len, sets)]), io.node.spool(spooled)
+
+
+PAIR_BLOCKS_PER_WORKER = 4  # pair blocks per worker: an even spread, and few tasks
+
+
+MIN_PAIR_BLOCK = 2048  # pairs a block holds at least (shipping a task costs ~ms)
+
+
+@dataclass(frozen=True)
+class PairJob:
+    """Scoring candidate pairs from spooled shingles: `spool`/NNNNN.npy holds the shingles of
+    the candidate documents of input shard N, concatenated."""
+
+    spool: str
+    threshold: float
+
+
+def score_pair_block(job: PairJob, io: TaskIO, block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """`score_pairs` of a run of pairs: a task of `documents` on any executor. `docs` are the
+    block's document ids, sorted; `where[k]` is (spool file, start, end) of `docs[k]`'s shingles."""
+    pairs, docs, where = block
+    files: dict[int, np.ndarray] = {}
+
+    def shingles_of(doc: int) -> np.ndarray:
+        f, start, end = where[np.searchsorted(docs, doc)].tolist()
+        if f not in files:
+            files[f] = np.load(io.local(f"{job.spool}/{f:05d}.npy"), mmap_mode="r")
+        return np.asarray(files[f][start:end])
+
+    return score_pairs(pairs, shingles_of, job.threshold)
