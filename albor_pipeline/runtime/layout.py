@@ -75,17 +75,22 @@ class Layout:
 
     root: Path
 
+    def stage_dir(self, stage: str) -> Path:
+        """Where stage `stage` (its asset key joined by "/") keeps its files: `<root>/<stage>`. A
+        new stage needs no function here: it writes `stage_dir(its name)`."""
+        return self.root / stage
+
     def ingested(self, source: str) -> Path:
         """A shard set (`runtime/shards.py`): a directory of `part-*.parquet`."""
-        return self.root / "ingested" / source
+        return self.stage_dir(ingested_stage(source))
 
     def filtered(self, source: str) -> Path:
         """A shard set, one shard per ingested shard."""
-        return self.root / "filtered" / source
+        return self.stage_dir(filtered_stage(source))
 
     @property
     def documents_dir(self) -> Path:
-        return self.root / DOCUMENTS
+        return self.stage_dir(DOCUMENTS)
 
     def documents(self, split: str) -> Path:
         """A shard set, a shard per filtered shard."""
@@ -93,15 +98,15 @@ class Layout:
 
     def mixed(self, split: str) -> Path:
         """A shard set, in mix order (shards of about `shard_mb`)."""
-        return self.root / "mixed" / split
+        return self.stage_dir(mixed_stage(split))
 
     def fim(self, split: str) -> Path:
         """A shard set, a shard per mixed shard."""
-        return self.root / "fim" / split
+        return self.stage_dir(fim_stage(split))
 
     @property
     def tokenizer_dir(self) -> Path:
-        return self.root / TOKENIZER
+        return self.stage_dir(TOKENIZER)
 
     @property
     def tokenizer_json(self) -> Path:
@@ -112,11 +117,11 @@ class Layout:
         return self.tokenizer_dir / "report.json"
 
     def corpus_dir(self, split: str) -> Path:
-        return self.root / "corpus" / split
+        return self.stage_dir(corpus_stage(split))
 
     @property
     def conversations_dir(self) -> Path:
-        return self.root / CONVERSATIONS
+        return self.stage_dir(CONVERSATIONS)
 
     def conversations(self, split: str) -> Path:
         """A shard set, a shard per ingested shard."""
@@ -124,10 +129,10 @@ class Layout:
 
     def chat_mixed(self, split: str) -> Path:
         """A shard set, as `mixed`."""
-        return self.root / "chat_mixed" / split
+        return self.stage_dir(chat_mixed_stage(split))
 
     def sft_dir(self, split: str) -> Path:
-        return self.root / "sft" / split
+        return self.stage_dir(sft_stage(split))
 
     def eval_set(self, name: str) -> Path:
         return self.root / "eval" / f"{name}.parquet"
