@@ -1,0 +1,114 @@
+"""Benchmarks (not tests): stage throughput against bare libraries, end to end, scaling.
+
+    python bench/run.py [--corpus DIR ...] [--repeat 3] [--quick]
+
+Every figure is the median of `--repeat` runs; every comparison is a ratio of two
+medians measured in this same run on the same documents. Writes bench/results.json
+and prints a markdown table. Default corpus: this machine's standard library and
+installed packages' Python sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, default_corpora, median_record
+from bench.graph import run_before, run_graph
+from bench.hygiene import bench_hygiene
+from bench.loader import bench_loader
+from bench.report import table
+from bench.scale import bench_scale, bench_scaling, pretokenize_once
+from bench.stages import bench_stages
+
+SECTIONS = ("stages", "hygiene", "e2e", "scaling", "loader", "scale")
+# The keys of results.json a run keeps from `--out` when `--only` runs one section.
+RESULTS = ("stages", "hygiene", "end_to_end", "end_to_end_before", "profile", "scaling", "loader", "scale")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", action="append", type=Path, help="a directory of Python sources (repeatable)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tok-chars", type=int, default=30_000_000, help="chars to train the benched tokenizer on")
+    parser.add_argument("--quick", action="store_true", help="one repeat, no scaling runs")
+    parser.add_argument("--only", choices=SECTIONS, help="run one section (others kept from --out)")
+    parser.add_argument("--profile", action="store_true", help="with the e2e section: one more run under py-spy")
+    parser.add_argument("--scale-mb", type=int, default=1000, help="the scale section's corpus size (MB of sources)")
+    parser.add_argument("--before", metavar="REV", help="with the e2e section: also run the graph on commit REV")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
+    parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.pretokenize:
+        return pretokenize_once(args.pretokenize)
+    corpora = [p.resolve() for p in (args.corpus or default_corpora())]
+    repeat = 1 if args.quick else args.repeat
+    previous = json.loads(args.out.read_text()) if args.only and args.out.exists() else {}
+    results: dict[str, Any] = {
+        "date": date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "command": " ".join(["python", "bench/run.py", *(sys.argv[1:] if argv is None else argv)]),
+        "corpora": [str(p) for p in corpora],
+        "repeat": repeat,
+    }
+    results.update({k: v for k, v in previous.items() if k in RESULTS})
+    with tempfile.TemporaryDirectory(prefix="albor-bench-") as tmp:
+        run_sections(args, corpora, repeat, Path(tmp), results)
+    results["self_rusage_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
+    print(f"\nresults: {args.out}", file=sys.stderr)
+    return 0
+
+
+def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, work: Path, results: dict) -> None:
+    """Each section `args` asks for (all but `--only`'s; no scaling runs with `--quick`), its
+    figures into `results`."""
+    run = {s: args.only in (None, s) for s in SECTIONS}
+    run["scaling"] = run["scaling"] and not args.quick
+    run["scale"] = run["scale"] and not args.quick
+    if run["stages"]:
+        print("stages ...", file=sys.stderr)
+        results["stages"] = bench_stages(corpora, work / "stages", repeat, args.tok_chars)
+    if run["hygiene"]:
+        print("hygiene and near dedup ...", file=sys.stderr)
+        results["hygiene"] = bench_hygiene(corpora, work / "hygiene", repeat)
+    if run["e2e"]:
+        run_e2e(args, work, repeat, results)
+    if run["scaling"]:
+        print("scaling 1x / 2x ...", file=sys.stderr)
+        results["scaling"] = bench_scaling(corpora, work / "scaling", repeat)
+    if run["scale"]:
+        print(f"scale: ~{args.scale_mb} MB and twice that, local and ray ...", file=sys.stderr)
+        results["scale"] = bench_scale(corpora, work / "scale", args.scale_mb)
+    if run["loader"]:
+        print("loader ...", file=sys.stderr)
+        results["loader"] = bench_loader(corpora, work / "loader", repeat)
+
+
+def run_e2e(args: argparse.Namespace, work: Path, repeat: int, results: dict) -> None:
+    """The default spec's graph cold, `repeat` times (with `--profile` once more under py-spy,
+    with `--before` also on that commit's code)."""
+    print("end to end (default spec) ...", file=sys.stderr)
+    runs = [run_graph(REPO / "data" / "pipeline.yaml", work / "e2e") for _ in range(repeat)]
+    results["end_to_end"] = median_record(runs)
+    if args.profile:
+        results["profile"] = run_graph(REPO / "data" / "pipeline.yaml", work / "e2e", profile=True)
+    results.pop("end_to_end_before", None)  # never pair this run with an older one
+    if not args.profile:
+        results.pop("profile", None)
+    if args.before:
+        print(f"end to end on {args.before} ...", file=sys.stderr)
+        results["end_to_end_before"] = run_before(args.before, work, repeat, args.profile)

@@ -1,0 +1,124 @@
+"""Hygiene: filters + redaction as the filtered/<source> stages run them, redaction alone, and
+the documents stage with near dedup against datatrove's MinHash."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from albor_pipeline.runtime.shardmap import StageIO
+from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec
+from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.hygiene.hygiene import clean_source
+from albor_pipeline.stages.tokenizer.tokenizer import iter_texts
+from albor_pipeline.text.secrets import SecretScanner
+from bench.common import DATATROVE_MISSING, LOCAL, ingest_code, median_time
+
+
+def bench_hygiene(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any]:
+    """Filters + redaction as the filtered/<source> stages run them, redaction alone, and
+    near dedup against datatrove's MinHash."""
+    ingested, text_bytes = ingest_code(corpora, work)
+    res: dict[str, Any] = {"corpus_mb": round(text_bytes / 1e6, 1)}
+    sec, results = median_time(
+        lambda: [
+            clean_source(work / "ingested" / n, HygieneSpec(), work / "filtered" / n, StageIO(work, LOCAL))
+            for n in dict(ingested)
+        ],
+        repeat,
+    )
+    res["hygiene_mb_s"] = round(text_bytes / 1e6 / sec, 1)
+    res["hygiene_findings"] = dict(sum((Counter(r.findings) for r in results), Counter()))
+    # Redaction alone: the scanner and the rewrite in one process over every document.
+    scanner = SecretScanner()
+    texts = [t for _, out in ingested for b in iter_texts(out) for t in b]
+    sec, _ = median_time(lambda: [scanner.scan(t).redact(t) for t in texts], repeat)
+    res["redaction_1proc_mb_s"] = round(text_bytes / 1e6 / sec, 1)
+    res.update(bench_near_dedup(ingested, work, repeat))
+    return res
+
+
+def bench_near_dedup(ingested: list[tuple[str, Path]], work: Path, repeat: int) -> dict[str, Any]:
+    """The documents stage with near dedup (exact + MinHash LSH + verification + writing the
+    splits) against datatrove's four MinHash steps (signature, buckets, cluster, filter with a
+    Parquet writer), same documents, 5-grams, 14 bands x 8 rows, one process each."""
+    holdout = HoldoutSpec(val_fraction=0.01, test_fraction=0.01)
+    near = NearDedupSpec()
+    ours_s, result = median_time(
+        lambda: build_documents(ingested, holdout, work / "near_documents", StageIO(work), near=near), repeat
+    )
+    exact_s, _ = median_time(
+        lambda: build_documents(ingested, holdout, work / "exact_documents", StageIO(work)), repeat
+    )
+    docs = sum(pq.ParquetFile(p).metadata.num_rows for _, p in ingested)
+    kept = sum(sum(r.values()) for r in result.rows.values())
+    res: dict[str, Any] = {
+        "near_dedup_documents": docs,
+        "near_dedup_s": round(ours_s, 2),
+        "near_dedup_only_s": round(ours_s - exact_s, 2),
+        "near_dedup_removed": docs - kept,
+    }
+    datatrove = datatrove_minhash(work, near, repeat)
+    if datatrove is None:
+        return {**res, "datatrove_minhash": DATATROVE_MISSING}
+    dt_s, dt_kept = datatrove
+    return {
+        **res,
+        "datatrove_minhash_s": round(dt_s, 2),
+        "datatrove_minhash_removed": docs - dt_kept,
+        "near_dedup_vs_datatrove": round(dt_s / ours_s, 2),
+    }
+
+
+def datatrove_minhash(work: Path, near: NearDedupSpec, repeat: int) -> tuple[float, int] | None:
+    """datatrove's four MinHash steps on the ingested shards under `work`, with `near`'s
+    n-grams and bands: (median seconds, documents kept), or None without datatrove."""
+    try:
+        from datatrove.executor import LocalPipelineExecutor
+        from datatrove.pipeline.dedup import (
+            MinhashDedupBuckets,
+            MinhashDedupCluster,
+            MinhashDedupFilter,
+            MinhashDedupSignature,
+        )
+        from datatrove.pipeline.dedup.minhash import MinhashConfig
+        from datatrove.pipeline.readers import ParquetReader
+        from datatrove.pipeline.writers import ParquetWriter
+        from datatrove.utils.hashing import HashConfig
+    except ImportError:
+        return None
+    config = MinhashConfig(
+        n_grams=near.ngram,
+        num_buckets=near.bands,
+        hashes_per_bucket=near.num_perm // near.bands,
+        # sha1: datatrove's xxhash path passes str, which xxhash 4 rejects.
+        hash_config=HashConfig(precision=64, hash_fc="sha1"),
+    )
+    folder = work / "ingested"
+    base = work / "datatrove_minhash"
+
+    def run() -> None:
+        shutil.rmtree(base, ignore_errors=True)
+
+        def reader() -> ParquetReader:
+            return ParquetReader(str(folder), glob_pattern="*/part-*.parquet", text_key="text", id_key="sha256")
+
+        sigs, buckets, ids = str(base / "sigs"), str(base / "buckets"), str(base / "ids")
+        steps: list[tuple[list[Any], int]] = [
+            ([reader(), MinhashDedupSignature(output_folder=sigs, config=config)], 1),
+            ([MinhashDedupBuckets(input_folder=sigs, output_folder=buckets, config=config)], config.num_buckets),
+            ([MinhashDedupCluster(input_folder=buckets, output_folder=ids, config=config)], 1),
+            ([reader(), MinhashDedupFilter(input_folder=ids), ParquetWriter(str(base / "out"))], 1),
+        ]
+        for i, (pipeline, tasks) in enumerate(steps):
+            LocalPipelineExecutor(
+                pipeline, tasks=tasks, workers=1, logging_dir=str(base / f"logs{i}"), skip_completed=False
+            ).run()
+
+    dt_s, _ = median_time(run, repeat)
+    kept = sum(pq.ParquetFile(p).metadata.num_rows for p in (base / "out").rglob("*.parquet"))
+    return dt_s, kept

@@ -1,0 +1,224 @@
+"""The markdown table `python bench/run.py` prints: one row per figure, with its target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def table(results: dict[str, Any]) -> str:
+    s, e, sc = results.get("stages", {}), results.get("end_to_end", {}), results.get("scaling", {})
+    rows = []
+    if s:  # each section may be absent after `--only` without an earlier full run in --out
+        rows += _stage_rows(s)
+    if h := results.get("hygiene"):
+        rows += _hygiene_rows(h)
+    if e:
+        rows += [
+            ("end to end wall s (default spec)", e["wall_s"], ""),
+            ("  sum of stage compute s", e["stages_s"], ""),
+            ("  orchestration overhead", f"{e['overhead_pct']} %", "<= 10 %"),
+            ("  peak RSS MB", e["peak_rss_mb"], "<= 1536"),
+        ]
+        mb = e.get("source_mb")
+        if mb:
+            rows.append(("  source text MB / whole graph MB/s", f"{mb} / {mb / e['wall_s']:.2f}", ""))
+        for step, sec in e.get("steps_s", {}).items():
+            rows.append((f"  step {step} s", f"{sec} ({mb / sec:.1f} MB/s)" if mb and sec else sec, ""))
+    if sc:
+        rows += [
+            ("scaling 2x/1x: graph wall", sc["graph_wall_ratio"], "~2.0"),
+            ("scaling 2x/1x: graph wall without tokenizer training", sc["graph_wall_ratio_without_tokenizer"], "~2.0"),
+            ("scaling 2x/1x: graph peak RSS", sc["graph_rss_ratio"], "<= 1.3 (tokenizer aside)"),
+            ("scaling 2x/1x: pretokenize wall", sc["pretokenize_wall_ratio"], "~2.0"),
+            ("scaling 2x/1x: pretokenize peak RSS", sc["pretokenize_rss_ratio"], "<= 1.3"),
+        ]
+    if (b := results.get("end_to_end_before")) and e:
+        rows += _before_rows(b, e)
+    if pr := results.get("profile"):
+        rows.append((f"py-spy profile of the graph ({pr['samples']:,} samples, all processes)", "", ""))
+        rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
+    if lo := results.get("loader"):
+        rows += _loader_rows(lo)
+    if sc2 := results.get("scale"):
+        rows += _scale_rows(sc2)
+    lines = ["| figure | value | target |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def _before_rows(b: dict[str, Any], e: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """The graph on the `--before` commit against this checkout's, group by group."""
+    rows: list[tuple[str, Any, str]] = [
+        (f"graph on {b['commit'][:10]} / this checkout: wall s", f"{b['wall_s']} / {e['wall_s']}", ""),
+        ("  ratio (now / before)", round(e["wall_s"] / b["wall_s"], 2), ""),
+        ("  orchestration overhead before", f"{b['overhead_pct']} %", ""),
+        ("  peak RSS MB before", b["peak_rss_mb"], ""),
+    ]
+    for group, sec in b["groups_s"].items():
+        now = e["groups_s"].get(group, 0.0)
+        rows.append((f"  group {group} s (before / now)", f"{sec} / {now} = {now / sec:.2f}x" if sec else now, ""))
+    if pr := b.get("profile"):
+        rows.append((f"py-spy profile before ({pr['samples']:,} samples)", "", ""))
+        rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
+    return rows
+
+
+def _scale_rows(sc: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    rows: list[tuple[str, Any, str]] = []
+    for label in ("1x", "2x"):
+        local, ray = sc[f"{label}_local"], sc[f"{label}_ray"]
+        rows.append((f"scale {label}: {local['source_mb']} MB, {sc['workers']} workers", "", ""))
+        for name, r in (("local", local), ("ray", ray)):
+            rows.append(
+                (
+                    f"  {name}: wall s / tree peak RSS MB / largest process MB (private)",
+                    f"{r['wall_s']} / {r['peak_rss_mb']} / {r['peak_process_rss_mb']} ({r['peak_process_private_mb']})",
+                    "",
+                )
+            )
+        rows.append(("  Ray overhead (wall)", f"{sc[f'{label}_ray_overhead_pct']} %", "<= 15 %"))
+    for label in ("1x", "2x"):
+        local = sc[f"{label}_local"]
+        rows.append((f"scale {label} local: task s / step s", f"{local['task_s']} / {local['stages_s']}", ""))
+    for where, t in sc["1x_local"]["tasks"].items():
+        rows.append(
+            (
+                f"tasks 1x {where}: n / p50 / p90 / max s / total s",
+                f"{t['tasks']} / {t['p50_s']} / {t['p90_s']} / {t['max_s']} / {t['total_s']}",
+                "",
+            )
+        )
+    for name in ("local", "ray"):
+        rows.append((f"scale 2x/1x {name}: wall", sc[f"{name}_wall_ratio"], "<= 2.1"))
+        rows.append((f"scale 2x/1x {name}: largest process RSS", sc[f"{name}_process_rss_ratio"], "~1.0"))
+        rows.append((f"scale 2x/1x {name}: its private memory (RssAnon)", sc[f"{name}_process_private_ratio"], "~1.0"))
+    return rows
+
+
+def _loader_rows(lo: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    rows: list[tuple[str, Any, str]] = [
+        (f"loader: {lo['loader_sequences']:,} sequences of {lo['loader_seq_len']}", "", ""),
+        (
+            "  bare np.memmap seq/s (sequential / shuffled)",
+            f"{lo['bare_memmap_sequential_seq_s']:,} / {lo['bare_memmap_shuffled_seq_s']:,}",
+            "",
+        ),
+    ]
+    for source in ("parquet", "tokens"):
+        rows.append(
+            (
+                f"  Batches over {source} seq/s (sequential / shuffled)",
+                f"{lo[f'{source}_sequential_seq_s']:,} / {lo[f'{source}_shuffled_seq_s']:,} "
+                f"= {lo[f'{source}_sequential_vs_bare']}x / {lo[f'{source}_shuffled_vs_bare']}x bare",
+                "",
+            )
+        )
+    if "dataloader_2_workers_bare_seq_s" in lo:
+        rows.append(
+            (
+                "  torch DataLoader, 2 workers, bare memmap dataset seq/s",
+                f"{lo['dataloader_2_workers_bare_seq_s']:,}",
+                "",
+            )
+        )
+        for source in ("parquet", "tokens"):
+            rows.append(
+                (
+                    f"  torch DataLoader, 2 workers, Batches over {source} seq/s",
+                    f"{lo[f'dataloader_2_workers_{source}_seq_s']:,} "
+                    f"= {lo[f'dataloader_2_workers_{source}_vs_bare']}x bare",
+                    "",
+                )
+            )
+    rows.append(
+        (
+            "  first batch after resume at mid-epoch / fresh (ms)",
+            f"{lo['resume_first_batch_ms']} / {lo['fresh_first_batch_ms']}",
+            "",
+        )
+    )
+    return rows
+
+
+def _hygiene_rows(h: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    return [
+        ("hygiene corpus (text MB)", h["corpus_mb"], ""),
+        ("filters + redaction stage MB/s (2 processes)", h["hygiene_mb_s"], ""),
+        ("redaction alone MB/s (1 process)", h["redaction_1proc_mb_s"], ""),
+        (
+            "documents with near dedup s (ours / datatrove MinHash)",
+            f"{h['near_dedup_s']} / {h['datatrove_minhash_s']} = {h['near_dedup_vs_datatrove']}x faster"
+            if "datatrove_minhash_s" in h
+            else h.get("datatrove_minhash"),
+            ">= 1.5x",
+        ),
+        (
+            "  documents removed (ours exact + near / datatrove)",
+            f"{h['near_dedup_removed']} / {h.get('datatrove_minhash_removed', '-')} of {h['near_dedup_documents']}",
+            "",
+        ),
+    ]
+
+
+def _adversarial_rows(adv: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """One long run vs a code file of the same size: encoding alone, and training on 1 MB code + it."""
+    rows: list[tuple[str, Any, str]] = []
+    for name, r in adv.items():
+        if "encode_vs_code" not in r:
+            continue
+        tk = r["tiktoken_s"] if isinstance(r["tiktoken_s"], str) else f"{r['tiktoken_s'] * 1e3:.1f} ms"
+        encode = f"{r['encode_vs_code']}x ({r['encode_s'] * 1e3:.2f} ms; bare tiktoken {tk})"
+        rows.append((f"adversarial {name}: encode vs code", encode, "<= 3x"))
+        rows.append((f"adversarial {name}: training vs code", f"{r['train_vs_code']}x ({r['train_s']:.2f} s)", "<= 3x"))
+    return rows
+
+
+def _stage_rows(s: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    return [
+        ("corpus (text MB)", s["corpus_mb"], ""),
+        ("ingest MB/s", s["ingest_mb_s"], ""),
+        ("documents (dedup + holdout) MB/s", s["documents_mb_s"], ""),
+        ("mix MB/s", s["mix_mb_s"], ""),
+        ("FIM MB/s", s["fim_mb_s"], ""),
+        (
+            f"tokenizer training s (ours: {s.get('tokenizer_trainer', 'hf')} / bare HF BpeTrainer)",
+            f"{s['tokenizer_train_s']} / {s['tokenizer_bare_train_s']} = {s['tokenizer_train_ratio']}x",
+            "<= 0.5",
+        ),
+        (
+            "  val bytes/token (ours / bare HF BpeTrainer)",
+            f"{s.get('tokenizer_ours_val_bytes_per_token')} / {s.get('tokenizer_bare_val_bytes_per_token')}",
+            "within 1 %",
+        ),
+        (
+            f"pretokenize stage MB/s (encoder: {s.get('pretokenize_encoder', 'tiktoken')})",
+            s["pretokenize_stage_mb_s"],
+            "",
+        ),
+        (
+            "  vs bare HF encode_batch_fast",
+            f"{s['pretokenize_vs_hf']}x ({s['bare_hf_encode_batch_fast_mb_s']} MB/s)",
+            ">= 2.0x",
+        ),
+        (
+            "  vs bare tiktoken (GPT-2 pattern as tiktoken ships it)",
+            f"{s['pretokenize_vs_tiktoken']}x ({s['bare_tiktoken_mb_s']} MB/s)",
+            "",
+        ),
+        (
+            "  vs bare tiktoken with the faster pattern spelling",
+            f"{s['pretokenize_vs_tiktoken_fast_pattern']}x ({s['bare_tiktoken_fast_pattern_mb_s']} MB/s)",
+            ">= 1.3x",
+        ),
+        (
+            "  vs bare gigatoken (encode only)",
+            f"{s['pretokenize_vs_gigatoken']}x ({s['bare_gigatoken_mb_s']} MB/s)" if "bare_gigatoken_mb_s" in s else "",
+            "",
+        ),
+        (
+            "  vs datatrove DocumentTokenizer",
+            f"{s['pretokenize_vs_datatrove']}x ({s['datatrove_s']} s)" if "datatrove_s" in s else s.get("datatrove"),
+            ">= 4x",
+        ),
+        *_adversarial_rows(s.get("adversarial", {})),
+    ]

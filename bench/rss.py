@@ -1,0 +1,83 @@
+"""Runs a command and prints, as one JSON line on stdout, the peak over time of the summed RSS
+of it and all its descendants (encode workers included), sampled from /proc every 50 ms, and
+its largest process. (ru_maxrss would be wrong here: Linux carries it over fork+exec from a
+large parent.) The command's own stdout goes to stderr: stdout is this line's.
+
+    python bench/rss.py COMMAND [ARG ...]
+
+The bench runs it by path, so it works whatever the command's cwd and PYTHONPATH (the graph
+of `--before` runs on another checkout's code); it imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and all its descendants (every thread's children)."""
+    pids = [pid]
+    for p in pids:
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    pids += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return pids
+
+
+def rss(pid: int) -> tuple[int, int]:
+    """(resident kB, of which private: RssAnon). Shared memory a process maps (Ray's object
+    store) counts in its VmRSS, but not in its RssAnon."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "RssAnon:")):
+                    out[line.split(":")[0]] = int(line.split()[1])
+    except OSError:
+        pass
+    return out.get("VmRSS", 0), out.get("RssAnon", 0)
+
+
+def name(pid: int) -> str:
+    """The command line: every pool worker's comm is just "python3"."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+    except OSError:
+        return "?"
+
+
+def main(argv: list[str]) -> int:
+    proc = subprocess.Popen(argv, stdout=sys.stderr)
+    peak = 0
+    each: dict[int, int] = {}  # peak kB of each process
+    anon: dict[int, int] = {}  # peak RssAnon kB of each process
+    names: dict[int, str] = {}
+    while proc.poll() is None:
+        sizes = {p: rss(p) for p in tree(proc.pid)}
+        peak = max(peak, sum(kb for kb, _ in sizes.values()))
+        for p, (kb, private) in sizes.items():
+            if kb > each.get(p, 0):
+                each[p], names[p] = kb, name(p)
+            anon[p] = max(anon.get(p, 0), private)
+        time.sleep(0.05)
+    top = max(each, key=lambda p: each[p]) if each else None
+    figures = {
+        "maxrss_kb": peak,
+        "process_maxrss_kb": each.get(top, 0) if top is not None else 0,
+        "process": names.get(top, "") if top is not None else "",
+        "process_max_anon_kb": anon.get(top, 0) if top is not None else 0,
+    }
+    print(json.dumps(figures))
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
