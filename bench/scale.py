@@ -147,7 +147,7 @@ def pretokenize_once(art: Path) -> int:
     since the RSS wrapper owns stdout)."""
     start = time.perf_counter()
     build_corpus(
-        art / "fim/train.parquet",
+        art / "fim" / "train",
         art / "tokenizer/tokenizer.json",
         CorpusSpec(),
         art / "bench_corpus",
