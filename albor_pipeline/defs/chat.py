@@ -12,8 +12,9 @@ from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import CHAT_KINDS, ChatSpec, PipelineSpec, SourceKind
+from albor_pipeline.spec import CHAT_KINDS, ChatSpec, Overlong, PipelineSpec, SftFormat, SourceKind
 from albor_pipeline.stages.chat.checks import check_choice_ids, check_max_tokens, check_sft_mask, check_sft_structure
+from albor_pipeline.stages.chat.report import EvalSummary, SftSourceFacts, SftSummary
 from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
 
 GROUP = "chat"
@@ -23,8 +24,8 @@ class SftConfig(dg.Config):
     """Run overrides of the spec's `chat`; a field left unset keeps the spec's value."""
 
     max_tokens: int | None = None
-    overlong: str | None = None
-    formats: list[str] | None = None
+    overlong: Overlong | None = None
+    formats: list[SftFormat] | None = None
     shard_tokens: int | None = None
 
 
@@ -41,26 +42,28 @@ def sft(spec: PipelineSpec, split: str, ctx: StageContext, config: SftConfig) ->
         progress=ctx.log.info,
     )
     sources = {
-        name: {**facts, "trained_fraction": round(facts["trained_tokens"] / facts["tokens"], 4)}
+        name: SftSourceFacts(**facts, trained_fraction=round(facts["trained_tokens"] / facts["tokens"], 4))
         for name, facts in result.sources.items()
     }
-    summary = {
-        "conversations": result.conversations,
-        "tokens": result.tokens,
-        "trained_tokens": result.trained_tokens,
-        "trained_fraction": round(result.trained_tokens / result.tokens, 4) if result.tokens else 0.0,
-        "skipped_overlong": result.skipped_overlong,
-        "truncated": result.truncated,
-        "sources": sources,
-    }
+    summary = SftSummary(
+        conversations=result.conversations,
+        tokens=result.tokens,
+        trained_tokens=result.trained_tokens,
+        trained_fraction=round(result.trained_tokens / result.tokens, 4) if result.tokens else 0.0,
+        skipped_overlong=result.skipped_overlong,
+        truncated=result.truncated,
+        sources=sources,
+    )
     return StageOutput(
         artifacts=result.artifacts,
         config=settings.model_dump(mode="json"),
         summary=summary,
         row_count=result.conversations,
         metadata={
-            **{k: v for k, v in summary.items() if k != "sources"},
-            "sources": dg.MetadataValue.md(markdown_table([{"source": k, **v} for k, v in sources.items()])),
+            **summary.model_dump(exclude={"sources"}),
+            "sources": dg.MetadataValue.md(
+                markdown_table([{"source": k, **v} for k, v in summary.to_json()["sources"].items()])
+            ),
             "encoder": result.encoder,
         },
     )
@@ -80,12 +83,12 @@ def eval_set(spec: PipelineSpec, name: str, ctx: StageContext, config: EvalConfi
         layout.eval_set(name),
         layout.root,
     )
-    summary = {"items": result.items, "tokens": result.tokens, "choices": result.choices}
+    summary = EvalSummary(items=result.items, tokens=result.tokens, choices=result.choices)
     return StageOutput(
         artifacts=[result.artifact],
         config={"tokens": spec.chat.tokens.model_dump(), "encoder": spec.corpus.encoder},
         summary=summary,
-        metadata={"items": result.items, "tokens": result.tokens, "choices": dg.MetadataValue.json(result.choices)},
+        metadata={"items": summary.items, "tokens": summary.tokens, "choices": dg.MetadataValue.json(summary.choices)},
     )
 
 

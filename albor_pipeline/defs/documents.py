@@ -30,7 +30,10 @@ from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, Decontaminat
 from albor_pipeline.stages.dedup.checks import check_no_contamination, check_no_leak, check_no_near_leak
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.dedup.report import Decontaminated, DocumentsSummary, NearDuplicates, Redaction
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
+from albor_pipeline.stages.hygiene.report import HygieneSummary
+from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 
@@ -56,19 +59,19 @@ def _reads(spec: PipelineSpec, name: str) -> tuple[str, Callable[[Layout, str], 
     return ingested_stage(name), Layout.ingested
 
 
-def _redaction(spec: PipelineSpec, layout: Layout, names: list[str]) -> dict[str, dict[str, object]]:
+def _redaction(spec: PipelineSpec, layout: Layout, names: list[str]) -> dict[str, Redaction]:
     """Per chat source: the secrets ingestion redacted and the PII its hygiene stage redacted
     (counts only), shown with the conversations."""
     out = {}
     for name in names:
         if spec.source(name).kind in HYGIENE_KINDS:
-            summary = read_manifest(layout, filtered_stage(name)).summary
-            secrets = read_manifest(layout, ingested_stage(name)).summary.get("secrets", {})
-            out[name] = {
-                "secrets": secrets,
-                "findings": summary["findings"],
-                "redacted_conversations": summary["redacted_documents"],
-            }
+            hygiene = HygieneSummary.model_validate(read_manifest(layout, filtered_stage(name)).summary)
+            ingested = IngestSummary.model_validate(read_manifest(layout, ingested_stage(name)).summary)
+            out[name] = Redaction(
+                secrets=ingested.secrets,
+                findings=hygiene.findings,
+                redacted_conversations=hygiene.redacted_documents,
+            )
     return out
 
 
@@ -84,7 +87,15 @@ def dedup_and_split(
     io = StageIO(layout.root, ctx.executor, ctx.log.info)
     result = build_documents(sources, settings, OUT_DIRS[stage](layout), io, near=near, decon=decon)
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
-    redaction = _redaction(spec, layout, names) if stage == CONVERSATIONS else {}
+    summary = DocumentsSummary(
+        rows=result.rows,
+        duplicates=result.duplicates,
+        near_duplicates=NearDuplicates.model_validate(result.near) if result.near else None,
+        decontaminated=Decontaminated.model_validate(result.decontaminated) if result.decontaminated else None,
+        redaction=_redaction(spec, layout, names) if stage == CONVERSATIONS else {},
+    )
+    facts = summary.to_json()
+    near_found, decon_found = summary.near_duplicates, summary.decontaminated
     return StageOutput(
         artifacts=[shard for s in SPLITS for shard in result.artifacts[s]],
         config={
@@ -92,24 +103,18 @@ def dedup_and_split(
             **({"near_dedup": near.model_dump(mode="json")} if near else {}),
             **({"decontaminate": spec.decontaminate.model_dump(mode="json")} if decon else {}),
         },
-        summary={
-            "rows": result.rows,
-            "duplicates": result.duplicates,
-            "near_duplicates": result.near,
-            "decontaminated": result.decontaminated,
-            **({"redaction": redaction} if redaction else {}),
-        },
+        summary=summary,
         inputs=decon.inputs if decon else [],
         metadata={
             "rows_per_split": dg.MetadataValue.md(markdown_table(table)),
-            "duplicates_dropped": sum(result.duplicates.values()),
-            "duplicates": dg.MetadataValue.json(result.duplicates),
-            "near_duplicates_removed": sum(result.near.get("removed", {}).values()),
-            "near_duplicates": dg.MetadataValue.json(result.near),
-            "decontaminated_dropped": sum(result.decontaminated.get("dropped", {}).values()),
-            "decontaminated": dg.MetadataValue.json(result.decontaminated),
+            "duplicates_dropped": sum(summary.duplicates.values()),
+            "duplicates": dg.MetadataValue.json(facts["duplicates"]),
+            "near_duplicates_removed": sum(near_found.removed.values()) if near_found else 0,
+            "near_duplicates": dg.MetadataValue.json(facts["near_duplicates"]),
+            "decontaminated_dropped": sum(decon_found.dropped.values()) if decon_found else 0,
+            "decontaminated": dg.MetadataValue.json(facts["decontaminated"]),
             **{f"{s}_rows": sum(a.rows or 0 for a in result.artifacts[s]) for s in SPLITS},
-            **({"redaction": dg.MetadataValue.json(redaction)} if redaction else {}),
+            **({"redaction": dg.MetadataValue.json(facts["redaction"])} if summary.redaction else {}),
         },
     )
 

@@ -10,9 +10,10 @@ from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, 
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import fim_stage, mixed_stage
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import SPLITS, PipelineSpec
+from albor_pipeline.spec import SPLITS, FimFormat, PipelineSpec
 from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.fim.fim import FIM_SCHEMA, apply_fim
+from albor_pipeline.stages.fim.report import FimSummary
 
 
 class FimConfig(dg.Config):
@@ -21,7 +22,7 @@ class FimConfig(dg.Config):
 
     enabled: bool | None = None
     rate: float | None = None
-    format: str | None = None
+    format: FimFormat | None = None
     spm_rate: float | None = None
     seed: int | None = None
     min_chars: int | None = None
@@ -35,19 +36,16 @@ def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) ->
         layout.mixed(split), settings, layout.fim(split), layout.root, enabled, ctx.log.info, ctx.executor
     )
     observed = result.transformed / result.rows if result.rows else 0.0
-    summary = {
-        "rows": result.rows,
-        "transformed": result.transformed,
-        "spm": result.spm,
-        "observed_rate": round(observed, 6),
-    }
+    summary = FimSummary(
+        rows=result.rows, transformed=result.transformed, spm=result.spm, observed_rate=round(observed, 6)
+    )
     return StageOutput(
         artifacts=result.artifacts,
         config={**settings.model_dump(mode="json"), "enabled": enabled},
         summary=summary,
         metadata={
-            "fim_rows": result.transformed,
-            "spm_rows": result.spm,
+            "fim_rows": summary.transformed,
+            "spm_rows": summary.spm,
             "observed_rate": observed,
             "text_mb": round(result.text_bytes / 1e6, 3),
         },

@@ -16,6 +16,7 @@ from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import HygieneSpec, PipelineSpec, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
+from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 GROUP = "hygiene"
@@ -25,7 +26,7 @@ RESCAN_SAMPLE = 2000  # documents the no-secrets check re-scans
 class HygieneConfig(dg.Config):
     """Run overrides of the source's `hygiene`; a field left unset keeps the spec's value."""
 
-    redact: str | None = None
+    redact: RedactMode | None = None
 
 
 def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageOutput:
@@ -43,31 +44,31 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
         conversations=src.kind is SourceKind.chat,
         scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
     )
-    summary = {
-        "documents_in": result.documents_in,
-        "kept": result.kept,
-        "removed": result.removed,
-        "findings": result.findings,
-        "redacted_documents": result.redacted_documents,
-        "examples": result.examples,
-    }
+    summary = HygieneSummary(
+        documents_in=result.documents_in,
+        kept=result.kept,
+        removed=result.removed,
+        findings=result.findings,
+        redacted_documents=result.redacted_documents,
+        examples=result.examples,
+    )
     return StageOutput(
         artifacts=result.artifacts,
         config=settings.model_dump(mode="json"),
         summary=summary,
         metadata={
-            "documents_in": result.documents_in,
-            "kept": result.kept,
+            "documents_in": summary.documents_in,
+            "kept": summary.kept,
             "shards": len(result.artifacts),
-            "removed_total": sum(result.removed.values()),
+            "removed_total": sum(summary.removed.values()),
             "removed": dg.MetadataValue.md(
-                markdown_table([{"reason": k, "documents": v} for k, v in result.removed.items()]) or "none"
+                markdown_table([{"reason": k, "documents": v} for k, v in summary.removed.items()]) or "none"
             ),
             "findings": dg.MetadataValue.md(
-                markdown_table([{"type": k, "count": v} for k, v in result.findings.items()]) or "none"
+                markdown_table([{"type": k, "count": v} for k, v in summary.findings.items()]) or "none"
             ),
-            "redacted_documents": result.redacted_documents,
-            "examples": dg.MetadataValue.json(result.examples),
+            "redacted_documents": summary.redacted_documents,
+            "examples": dg.MetadataValue.json(summary.examples),
         },
     )
 

@@ -16,9 +16,10 @@ from albor_pipeline.runtime.layout import Layout, benchmark_stage, ingested_stag
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.runtime.watchdog import time_limit
-from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, PipelineSpec, SourceKind, SourceSpec
+from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, SourceKind, SourceSpec
 from albor_pipeline.stages.dedup.decontam import benchmark_fingerprint
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
+from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.stages.provenance.licences import detect_licences
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.secrets import redact_path
@@ -46,7 +47,7 @@ class IngestConfig(dg.Config):
     follow_symlinks: bool | None = None
     messages_field: str | None = None
     calculator: bool | None = None
-    on_error: str | None = None
+    on_error: OnError | None = None
     rows: int | None = None
     seed: int | None = None
 
@@ -98,18 +99,18 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
     result = ingest_source(
         resolved, out, layout.root, lambda line: ctx.log.info(redact_path(line)), ctx.executor, shard_mb
     )
-    summary = {
-        "files": result.files,
-        "documents": result.rows,
-        "shards": len(result.artifacts),
-        "text_bytes": result.text_bytes,
-        "skipped": result.skipped,
-        "cleanup": result.cleanup,
-        "secrets": result.secrets,
-        "licences": detect_licences(resolved.path),
-    }
+    summary = IngestSummary(
+        files=result.files,
+        documents=result.rows,
+        shards=len(result.artifacts),
+        text_bytes=result.text_bytes,
+        skipped=result.skipped,
+        cleanup=result.cleanup,
+        secrets=result.secrets,
+        licences=detect_licences(resolved.path),
+    )
     skipped = markdown_table(
-        [{"reason": k, "files": v, "first": redact_path(result.first.get(k, ""))} for k, v in result.skipped.items()]
+        [{"reason": k, "files": v, "first": redact_path(result.first.get(k, ""))} for k, v in summary.skipped.items()]
     )
     return StageOutput(
         artifacts=result.artifacts,
@@ -117,13 +118,13 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
         summary=summary,
         inputs=[source],
         metadata={
-            "files": result.files,
-            "text_bytes": result.text_bytes,
-            "skipped_total": sum(result.skipped.values()),
+            "files": summary.files,
+            "text_bytes": summary.text_bytes,
+            "skipped_total": sum(summary.skipped.values()),
             "skipped": dg.MetadataValue.md(skipped or "nothing skipped"),
             # Redacted before anything is written (dropped under hygiene.redact: drop); counts, never values.
-            "secrets": dg.MetadataValue.json(result.secrets),
-            **({"cleanup": dg.MetadataValue.json(result.cleanup)} if src.kind in CHAT_KINDS else {}),
+            "secrets": dg.MetadataValue.json(summary.secrets),
+            **({"cleanup": dg.MetadataValue.json(summary.cleanup)} if src.kind in CHAT_KINDS else {}),
         },
     )
 

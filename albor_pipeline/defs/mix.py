@@ -13,8 +13,9 @@ from albor_pipeline.defs.stage import Stage, StageContext, resolve, schema_check
 from albor_pipeline.runtime.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, PipelineSpec, SourceKind
+from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, MixUnit, PipelineSpec, SourceKind
 from albor_pipeline.stages.mix.mix import mix_documents
+from albor_pipeline.stages.mix.report import MixSummary, PlanRow
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 
@@ -26,7 +27,7 @@ class MixConfig(dg.Config):
     weights: dict[str, float] | None = None
     repeat: dict[str, float] | None = None
     upsample: bool | None = None
-    unit: str | None = None
+    unit: MixUnit | None = None
 
 
 @dataclass(frozen=True)
@@ -65,24 +66,15 @@ def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: M
     )
     for warning in result.warnings:
         ctx.log.warning(warning)
-    rows = [
-        {
-            "source": p.source,
-            "rule": p.rule,
-            "input rows": p.input_rows,
-            "output rows": p.output_rows,
-            "multiplier": f"{p.multiplier:.2f}x",
-        }
-        for p in result.plan
-    ]
+    summary = MixSummary(plan=[PlanRow.of(p) for p in result.plan], warnings=result.warnings)
     return StageOutput(
         artifacts=result.artifacts,
         config={**settings.model_dump(mode="json"), "shard_mb": spec.shard_mb},
-        summary={"plan": rows, "warnings": result.warnings},
+        summary=summary,
         metadata={
-            "sources": dg.MetadataValue.md(markdown_table(rows)),
+            "sources": dg.MetadataValue.md(markdown_table(summary.to_json()["plan"])),
             "summary": ", ".join(f"{p.source} {p.multiplier:.1f}x" for p in result.plan),
-            "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none"),
+            "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in summary.warnings) or "none"),
         },
     )
 

@@ -12,7 +12,7 @@ from albor_pipeline.runtime.layout import PROVENANCE
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import PipelineSpec
 from albor_pipeline.stages.provenance.card import render_card
-from albor_pipeline.stages.provenance.provenance import build_provenance, render_markdown
+from albor_pipeline.stages.provenance.provenance import ProvenanceSummary, build_provenance, render_markdown
 
 
 def provenance(spec: PipelineSpec, stages: tuple[str, ...], ctx: StageContext, config: NoConfig) -> StageOutput:
@@ -25,7 +25,7 @@ def provenance(spec: PipelineSpec, stages: tuple[str, ...], ctx: StageContext, c
     return StageOutput(
         artifacts=[record(p, layout.root) for p in (layout.provenance_json, layout.provenance_md, layout.dataset_card)],
         config={},
-        summary={"artifacts": len(prov["artifacts"])},
+        summary=ProvenanceSummary(artifacts=len(prov["artifacts"])),
         row_count=len(prov["artifacts"]),
         metadata={"artifacts": len(prov["artifacts"]), "preview": dg.MetadataValue.md(markdown[:20000])},
     )

@@ -13,10 +13,9 @@ from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip
+from albor_pipeline.stages.tokenizer.report import TokenizerSummary
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer, comparison_table, report_rows
 from albor_pipeline.text.vocab import FIM_TOKENS
-
-TIMING = ("train_seconds", "train_mb_per_s")  # vary run to run: metadata only, never hashed
 
 
 class TokenizerConfig(dg.Config):
@@ -43,6 +42,7 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
         model_max_length=spec.corpus.seq_len,
     )
     report = result.report
+    summary = TokenizerSummary.of(report)  # the timings vary run to run: metadata only
     return StageOutput(
         artifacts=result.artifacts,
         config={
@@ -50,15 +50,15 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
             "chat_tokens": list(chat_tokens),
             "model_max_length": spec.corpus.seq_len,
         },
-        summary={k: v for k, v in report.items() if k not in TIMING},
-        row_count=report["vocab_size"],
+        summary=summary,
+        row_count=summary.vocab_size,
         metadata={
             "report": dg.MetadataValue.md(markdown_table(report_rows(report))),
-            "comparison": dg.MetadataValue.md(comparison_table(report["comparison"]) or "no val text"),
-            "vocab_size": report["vocab_size"],
-            "roundtrip_ok": report["roundtrip_ok"],
-            "val_documents": report["val_documents"],
-            "bytes_per_token": report["bytes_per_token"],
+            "comparison": dg.MetadataValue.md(comparison_table(summary.comparison) or "no val text"),
+            "vocab_size": summary.vocab_size,
+            "roundtrip_ok": summary.roundtrip_ok,
+            "val_documents": summary.val_documents,
+            "bytes_per_token": summary.bytes_per_token,
             "train_seconds": report["train_seconds"],
         },
     )

@@ -21,6 +21,7 @@ from albor_pipeline.runtime.artifacts import (
 )
 from albor_pipeline.runtime.commit import Journal, journaled, recover_journal
 from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.report import Report
 
 Progress = Callable[[str], None]
 """Receives human progress lines (rows, MB, rate) from long stages."""
@@ -32,7 +33,7 @@ class StageOutput:
 
     artifacts: list[Artifact]
     config: dict[str, Any]  # the resolved settings, as JSON
-    summary: dict[str, Any] = field(default_factory=dict)  # deterministic facts: manifest and provenance
+    summary: Report | None = None  # deterministic facts, typed by the stage: manifest and provenance
     metadata: dict[str, Any] = field(default_factory=dict)  # extra facts for people (may vary run to run)
     inputs: list[Artifact] = field(default_factory=list)  # inputs that are no stage's outputs (a source)
     row_count: int | None = None  # default: the outputs' rows
@@ -83,7 +84,7 @@ def run_stage(
                 outputs=out.artifacts,
                 inputs=[*out.inputs, *(art for arts in inputs.values() for art in arts)],
                 config=out.config,
-                summary=out.summary,
+                summary=out.summary.to_json() if out.summary is not None else {},
             )
             data = json_bytes(manifest.model_dump(mode="json"))
             journal.seal(data)

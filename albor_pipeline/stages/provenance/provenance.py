@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, StageManifest, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.runtime.bucket import IO_THREADS, Bucket
@@ -30,9 +31,35 @@ from albor_pipeline.runtime.layout import (
     mixed_stage,
     sft_stage,
 )
-from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.spec import CHAT_KINDS, SPLITS
-from albor_pipeline.stages.tokenizer.tokenizer import comparison_table, report_rows
+from albor_pipeline.runtime.report import Report, table
+from albor_pipeline.spec import (
+    CHAT_KINDS,
+    SPLITS,
+    CorpusSpec,
+    FimSpec,
+    HoldoutSpec,
+    HygieneSpec,
+    M,
+    NearDedupSpec,
+    SourceKind,
+    SplitMixSpec,
+)
+from albor_pipeline.stages.chat import report as chat_report
+from albor_pipeline.stages.chat.report import EvalSummary, SftSummary
+from albor_pipeline.stages.corpus import report as corpus_report
+from albor_pipeline.stages.corpus.report import Corpus, CorpusSummary
+from albor_pipeline.stages.dedup import report as dedup_report
+from albor_pipeline.stages.dedup.report import DocumentsSummary
+from albor_pipeline.stages.fim import report as fim_report
+from albor_pipeline.stages.fim.report import FimSplit, FimSummary
+from albor_pipeline.stages.hygiene import report as hygiene_report
+from albor_pipeline.stages.hygiene.report import HygieneRow, HygieneSummary
+from albor_pipeline.stages.ingest import report as ingest_report
+from albor_pipeline.stages.ingest.report import IngestSummary
+from albor_pipeline.stages.mix import report as mix_report
+from albor_pipeline.stages.mix.report import MixSummary
+from albor_pipeline.stages.tokenizer import report as tokenizer_report
+from albor_pipeline.stages.tokenizer.report import TokenizerSummary
 
 
 def build_provenance(
@@ -55,290 +82,156 @@ def build_provenance(
     }
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    return [markdown_table([dict(zip(header, r)) for r in rows]), ""]
+class ProvenanceSummary(Report):
+    artifacts: int  # files listed in provenance.json
+
+
+R = TypeVar("R", bound=Report)
+
+
+@dataclass(frozen=True)
+class Built:
+    """provenance.json read back: the spec, and each built stage's settings and its summary
+    through the stage's own model (`stages/<name>/report.py`)."""
+
+    spec: dict[str, Any]
+    stages: dict[str, Any]
+    artifacts: list[dict[str, Any]]
+    versions: dict[str, str]
+
+    @classmethod
+    def of(cls, prov: dict[str, Any]) -> Built:
+        return cls(prov["spec"], prov["stages"], prov["artifacts"], prov["versions"])
+
+    @property
+    def sources(self) -> list[dict[str, Any]]:
+        return self.spec["sources"]
+
+    def names(self, *kinds: SourceKind) -> list[str]:
+        """The spec's source names (of `kinds`), in spec order."""
+        values = {k.value for k in kinds}
+        return [s["name"] for s in self.sources if not kinds or s["kind"] in values]
+
+    def summary(self, stage: str, model: type[R]) -> R | None:
+        """The stage's summary, or None when it was not built."""
+        entry = self.stages.get(stage)
+        return model.model_validate(entry["summary"]) if entry is not None else None
+
+    def config(self, stage: str) -> dict[str, Any]:
+        return self.stages[stage]["config"]
+
+    def settings(self, stage: str, model: type[M]) -> M:
+        """The stage's recorded settings as the spec section `model` (keys it does not know left out)."""
+        return model.model_validate({k: v for k, v in self.config(stage).items() if k in model.model_fields})
+
+    def ingested(self) -> dict[str, IngestSummary]:
+        return {n: s for n in self.names() if (s := self.summary(ingested_stage(n), IngestSummary))}
+
+    def corpora(self) -> list[Corpus]:
+        """The built corpora (`train`, ..., `long_train`, ...)."""
+        return [
+            Corpus(name, self.settings(corpus_stage(name), CorpusSpec), s)
+            for name in corpus_names(SPLITS)
+            if (s := self.summary(corpus_stage(name), CorpusSummary))
+        ]
+
+
+def _sources(built: Built) -> list[str]:
+    return ingest_report.provenance_section(built.sources, built.ingested())
+
+
+def _hygiene(built: Built) -> list[str]:
+    ingested, rows = built.ingested(), []
+    for name in built.names():
+        stage = filtered_stage(name)
+        if summary := built.summary(stage, HygieneSummary):
+            secrets = ingested[name].secrets if name in ingested else {}
+            rows.append(HygieneRow(name, built.settings(stage, HygieneSpec).redact, summary, secrets))
+    return hygiene_report.provenance_section(rows)
+
+
+def _splits(built: Built) -> list[str]:
+    summary = built.summary(DOCUMENTS, DocumentsSummary)
+    if summary is None:
+        return []
+    near = built.config(DOCUMENTS).get("near_dedup")
+    holdout = built.settings(DOCUMENTS, HoldoutSpec)
+    near_spec = NearDedupSpec.model_validate(near) if near else None
+    return dedup_report.provenance_section(holdout, near_spec, summary, built.names())
+
+
+def _mix(built: Built) -> list[str]:
+    splits = [
+        (split, built.settings(stage, SplitMixSpec).seed, s)
+        for split in SPLITS
+        if (s := built.summary(stage := mixed_stage(split), MixSummary))
+    ]
+    return mix_report.provenance_section(splits)
+
+
+def _fim(built: Built) -> list[str]:
+    splits = [
+        FimSplit(split, built.config(stage)["enabled"], built.settings(stage, FimSpec), s)
+        for split in SPLITS
+        if (s := built.summary(stage := fim_stage(split), FimSummary))
+    ]
+    return fim_report.provenance_section(splits)
+
+
+def _tokenizer(built: Built) -> list[str]:
+    summary = built.summary(TOKENIZER, TokenizerSummary)
+    return tokenizer_report.provenance_section(summary) if summary else []
+
+
+def _corpora(built: Built) -> list[str]:
+    return corpus_report.provenance_section(built.corpora())
+
+
+def _chat(built: Built) -> list[str]:
+    cleanup = ingest_report.chat_cleanup(built.names(*CHAT_KINDS), built.ingested())
+    sft = [(split, s) for split in SPLITS if (s := built.summary(sft_stage(split), SftSummary))]
+    evals = [(name, e) for name in built.names() if (e := built.summary(eval_stage(name), EvalSummary))]
+    return chat_report.provenance_section(cleanup, sft, evals)
+
+
+def _artifacts(built: Built) -> list[str]:
+    rows = [
+        [f"`{a['path']}`", f"`{a['sha256']}`", a["bytes"], a["rows"] if a["rows"] is not None else "", a["stage"]]
+        for a in built.artifacts
+    ]
+    return ["## Artifacts", "", *table(["path", "sha256", "bytes", "rows", "stage"], rows)]
+
+
+def _versions(built: Built) -> list[str]:
+    return ["## Library versions", "", *table(["library", "version"], [[k, v] for k, v in built.versions.items()])]
+
+
+HEADER = [
+    "# Provenance",
+    "",
+    "Every artifact of the last complete build with its full SHA-256. `albor verify` re-checks "
+    "them and lists any stage rebuilt since (stale here).",
+    "",
+]
+SECTIONS: tuple[Callable[[Built], list[str]], ...] = (
+    _sources,
+    _hygiene,
+    _splits,
+    _mix,
+    _fim,
+    _tokenizer,
+    _corpora,
+    _chat,
+    _artifacts,
+    _versions,
+)
+"""PROVENANCE.md's sections in graph order: each stage's own (its `report.provenance_section`),
+then every artifact and the library versions."""
 
 
 def render_markdown(prov: dict[str, Any]) -> str:
-    stages: dict[str, Any] = prov["stages"]
-    lines = [
-        "# Provenance",
-        "",
-        "Every artifact of the last complete build with its full SHA-256. `albor verify` re-checks "
-        "them and lists any stage rebuilt since (stale here).",
-        "",
-    ]
-    src_rows = []
-    for src in prov["spec"]["sources"]:
-        summary = stages.get(ingested_stage(src["name"]), {}).get("summary", {})
-        skipped = ", ".join(f"{k} {v}" for k, v in summary.get("skipped", {}).items()) or "none"
-        src_rows.append(
-            [
-                src["name"],
-                src["kind"],
-                f"`{src['path']}`",
-                summary.get("files", ""),
-                summary.get("documents", ""),
-                summary.get("text_bytes", ""),
-                skipped,
-            ]
-        )
-    lines += [
-        "## Sources",
-        "",
-        *_table(["source", "kind", "path", "files", "documents", "text bytes", "skipped"], src_rows),
-    ]
-    lines += _hygiene_section(prov)
-    docs = stages.get(DOCUMENTS, {}).get("summary", {})
-    if docs:
-        holdout = stages[DOCUMENTS]["config"]
-        lines += [
-            "## Splits",
-            "",
-            f"Holdout by content hash: val {holdout['val_fraction']}, test "
-            f"{holdout['test_fraction']}, seed {holdout['seed']}. Duplicates dropped: "
-            f"{sum(docs.get('duplicates', {}).values())}.",
-            "",
-        ]
-        near = docs.get("near_duplicates") or {}
-        if near:
-            sizes = ", ".join(f"{k}: {v}" for k, v in near["cluster_sizes"].items()) or "none"
-            threshold = stages[DOCUMENTS]["config"]["near_dedup"]["threshold"]
-            lines += [
-                f"Near duplicates (MinHash LSH, verified Jaccard >= {threshold}):"
-                f" {near['clusters']} clusters (sizes {sizes}); removed "
-                + (", ".join(f"{k} {v}" for k, v in near["removed"].items()) or "none")
-                + f"; {near['candidate_pairs']} LSH candidates, {near['verified_pairs']} verified.",
-                "",
-            ]
-        decon = docs.get("decontaminated") or {}
-        if decon:
-            lines += [
-                f"Decontamination: train documents sharing a {decon['ngram']}-word n-gram with a benchmark item"
-                " are dropped. Per source: "
-                + (", ".join(f"{k} {v}" for k, v in decon["dropped"].items()) or "none")
-                + ".",
-                "",
-                *_table(
-                    ["benchmark", "items", "too short", "n-grams", "train documents dropped"],
-                    [
-                        [name, b["items"], b["too_short"], b["ngrams"], b["train_dropped"]]
-                        for name, b in decon["benchmarks"].items()
-                    ],
-                ),
-            ]
-        lines += _table(
-            ["split", *[s["name"] for s in prov["spec"]["sources"]]],
-            [
-                [split, *[docs["rows"][split].get(s["name"], 0) for s in prov["spec"]["sources"]]]
-                for split in docs["rows"]
-            ],
-        )
-    mix_rows = []
-    for split in SPLITS:
-        stage = stages.get(mixed_stage(split))
-        if stage:
-            for p in stage["summary"]["plan"]:
-                mix_rows.append(
-                    [
-                        split,
-                        stage["config"]["seed"],
-                        p["source"],
-                        p["rule"],
-                        p["input rows"],
-                        p["output rows"],
-                        p["multiplier"],
-                    ]
-                )
-    if mix_rows:
-        lines += [
-            "## Mix",
-            "",
-            *_table(["split", "seed", "source", "rule", "input rows", "output rows", "multiplier"], mix_rows),
-        ]
-    fim_rows = [
-        [
-            split,
-            s["config"]["enabled"],
-            s["config"]["rate"],
-            s["config"]["format"],
-            s["config"]["seed"],
-            s["summary"]["transformed"],
-            s["summary"]["rows"],
-        ]
-        for split in SPLITS
-        if (s := stages.get(fim_stage(split)))
-    ]
-    if fim_rows:
-        lines += [
-            "## Fill-in-the-Middle",
-            "",
-            *_table(["split", "enabled", "rate", "format", "seed", "FIM rows", "rows"], fim_rows),
-        ]
-    tok = stages.get(TOKENIZER, {}).get("summary")
-    if tok:
-        lines += ["## Tokenizer", "", markdown_table(report_rows(tok)), ""]
-        if tok.get("comparison"):
-            lines += [
-                "Bytes per token on the val text, ours against each baseline (diff: fewer tokens than the "
-                "baseline is positive):",
-                "",
-                comparison_table(tok["comparison"]),
-                "",
-            ]
-    corpora = corpus_names(SPLITS)
-    corpus_rows = [
-        [
-            split,
-            s["config"]["seq_len"],
-            s["summary"]["documents"],
-            s["summary"]["sequences"],
-            s["summary"]["tokens"],
-            s["summary"]["dropped_tokens"],
-            s["summary"]["padded_tokens"],
-            s["summary"].get("cut_fraction", ""),
-            s["summary"].get("pad_fraction", ""),
-        ]
-        for split in corpora
-        if (s := stages.get(corpus_stage(split)))
-    ]
-    if corpus_rows:
-        lines += [
-            "## Corpora",
-            "",
-            *_table(
-                [
-                    "split",
-                    "seq_len",
-                    "documents",
-                    "sequences",
-                    "tokens",
-                    "dropped",
-                    "padded",
-                    "docs cut",
-                    "pad fraction",
-                ],
-                corpus_rows,
-            ),
-        ]
-    keys = ("documents", "unique_documents", "max_repeat", "mean_repeat", "tokens", "token_share", "epochs")
-    source_rows = [
-        [split, name, *(facts[k] for k in keys)]
-        for split in corpora
-        if (s := stages.get(corpus_stage(split)))
-        for name, facts in s["summary"].get("sources", {}).items()
-    ]
-    if source_rows:
-        header = ["documents", "unique", "max repeat", "mean repeat", "tokens", "token share", "epochs"]
-        lines += [
-            "## Corpora by source",
-            "",
-            "Epochs: a source's tokens over the tokens of its unique documents.",
-            "",
-            *_table(["split", "source", *header], source_rows),
-        ]
-    lines += _chat_section(prov)
-    lines += [
-        "## Artifacts",
-        "",
-        *_table(
-            ["path", "sha256", "bytes", "rows", "stage"],
-            [
-                [
-                    f"`{a['path']}`",
-                    f"`{a['sha256']}`",
-                    a["bytes"],
-                    a["rows"] if a["rows"] is not None else "",
-                    a["stage"],
-                ]
-                for a in prov["artifacts"]
-            ],
-        ),
-    ]
-    lines += ["## Library versions", "", *_table(["library", "version"], [[k, v] for k, v in prov["versions"].items()])]
-    return "\n".join(lines)
-
-
-def _hygiene_section(prov: dict[str, Any]) -> list[str]:
-    """Per document source: input = kept + removed by reason; the secrets ingestion redacted and
-    hygiene's findings, by type (counts only)."""
-    rows = []
-    for src in prov["spec"]["sources"]:
-        stage = prov["stages"].get(filtered_stage(src["name"]))
-        if stage:
-            s = stage["summary"]
-            ingested = prov["stages"].get(ingested_stage(src["name"]), {}).get("summary", {})
-            rows.append(
-                [
-                    src["name"],
-                    stage["config"]["redact"],
-                    s["documents_in"],
-                    s["kept"],
-                    ", ".join(f"{k} {v}" for k, v in s["removed"].items()) or "none",
-                    ", ".join(f"{k} {v}" for k, v in ingested.get("secrets", {}).items()) or "none",
-                    ", ".join(f"{k} {v}" for k, v in s["findings"].items()) or "none",
-                    s["redacted_documents"],
-                ]
-            )
-    if not rows:
-        return []
-    header = [
-        "source",
-        "redact",
-        "documents in",
-        "kept",
-        "removed",
-        "secrets (at ingest)",
-        "findings",
-        "redacted documents",
-    ]
-    return ["## Hygiene", "", *_table(header, rows)]
-
-
-def _chat_section(prov: dict[str, Any]) -> list[str]:
-    """Chat sources with their cleanup, the SFT splits per source, the eval sets."""
-    stages: dict[str, Any] = prov["stages"]
-    chat_kinds = {k.value for k in CHAT_KINDS}
-    sources = [s["name"] for s in prov["spec"]["sources"] if s["kind"] in chat_kinds]
-    sft = [(split, stages[sft_stage(split)]["summary"]) for split in SPLITS if sft_stage(split) in stages]
-    evals = [
-        (s["name"], stages[eval_stage(s["name"])]["summary"])
-        for s in prov["spec"]["sources"]
-        if eval_stage(s["name"]) in stages
-    ]
-    if not (sources or evals):
-        return []
-    lines = ["## Chat", ""]
-    cleanup_rows = []
-    for name in sources:
-        summary = stages.get(ingested_stage(name), {}).get("summary", {})
-        counts = {**summary.get("cleanup", {}), **summary.get("skipped", {})}
-        cleanup_rows.append(
-            [name, summary.get("documents", ""), ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"]
-        )
-    lines += _table(["source", "conversations kept", "cleanup and skips"], cleanup_rows)
-    if sft:
-        lines += _table(
-            ["split", "conversations", "tokens", "trained fraction", "skipped (over max_tokens)", "truncated"],
-            [
-                [split, s["conversations"], s["tokens"], s["trained_fraction"], s["skipped_overlong"], s["truncated"]]
-                for split, s in sft
-            ],
-        )
-        keys = ("conversations", "turns", "tokens", "trained_fraction")
-        lines += _table(
-            ["split", "source", *keys],
-            [[split, name, *(facts[k] for k in keys)] for split, s in sft for name, facts in s["sources"].items()],
-        )
-    if evals:
-        lines += _table(
-            ["eval set", "items", "tokens", "choices per item"],
-            [
-                [name, s["items"], s["tokens"], ", ".join(f"{k}: {v}" for k, v in s["choices"].items())]
-                for name, s in evals
-            ],
-        )
-    return lines
+    built = Built.of(prov)
+    return "\n".join([*HEADER, *(line for section in SECTIONS for line in section(built))])
 
 
 @dataclass

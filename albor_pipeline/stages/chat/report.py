@@ -1,0 +1,71 @@
+"""What SFT and eval sets record (their manifests' `summary`), and the `## Chat` section of
+PROVENANCE.md."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from albor_pipeline.runtime.report import Report, table
+
+
+class SftSourceFacts(Report):
+    conversations: int
+    turns: int
+    tokens: int
+    trained_tokens: int  # under the loss mask
+    trained_fraction: float
+
+
+class SftSummary(Report):
+    conversations: int
+    tokens: int
+    trained_tokens: int
+    trained_fraction: float
+    skipped_overlong: int  # over max_tokens, with `overlong: skip`
+    truncated: int  # cut to max_tokens, with `overlong: truncate`
+    sources: dict[str, SftSourceFacts]
+
+
+class EvalSummary(Report):
+    items: int
+    tokens: int
+    choices: dict[str, int]  # number of choices -> items
+
+
+SOURCE_FACTS = ("conversations", "turns", "tokens", "trained_fraction")
+
+
+def provenance_section(
+    cleanup: Sequence[Sequence[Any]],
+    sft: Sequence[tuple[str, SftSummary]],
+    evals: Sequence[tuple[str, EvalSummary]],
+) -> list[str]:
+    """`## Chat`: the chat sources with their cleanup (`cleanup`: per chat source, conversations
+    kept and what cleanup changed and skipped, from ingestion), the SFT splits per source, the
+    eval sets. Nothing without chat sources or eval sets."""
+    if not (cleanup or evals):
+        return []
+    lines = ["## Chat", "", *table(["source", "conversations kept", "cleanup and skips"], cleanup)]
+    if sft:
+        lines += table(
+            ["split", "conversations", "tokens", "trained fraction", "skipped (over max_tokens)", "truncated"],
+            [
+                [split, s.conversations, s.tokens, s.trained_fraction, s.skipped_overlong, s.truncated]
+                for split, s in sft
+            ],
+        )
+        lines += table(
+            ["split", "source", *SOURCE_FACTS],
+            [
+                [split, name, f.conversations, f.turns, f.tokens, f.trained_fraction]
+                for split, s in sft
+                for name, f in s.sources.items()
+            ],
+        )
+    if evals:
+        lines += table(
+            ["eval set", "items", "tokens", "choices per item"],
+            [[name, s.items, s.tokens, ", ".join(f"{k}: {v}" for k, v in s.choices.items())] for name, s in evals],
+        )
+    return lines

@@ -1,0 +1,59 @@
+"""What hygiene records of a source (its manifest's `summary`), and its PROVENANCE.md section."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from albor_pipeline.runtime.report import Report, counts, table
+from albor_pipeline.spec import RedactMode
+
+
+class HygieneSummary(Report):
+    documents_in: int
+    kept: int
+    removed: dict[str, int]  # reason -> documents
+    findings: dict[str, int]  # finding type -> count
+    redacted_documents: int
+    examples: dict[str, list[str]]  # reason -> a few file paths
+
+
+@dataclass(frozen=True)
+class HygieneRow:
+    """One source's hygiene, with the secrets its ingestion already redacted (counts only)."""
+
+    source: str
+    redact: RedactMode
+    summary: HygieneSummary
+    secrets_at_ingest: Mapping[str, int]
+
+
+def provenance_section(rows: Sequence[HygieneRow]) -> list[str]:
+    """`## Hygiene`: per document source, input = kept + removed by reason; the secrets ingestion
+    redacted and hygiene's findings, by type (counts only). Nothing when no source had hygiene."""
+    if not rows:
+        return []
+    header = [
+        "source",
+        "redact",
+        "documents in",
+        "kept",
+        "removed",
+        "secrets (at ingest)",
+        "findings",
+        "redacted documents",
+    ]
+    body = [
+        [
+            r.source,
+            r.redact.value,
+            r.summary.documents_in,
+            r.summary.kept,
+            counts(r.summary.removed),
+            counts(r.secrets_at_ingest),
+            counts(r.summary.findings),
+            r.summary.redacted_documents,
+        ]
+        for r in rows
+    ]
+    return ["## Hygiene", "", *table(header, body)]

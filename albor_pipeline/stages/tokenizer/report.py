@@ -1,0 +1,55 @@
+"""What the tokenizer records (its manifest's `summary`: `report.json` without the timings),
+and the `## Tokenizer` section of PROVENANCE.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.report import Report
+from albor_pipeline.stages.tokenizer.tokenizer import comparison_table, report_rows
+
+TIMING = ("train_seconds", "train_mb_per_s")  # vary run to run: metadata only, never in the summary
+
+
+class TokenizerSummary(Report):
+    vocab_size: int  # with the FIM and chat tokens
+    learned_vocab_size: int
+    requested_vocab_size: int
+    merges: int
+    special_ids: dict[str, int]
+    train_documents: int
+    train_chars: int
+    # Only when the text supports fewer tokens than requested.
+    warning: str | None = Field(None, exclude_if=lambda v: v is None)
+    val_documents: int
+    roundtrip_ok: int
+    roundtrip_failures_first: list[int]
+    keyword_coverage: dict[str, bool]
+    keywords_single_token: int
+    val_bytes: int
+    val_tokens: int
+    bytes_per_token: float | None  # None without val text
+    # Per source and "all": bytes, and ours and each baseline's tokens, bytes/token, diff.
+    comparison: list[dict[str, str | int | float | None]]
+    comparison_notes: list[str]
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> TokenizerSummary:
+        """The summary of `build_tokenizer`'s report (the timings left out)."""
+        return cls.model_validate({k: v for k, v in report.items() if k not in TIMING})
+
+
+def provenance_section(summary: TokenizerSummary) -> list[str]:
+    lines = ["## Tokenizer", "", markdown_table(report_rows(summary.to_json())), ""]
+    if summary.comparison:
+        lines += [
+            "Bytes per token on the val text, ours against each baseline (diff: fewer tokens than the "
+            "baseline is positive):",
+            "",
+            comparison_table(summary.comparison),
+            "",
+        ]
+    return lines
