@@ -14,14 +14,13 @@ its item (the input shards it reads).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
 from albor_pipeline.runtime.artifacts import naming_write_errors, staged_dir
 from albor_pipeline.runtime.executor import INLINE, Executor, for_items
-from albor_pipeline.runtime.nodes import Node, Spooled, task_node
+from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
 
@@ -62,19 +61,55 @@ class TaskIO:
 
 
 @dataclass(frozen=True)
-class _Task(Generic[J, I, R]):
-    step: Callable[[J, TaskIO, I], R]
+class _Task(Generic[J, I, T]):
+    step: Callable[[J, TaskIO, I], T]
     job: J
     io: TaskIO
-    subsets: tuple[str, ...] = ()
+    subsets: tuple[str, ...] | None = None  # a shard set's task: ships what it wrote
 
-    def __call__(self, item: I) -> R:
+    @property
+    def func(self) -> Callable[[J, TaskIO, I], T]:
+        """The function a task log and an error name (`executor.task_name`)."""
+        return self.step
+
+    def __call__(self, item: I) -> T:
+        if self.subsets is None:
+            return self.step(self.job, self.io, item)
         for subset in self.subsets:  # on a node of its own, the task's directory starts empty
             (self.io.directory / subset).mkdir(parents=True, exist_ok=True)
         result = self.step(self.job, self.io, item)
-        for shard in result.shards:
+        for shard in cast(ShardResult, result).shards:
             self.io.node.ship(self.io.directory, shard)
         return result
+
+
+def runs_inline(executor: Executor, items: int, inline_below: int = INLINE_BELOW) -> bool:
+    """Whether a map of `items` items runs in the stage's own process (its step may then use
+    what the process already holds, e.g. an encoder on every core)."""
+    return for_items(executor, items, inline_below).name == INLINE.name
+
+
+def _run(
+    task: _Task[J, I, T],
+    items: Sequence[I],
+    executor: Executor,
+    inline_below: int,
+    spools: Sequence[Spooled | None],
+    progress: Callable[[list[T]], str | None] | None,
+    log: Progress | None,
+) -> Iterator[T]:
+    """`task` over `items` on `executor` (inline below `inline_below` items on a local pool),
+    results in item order as they come, logging what `progress(done)` says after each."""
+    executor = for_items(executor, len(items), inline_below)
+    node = task_node(executor.node).with_spools(spools)
+    task = replace(task, io=replace(task.io, node=node))
+    done: list[T] = []
+    for result in executor.map(task, items):
+        done.append(result)
+        line = progress(done) if progress else None
+        if line and log:
+            log(line)
+        yield result
 
 
 def map_shards(
@@ -90,28 +125,22 @@ def map_shards(
     inline_below: int = INLINE_BELOW,
     subsets: Sequence[str] = (),
 ) -> list[R]:
-    """Run `step(job, io, item)` for every item on `executor` (inline below INLINE_BELOW
-    items on a local pool) and commit the shards they wrote as the set `out`, in item order.
-    `progress(done)` says what to log after each result (None: nothing); `finish(staging,
-    results)` may add the set's other files (an index, exports) or refuse the set before it
-    commits; `spools`: what an earlier wave (`map_tasks`) sent
-    back, for the steps to read; `subsets`: subdirectories of the set (one per split), each
-    present even when empty, where steps write shards named `<subset>/part-….parquet`. If a
-    step or the check fails, nothing is committed and `out` keeps its previous set."""
+    """Run `step(job, io, item)` for every item on `executor` and commit the shards they wrote
+    as the set `out`, in item order. `progress(done)` says what to `log` after each result
+    (None: nothing); `finish(staging, results)` may add the set's other files (an index,
+    exports) or refuse the set before it commits; `spools`: what an earlier wave (`map_tasks`)
+    sent back, for the steps to read; `subsets`: subdirectories of the set (one per split),
+    each present even when empty, where steps write shards named `<subset>/part-….parquet`.
+    If a step or `finish` fails, nothing is committed and `out` keeps its previous set."""
     done: list[R] = []
     with staged_dir(out) as staging:
         for subset in subsets:
             (staging / subset).mkdir()
-        executor = for_items(executor, len(items), inline_below)
-        node = task_node(executor.node).with_spools(spools)
-        task = _Task(step, job, TaskIO(str(staging), node), tuple(subsets))
-        for result in executor.map(task, items):
+        task = _Task(step, job, TaskIO(str(staging), IN_PLACE), tuple(subsets))
+        for result in _run(task, items, executor, inline_below, spools, progress, log):
             for shard in result.shards:
-                node.land(staging, shard)
+                task_node(executor.node).land(staging, shard)
             done.append(result)
-            line = progress(done) if progress else None
-            if line and log:
-                log(line)
         if finish is not None:
             finish(staging, done)
     return done
@@ -123,16 +152,17 @@ def map_tasks(
     items: Sequence[I],
     directory: Path,
     executor: Executor,
-    inline_below: int = INLINE_BELOW,
+    progress: Callable[[list[T]], str | None] | None = None,
+    log: Progress | None = None,
     spools: Sequence[Spooled | None] = (),
+    inline_below: int = INLINE_BELOW,
 ) -> list[T]:
     """A wave of tasks that write no shard of the stage, only files in `directory` that a later
-    wave reads (spools, sent back with `io.node.spool`), or nothing: the map's inline rule and
-    nodes, without a commit. `spools`: what an earlier wave sent back. Results in item order."""
-    executor = for_items(executor, len(items), inline_below)
-    io = TaskIO(str(directory), task_node(executor.node).with_spools(spools))
+    wave reads (spools, sent back with `io.node.spool`), or nothing: the shard map without a
+    commit, its arguments as `map_shards`'. Results in item order."""
+    task: _Task[J, I, T] = _Task(step, job, TaskIO(str(directory), IN_PLACE))
     with naming_write_errors(directory):  # a full disk names where the wave was writing
-        return list(executor.map(partial(step, job, io), items))
+        return list(_run(task, items, executor, inline_below, spools, progress, log))
 
 
 def shards_of(results: Sequence[ShardResult]) -> Iterator[Shard]:

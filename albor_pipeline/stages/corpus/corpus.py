@@ -12,7 +12,6 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +24,9 @@ from albor_pipeline.runtime.artifacts import (
     record,
     write_json,
 )
-from albor_pipeline.runtime.executor import INLINE, Executor, for_items
 from albor_pipeline.runtime.nodes import Spooled, task_node
-from albor_pipeline.runtime.shardmap import StageIO, map_shards, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import Shard, row_groups
-from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy
 from albor_pipeline.stages.corpus.encode_task import (
     EncodeJob,
@@ -43,7 +40,7 @@ from albor_pipeline.stages.corpus.exports import STREAMS, concat_streams, write_
 from albor_pipeline.stages.corpus.index import INDEX_FILE, reader_index
 from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
 from albor_pipeline.stages.corpus.plan import PlanSummary, best_fit_plan, concat_plan
-from albor_pipeline.text.encode import Encoder, pick_encoder
+from albor_pipeline.text.encode import pick_encoder
 from albor_pipeline.text.vocab import BOS, EOS, PAD, token_dtype
 
 PROGRESS_SECONDS = 5.0
@@ -156,10 +153,10 @@ def _encode_split(
     sample = [t[:8192] for t in first.column(0).to_pylist()[:32]] if first is not None else []
     encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
-    encoding = for_items(io.executor, len(groups), 4)
-    node = task_node(encoding.node)
-    job = EncodeJob(str(tokenizer_path), encoder.name, spec.bos, min_chars, str(spool), dtype.name, node)
-    encoded, accounting = _encode(tok, groups, job, encoder, encoding, io.progress, start)
+    # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
+    own = RowGroupEncoder(tok, encoder, spec.bos, min_chars) if runs_inline(io.executor, len(groups), 4) else None
+    job = EncodeJob(str(tokenizer_path), encoder.name, spec.bos, min_chars, str(spool), dtype.name, own)
+    encoded, accounting = _encode(groups, job, io, start)
     lengths = np.concatenate([g.lengths for g in encoded]) if encoded else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum([int(g.lengths.sum()) for g in encoded])]).astype(np.int64)
     text_bytes = sum(g.text_bytes for g in encoded)
@@ -182,40 +179,40 @@ def _save_plan(spool: Path, encoded: _Encoded, spec: CorpusSpec) -> PlanSummary:
 
 
 def _encode(
-    tok: Tokenizer,
-    groups: list[RowGroup],
-    job: EncodeJob,
-    encoder: Encoder,
-    executor: Executor,
-    progress: Progress | None,
-    start: float,
+    groups: list[RowGroup], job: EncodeJob, io: StageIO, start: float
 ) -> tuple[list[GroupTokens], SourceAccounting]:
     """The first wave: every row group encoded and spooled, in input order (each token file
     in this process's spool too, for the exports)."""
-    executor = for_items(executor, len(groups), 4)
-    # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
-    inline = RowGroupEncoder(tok, encoder, job.bos, job.min_chars) if executor.name == INLINE.name else None
-    items = [SpoolItem(group, task) for task, group in enumerate(groups)]
-    done: list[GroupTokens] = []
-    accounting = SourceAccounting()
-    docs = tokens = text_bytes = 0
-    last_report = start
-    for group in executor.map(partial(encode_row_group, job, encoder=inline), items):
-        job.node.receive(group.spooled)
-        done.append(replace(group, keys=np.zeros(0), codes=np.zeros(0)))  # accounting keeps those
-        accounting.add(group)
-        docs, tokens, text_bytes = (
-            docs + len(group.lengths),
-            tokens + int(group.lengths.sum()),
-            text_bytes + group.text_bytes,
-        )
+    last_report = [start]
+
+    def rate(done: list[GroupTokens]) -> str | None:
         now = time.perf_counter()
-        if progress and now - last_report >= PROGRESS_SECONDS:
-            last_report = now
-            progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6 / (now - start):.1f} MB/s")
-    if progress:
-        progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6:.1f} MB encoded")
-    return done, accounting
+        if now - last_report[0] < PROGRESS_SECONDS:
+            return None
+        last_report[0] = now
+        docs, tokens, text_bytes = _totals(done)
+        return f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6 / (now - start):.1f} MB/s"
+
+    items = [SpoolItem(group, task) for task, group in enumerate(groups)]
+    encoded = map_tasks(encode_row_group, job, items, Path(job.spool), io.executor, rate, io.progress, inline_below=4)
+    accounting = SourceAccounting()
+    receiving = task_node(io.executor.node)
+    for group in encoded:
+        receiving.receive(group.spooled)
+        accounting.add(group)
+    if io.progress:
+        docs, tokens, text_bytes = _totals(encoded)
+        io.progress(f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6:.1f} MB encoded")
+    return [replace(g, keys=np.zeros(0), codes=np.zeros(0)) for g in encoded], accounting
+
+
+def _totals(done: list[GroupTokens]) -> tuple[int, int, int]:
+    """Documents, tokens and text bytes of the row groups encoded so far."""
+    return (
+        sum(len(g.lengths) for g in done),
+        sum(int(g.lengths.sum()) for g in done),
+        sum(g.text_bytes for g in done),
+    )
 
 
 def _shard_items(sequences: int, spec: CorpusSpec, formats: set[ExportFormat]) -> list[tuple[int, int, int]]:

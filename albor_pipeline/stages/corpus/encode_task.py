@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from albor_pipeline.runtime.nodes import Node, Spooled
+from albor_pipeline.runtime.nodes import Spooled
+from albor_pipeline.runtime.shardmap import TaskIO
 from albor_pipeline.text.documents import sha_keys
 from albor_pipeline.text.encode import Encoder, make_encoder
 from albor_pipeline.text.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
@@ -136,7 +137,7 @@ class EncodeJob:
     min_chars: int
     spool: str  # the build's token spool: `spool_tokens(spool, task)` per row group
     dtype: str  # the spooled ids' dtype: the exports' (`corpus.token_dtype`)
-    node: Node  # how a task reaches the data dir where it runs
+    own: RowGroupEncoder | None = None  # the stage's own encoder (all cores), for an inline map only
 
 
 @dataclass(frozen=True)
@@ -158,12 +159,11 @@ def _row_group_encoder(tokenizer_path: str, encoder: str, bos: bool, min_chars: 
     return RowGroupEncoder.load(tokenizer_path, encoder, bos, min_chars)
 
 
-def encode_row_group(job: EncodeJob, item: SpoolItem, encoder: RowGroupEncoder | None = None) -> GroupTokens:
-    """Encode one row group and spool its ids; `encoder` is the stage's own when inline, else
+def encode_row_group(job: EncodeJob, io: TaskIO, item: SpoolItem) -> GroupTokens:
+    """Encode one row group and spool its ids, with the stage's own encoder when inline, else
     one cached per worker process."""
-    node = job.node
-    if encoder is None:
-        encoder = _row_group_encoder(str(node.local(job.tokenizer_path)), job.encoder, job.bos, job.min_chars)
+    node = io.node
+    encoder = job.own or _row_group_encoder(str(node.local(job.tokenizer_path)), job.encoder, job.bos, job.min_chars)
     path, index = item.group
     flat, tokens = encoder.encode((str(node.local(path)), index))
     spooled = spool_tokens(node.directory(job.spool), item.task)

@@ -154,7 +154,7 @@ def _scan(
         lsh = index.lsh(spool, docs) if index else None
         job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, lsh, decon)
         offsets, spooled = [], []
-        scanned = map_tasks(_scan_group, job, items, Path(spool), executor, SCAN_MIN_GROUPS)
+        scanned = map_tasks(_scan_group, job, items, Path(spool), executor, inline_below=SCAN_MIN_GROUPS)
         for item, (parts, found, sent) in zip(items, scanned):
             if parts is not None:
                 offsets.append(parts)
