@@ -1,53 +1,45 @@
-"""The Definitions object: every stage's declaration, merged.
+"""The code location: one pipeline, or a folder of pipelines.
 
-`ALBOR_SPEC` selects the spec and `ALBOR_DATA_DIR` the output root; both are read when
-Dagster loads the definitions (`defs`), not when this module is imported.
+By default it holds the pipeline of one spec: `ALBOR_SPEC` selects the spec and
+`ALBOR_DATA_DIR` the output root, without a prefix. With `ALBOR_PIPELINES` set to a folder of
+`defs.yaml` files declaring `AlborPipeline` components (`defs/component.py`), it holds every pipeline declared
+there, each under its own prefix and data dir. The variables are read when Dagster loads the
+definitions (`defs`), not when this module is imported.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import dagster as dg
 
-from albor_pipeline.defs import chat, corpus, documents, fim, hygiene, ingestion, mix, tokenizer
-from albor_pipeline.defs.automation import automation_definitions
-from albor_pipeline.defs.provenance import provenance_stage
-from albor_pipeline.defs.resources import ArtifactStore, Execution
-from albor_pipeline.defs.stage import Stage, stage_definitions
-from albor_pipeline.spec import PipelineSpec, data_dir, load_spec, work_dir
+from albor_pipeline.defs.pipeline import STAGE_MODULES, build_definitions, check_data_dirs, pipeline_stages
+from albor_pipeline.spec import REPO_ROOT, load_spec
 
-STAGE_MODULES = (ingestion, hygiene, documents, mix, fim, tokenizer, corpus, chat)
+__all__ = ["STAGE_MODULES", "build_definitions", "defs", "load_pipelines", "pipeline_stages"]
+
+PIPELINES_ENV = "ALBOR_PIPELINES"
 
 
-def pipeline_stages(spec: PipelineSpec) -> list[Stage[Any]]:
-    """Every stage in graph order, provenance last (it reads every other stage)."""
-    stages: list[Stage[Any]] = [stage for module in STAGE_MODULES for stage in module.stages(spec)]
-    return [*stages, provenance_stage(spec, tuple(s.name for s in stages))]
-
-
-def _store(spec: PipelineSpec, root: Path | str) -> ArtifactStore:
-    work = str(work_dir(root)) if isinstance(root, str) else None
-    return ArtifactStore(data_dir=str(root), work_dir=work, on_busy=spec.locking.on_busy.value)
-
-
-def build_definitions(spec: PipelineSpec, output_dir: Path | str | None = None) -> dg.Definitions:
-    stages = pipeline_stages(spec)
-    return dg.Definitions.merge(
-        ingestion.source_definitions(spec),
-        *(stage_definitions(stage) for stage in stages),
-        automation_definitions(spec, stages, ingestion.observed(spec)),
-        dg.Definitions(
-            resources={
-                "store": _store(spec, data_dir(output_dir)),
-                "execution": Execution(**spec.execution.model_dump(mode="json")),
-            },
-            executor=dg.in_process_executor,
-        ),
-    )
+def load_pipelines(folder: Path | str) -> dg.Definitions:
+    """Every component declared under `folder` (`defs.yaml` files, Dagster's defs-folder layout),
+    loaded by Dagster's component tree; the pipelines' data dirs must not overlap."""
+    root = Path(folder).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"{PIPELINES_ENV}: no such folder: {root}")
+    # The folder holds YAML declarations only, so it needs no importable package: a module
+    # object naming the folder is the root of the tree.
+    module = ModuleType(f"albor_pipelines.{root.name}")
+    module.__file__, module.__path__ = None, [str(root)]
+    tree = dg.ComponentTree.from_module(defs_module=module, project_root=REPO_ROOT)
+    loaded = tree.build_defs()
+    check_data_dirs(loaded)
+    return loaded
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return build_definitions(load_spec())
+    folder = os.environ.get(PIPELINES_ENV)
+    return load_pipelines(folder) if folder else build_definitions(load_spec())

@@ -98,3 +98,25 @@ def test_descriptions_keep_markup_in_backticks():
     texts += [graph.get_check_spec(k).description or "" for k in graph.asset_check_keys]
     bare = [t for t in texts if set("<>") & set(re.sub(r"`[^`]*`", "", t))]
     assert len(texts) > 60 and bare == []
+
+
+def test_a_prefix_renames_every_name_and_nothing_else() -> None:
+    """A pipeline under a prefix (one of several in a code location) is the snapshot's graph
+    with the prefix on every asset key, dep, check, group, job, schedule, sensor and resource."""
+    prefixed = build_definitions(parse_spec(small_spec_dict(), Path(".")), prefix="v2")
+    snapshot = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    expected = {
+        "assets": {
+            f"v2/{key}": {**node, "group": f"v2_{node['group']}", "deps": [f"v2/{d}" for d in node["deps"]]}
+            for key, node in snapshot["assets"].items()
+        },
+        "checks": sorted(f"v2/{check}" for check in snapshot["checks"]),
+        "jobs": {f"v2_{name}": sorted(f"v2/{k}" for k in keys) for name, keys in snapshot["jobs"].items()},
+        "sensors": {f"v2_{name}": sensor for name, sensor in snapshot["sensors"].items()},
+        "schedules": {
+            f"v2_{name}": {**schedule, "job": f"v2_{schedule['job']}"}
+            for name, schedule in snapshot["schedules"].items()
+        },
+    }
+    assert describe(prefixed) == expected
+    assert set(prefixed.resources or {}) == {"v2_store", "v2_execution"}

@@ -8,8 +8,7 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.defs.resources import ArtifactStore, Execution
-from albor_pipeline.defs.stage import Stage, StageContext, asset_key, resolve, schema_check, spec_defaults
+from albor_pipeline.defs.stage import ROOT, Namespace, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.artifacts import Artifact
 from albor_pipeline.runtime.files import Location
 from albor_pipeline.runtime.layout import Layout, benchmark_stage, ingested_stage, source_stage
@@ -53,13 +52,16 @@ class IngestConfig(dg.Config):
 
 
 def _observable(
-    key: str, path: Location, description: str, fingerprint: Callable[[Layout], Artifact]
+    key: str, path: Location, description: str, fingerprint: Callable[[Layout], Artifact], ns: Namespace
 ) -> dg.SourceAsset:
     """An observable source whose data version is `fingerprint`'s SHA-256, so a change in the
     files makes the stages that read them stale (the automation sensor rebuilds them)."""
 
-    @dg.observable_source_asset(key=asset_key(key), group_name=GROUP, description=description)
-    def _observe(context: dg.AssetExecutionContext, store: ArtifactStore, execution: Execution) -> dg.ObserveResult:
+    @dg.observable_source_asset(
+        key=ns.key(key), group_name=ns.name(GROUP), description=description, required_resource_keys=ns.resource_keys
+    )
+    def _observe(context: dg.AssetExecutionContext) -> dg.ObserveResult:
+        store, execution = ns.resources(context)
         with time_limit(execution.spec.stage_timeout_s, key, context.log.error):
             found = fingerprint(store.layout)
         return dg.ObserveResult(
@@ -70,23 +72,25 @@ def _observable(
     return _observe
 
 
-def _source(src: SourceSpec) -> dg.SourceAsset:
+def _source(ns: Namespace, src: SourceSpec) -> dg.SourceAsset:
     return _observable(
         source_stage(src.name),
         src.path,
         f"Files of source `{src.name}` ({src.kind.value}) under `{src.path}`; "
         "its data version is a content fingerprint of exactly the files ingestion reads.",
         lambda layout: source_fingerprint(src, layout.fingerprint_cache(src.name)),
+        ns,
     )
 
 
-def _benchmark(bench: BenchmarkSpec) -> dg.SourceAsset:
+def _benchmark(ns: Namespace, bench: BenchmarkSpec) -> dg.SourceAsset:
     return _observable(
         benchmark_stage(bench.name),
         bench.path,
         f"Benchmark `{bench.name}` at `{bench.path}` (fields {', '.join(bench.fields)}): `documents` drops train "
         "documents sharing an n-gram with it; its data version is the file's SHA-256.",
         lambda _: benchmark_fingerprint(bench),
+        ns,
     )
 
 
@@ -137,8 +141,10 @@ def observed(spec: PipelineSpec) -> list[str]:
     ]
 
 
-def source_definitions(spec: PipelineSpec) -> dg.Definitions:
-    return dg.Definitions(assets=[*map(_source, spec.sources), *map(_benchmark, spec.decontaminate.benchmarks)])
+def source_definitions(spec: PipelineSpec, ns: Namespace = ROOT) -> dg.Definitions:
+    return dg.Definitions(
+        assets=[*(_source(ns, s) for s in spec.sources), *(_benchmark(ns, b) for b in spec.decontaminate.benchmarks)]
+    )
 
 
 def stages(spec: PipelineSpec) -> list[Stage[IngestConfig]]:

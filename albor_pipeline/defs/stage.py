@@ -4,10 +4,13 @@ A `Stage` says everything about a stage once: its name (= asset key), the stages
 reads, its static run config and the spec's values for it, the work (a call into
 `stages/`), and its checks. `stage_definitions` makes the asset and its checks; every
 stage runs through `runtime.stage.run_stage`, which verifies inputs and writes the manifest.
+A `Namespace` places one pipeline among others in a code location: its prefix goes before
+every asset key, group, job and resource name.
 """
 
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
@@ -103,6 +106,55 @@ def on_upstream_change() -> dg.AutomationCondition:
 
 def asset_key(stage: str) -> dg.AssetKey:
     return dg.AssetKey(stage.split("/"))
+
+
+PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """Where one pipeline lives in a code location that may hold several.
+
+    Everything Dagster keys by name carries the prefix: asset keys (`<prefix>/<stage>`, so
+    deps and check keys too), groups, jobs, schedules, sensors and the resource keys of the
+    pipeline's own data dir and executor (`<prefix>_store`, `<prefix>_execution`). The empty
+    prefix is the single pipeline of a plain code location: every name as the stage gives it.
+    """
+
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.prefix and not PREFIX.fullmatch(self.prefix):
+            raise ValueError(f"pipeline prefix {self.prefix!r}: a letter, then letters, digits or '_'")
+
+    def key(self, stage: str) -> dg.AssetKey:
+        """The asset key of stage (or source) `stage`."""
+        return dg.AssetKey([self.prefix, *stage.split("/")] if self.prefix else stage.split("/"))
+
+    def name(self, name: str) -> str:
+        """A group, job, schedule, sensor or resource name."""
+        return f"{self.prefix}_{name}" if self.prefix else name
+
+    @property
+    def store_key(self) -> str:
+        return self.name("store")
+
+    @property
+    def execution_key(self) -> str:
+        return self.name("execution")
+
+    @property
+    def resource_keys(self) -> set[str]:
+        return {self.store_key, self.execution_key}
+
+    def resources(
+        self, context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext
+    ) -> tuple[ArtifactStore, Execution]:
+        """This pipeline's data dir and executor, set up for the run."""
+        return getattr(context.resources, self.store_key), getattr(context.resources, self.execution_key)
+
+
+ROOT = Namespace()
 
 
 class NoConfig(dg.Config):
@@ -239,11 +291,16 @@ def _check_result(outcome: CheckOutcome, tasks: dict[str, dict[str, float]]) -> 
     )
 
 
-def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=stage.key, name=check.name, blocking=check.blocking, description=check.description)
-    def _check(
-        context: dg.AssetCheckExecutionContext, store: ArtifactStore, execution: Execution
-    ) -> dg.AssetCheckResult:
+def _check_definition(stage: Stage[Any], check: Check, ns: Namespace) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=ns.key(stage.name),
+        name=check.name,
+        blocking=check.blocking,
+        description=check.description,
+        required_resource_keys=ns.resource_keys,
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        store, execution = ns.resources(context)
         manifest = read_manifest(store.layout, stage.name)
         store.ensure(manifest.outputs)
         mark = TASKS.mark()
@@ -255,20 +312,22 @@ def _check_definition(stage: Stage[Any], check: Check) -> dg.AssetChecksDefiniti
     return _check
 
 
-def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
-    """The asset of `stage` (config typed by its static class) and its checks."""
+def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT) -> dg.Definitions:
+    """The asset of `stage` (config typed by its static class) and its checks, in namespace `ns`."""
 
     @dg.asset(
-        key=stage.key,
-        deps=[asset_key(d) for d in (*stage.observes, *stage.deps)],
-        group_name=stage.group,
+        key=ns.key(stage.name),
+        deps=[ns.key(d) for d in (*stage.observes, *stage.deps)],
+        group_name=ns.name(stage.group),
         description=stage.description,
         code_version=CODE_VERSION,
         kinds=set(stage.kinds),
         automation_condition=on_upstream_change() if stage.automated else None,
         config_schema=stage.config.to_config_schema(),
+        required_resource_keys=ns.resource_keys,
     )
-    def _asset(context: dg.AssetExecutionContext, store: ArtifactStore, execution: Execution) -> dg.MaterializeResult:
+    def _asset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        store, execution = ns.resources(context)
         config = stage.config(**context.op_execution_context.op_config)
         layout = store.layout
         mark = TASKS.mark()
@@ -282,7 +341,7 @@ def stage_definitions(stage: Stage[Any]) -> dg.Definitions:
         tasks = TASKS.since(mark)
         return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks)
 
-    return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c) for c in stage.checks])
+    return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c, ns) for c in stage.checks])
 
 
 def schema_check(schema: pa.Schema) -> Check:
