@@ -179,3 +179,11 @@ class StageIO:
     root: Path
     executor: Executor = INLINE
     progress: Progress | None = None
+
+    def offer(self, path: Path) -> Spooled | None:
+        """A file this process wrote for the stage's tasks (a plan), sent where they can read it."""
+        return task_node(self.executor.node).offer(path)
+
+    def receive(self, spooled: Spooled | None) -> None:
+        """A spool file a task sent back, brought into this process's copy of the data dir."""
+        task_node(self.executor.node).receive(spooled)

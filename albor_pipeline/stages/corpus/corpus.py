@@ -24,7 +24,7 @@ from albor_pipeline.runtime.artifacts import (
     record,
     write_json,
 )
-from albor_pipeline.runtime.nodes import Spooled, task_node
+from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import Shard, row_groups
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy
@@ -196,9 +196,8 @@ def _encode(
     items = [SpoolItem(group, task) for task, group in enumerate(groups)]
     encoded = map_tasks(encode_row_group, job, items, Path(job.spool), io.executor, rate, io.progress, inline_below=4)
     accounting = SourceAccounting()
-    receiving = task_node(io.executor.node)
     for group in encoded:
-        receiving.receive(group.spooled)
+        io.receive(group.spooled)
         accounting.add(group)
     if io.progress:
         docs, tokens, text_bytes = _totals(encoded)
@@ -241,7 +240,7 @@ def _pack_split(
         raise ValueError(f"{EOS} and {PAD} must be tokens of the tokenizer")
     plan = _save_plan(spool, encoded, spec)
     tokens, docs, formats = int(encoded.offsets[-1]), len(encoded.lengths), set(spec.formats)
-    spooled = [*encoded.spooled, *(task_node(io.executor.node).offer(npy) for npy in sorted(spool.glob("*.npy")))]
+    spooled = [*encoded.spooled, *(io.offer(npy) for npy in sorted(spool.glob("*.npy")))]
     dtype = token_dtype(vocab).name
     job = PackJob(str(spool), spec.seq_len, pad, dtype, tokens, spec.packing)
     streams = [name for fmt, name, _ in STREAMS if fmt in formats]
