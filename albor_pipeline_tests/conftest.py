@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import FimSpec, PipelineSpec, TokenizerSpec, load_spec
 from albor_pipeline.stages.fim.fim import apply_fim
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
@@ -64,9 +65,11 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]
     docs = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
     docs += [LITERAL, "<|fim_middle|>" + LITERAL + "</s>", "tiny"]
     train = write_docs(tmp / "train.parquet", train_texts)
-    build_tokenizer(train, write_docs(tmp / "val.parquet", docs[:5]), TokenizerSpec(vocab_size=1500), tmp / "tok", tmp)
+    build_tokenizer(
+        train, write_docs(tmp / "val.parquet", docs[:5]), TokenizerSpec(vocab_size=1500), tmp / "tok", StageIO(tmp)
+    )
     src = write_docs(tmp / "docs.parquet", docs)
-    apply_fim(src, FimSpec(rate=0.5, format="mixed", seed=1, min_chars=0), tmp / "fim", tmp)
+    apply_fim(src, FimSpec(rate=0.5, format="mixed", seed=1, min_chars=0), tmp / "fim", StageIO(tmp))
     return tmp, docs
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import REPO_ROOT, ChatSpec, ChatTokens, CorpusSpec, SourceSpec, SyntheticTask, TokenizerSpec
 from albor_pipeline.stages.chat.checks import check_choice_ids, check_max_tokens, check_sft_mask, check_sft_structure
 from albor_pipeline.stages.chat.sft import build_eval, build_sft
@@ -40,8 +41,8 @@ def chat_tok(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     train = write_docs(tmp / "train.parquet", texts)
     val = write_docs(tmp / "val.parquet", texts[:3])
     spec = TokenizerSpec(vocab_size=1500)
-    build_tokenizer(train, val, spec, tmp / "with_chat", tmp, appended=(*FIM_TOKENS, *CHAT_TOKENS))
-    build_tokenizer(train, val, spec, tmp / "fim_only", tmp)
+    build_tokenizer(train, val, spec, tmp / "with_chat", StageIO(tmp), appended=(*FIM_TOKENS, *CHAT_TOKENS))
+    build_tokenizer(train, val, spec, tmp / "fim_only", StageIO(tmp))
     return tmp / "with_chat" / "tokenizer.json", tmp / "fim_only" / "tokenizer.json"
 
 
@@ -62,7 +63,7 @@ def _conversations_file(path: Path, conversations: list[list[dict]], source: str
 
 def _rendered(tok_path: Path, tmp: Path, conversations: list[list[dict]], **chat: object) -> list[dict]:
     mixed = _conversations_file(tmp / "mixed.parquet", conversations)
-    build_sft(mixed, tok_path, ChatSpec(**chat), "auto", tmp / "sft", tmp)
+    build_sft(mixed, tok_path, ChatSpec(**chat), "auto", tmp / "sft", StageIO(tmp))
     return pq.read_table(tmp / "sft" / "part-00000.parquet").to_pylist()
 
 
@@ -147,7 +148,9 @@ def test_overlong_conversations_are_skipped_or_truncated(chat_tok, tmp_path, ove
     long = [{"role": "user", "content": "Explain this."}, {"role": "assistant", "content": code}]
     short = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]
     mixed = _conversations_file(tmp_path / "mixed.parquet", [long, short])
-    result = build_sft(mixed, tok_path, ChatSpec(max_tokens=256, overlong=overlong), "auto", tmp_path / "sft", tmp_path)
+    result = build_sft(
+        mixed, tok_path, ChatSpec(max_tokens=256, overlong=overlong), "auto", tmp_path / "sft", StageIO(tmp_path)
+    )
     rows = pq.read_table(tmp_path / "sft" / "part-00000.parquet").to_pylist()
     paths = [tmp_path / "sft" / "part-00000.parquet"]
     if overlong == "skip":
@@ -183,8 +186,8 @@ def test_sft_export_is_deterministic_and_matches_the_parquet_rows(chat_tok, tmp_
     conversations = list(generate(SyntheticTask.spelling_bee, words, 50, seed=3))
     mixed = _conversations_file(tmp_path / "mixed.parquet", conversations)
     spec = ChatSpec(shard_tokens=2000)  # several .bin shards
-    a = build_sft(mixed, tok_path, spec, "auto", tmp_path / "a", tmp_path)
-    b = build_sft(mixed, tok_path, spec, "hf", tmp_path / "b", tmp_path)  # other encoder, same ids
+    a = build_sft(mixed, tok_path, spec, "auto", tmp_path / "a", StageIO(tmp_path))
+    b = build_sft(mixed, tok_path, spec, "hf", tmp_path / "b", StageIO(tmp_path))  # other encoder, same ids
     assert [x.sha256 for x in a.artifacts] == [x.sha256 for x in b.artifacts]
     side = json.loads((tmp_path / "a" / "sft.json").read_text())
     assert len(side["shards"]) > 1 and side["conversations"] == 50 and side["dtype"] == "uint16"
@@ -208,7 +211,7 @@ def test_chat_ingestion_cleans_counts_and_names_bad_rows(tmp_path):
     path.parent.mkdir()
     path.write_bytes(gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode()))
     src = SourceSpec(name="c", kind="chat", path=path.parent, calculator=True)
-    result = ingest_source(src, tmp_path / "out", tmp_path)
+    result = ingest_source(src, tmp_path / "out", StageIO(tmp_path))
     texts = pq.read_table(tmp_path / "out").column("text").to_pylist()
     assert result.rows == 3 and result.cleanup == {
         "folded_system": 1,
@@ -236,15 +239,17 @@ def test_chat_ingestion_cleans_counts_and_names_bad_rows(tmp_path):
         bad.parent.mkdir()
         bad.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
         with pytest.raises(IngestError, match=rf"chat.jsonl:2: {message}"):
-            ingest_source(SourceSpec(name="b", kind="chat", path=bad.parent), tmp_path / "b", tmp_path)
+            ingest_source(SourceSpec(name="b", kind="chat", path=bad.parent), tmp_path / "b", StageIO(tmp_path))
         if "messages" in row:  # on_error: skip counts it instead (a missing field stays an error)
             skip = SourceSpec(name="b", kind="chat", path=bad.parent, on_error="skip")
-            counted = ingest_source(skip, tmp_path / "b", tmp_path)
+            counted = ingest_source(skip, tmp_path / "b", StageIO(tmp_path))
             assert counted.skipped == {"malformed": 1} and counted.rows == 1
     # Parquet chat files: messages as a list of structs
     pq.write_table(pa.Table.from_pylist([good, good | {"id": 2}]), tmp_path / "p.parquet")
     assert (
-        ingest_source(SourceSpec(name="p", kind="chat", path=tmp_path / "p.parquet"), tmp_path / "po", tmp_path).rows
+        ingest_source(
+            SourceSpec(name="p", kind="chat", path=tmp_path / "p.parquet"), tmp_path / "po", StageIO(tmp_path)
+        ).rows
         == 2
     )
 
@@ -287,8 +292,8 @@ def test_synthetic_tasks_are_seeded_and_correct():
 def test_eval_set_renders_for_completion(chat_tok, tmp_path):
     tok_path, _ = chat_tok
     src = SourceSpec(name="mc", kind="mc", path=SAMPLES / "python_mc.jsonl")
-    ingest_source(src, tmp_path / "mc", tmp_path)
-    result = build_eval(tmp_path / "mc", tok_path, TOKENS, "auto", tmp_path / "eval.parquet", tmp_path)
+    ingest_source(src, tmp_path / "mc", StageIO(tmp_path))
+    result = build_eval(tmp_path / "mc", tok_path, TOKENS, "auto", tmp_path / "eval.parquet", StageIO(tmp_path))
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tok_path))
@@ -309,7 +314,7 @@ def test_eval_set_renders_for_completion(chat_tok, tmp_path):
     bad = tmp_path / "bad_mc.jsonl"
     bad.write_text(json.dumps({"question": "q", "choices": ["a", "b"], "answer": 5}) + "\n")
     with pytest.raises(IngestError, match=r"bad_mc.jsonl:1: answer must be a choice index"):
-        ingest_source(SourceSpec(name="m", kind="mc", path=bad), tmp_path / "m", tmp_path)
+        ingest_source(SourceSpec(name="m", kind="mc", path=bad), tmp_path / "m", StageIO(tmp_path))
 
 
 def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):
@@ -319,8 +324,8 @@ def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):
     assert (with_chat.parent / "merges.txt").read_bytes() == (fim_only.parent / "merges.txt").read_bytes()
     fim = pipeline[0] / "fim"
     spec = CorpusSpec(seq_len=128, formats=["parquet", "nanogpt"])
-    a = build_corpus(fim, with_chat, spec, tmp_path / "a", tmp_path)
-    b = build_corpus(fim, fim_only, spec, tmp_path / "b", tmp_path)
+    a = build_corpus(fim, with_chat, spec, tmp_path / "a", StageIO(tmp_path))
+    b = build_corpus(fim, fim_only, spec, tmp_path / "b", StageIO(tmp_path))
     shards = [x for x in zip(a.artifacts, b.artifacts) if x[0].path.endswith((".parquet", ".bin"))]
     assert shards and all(x.sha256 == y.sha256 for x, y in shards)
 

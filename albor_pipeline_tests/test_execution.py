@@ -30,6 +30,7 @@ from albor_pipeline.runtime.executor import (
 )
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.nodes import CACHE, NODE_FILE, Node, NodeError
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import (
     CorpusSpec,
@@ -150,23 +151,25 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
     }
     outputs: dict[str, list[object]] = {}
     for name, ex in executors.items():
-        ingested = ingest_source(src, tmp_path / f"i_{name}", tmp_path, None, ex, shard_mb=0.5)
-        cleaned = clean_source(tmp_path / f"i_{name}", HygieneSpec(), tmp_path / f"h_{name}", tmp_path, None, ex)
+        ingested = ingest_source(src, tmp_path / f"i_{name}", StageIO(tmp_path, ex), shard_mb=0.5)
+        cleaned = clean_source(tmp_path / f"i_{name}", HygieneSpec(), tmp_path / f"h_{name}", StageIO(tmp_path, ex))
         docs = build_documents(
             [("s", shard) for shard in shard_files(tmp_path / f"h_{name}")],
             HoldoutSpec(),
             tmp_path / f"d_{name}",
-            tmp_path,
-            None,
-            NearDedupSpec(threshold=0.5),
-            None,
-            ex,
+            StageIO(tmp_path, ex),
+            near=NearDedupSpec(threshold=0.5),
         )
         mixed = mix_documents(
-            tmp_path / f"d_{name}" / "train", SplitMixSpec(), ["s"], tmp_path / f"m_{name}", tmp_path, None, 0.2, ex
+            tmp_path / f"d_{name}" / "train",
+            SplitMixSpec(),
+            ["s"],
+            tmp_path / f"m_{name}",
+            StageIO(tmp_path, ex),
+            shard_mb=0.2,
         )
-        fimmed = apply_fim(tmp_path / f"m_{name}", FimSpec(rate=0.5), tmp_path / f"f_{name}", tmp_path, executor=ex)
-        corpus = build_corpus(fim_in, tok, CorpusSpec(seq_len=100), tmp_path / f"c_{name}", tmp_path, ex)
+        fimmed = apply_fim(tmp_path / f"m_{name}", FimSpec(rate=0.5), tmp_path / f"f_{name}", StageIO(tmp_path, ex))
+        corpus = build_corpus(fim_in, tok, CorpusSpec(seq_len=100), tmp_path / f"c_{name}", StageIO(tmp_path, ex))
         outputs[name] = [
             [a.sha256 for a in ingested.artifacts],
             ingested.skipped,
@@ -246,19 +249,16 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
 
     def chain(root: Path, executor_for) -> list[list]:
         checks.clear()
-        ingested = ingest_source(src, root / "ingested/s", root, executor=executor_for({}), shard_mb=0.1).artifacts
+        ingested = ingest_source(src, root / "ingested/s", StageIO(root, executor_for({})), shard_mb=0.1).artifacts
         filtered = clean_source(
-            root / "ingested/s", HygieneSpec(), root / "filtered/s", root, executor=executor_for({"i": ingested})
+            root / "ingested/s", HygieneSpec(), root / "filtered/s", StageIO(root, executor_for({"i": ingested}))
         ).artifacts
         documents = build_documents(
             [("s", shard) for shard in shard_files(root / "filtered/s")],
             HoldoutSpec(),
             root / "documents",
-            root,
-            None,
-            NearDedupSpec(threshold=0.5),
-            None,
-            executor_for({"f": filtered}),
+            StageIO(root, executor_for({"f": filtered})),
+            near=NearDedupSpec(threshold=0.5),
         )
         split = [a for arts in documents.artifacts.values() for a in arts]
         checks.append(documents.near)
@@ -278,21 +278,18 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
             SplitMixSpec(),
             ["s"],
             root / "mixed/train",
-            root,
-            None,
-            0.1,
-            executor_for({"d": split}),
+            StageIO(root, executor_for({"d": split})),
+            shard_mb=0.1,
         ).artifacts
         fim = apply_fim(
-            root / "mixed/train", FimSpec(), root / "fim/train", root, executor=executor_for({"m": mixed})
+            root / "mixed/train", FimSpec(), root / "fim/train", StageIO(root, executor_for({"m": mixed}))
         ).artifacts
         corpus = build_corpus(
             root / "fim/train",
             root / "tokenizer/tokenizer.json",
             CorpusSpec(seq_len=64, shard_sequences=40),
             root / "corpus/train",
-            root,
-            executor_for({"f": fim, "t": [tok]}),
+            StageIO(root, executor_for({"f": fim, "t": [tok]})),
         ).artifacts
         shards = [root / a.path for a in corpus if a.path.endswith(".parquet")]
         checks.append(check_min_chars(shards, root / tok.path, 50, executor_for({"c": corpus, "t": [tok]})))
@@ -326,7 +323,7 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
     # On a node that does not share it, a task reads only its stage's recorded inputs.
     unrecorded = RayExecutor(2, node=Node.of(run, uri, "run-3", {}))
     with pytest.raises(NodeError, match=r"ingested/s/part-00000-0000.parquet: this node .*node-b.* recorded inputs"):
-        clean_source(run / "ingested/s", HygieneSpec(), run / "filtered/u", run, executor=unrecorded)
+        clean_source(run / "ingested/s", HygieneSpec(), run / "filtered/u", StageIO(run, unrecorded))
     assert not (run / "filtered/u").exists()
 
 

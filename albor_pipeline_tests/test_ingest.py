@@ -11,6 +11,7 @@ import pytest
 
 from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.runtime.files import fingerprint_files, list_source_files
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards, shard_files
 from albor_pipeline.spec import HoldoutSpec, SourceSpec, SplitMixSpec
 from albor_pipeline.stages.dedup.documents import build_documents
@@ -24,7 +25,7 @@ from .support import STDLIB
 def ingest(tmp_path: Path, **kw) -> tuple:
     src = SourceSpec(**{"name": "s", **kw})
     out = tmp_path / "out" / "ingested" / "s"
-    result = ingest_source(src, out, tmp_path / "out")
+    result = ingest_source(src, out, StageIO(tmp_path / "out"))
     return result, read_shards(out).to_pylist()
 
 
@@ -177,9 +178,9 @@ def test_a_source_becomes_bounded_shards_the_same_on_any_executor(tmp_path):
     """`shard_mb` bounds each shard; the shards, concatenated, are the unsharded documents
     in listing order, and a pool of two processes writes the very same files."""
     src = SourceSpec(name="s", kind="code", path=STDLIB / "email")
-    whole = ingest_source(src, tmp_path / "whole", tmp_path)
-    small = ingest_source(src, tmp_path / "small", tmp_path, shard_mb=0.05)
-    pooled = ingest_source(src, tmp_path / "pooled", tmp_path, executor=LocalExecutor(2), shard_mb=0.05)
+    whole = ingest_source(src, tmp_path / "whole", StageIO(tmp_path))
+    small = ingest_source(src, tmp_path / "small", StageIO(tmp_path), shard_mb=0.05)
+    pooled = ingest_source(src, tmp_path / "pooled", StageIO(tmp_path, LocalExecutor(2)), shard_mb=0.05)
     assert len(whole.artifacts) == 1 and len(small.artifacts) > 5
     assert [(a.sha256, a.rows) for a in pooled.artifacts] == [(a.sha256, a.rows) for a in small.artifacts]
     assert read_shards(tmp_path / "small").equals(read_shards(tmp_path / "whole"))
@@ -188,9 +189,11 @@ def test_a_source_becomes_bounded_shards_the_same_on_any_executor(tmp_path):
     mixed = []
     for name in ("whole", "small"):
         docs = tmp_path / f"d_{name}"
-        built = build_documents([("s", p) for p in shard_files(tmp_path / name)], HoldoutSpec(), docs, tmp_path)
+        built = build_documents(
+            [("s", p) for p in shard_files(tmp_path / name)], HoldoutSpec(), docs, StageIO(tmp_path)
+        )
         assert [len(built.artifacts[s]) for s in ("train", "val", "test")] == [len(shard_files(tmp_path / name))] * 3
-        mixed.append(mix_documents(docs / "train", SplitMixSpec(), ["s"], tmp_path / f"m_{name}", tmp_path))
+        mixed.append(mix_documents(docs / "train", SplitMixSpec(), ["s"], tmp_path / f"m_{name}", StageIO(tmp_path)))
     assert read_shards(tmp_path / "d_whole" / "train").equals(read_shards(tmp_path / "d_small" / "train"))
     assert [a.sha256 for a in mixed[0].artifacts] == [a.sha256 for a in mixed[1].artifacts]
     assert sum(a.rows or 0 for a in mixed[0].artifacts) > 10

@@ -28,6 +28,7 @@ import pytest
 
 from albor_pipeline.runtime import files as files_module
 from albor_pipeline.runtime.files import fingerprint_files, list_source_files
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.spec import REPO_ROOT, BenchmarkSpec, SourceSpec
 from albor_pipeline.stages.dedup.decontam import load_benchmark
@@ -44,6 +45,7 @@ resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a device read whol
 from collections import Counter
 from pathlib import Path
 from albor_pipeline.runtime.files import fingerprint_files, source_root
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.stages.ingest.ingest import Counts, ingest_source, iter_documents, source_fingerprint
 from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.spec import SourceSpec
@@ -55,7 +57,7 @@ if files is not None:
     print(json.dumps({"rows": rows, "skipped": dict(counts.skipped), "fingerprint": fingerprint}))
     sys.exit()
 fingerprint = source_fingerprint(src, out / "fingerprints.json").sha256
-result = ingest_source(src, out / "ingested", out)
+result = ingest_source(src, out / "ingested", StageIO(out))
 rows = read_shards(out / "ingested").column("file").to_pylist()
 print(json.dumps({"rows": rows, "skipped": result.skipped, "first": result.first, "fingerprint": fingerprint}))
 """
@@ -186,7 +188,7 @@ def test_names_that_are_not_utf8_are_skipped_and_named_escaped(tmp_path):
     assert listing.skipped == {"not_utf8_name": 2}
     assert listing.first == {"not_utf8_name": "caf\\xe9.py"}  # its bytes escaped
     src = SourceSpec(name="s", kind="code", path=root)
-    result = ingest_source(src, tmp_path / "out", tmp_path)
+    result = ingest_source(src, tmp_path / "out", StageIO(tmp_path))
     assert result.skipped == {"not_utf8_name": 2} and result.rows == 1
     assert source_fingerprint(src).rows == 1
 
@@ -197,7 +199,7 @@ def test_names_holding_a_newline_are_listed(tmp_path):
     (root / "new\nline" / "n.py").write_text(GOOD)
     (root / "a\nb.py").write_text(GOOD)
     assert list_source_files(root, ["**/*.py"]).files == ["a\nb.py", "new\nline/n.py"]
-    result = ingest_source(SourceSpec(name="s", kind="code", path=root), tmp_path / "out", tmp_path)
+    result = ingest_source(SourceSpec(name="s", kind="code", path=root), tmp_path / "out", StageIO(tmp_path))
     assert read_shards(tmp_path / "out").column("file").to_pylist() == ["a\nb.py", "new\nline/n.py"]
     assert result.skipped == {}
 
@@ -214,7 +216,7 @@ def test_symlink_loops_are_counted_as_such_in_code_and_data_sources(tmp_path):
     (data / "good.jsonl").write_text(json.dumps({"text": GOOD}) + "\n")
     (data / "a.jsonl").symlink_to("b.jsonl")
     (data / "b.jsonl").symlink_to("a.jsonl")
-    result = ingest_source(SourceSpec(name="s", kind="jsonl", path=data), tmp_path / "out", tmp_path)
+    result = ingest_source(SourceSpec(name="s", kind="jsonl", path=data), tmp_path / "out", StageIO(tmp_path))
     assert result.skipped == {"symlink_loop": 2} and result.rows == 1
 
 
@@ -224,7 +226,7 @@ def test_an_empty_parquet_file_is_counted_as_empty_file(tmp_path):
     pq.write_table(pa.table({"text": [GOOD]}), data / "good.parquet")
     (data / "zero_bytes.parquet").write_bytes(b"")
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), data / "zero_rows.parquet")
-    result = ingest_source(SourceSpec(name="s", kind="parquet", path=data), tmp_path / "out", tmp_path)
+    result = ingest_source(SourceSpec(name="s", kind="parquet", path=data), tmp_path / "out", StageIO(tmp_path))
     assert result.skipped == {"empty_file": 2} and result.rows == 1
     with pytest.raises(IngestError, match=r"zero_bytes.parquet has no items \(empty_file\)"):
         load_benchmark(BenchmarkSpec(name="b", path=data / "zero_bytes.parquet", fields=("text",)), 13)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from albor_pipeline.runtime.executor import INLINE, LocalExecutor
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards, shard_name
 from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
 from albor_pipeline.stages.dedup.documents import build_documents, exact_dedup, split_of
@@ -49,7 +50,7 @@ def test_chars_mix_gives_each_source_its_share_of_text(tmp_path):
     texts = ["x" * 2000 + str(i) for i in range(40)] + [f"short {i:04d}" for i in range(200)]
     docs = _docs_file(tmp_path, texts, ["long"] * 40 + ["short"] * 200)
     mix = SplitMixSpec(seed=3, weights={"long": 0.5, "short": 0.5}, unit="chars")
-    result = mix_documents(docs, mix, ["long", "short"], tmp_path / "chars", tmp_path)
+    result = mix_documents(docs, mix, ["long", "short"], tmp_path / "chars", StageIO(tmp_path))
     out = Counter()
     for row in read_shards(tmp_path / "chars").to_pylist():
         out[row["source"]] += len(row["text"])
@@ -85,7 +86,7 @@ def _ingest_stdlib(tmp_path: Path, name: str, package: str) -> Path:
     """The one shard of a stdlib package, ingested."""
     src = SourceSpec(name=name, kind="code", path=STDLIB / package)
     out = tmp_path / "ingested" / name
-    [shard] = ingest_source(src, out, tmp_path).artifacts
+    [shard] = ingest_source(src, out, StageIO(tmp_path)).artifacts
     return tmp_path / shard.path
 
 
@@ -94,7 +95,7 @@ def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
     b = _ingest_stdlib(tmp_path, "b", "email")  # the same files again: all duplicates
     c = _ingest_stdlib(tmp_path, "c", "json")
     holdout = HoldoutSpec(val_fraction=0.2, test_fraction=0.1, seed=7)
-    result = build_documents([("a", a), ("b", b), ("c", c)], holdout, tmp_path / "documents", tmp_path)
+    result = build_documents([("a", a), ("b", b), ("c", c)], holdout, tmp_path / "documents", StageIO(tmp_path))
     n_a = pq.read_metadata(a).num_rows
     assert result.duplicates == {"a <- b": n_a}
     tables = {s: pq.read_table(tmp_path / "documents" / s) for s in ("train", "val", "test")}
@@ -159,8 +160,8 @@ def test_document_keeps_its_split_when_sources_grow(tmp_path):
 
     def splits(run: str) -> dict[str, str]:
         out = tmp_path / run
-        [shard] = ingest_source(src, out / "ingested" / "r", out).artifacts
-        build_documents([("r", out / shard.path)], holdout, out / "documents", out)
+        [shard] = ingest_source(src, out / "ingested" / "r", StageIO(out)).artifacts
+        build_documents([("r", out / shard.path)], holdout, out / "documents", StageIO(out))
         return {
             row["file"]: s
             for s in ("train", "val", "test")
@@ -198,8 +199,8 @@ def test_mix_output_counts_and_determinism(tmp_path):
     sources = ["big"] * 100 + ["small"] * 30
     docs = _docs_file(tmp_path, texts, sources)
     mix = SplitMixSpec(seed=9, weights={"big": 0.5, "small": 0.5})
-    r1 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m1", tmp_path)
-    r2 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m2", tmp_path, executor=LocalExecutor(2))
+    r1 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m1", StageIO(tmp_path))
+    r2 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m2", StageIO(tmp_path, LocalExecutor(2)))
     assert [a.sha256 for a in r1.artifacts] == [a.sha256 for a in r2.artifacts]
     rows = read_shards(tmp_path / "m1").to_pylist()
     assert Counter(r["source"] for r in rows) == {"big": 65, "small": 65}
@@ -208,7 +209,9 @@ def test_mix_output_counts_and_determinism(tmp_path):
     assert len({r["text"] for r in rows if r["source"] == "big"}) == 65  # downsampled without replacement
     order = [r["text"] for r in rows]
     assert order != sorted(order, key=lambda t: int(t.split()[1]))  # shuffled globally
-    r3 = mix_documents(docs, SplitMixSpec(seed=10, weights=mix.weights), ["big", "small"], tmp_path / "m3", tmp_path)
+    r3 = mix_documents(
+        docs, SplitMixSpec(seed=10, weights=mix.weights), ["big", "small"], tmp_path / "m3", StageIO(tmp_path)
+    )
     assert [a.sha256 for a in r3.artifacts] != [a.sha256 for a in r1.artifacts]
 
 
@@ -291,15 +294,15 @@ def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path):
     spec = FimSpec(rate=0.5, format="mixed", spm_rate=0.3, seed=42)
     regrouped = tmp_path / "regrouped.parquet"  # other row groups: other tasks
     pq.write_table(pq.read_table(src), regrouped, row_group_size=333)
-    a = apply_fim(src, spec, tmp_path / "a", tmp_path)
-    b = apply_fim(regrouped, spec, tmp_path / "b", tmp_path)
-    c = apply_fim(src, spec, tmp_path / "c", tmp_path, executor=LocalExecutor(2))
+    a = apply_fim(src, spec, tmp_path / "a", StageIO(tmp_path))
+    b = apply_fim(regrouped, spec, tmp_path / "b", StageIO(tmp_path))
+    c = apply_fim(src, spec, tmp_path / "c", StageIO(tmp_path, LocalExecutor(2)))
     assert [x.artifacts[0].sha256 for x in (a, b, c)] == [a.artifacts[0].sha256] * 3
     split = tmp_path / "split"  # other shards: other tasks, the same rows
     split.mkdir()
     for k, (lo, hi) in enumerate([(0, 1000), (1000, 2500), (2500, 2600), (2600, 4000)]):
         pq.write_table(pq.read_table(src).slice(lo, hi - lo), split / shard_name(k))
-    apply_fim(split, spec, tmp_path / "split_fim", tmp_path, executor=LocalExecutor(2))
+    apply_fim(split, spec, tmp_path / "split_fim", StageIO(tmp_path, LocalExecutor(2)))
     assert read_shards(tmp_path / "split_fim").equals(read_shards(tmp_path / "a"))
     n = a.rows
     sigma = (n * 0.25) ** 0.5
@@ -310,8 +313,8 @@ def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path):
     assert out[5]["fim_format"] is None and out[5]["text"] == "short"  # under min_chars: untouched
     for row, text in zip(out, original):
         assert _undo(row["fim_format"], row["text"], row["fim_prefix"], row["fim_middle"], row["fim_suffix"]) == text
-    other = apply_fim(src, FimSpec(rate=0.5, seed=43), tmp_path / "d", tmp_path)
+    other = apply_fim(src, FimSpec(rate=0.5, seed=43), tmp_path / "d", StageIO(tmp_path))
     assert other.artifacts[0].sha256 != a.artifacts[0].sha256
-    off = apply_fim(src, spec, tmp_path / "e", tmp_path, enabled=False)
+    off = apply_fim(src, spec, tmp_path / "e", StageIO(tmp_path), enabled=False)
     assert off.transformed == 0
     assert read_shards(tmp_path / "e").column("text").to_pylist() == original

@@ -23,6 +23,7 @@ from albor_pipeline.cli import run_failures
 from albor_pipeline.runtime.artifacts import read_manifest, sha256_file
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import data_dir_lock
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import MANIFEST_ROOM
 from albor_pipeline.spec import REPO_ROOT, load_spec
 from albor_pipeline.stages.ingest.ingest import ingest_source
@@ -160,14 +161,14 @@ def test_file_symlink_outside_the_source_is_skipped_unless_followed(tmp_path, ma
     raw = small_spec_dict([{"name": "code", "kind": "code", "path": str(code)}])
     src = make_spec(raw).source("code")
 
-    result = ingest_source(src, tmp_path / "a", tmp_path)
+    result = ingest_source(src, tmp_path / "a", StageIO(tmp_path))
     table = pa.parquet.read_table(tmp_path / "a")
     assert sorted(table.column("file").to_pylist()) == ["alias.py", "real.py"]
     assert result.skipped == {"outside_root": 1}
     assert not any("root:x:0:0" in t for t in table.column("text").to_pylist())
 
     followed = src.model_copy(update={"follow_symlinks": True})
-    ingest_source(followed, tmp_path / "b", tmp_path)
+    ingest_source(followed, tmp_path / "b", StageIO(tmp_path))
     assert "passwd.py" in pa.parquet.read_table(tmp_path / "b").column("file").to_pylist()
 
 
@@ -216,7 +217,7 @@ def test_compressed_jsonl_and_csv_are_read_transparently(tmp_path, make_spec):
         fh.write(lines.encode())
     (data / "empty.jsonl").write_bytes(b"")
     raw = small_spec_dict([{"name": "docs", "kind": "jsonl", "path": str(data)}])
-    result = ingest_source(make_spec(raw).source("docs"), tmp_path / "docs", tmp_path)
+    result = ingest_source(make_spec(raw).source("docs"), tmp_path / "docs", StageIO(tmp_path))
     table = pa.parquet.read_table(tmp_path / "docs")
     assert table.column("text").to_pylist() == texts + texts
     assert table.column("file").to_pylist()[0] == "a.jsonl.gz:1"
@@ -226,7 +227,7 @@ def test_compressed_jsonl_and_csv_are_read_transparently(tmp_path, make_spec):
     csv_dir.mkdir()
     (csv_dir / "rows.csv.gz").write_bytes(gzip.compress(b'id,text\n1,"hello, world"\n2,second\n'))
     raw = small_spec_dict([{"name": "rows", "kind": "csv", "path": str(csv_dir), "min_chars": 1}])
-    ingest_source(make_spec(raw, "csv.yaml").source("rows"), tmp_path / "rows", tmp_path)
+    ingest_source(make_spec(raw, "csv.yaml").source("rows"), tmp_path / "rows", StageIO(tmp_path))
     assert pa.parquet.read_table(tmp_path / "rows").column("text").to_pylist() == ["hello, world", "second"]
 
 
@@ -236,13 +237,13 @@ def test_corrupt_compressed_and_empty_sources_say_why(tmp_path, make_spec):
     (bad / "x.jsonl.gz").write_bytes(b"this is not gzip\n")
     raw = small_spec_dict([{"name": "bad", "kind": "jsonl", "path": str(bad)}])
     with pytest.raises(IngestError, match=r"x\.jsonl\.gz: not a readable gzip file"):
-        ingest_source(make_spec(raw).source("bad"), tmp_path / "bad", tmp_path)
+        ingest_source(make_spec(raw).source("bad"), tmp_path / "bad", StageIO(tmp_path))
 
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     raw = small_spec_dict([{"name": "empty", "kind": "jsonl", "path": str(empty)}])
     with pytest.raises(IngestError, match=r"0 documents from 1 file\(s\) .*\(empty_file=1\)"):
-        ingest_source(make_spec(raw, "e.yaml").source("empty"), tmp_path / "e", tmp_path)
+        ingest_source(make_spec(raw, "e.yaml").source("empty"), tmp_path / "e", StageIO(tmp_path))
     assert not (tmp_path / "e").exists()
 
 

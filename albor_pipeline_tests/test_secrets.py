@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from detect_secrets.plugins.github_token import GitHubTokenDetector
 
 from albor_pipeline.runtime.executor import LocalExecutor
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
 from albor_pipeline.stages.dedup.documents import build_documents
@@ -190,8 +191,8 @@ def test_the_no_secrets_check_is_independent_of_the_redactor(tmp_path):
         assert not any(_left(secret, shown) for _, secret, _ in TOKENS)
     # Real code (seven standard-library packages, a shard per task on two processes) passes.
     src = SourceSpec(name="s", kind="code", path=STDLIB, include=tuple(f"{p}/**/*.py" for p in STDLIB_PACKAGES))
-    ingest_source(src, tmp_path / "in", tmp_path, shard_mb=1)
-    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", tmp_path)
+    ingest_source(src, tmp_path / "in", StageIO(tmp_path), shard_mb=1)
+    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", StageIO(tmp_path))
     outcome = check_no_secrets(shard_files(tmp_path / "out"), LocalExecutor(2))
     assert outcome.passed and outcome.metadata["documents"] == result.kept >= 100, outcome.description
 
@@ -243,11 +244,11 @@ def test_chat_sources_are_redacted_message_by_message(tmp_path):
     secrets, bodies = _planted_secrets()
     path = _write_jsonl(tmp_path / "chat" / "chat.jsonl", _conversations(secrets))
     src = SourceSpec(name="c", kind="chat", path=path.parent)
-    ingested = ingest_source(src, tmp_path / "in", tmp_path)  # secrets: before anything is written
+    ingested = ingest_source(src, tmp_path / "in", StageIO(tmp_path))  # secrets: before anything is written
     assert ingested.secrets == {"GitHub Token": 1, "GitLab Token": 1, "AWS Access Key": 3}
     for row in pq.read_table(tmp_path / "in").to_pylist():
         assert not [b for b in bodies if _left(b, row["text"])]
-    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", tmp_path, conversations=True)
+    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", StageIO(tmp_path), conversations=True)
     rows = pq.read_table(tmp_path / "out").to_pylist()
     assert result.documents_in == result.kept == len(rows) == 3 and result.redacted_documents == 1
     assert result.findings == {"E-mail": 1}  # PII: hygiene's part
@@ -259,7 +260,7 @@ def test_chat_sources_are_redacted_message_by_message(tmp_path):
     assert second[1]["content"][1] == {"type": "python", "text": 'os.environ["AWS_ACCESS_KEY_ID"] = "<KEY>"'}
     assert third == _conversations(secrets)[2]["messages"]  # nothing to redact: the row as ingested
     dropping = src.model_copy(update={"hygiene": HygieneSpec(redact="drop")})
-    dropped = ingest_source(dropping, tmp_path / "drop", tmp_path)
+    dropped = ingest_source(dropping, tmp_path / "drop", StageIO(tmp_path))
     assert dropped.rows == 1 and dropped.skipped == {"secrets": 2}
 
 
@@ -279,8 +280,10 @@ def test_file_paths_in_metadata_are_redacted(tmp_path):
     )
     for mode in ("redact", "report"):  # the source's mode: ingestion and hygiene both follow it
         spec = HygieneSpec(redact=mode)
-        ingest_source(SourceSpec(name="s", kind="code", path=root, hygiene=spec), tmp_path / f"in-{mode}", tmp_path)
-        result = clean_source(tmp_path / f"in-{mode}", spec, tmp_path / mode, tmp_path)
+        ingest_source(
+            SourceSpec(name="s", kind="code", path=root, hygiene=spec), tmp_path / f"in-{mode}", StageIO(tmp_path)
+        )
+        result = clean_source(tmp_path / f"in-{mode}", spec, tmp_path / mode, StageIO(tmp_path))
         shown = json.dumps(result.examples)
         assert EMAIL_IN_NAME not in shown and not _left(token[4:], shown), shown
         # The token widens over "api_" and "_pb2" (a token runs over letters, digits, "_" and "-").
@@ -294,7 +297,9 @@ def test_file_paths_in_metadata_are_redacted(tmp_path):
         ("a", _shard(tmp_path / "a" / "part-00000-0000.parquet", [text], [f"{EMAIL_IN_NAME}/encoder.py"])),
         ("b", _shard(tmp_path / "b" / "part-00000-0000.parquet", [text + "\n# copy\n"], [f"copies/{token}.py"])),
     ]
-    report = build_documents(shards, HoldoutSpec(), tmp_path / "documents", tmp_path, near=NearDedupSpec()).near
+    report = build_documents(
+        shards, HoldoutSpec(), tmp_path / "documents", StageIO(tmp_path), near=NearDedupSpec()
+    ).near
     assert report["clusters"] == 1 and report["examples"][0][:2] == ["a:<EMAIL>/encoder.py", "b:copies/<KEY>.py"]
 
 
@@ -309,7 +314,7 @@ def test_a_system_only_conversation_is_a_counted_drop(tmp_path):
         {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]},
     ]
     path = _write_jsonl(tmp_path / "chat" / "chat.jsonl", rows)
-    result = ingest_source(SourceSpec(name="c", kind="chat", path=path.parent), tmp_path / "in", tmp_path)
+    result = ingest_source(SourceSpec(name="c", kind="chat", path=path.parent), tmp_path / "in", StageIO(tmp_path))
     assert result.rows == 1 and result.cleanup == {"no_assistant": 1}
 
 

@@ -22,6 +22,7 @@ from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.executor import INLINE, LocalExecutor
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import LEASE_SECONDS, DataDirBusy, DataDirLost, bucket_lock
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import SourceSpec
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
 from albor_pipeline.stages.provenance.licences import detect_licences
@@ -48,9 +49,9 @@ def test_a_code_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_
     s3.put_object(Bucket="albor-code", Key="src/latin1.py", Body="# caf\xe9\n".encode("latin-1") * 20)
     local = SourceSpec(name="email", kind="code", path=root)
     remote = SourceSpec(name="email", kind="code", path="s3://albor-code/src")
-    expected = ingest_source(local, tmp_path / "local", tmp_path)
+    expected = ingest_source(local, tmp_path / "local", StageIO(tmp_path))
     for name, executor in (("inline", INLINE), ("local2", LocalExecutor(2))):
-        got = ingest_source(remote, tmp_path / name, tmp_path, None, executor)
+        got = ingest_source(remote, tmp_path / name, StageIO(tmp_path, executor))
         assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in expected.artifacts], name
         assert got.skipped == {**expected.skipped, "not_utf8": 1}
     assert pq.read_table(tmp_path / "inline").num_rows == len(files) - sum(expected.skipped.values())
@@ -71,16 +72,16 @@ def test_a_jsonl_source_in_a_bucket_reads_plain_and_gzip_and_names_a_bad_line(s3
     (tmp_path / "data" / "a.jsonl").write_bytes(plain)
     (tmp_path / "data" / "b.jsonl.gz").write_bytes(packed)
     spec = {"name": "j", "kind": "jsonl", "min_chars": 1}
-    got = ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/data"), tmp_path / "r", tmp_path)
-    want = ingest_source(SourceSpec(**spec, path=tmp_path / "data"), tmp_path / "l", tmp_path)
+    got = ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/data"), tmp_path / "r", StageIO(tmp_path))
+    want = ingest_source(SourceSpec(**spec, path=tmp_path / "data"), tmp_path / "l", StageIO(tmp_path))
     assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in want.artifacts] and got.rows == len(rows)
     assert pq.read_table(tmp_path / "r").column("file").to_pylist()[:2] == ["a.jsonl:1", "a.jsonl:2"]
     s3.put_object(Bucket="albor-jsonl", Key="data/c.jsonl", Body=b'{"text": "fine"}\n{"text": oops}\n')
     with pytest.raises(IngestError, match=r"s3://albor-jsonl/data/c\.jsonl:2: malformed JSON"):
-        ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/data"), tmp_path / "bad", tmp_path)
+        ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/data"), tmp_path / "bad", StageIO(tmp_path))
     assert not (tmp_path / "bad").exists()
     with pytest.raises(FileNotFoundError, match="s3://albor-jsonl/nothing"):
-        ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/nothing"), tmp_path / "none", tmp_path)
+        ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/nothing"), tmp_path / "none", StageIO(tmp_path))
 
 
 def _bucket_files(client, bucket: str, prefix: str) -> dict[str, bytes]:

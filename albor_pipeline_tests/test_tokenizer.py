@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import REPO_ROOT, TokenizerSpec
 from albor_pipeline.stages.tokenizer.tokenizer import TokenizerError, build_tokenizer, gpt2_counter
 from albor_pipeline.text.vocab import token_to_bytes
@@ -32,7 +33,7 @@ def corpus_files(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def trained(corpus_files, tmp_path_factory):
     out = tmp_path_factory.mktemp("tokout")
-    result = build_tokenizer(*corpus_files, TokenizerSpec(vocab_size=2000), out / "tokenizer", out)
+    result = build_tokenizer(*corpus_files, TokenizerSpec(vocab_size=2000), out / "tokenizer", StageIO(out))
     return out / "tokenizer", result
 
 
@@ -79,7 +80,7 @@ def test_baseline_tokenizers_are_compared(trained, corpus_files, tmp_path):
     out, _ = trained
     baseline = str(out / "tokenizer.json")
     spec = TokenizerSpec(vocab_size=1000, baselines=(out / "tokenizer.json",))
-    small = build_tokenizer(*corpus_files, spec, tmp_path / "t", tmp_path).report
+    small = build_tokenizer(*corpus_files, spec, tmp_path / "t", StageIO(tmp_path)).report
     rows = {r["text"]: r for r in small["comparison"]}
     assert set(rows) == {"s", "all"} and rows["all"]["bytes"] == small["val_bytes"]
     assert rows["all"]["ours_tokens"] == small["val_tokens"]
@@ -114,7 +115,7 @@ def test_gpt2_baseline_reproduces_gpt2_and_is_compared_per_source(corpus_files, 
     sources = ["json" if i % 2 else "other" for i in range(table.num_rows)]
     pq.write_table(table.set_column(1, "source", pa.array(sources)), mixed_val)
     report = build_tokenizer(
-        train, mixed_val, TokenizerSpec(vocab_size=2000, gpt2_ranks=ranks), tmp_path / "t", tmp_path
+        train, mixed_val, TokenizerSpec(vocab_size=2000, gpt2_ranks=ranks), tmp_path / "t", StageIO(tmp_path)
     ).report
     rows = {r["text"]: r for r in report["comparison"]}
     assert list(rows) == ["json", "other", "all"] and report["comparison_notes"] == []
@@ -123,17 +124,18 @@ def test_gpt2_baseline_reproduces_gpt2_and_is_compared_per_source(corpus_files, 
     assert rows["all"]["gpt2_bytes_per_token"] == round(rows["all"]["bytes"] / rows["all"]["gpt2_tokens"], 3)
     # A missing ranks file skips GPT-2 with a note; the build goes on.
     missing = TokenizerSpec(vocab_size=2000, gpt2_ranks=tmp_path / "nope.tiktoken")
-    report = build_tokenizer(train, mixed_val, missing, tmp_path / "t2", tmp_path).report
+    report = build_tokenizer(train, mixed_val, missing, tmp_path / "t2", StageIO(tmp_path)).report
     assert "gpt2_tokens" not in report["comparison"][-1] and "not found" in report["comparison_notes"][0]
 
 
 TRAIN_SCRIPT = """
 import sys
 from pathlib import Path
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
 from albor_pipeline.spec import REPO_ROOT, TokenizerSpec
 out = Path(sys.argv[3])
-build_tokenizer(Path(sys.argv[1]), Path(sys.argv[2]), TokenizerSpec(vocab_size=2000), out, out)
+build_tokenizer(Path(sys.argv[1]), Path(sys.argv[2]), TokenizerSpec(vocab_size=2000), out, StageIO(out))
 """
 
 
@@ -148,7 +150,7 @@ def test_training_is_byte_identical_across_runs_and_thread_counts(trained, corpu
 def test_empty_train_split_is_a_clear_error(corpus_files, tmp_path):
     empty = write_docs(tmp_path / "empty.parquet", [])
     with pytest.raises(TokenizerError, match="train split is empty"):
-        build_tokenizer(empty, corpus_files[1], TokenizerSpec(vocab_size=1000), tmp_path / "t", tmp_path)
+        build_tokenizer(empty, corpus_files[1], TokenizerSpec(vocab_size=1000), tmp_path / "t", StageIO(tmp_path))
     assert not (tmp_path / "t" / "tokenizer.json").exists()
 
 

@@ -13,6 +13,7 @@ from albor_pipeline.runtime.artifacts import Artifact
 from albor_pipeline.runtime.files import Location
 from albor_pipeline.runtime.layout import Layout, benchmark_stage, ingested_stage, source_stage
 from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, SourceKind, SourceSpec
@@ -100,9 +101,8 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
     source = source_fingerprint(resolved, layout.fingerprint_cache(src.name))
     out = layout.ingested(src.name)
     # Its lines may name a skipped file (the first per reason): redacted as every recorded path is.
-    result = ingest_source(
-        resolved, out, layout.root, lambda line: ctx.log.info(redact_path(line)), ctx.executor, shard_mb
-    )
+    io = StageIO(layout.root, ctx.executor, lambda line: ctx.log.info(redact_path(line)))
+    result = ingest_source(resolved, out, io, shard_mb=shard_mb)
     summary = IngestSummary(
         files=result.files,
         documents=result.rows,

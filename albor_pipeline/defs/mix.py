@@ -12,6 +12,7 @@ import dagster as dg
 from albor_pipeline.defs.stage import Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, MixUnit, PipelineSpec, SourceKind
 from albor_pipeline.stages.mix.mix import mix_documents
@@ -59,10 +60,8 @@ def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: M
         settings,
         order,
         pool.out(layout, split),
-        layout.root,
-        ctx.log.info,
-        spec.shard_mb,
-        ctx.executor,
+        StageIO(layout.root, ctx.executor, ctx.log.info),
+        shard_mb=spec.shard_mb,
     )
     for warning in result.warnings:
         ctx.log.warning(warning)

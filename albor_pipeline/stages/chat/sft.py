@@ -22,8 +22,8 @@ import pyarrow as pa
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import iter_batches, read_shards
-from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat
 from albor_pipeline.text.chat import LETTERS, ChatIds, Message, Piece, mc_prompt, render_pieces
 from albor_pipeline.text.encode import Encoder, encode_lists, pick_encoder
@@ -126,8 +126,7 @@ def build_sft(
     spec: ChatSpec,
     encoder_choice: str,
     out_dir: Path,
-    data_root: Path,
-    progress: Progress | None = None,
+    io: StageIO,
 ) -> SftResult:
     """Render one split's mixed conversations into `out_dir` (replaced as one set, or not at all)."""
     tok = Tokenizer.from_file(str(tokenizer_path))
@@ -163,8 +162,8 @@ def build_sft(
                 stats["tokens"] += len(tokens)
                 stats["trained_tokens"] += int(mask.sum())
             sink.write(pa.RecordBatch.from_pydict(cols, schema=SFT_SCHEMA))
-            if progress:
-                progress(f"sft: {sink.rows:,} conversations rendered")
+            if io.progress:
+                io.progress(f"sft: {sink.rows:,} conversations rendered")
         rows = sink.rows
         tokens_total = sum(s["tokens"] for s in sources.values())
         if bins:
@@ -180,7 +179,7 @@ def build_sft(
     names_out = ["part-00000.parquet"]
     if bins:
         names_out += [n for shard in bins.shards for n in (shard["file"], shard["mask"])] + [SIDECAR]
-    artifacts = [record(out_dir / n, data_root, rows=rows if n.endswith(".parquet") else None) for n in names_out]
+    artifacts = [record(out_dir / n, io.root, rows=rows if n.endswith(".parquet") else None) for n in names_out]
     return SftResult(
         artifacts=artifacts,
         conversations=rows,
@@ -211,7 +210,7 @@ def letter_ids(tok: Tokenizer, encoder: Encoder, n: int) -> list[int]:
 
 
 def build_eval(
-    ingested_path: Path, tokenizer_path: Path, tokens: ChatTokens, encoder_choice: str, out: Path, data_root: Path
+    ingested_path: Path, tokenizer_path: Path, tokens: ChatTokens, encoder_choice: str, out: Path, io: StageIO
 ) -> EvalResult:
     """Render every multiple-choice item for completion into `out`."""
     tok = Tokenizer.from_file(str(tokenizer_path))
@@ -235,7 +234,7 @@ def build_eval(
     with ParquetSink(out, EVAL_SCHEMA) as sink:
         sink.write(table)
     return EvalResult(
-        artifact=record(out, data_root, rows=table.num_rows),
+        artifact=record(out, io.root, rows=table.num_rows),
         items=table.num_rows,
         tokens=sum(len(r[0]) for r in rendered),
         choices={str(k): v for k, v in sorted(Counter(len(i["choices"]) for i in parsed).items())},

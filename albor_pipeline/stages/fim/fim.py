@@ -16,10 +16,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.executor import INLINE, Executor
-from albor_pipeline.runtime.shardmap import TaskIO, map_shards
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards
 from albor_pipeline.runtime.shards import Shard, first_rows, parquet_files, shard_name
-from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import FimFormat, FimSpec
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
@@ -148,13 +146,12 @@ def apply_fim(
     src: Path,
     fim: FimSpec,
     out: Path,
-    data_root: Path,
+    io: StageIO,
+    *,
     enabled: bool = True,
-    progress: Progress | None = None,
-    executor: Executor = INLINE,
 ) -> FimResult:
     """Write the shard set (or file) `src` with FIM applied (or only the FIM columns added,
-    when not `enabled`) as the shard set `out`, a task per shard on `executor`. Draws depend
+    when not `enabled`) as the shard set `out`, a task per shard on `io.executor`. Draws depend
     on the row's index in the split alone, so the rows are the same for any shard boundaries."""
     files = parquet_files(src)
     items = list(zip(range(len(files)), map(str, files), first_rows(files)))
@@ -163,9 +160,9 @@ def apply_fim(
         mb = sum(d.text_bytes for d in done) / 1e6
         return f"fim: {len(done)}/{len(items)} shards, {sum(d.shard.rows for d in done):,} rows, {mb:.1f} MB"
 
-    done = map_shards(_fim_shard, _FimJob(fim, enabled), items, out, executor, fimmed, progress, inline_below=4)
+    done = map_shards(_fim_shard, _FimJob(fim, enabled), items, out, io.executor, fimmed, io.progress, inline_below=4)
     return FimResult(
-        artifacts=[d.shard.artifact(out, data_root) for d in done],
+        artifacts=[d.shard.artifact(out, io.root) for d in done],
         rows=sum(d.shard.rows for d in done),
         transformed=sum(d.transformed for d in done),
         spm=sum(d.spm for d in done),

@@ -23,10 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.executor import INLINE, Executor
-from albor_pipeline.runtime.shardmap import TaskIO, map_shards, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
 from albor_pipeline.runtime.shards import Shard, iter_batches, shard_files
-from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import DOCUMENT_KINDS, FilterSpec, HygieneSpec, RedactMode, SourceKind
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, text_sha256
 from albor_pipeline.text.secrets import redact_path, redacted, scanner
@@ -160,14 +158,13 @@ def clean_source(
     ingested: Path,
     spec: HygieneSpec,
     out: Path,
-    data_root: Path,
-    progress: Progress | None = None,
-    executor: Executor = INLINE,
+    io: StageIO,
+    *,
     conversations: bool = False,
     scan_secrets: bool = True,
 ) -> HygieneResult:
     """Filter and redact one source's shard set into the shard set `out`; every input is kept
-    or counted. A task per shard on `executor`; the set commits whole, so the output does
+    or counted. A task per shard on `io.executor`; the set commits whole, so the output does
     not depend on where the tasks ran. `conversations`: a chat source's canonical JSON.
     `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode)."""
     inputs = [str(p) for p in shard_files(ingested)]
@@ -180,14 +177,14 @@ def clean_source(
         )
 
     chunks = map_shards(
-        _clean_shard, _CleanJob(spec, conversations, scan_secrets), inputs, out, executor, done, progress
+        _clean_shard, _CleanJob(spec, conversations, scan_secrets), inputs, out, io.executor, done, io.progress
     )
     total = _Chunk({})
     for chunk in chunks:
         total.add(chunk)
     shards = list(shards_of(chunks))
     return HygieneResult(
-        artifacts=[shard.artifact(out, data_root) for shard in shards],
+        artifacts=[shard.artifact(out, io.root) for shard in shards],
         documents_in=total.documents_in,
         kept=sum(shard.rows for shard in shards),
         removed=dict(sorted(total.removed.items())),

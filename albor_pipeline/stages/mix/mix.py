@@ -24,9 +24,8 @@ import pyarrow.parquet as pq
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink
 from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import TaskIO, map_shards, map_tasks, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
-from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import MixUnit, SplitMixSpec
 from albor_pipeline.text.documents import DOC_SCHEMA
 
@@ -203,7 +202,7 @@ def shuffle(
             for i, f in enumerate(files)
         ]
         job = _ShuffleJob(tmp, tuple(int(b) for b in bounds), len(files))
-        spooled = map_tasks(_scatter, job, scatter, Path(tmp), executor, CHEAP)
+        spooled = map_tasks(_scatter, job, scatter, Path(tmp), executor, inline_below=CHEAP)
         gathered = map_shards(_gather, job, range(job.shards), out, executor, spools=spooled, inline_below=CHEAP)
         return list(shards_of(gathered))
 
@@ -229,14 +228,13 @@ def mix_documents(
     mix: SplitMixSpec,
     order: list[str],
     out: Path,
-    data_root: Path,
-    progress: Progress | None = None,
+    io: StageIO,
+    *,
     shard_mb: float = 32,
-    executor: Executor = INLINE,
 ) -> MixResult:
     """Write the weighted, shuffled mix of one split's documents (a shard set) as the shard
     set `out` (shards of about `shard_mb` of text): a plan from the rows per source, then one
-    external shuffle over the shards. Every per-shard step runs on `executor`."""
+    external shuffle over the shards. Every per-shard step runs on `io.executor`."""
     grouped = (
         pl.read_parquet(parquet_files(split_path), columns=["source"])
         .with_row_index("i")
@@ -249,7 +247,7 @@ def mix_documents(
     }
     counts = {name: len(pos) for name, pos in positions.items()}
     files = parquet_files(split_path)
-    sizes = map_tasks(_text_sizes, None, [str(f) for f in files], out.parent, executor, CHEAP)
+    sizes = map_tasks(_text_sizes, None, [str(f) for f in files], out.parent, io.executor, inline_below=CHEAP)
     nbytes = np.concatenate([b for b, _ in sizes])
     chars = None
     if mix.unit == MixUnit.chars:
@@ -260,7 +258,7 @@ def mix_documents(
     picked = [positions[p.source][draw_indices(p.input_rows, p.output_rows, rng)] for p in plans if p.output_rows]
     order_idx = np.concatenate(picked)[rng.permutation(sum(len(p) for p in picked))]
     bounds = shard_bounds(nbytes[order_idx], int(shard_mb * MB))
-    shards = shuffle(split_path, order_idx, out, bounds, executor)
-    if progress:
-        progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
-    return MixResult(artifacts=[s.artifact(out, data_root) for s in shards], plan=plans, warnings=warnings)
+    shards = shuffle(split_path, order_idx, out, bounds, io.executor)
+    if io.progress:
+        io.progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
+    return MixResult(artifacts=[s.artifact(out, io.root) for s in shards], plan=plans, warnings=warnings)

@@ -35,8 +35,8 @@ from albor_pipeline.runtime.artifacts import (
     write_json,
 )
 from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import iter_batches
-from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import BpeTrainer, TokenizerSpec
 from albor_pipeline.text.vocab import (
     BOS,
@@ -361,8 +361,8 @@ def build_tokenizer(
     val_path: Path,
     spec: TokenizerSpec,
     out_dir: Path,
-    data_root: Path,
-    progress: Progress | None = None,
+    io: StageIO,
+    *,
     appended: tuple[str, ...] = FIM_TOKENS,
     model_max_length: int = 2048,
 ) -> TokenizerResult:
@@ -371,6 +371,7 @@ def build_tokenizer(
     `appended`: special tokens after the learned vocabulary (FIM sentinels, chat tokens).
     `model_max_length`: what transformers reports for the folder (the corpus' seq_len)."""
     seen = {"docs": 0, "chars": 0}
+    progress = io.progress
 
     def counted() -> Iterator[list[str]]:
         for batch in iter_texts(train_path, spec.max_chars, spec.doc_cap):
@@ -419,4 +420,4 @@ def build_tokenizer(
         for name, content in hf_configs(appended, model_max_length).items():
             write_json(staging / name, content)
     names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json", *HF_CONFIGS)
-    return TokenizerResult([record(out_dir / n, data_root) for n in names], report)
+    return TokenizerResult([record(out_dir / n, io.root) for n in names], report)
