@@ -14,6 +14,7 @@ its item (the input shards it reads).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar, cast
@@ -163,6 +164,15 @@ def map_tasks(
     task: _Task[J, I, T] = _Task(step, job, TaskIO(str(directory), IN_PLACE))
     with naming_write_errors(directory):  # a full disk names where the wave was writing
         return list(_run(task, items, executor, inline_below, spools, progress, log))
+
+
+@contextmanager
+def output_set(out: Path) -> Iterator[Path]:
+    """A set a stage writes in its own process rather than by per-shard tasks (a tokenizer's
+    files, SFT rows): the directory to write it into, committed as one set when the block ends
+    well; on an error `out` keeps its previous set."""
+    with staged_dir(out) as staging:
+        yield staging
 
 
 def shards_of(results: Sequence[ShardResult]) -> Iterator[Shard]:

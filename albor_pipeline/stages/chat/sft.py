@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
 
-from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
-from albor_pipeline.runtime.shardmap import StageIO
+from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path, record, write_json
+from albor_pipeline.runtime.shardmap import StageIO, output_set
 from albor_pipeline.runtime.shards import iter_batches, read_shards
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat
 from albor_pipeline.text.chat import LETTERS, ChatIds, Message, Piece, mc_prompt, render_pieces
@@ -135,7 +135,7 @@ def build_sft(
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
     sources: dict[str, Counter[str]] = defaultdict(Counter)
     totals: Counter[str] = Counter()
-    with staged_dir(out_dir) as staging, ExitStack() as stack:
+    with output_set(out_dir) as staging, ExitStack() as stack:
         sink = stack.enter_context(ParquetSink(staging / "part-00000.parquet", SFT_SCHEMA, BATCH_ROWS))
         bins = _BinShards(staging, dtype, spec.shard_tokens, stack) if SftFormat.nanochat in spec.formats else None
         for conversations, names, shas in _rows(mixed_path):

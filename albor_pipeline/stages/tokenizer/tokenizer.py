@@ -30,12 +30,11 @@ from albor_pipeline.runtime.artifacts import (
     Artifact,
     atomic_path,
     record,
-    staged_dir,
     write_bytes,
     write_json,
 )
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.shardmap import StageIO
+from albor_pipeline.runtime.shardmap import StageIO, output_set
 from albor_pipeline.runtime.shards import iter_batches
 from albor_pipeline.spec import BpeTrainer, TokenizerSpec
 from albor_pipeline.text.vocab import (
@@ -409,7 +408,7 @@ def build_tokenizer(
     # The report's timing fields vary run to run; keep them out of the hashed file.
     stable = {k: v for k, v in report.items() if k not in ("train_seconds", "train_mb_per_s")}
     vocab_json, merges_txt = bpe_files(tok)
-    with staged_dir(out_dir) as staging:
+    with output_set(out_dir) as staging:
         with atomic_path(staging / "tokenizer.json") as tmp:
             tok.save(str(tmp))
         write_bytes(staging / "vocab.json", vocab_json)
