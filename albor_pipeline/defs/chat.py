@@ -11,7 +11,6 @@ from albor_pipeline.runtime.artifacts import StageManifest
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, ChatSpec, Overlong, PipelineSpec, SftFormat, SourceKind
 from albor_pipeline.stages.chat.checks import check_choice_ids, check_max_tokens, check_sft_mask, check_sft_structure
@@ -39,7 +38,7 @@ def sft(spec: PipelineSpec, split: str, ctx: StageContext, config: SftConfig) ->
         settings,
         spec.corpus.encoder,
         layout.sft_dir(split),
-        StageIO(layout.root, ctx.executor, ctx.log.info),
+        ctx.io,
     )
     sources = {
         name: SftSourceFacts(**facts, trained_fraction=round(facts["trained_tokens"] / facts["tokens"], 4))
@@ -81,7 +80,7 @@ def eval_set(spec: PipelineSpec, name: str, ctx: StageContext, config: EvalConfi
         spec.chat.tokens,
         spec.corpus.encoder,
         layout.eval_set(name),
-        StageIO(layout.root, ctx.executor, ctx.log.info),
+        ctx.io,
     )
     summary = EvalSummary(items=result.items, tokens=result.tokens, choices=result.choices)
     return StageOutput(

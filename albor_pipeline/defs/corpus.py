@@ -14,7 +14,6 @@ from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Packing, PipelineSpec, RemainderPolicy
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
@@ -53,7 +52,7 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
         layout.tokenizer_json,
         settings,
         layout.corpus_dir(out),
-        StageIO(layout.root, ctx.executor, ctx.log.info),
+        ctx.io,
         min_chars=min_chars,
     )
     summary = CorpusSummary(

@@ -23,7 +23,6 @@ from albor_pipeline.runtime.layout import (
     ingested_stage,
 )
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, DecontaminateSpec, NearDedupSpec, PipelineSpec
@@ -84,8 +83,8 @@ def dedup_and_split(
     # Conversations: exact dedup only. Documents: also near dedup and decontamination.
     near = spec.near_dedup if stage == DOCUMENTS else None
     decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None
-    io = StageIO(layout.root, ctx.executor, ctx.log.info)
-    result = build_documents(sources, settings, OUT_DIRS[stage](layout), io, near=near, decon=decon)
+
+    result = build_documents(sources, settings, OUT_DIRS[stage](layout), ctx.io, near=near, decon=decon)
     table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     summary = DocumentsSummary(
         rows=result.rows,

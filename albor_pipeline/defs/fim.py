@@ -9,7 +9,6 @@ import dagster as dg
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import fim_stage, mixed_stage
-from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import SPLITS, FimFormat, PipelineSpec
 from albor_pipeline.stages.fim.checks import check_fim_rate
@@ -33,8 +32,8 @@ def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) ->
     settings = resolve(spec.fim, config, f"{fim_stage(split)} run config")
     enabled = split in spec.fim.splits if config.enabled is None else config.enabled
     layout = ctx.layout
-    io = StageIO(layout.root, ctx.executor, ctx.log.info)
-    result = apply_fim(layout.mixed(split), settings, layout.fim(split), io, enabled=enabled)
+
+    result = apply_fim(layout.mixed(split), settings, layout.fim(split), ctx.io, enabled=enabled)
     observed = result.transformed / result.rows if result.rows else 0.0
     summary = FimSummary(
         rows=result.rows, transformed=result.transformed, spm=result.spm, observed_rate=round(observed, 6)

@@ -12,7 +12,6 @@ from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import filtered_stage, ingested_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import HygieneSpec, PipelineSpec, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
@@ -39,7 +38,7 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
         layout.ingested(src.name),
         settings,
         layout.filtered(src.name),
-        StageIO(layout.root, ctx.executor, ctx.log.info),
+        ctx.io,
         conversations=src.kind is SourceKind.chat,
         scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
     )

@@ -12,7 +12,6 @@ import dagster as dg
 from albor_pipeline.defs.stage import Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, MixUnit, PipelineSpec, SourceKind
 from albor_pipeline.stages.mix.mix import mix_documents
@@ -60,7 +59,7 @@ def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: M
         settings,
         order,
         pool.out(layout, split),
-        StageIO(layout.root, ctx.executor, ctx.log.info),
+        ctx.io,
         shard_mb=spec.shard_mb,
     )
     for warning in result.warnings:

@@ -26,6 +26,7 @@ from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manif
 from albor_pipeline.runtime.checks import CheckOutcome, check_schema
 from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
 from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
 from albor_pipeline.runtime.stage import Inputs, StageOutput, run_stage
 from albor_pipeline.runtime.watchdog import time_limit
@@ -170,6 +171,11 @@ class StageContext:
     inputs: Inputs
     log: dg.DagsterLogManager
     executor: Executor = INLINE
+
+    @property
+    def io(self) -> StageIO:
+        """What the stage's entry gets: the data dir's root, the executor, the run's log."""
+        return StageIO(self.layout.root, self.executor, self.log.info)
 
 
 @dataclass(frozen=True)

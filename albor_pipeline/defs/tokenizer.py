@@ -10,7 +10,6 @@ from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, 
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip
@@ -37,7 +36,7 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
         layout.mixed("val"),
         settings,
         layout.tokenizer_dir,
-        StageIO(layout.root, ctx.executor, ctx.log.info),
+        ctx.io,
         appended=(*FIM_TOKENS, *chat_tokens),
         model_max_length=spec.corpus.seq_len,
     )
