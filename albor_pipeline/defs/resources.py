@@ -14,7 +14,7 @@ from pydantic import PrivateAttr
 from albor_pipeline.defs.launcher import WORKER_TAG, fail_dead_runs, this_worker
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, check_recorded, write_bytes
 from albor_pipeline.runtime.bucket import Bucket, is_remote
-from albor_pipeline.runtime.executor import Executor, cpu_count, make_executor
+from albor_pipeline.runtime.executor import Executor, WorkerPool, cpu_count, make_executor
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import BucketLease, bucket_lock, data_dir_lock
 from albor_pipeline.runtime.nodes import NODE_FILE, Node
@@ -119,19 +119,22 @@ class Execution(dg.ConfigurableResource):
     _stack: ExitStack = PrivateAttr(default_factory=ExitStack)
     _context: dg.InitResourceContext | None = PrivateAttr(default=None)
     _connected: bool = PrivateAttr(default=False)
+    _pool: WorkerPool | None = PrivateAttr(default=None)
 
     @property
     def spec(self) -> ExecutionSpec:
         return apply_overrides(ExecutionSpec(), self.model_dump(exclude_none=True), "resources.execution")
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self.spec  # noqa: B018 - a bad launchpad value fails the run before any stage starts
+        spec = self.spec  # a bad launchpad value fails the run before any stage starts
         self._context = context
+        if spec.backend == "local":  # one pool for the run's every map, started by the first
+            self._pool = WorkerPool(spec.workers or cpu_count())
 
     def executor(self, progress: Progress | None = None, node: Node | None = None) -> Executor:
         """The run's executor; `progress` (a step's log) hears how many tasks are done, and a
         cluster's tasks reach the data dir by `node`."""
-        return make_executor(self.spec, self._connect_ray, progress, node)
+        return make_executor(self.spec, self._connect_ray, progress, node, self._pool)
 
     def _connect_ray(self) -> None:
         if self._connected:
@@ -147,4 +150,6 @@ class Execution(dg.ConfigurableResource):
             self._context.log.info(f"per-shard tasks run on {where}")
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._pool is not None:
+            self._pool.close()
         self._stack.close()

@@ -66,32 +66,69 @@ class InlineExecutor:
         return _windowed(self.name, lambda timed, item: timed(item), lambda done: done, fn, items, 1, self.progress)
 
 
+class WorkerPool:
+    """A run's local worker processes: started by its first parallel map and kept for every
+    later one, since a spawned interpreter importing this package costs a second or two and
+    a graph runs dozens of maps. A failed map ends them (a worker may be hung) and the next
+    map starts new ones; `close` ends them when the run does."""
+
+    starts = 0  # pools started in this process: what one pool per run saves is countable
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    self.workers, mp_context=get_context("spawn"), initializer=_exit_with, initargs=(os.getpid(),)
+                )
+                WorkerPool.starts += 1
+            return self._pool
+
+    def kill(self) -> None:
+        """End every worker now, busy or not, and forget the pool."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """End the workers once their tasks are done."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
 class LocalExecutor:
-    """A pool of `workers` spawned processes on this machine (spawn: no forked threads or locks)."""
+    """`workers` spawned processes on this machine (spawn: no forked threads or locks): the
+    run's `pool` when it has one, else a pool of this map's own."""
 
     name = "local"
     node: Node | None = None
 
-    def __init__(self, workers: int, progress: Progress | None = None) -> None:
-        self.workers, self.progress = workers, progress
+    def __init__(self, workers: int, progress: Progress | None = None, pool: WorkerPool | None = None) -> None:
+        self.workers, self.progress, self.pool = workers, progress, pool
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         if self.workers <= 1:
             yield from InlineExecutor(self.progress).map(fn, items)
             return
-        pool = ProcessPoolExecutor(
-            self.workers, mp_context=get_context("spawn"), initializer=_exit_with, initargs=(os.getpid(),)
-        )
+        pool = self.pool or WorkerPool(self.workers)
         try:
             yield from _windowed(
-                self.name, pool.submit, lambda fut: fut.result(), fn, items, 2 * self.workers, self.progress
+                self.name, pool.get().submit, lambda fut: fut.result(), fn, items, 2 * self.workers, self.progress
             )
         except BaseException:  # a failed or timed-out stage: a worker may be hung, so end them all
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.kill()
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.kill()
             raise
-        pool.shutdown(wait=True)
+        if self.pool is None:
+            pool.close()
 
 
 def _exit_with(parent: int, every: float = 1.0) -> None:
@@ -268,13 +305,15 @@ def make_executor(
     connect: Callable[[], None] | None = None,
     progress: Progress | None = None,
     node: Node | None = None,
+    pool: WorkerPool | None = None,
 ) -> Executor:
     """The spec's executor: `workers` (default: one per CPU) on its backend, telling `progress`
-    (the Dagster log) how many tasks are done; a cluster's tasks reach the data dir by `node`."""
+    (the Dagster log) how many tasks are done; a cluster's tasks reach the data dir by `node`;
+    a local pool is the run's `pool` when it has one."""
     workers = spec.workers or cpu_count()
     if spec.backend == "ray":
         return RayExecutor(workers, connect, progress, node)
-    return LocalExecutor(workers, progress) if workers > 1 else InlineExecutor(progress)
+    return LocalExecutor(workers, progress, pool) if workers > 1 else InlineExecutor(progress)
 
 
 def remote_only(executor: Executor) -> Executor:

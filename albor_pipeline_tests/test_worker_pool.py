@@ -1,0 +1,48 @@
+"""One pool of worker processes per run: every parallel map of a run shares it, a failed map
+ends it and the next map starts a new one, and the outputs are the bytes of an inline run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from albor_pipeline.runtime.executor import LocalExecutor, TaskError, WorkerPool
+from albor_pipeline.spec import load_spec
+from albor_pipeline_tests.support import materialize_all, tiny_spec, write_spec
+
+
+def test_maps_share_the_pool_and_a_failed_map_ends_it() -> None:
+    pool = WorkerPool(2)
+    executor = LocalExecutor(2, pool=pool)
+    before = WorkerPool.starts
+    assert list(executor.map(math.sqrt, [4.0, 9.0, 16.0])) == [2.0, 3.0, 4.0]
+    assert list(executor.map(math.factorial, range(6))) == [1, 1, 2, 6, 24, 120]
+    assert WorkerPool.starts == before + 1  # two maps, one start-up
+    with pytest.raises(TaskError, match=r"sqrt failed on -1\.0 \(local\): ValueError"):
+        list(executor.map(math.sqrt, [1.0, -1.0, 4.0]))
+    assert list(executor.map(math.sqrt, [25.0])) == [5.0]  # a fresh pool after the failure
+    assert WorkerPool.starts == before + 2
+    pool.close()
+
+
+def _outputs(out: Path) -> dict[str, str]:
+    """Every recorded output of every stage but provenance, by path: its SHA-256."""
+    found = {}
+    for manifest in sorted((out / "manifests").glob("*.json")):
+        if manifest.stem != "provenance":
+            found.update({a["path"]: a["sha256"] for a in json.loads(manifest.read_text())["outputs"]})
+    return found
+
+
+def test_a_run_starts_one_pool_and_writes_the_bytes_of_an_inline_run(tmp_path: Path) -> None:
+    outputs = {}
+    for workers in (1, 2):
+        spec = load_spec(write_spec(tmp_path / f"w{workers}.yaml", tiny_spec(execution={"workers": workers})))
+        before = WorkerPool.starts
+        materialize_all(spec, tmp_path / f"out{workers}")
+        outputs[workers] = _outputs(tmp_path / f"out{workers}")
+        assert WorkerPool.starts - before == (0 if workers == 1 else 1)  # every map of the run on one pool
+    assert outputs[1] == outputs[2] and len(outputs[1]) > 20
