@@ -7,7 +7,7 @@ import numpy as np
 
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.stages.dedup.minhash import MinHasher, P, _inverse, jaccard, shingles
-from albor_pipeline.stages.dedup.neardup import NearDupIndex, near_duplicates
+from albor_pipeline.stages.dedup.neardup import near_duplicates
 
 from .support import STDLIB
 
@@ -27,7 +27,7 @@ def test_planted_near_copies_are_found_and_distinct_files_are_not():
     light = base.replace("def ", "def  ", 3) + "\n# one comment added\n"  # whitespace and a line
     lines = base.splitlines()
     heavy = "\n".join(line for i, line in enumerate(lines) if i % 4)  # a quarter of the lines gone
-    clusters = near_duplicates([*texts, light, heavy], threshold=0.8)
+    clusters = near_duplicates([*texts, light, heavy], threshold=0.8).clusters
     groups = clusters.groups()
     assert groups == {5: [5, len(texts)]}, groups  # the light copy joins; the heavy one is too far
     assert jaccard(shingles(base, 5), shingles(heavy, 5)) < 0.8 < jaccard(shingles(base, 5), shingles(light, 5))
@@ -111,10 +111,7 @@ def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
     brute = {(a, b) for a in range(n) for b in range(a + 1, n) if (big[a] == big[b]).sum() >= agree}
     assert forward == brute and len(brute) < n * (n - 1) // 20
     # The index on real texts clusters the copies, whatever their neighbours.
-    index = NearDupIndex()
-    for t in texts.values():
-        index.add(t)
-    index.verify(texts.values())
+    index = near_duplicates(list(texts.values()))
     assert index.clusters.groups() == {1: [1, 2]} and index.duplicates() == {2}
 
 
@@ -146,10 +143,7 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     assert pooled.near == serial.near
     assert serial.near["removed"] == {"b": 12, "c": 12} and serial.near["cluster_sizes"] == {"4": 8}
     assert serial.near["candidate_pairs"] > serial.near["verified_pairs"] == 24
-    index = NearDupIndex()
-    for text in [*originals, *variants]:
-        index.add(text)
-    index.verify([*originals, *variants])
+    index = near_duplicates([*originals, *variants])
     assert len(index.verified) == 24
     assert [j for *_, j in index.verified[:5]] == [e[2] for e in serial.near["examples"]]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # spools removed
@@ -166,10 +160,8 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
 
     originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
     texts = [*originals, "", *(t.replace("def ", "def  ", 2) + "\n# copy\n" for t in originals[:10])]
-    index = NearDupIndex()
-    for text in texts:
-        index.add(text)
-    serial = index.candidates()
+    index = near_duplicates(texts)
+    serial = index.pairs
     sigs = np.stack([index.signer.signature(word_hashes(t)) for t in texts])
     keys = band_keys(sigs, index.bands)
     agree = index.lsh(tmp_path, len(texts)).agree

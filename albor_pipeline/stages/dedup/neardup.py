@@ -4,7 +4,7 @@ verification (`verify`), joined by `NearDupIndex`."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,14 +30,13 @@ U64 = np.uint64
 
 
 class NearDupIndex:
-    """Near-dedup clusters from LSH candidate pairs: `find_candidates` from spooled tasks (or
-    `add` texts in memory and call `candidates`), then `verify_shards` (exact Jaccard in
-    executor tasks) or `verify` (in this process); then read `clusters` and `verified`."""
+    """Near-dedup clusters from LSH candidate pairs, in two steps: `find_candidates` from the
+    signature tasks' spools, then `verify_shards` (exact Jaccard in tasks, clusters here);
+    then read `clusters` and `verified`. `near_duplicates` runs both over texts in memory."""
 
     def __init__(self, ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8) -> None:
         self.ngram, self.num_perm, self.bands, self.threshold = ngram, num_perm, bands, threshold
         self.signer = Signer(ngram, num_perm)
-        self._added: list[np.ndarray] = []  # `add`'s signatures: the in-memory path
         self.pairs: list[tuple[int, int]] = []
         self.clusters = Clusters()
         self.verified: list[tuple[int, int, float]] = []
@@ -59,28 +58,6 @@ class NearDupIndex:
         """`pairs` from spooled signature tasks (`lsh_candidates`)."""
         pairs = lsh_candidates(job, offsets, firsts, executor, spools)
         self.pairs = [(int(a), int(b)) for a, b in pairs.tolist()]
-
-    def add(self, text: str) -> int:
-        """Index one document in memory (tests and small corpora)."""
-        self._added.append(self.signer.signature(word_hashes(text)))
-        return len(self._added) - 1
-
-    def candidates(self) -> list[tuple[int, int]]:
-        """The LSH candidate pairs of the `add`ed documents (one spooled task, inline)."""
-        with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX) as spool:
-            job = self.lsh(spool, len(self._added))
-            sigs = np.stack(self._added) if self._added else np.zeros((0, self.num_perm), dtype=U64)
-            offsets, _ = job.spool_signatures(0, 0, sigs)
-            self.find_candidates(job, offsets[None], np.array([0, len(sigs)]), INLINE)
-        return self.pairs
-
-    def verify(self, texts: Iterable[str]) -> None:
-        """Exact Jaccard of the candidate pairs (`candidates` first), in this process; `texts`
-        are the added texts again, in order. (`documents` scores pairs in executor tasks.)"""
-        self.candidates()
-        needed = {d for pair in self.pairs for d in pair}
-        sets = {d: shingles(t, self.ngram) for d, t in enumerate(texts) if d in needed}
-        self.cluster(score_pairs(np.array(self.pairs, dtype=np.int64).reshape(-1, 2), sets.__getitem__, self.threshold))
 
     def verify_shards(
         self,
@@ -137,10 +114,16 @@ class NearDupIndex:
 
 def near_duplicates(
     texts: list[str], ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8
-) -> Clusters:
-    """Verified near-duplicate clusters of `texts` (in memory: the unit-test and small-corpus path)."""
+) -> NearDupIndex:
+    """The index's two steps over `texts` in memory (tests and small corpora): signatures
+    spooled as one task's, candidates, exact Jaccard in this process, clusters."""
     index = NearDupIndex(ngram, num_perm, bands, threshold)
-    for text in texts:
-        index.add(text)
-    index.verify(texts)
-    return index.clusters
+    sigs = [index.signer.signature(word_hashes(text)) for text in texts]
+    with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX) as spool:
+        job = index.lsh(spool, len(sigs))
+        offsets, _ = job.spool_signatures(0, 0, np.stack(sigs) if sigs else np.zeros((0, num_perm), dtype=U64))
+        index.find_candidates(job, offsets[None], np.array([0, len(sigs)]), INLINE)
+    needed = {d for pair in index.pairs for d in pair}
+    sets = {d: shingles(t, ngram) for d, t in enumerate(texts) if d in needed}
+    index.cluster(score_pairs(np.array(index.pairs, dtype=np.int64).reshape(-1, 2), sets.__getitem__, threshold))
+    return index
