@@ -11,7 +11,7 @@ import pytest
 
 from albor_pipeline.runtime.executor import LocalExecutor, TaskError, WorkerPool
 from albor_pipeline.spec import load_spec
-from albor_pipeline_tests.support import materialize_all, tiny_spec, write_spec
+from albor_pipeline_tests.support import materialize_all, small_spec_dict, write_spec
 
 
 def test_maps_share_the_pool_and_a_failed_map_ends_it() -> None:
@@ -37,10 +37,14 @@ def _outputs(out: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.graph
 def test_a_run_starts_one_pool_and_writes_the_bytes_of_an_inline_run(tmp_path: Path) -> None:
     outputs = {}
     for workers in (1, 2):
-        spec = load_spec(write_spec(tmp_path / f"w{workers}.yaml", tiny_spec(execution={"workers": workers})))
+        raw = small_spec_dict(tokenizer={"vocab_size": 600}, execution={"workers": workers})
+        raw["sources"][0]["include"] = ["json/**/*.py"]  # two small stdlib sources: a build in seconds
+        raw["sources"][1]["include"] = ["email/**/*.py", "concurrent/**/*.py"]
+        spec = load_spec(write_spec(tmp_path / f"w{workers}.yaml", raw))
         before = WorkerPool.starts
         materialize_all(spec, tmp_path / f"out{workers}")
         outputs[workers] = _outputs(tmp_path / f"out{workers}")
