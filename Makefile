@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install instance system-deps run dev test screenshots bench verify lint clean
+.PHONY: install instance system-deps run dev test test-fast screenshots bench verify lint clean
 
 install: $(VENV)/.installed
 
@@ -42,6 +42,12 @@ $(VENV)/.test-packages: $(VENV)/.installed
 
 test: install system-deps $(VENV)/.test-packages
 	$(BIN)/python -m pytest
+
+# The unit tests alone (a minute or two): no whole-graph build, no server, no browser.
+FAST := not graph and not server and not e2e and not slow
+
+test-fast: install $(VENV)/.test-packages
+	$(BIN)/python -m pytest -m "$(FAST)"
 
 # The README's UI images, from the browser test (a real run in Debian's Chromium).
 screenshots: install system-deps

@@ -1,4 +1,5 @@
-"""Shared fixtures: real Python sources from this machine, small specs, `dagster dev`, an S3 server."""
+"""Shared fixtures: real Python sources from this machine, small specs, the shared whole-graph
+builds, `dagster dev`, an S3 server; and the markers that keep `make test-fast` fast."""
 
 from __future__ import annotations
 
@@ -19,14 +20,32 @@ from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
 from .support import (
     LITERAL,
     STDLIB,
+    Build,
     Server,
+    build,
     free_port,
     small_spec_dict,
     start_dagster_dev,
+    tiny_spec,
+    tree_digest,
     wait_for,
     write_docs,
     write_spec,
 )
+
+# Fixtures that start a real server (S3, Ray, PostgreSQL, `dagster dev`): a test using one is
+# marked `server`; one using a shared build is marked `graph`. `make test-fast` leaves both out.
+SERVER_FIXTURES = {"s3", "dagster_dev", "postgres", "ray_head", "joined", "far_ray", "far_cluster", "far_node"}
+BUILD_FIXTURES = {"reference", "tiny_reference"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & SERVER_FIXTURES:
+            item.add_marker(pytest.mark.server)
+        if used & BUILD_FIXTURES:
+            item.add_marker(pytest.mark.graph)
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +59,31 @@ def make_spec(tmp_path: Path) -> Callable[..., PipelineSpec]:
         return load_spec(write_spec(tmp_path / name, raw or small_spec_dict()))
 
     return _make
+
+
+def _shared_build(tmp_path_factory: pytest.TempPathFactory, name: str, raw: dict[str, Any]) -> Iterator[Build]:
+    """`raw` built once for the session; at its end the build must be as it was made."""
+    built = build(tmp_path_factory.mktemp(name), raw)
+    made = tree_digest(built.out)
+    yield built
+    now = tree_digest(built.out)
+    changed = sorted(k for k in made.keys() | now.keys() if made.get(k) != now.get(k))
+    assert not changed, f"a test changed the shared build {built.out} (copy it first): {changed[:10]}"
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Build]:
+    """`small_spec_dict()` built once, in process: what every test of that spec compares
+    against ("equals the local run", "byte-identical"), instead of building it again.
+    Read-only: a test that changes a data dir copies it first (`shutil.copytree`)."""
+    yield from _shared_build(tmp_path_factory, "reference", small_spec_dict())
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Build]:
+    """`tiny_spec()` built once, in process: the committed build the fault tests start from
+    (each copies it into its own data dir). Read-only, as `reference`."""
+    yield from _shared_build(tmp_path_factory, "tiny", tiny_spec())
 
 
 @pytest.fixture(scope="module")

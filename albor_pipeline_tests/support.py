@@ -13,6 +13,7 @@ import sys
 import sysconfig
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from albor_pipeline.runtime.artifacts import sha256_file
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.spec import REPO_ROOT, PipelineSpec
+from albor_pipeline.spec import REPO_ROOT, PipelineSpec, load_spec
 from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -40,6 +42,8 @@ SHIPPED_SOURCES = (
 )
 # Special-token strings written literally in a document: must come out as ordinary text.
 LITERAL = "x = '</s>' + '<|fim_prefix|>' + '<s>' + '<pad>'\n"
+# The `albor` command of this virtualenv, for runs in their own process.
+ALBOR = str(Path(sys.executable).parent / "albor")
 
 
 def write_spec(path: Path, raw: dict[str, Any]) -> Path:
@@ -84,6 +88,14 @@ def small_spec_dict(extra_sources: list[dict[str, Any]] | None = None, **overrid
     return raw
 
 
+def tiny_spec(**overrides: Any) -> dict[str, Any]:
+    """Two small stdlib sources, a 600-token vocab: a whole build in a few seconds."""
+    raw = small_spec_dict(tokenizer={"vocab_size": 600}, **overrides)
+    raw["sources"][0]["include"] = ["json/**/*.py"]
+    raw["sources"][1]["include"] = ["email/**/*.py", "concurrent/**/*.py"]
+    return raw
+
+
 def materialize_all(
     spec: PipelineSpec,
     out: Path,
@@ -99,6 +111,31 @@ def materialize_all(
     result = job.execute_in_process(instance=instance, run_config=run_config or {}, raise_on_error=raise_on_error)
     assert result.success or not raise_on_error
     return result
+
+
+@dataclass(frozen=True)
+class Build:
+    """A whole graph built in process: its spec file and spec, its data dir and the run's result."""
+
+    spec_path: Path
+    spec: PipelineSpec
+    out: Path
+    result: dg.ExecuteInProcessResult
+
+
+def build(tmp: Path, raw: dict[str, Any]) -> Build:
+    """`raw` written to tmp/spec.yaml and built into tmp/out."""
+    spec_path = write_spec(tmp / "spec.yaml", raw)
+    spec = load_spec(spec_path)
+    return Build(spec_path, spec, tmp / "out", materialize_all(spec, tmp / "out"))
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """SHA-256 of every file under `root` but the data dir's lock file (`albor verify` takes the lock)."""
+    lock = Layout(root).lock_file
+    return {
+        p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file() and p != lock
+    }
 
 
 def write_docs(path: Path, texts: list[str]) -> Path:
@@ -132,7 +169,7 @@ def wait_for(url: str, timeout: float, proc: subprocess.Popen) -> None:
                 if resp.status == 200:
                     return
         except OSError:
-            time.sleep(1)
+            time.sleep(0.25)
     raise TimeoutError(f"{url} did not come up in {timeout}s")
 
 
@@ -159,7 +196,7 @@ class Server:
             status = client.get_run_status(run_id)
             if status in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
                 return status
-            time.sleep(1)
+            time.sleep(0.25)
         raise TimeoutError(f"run {run_id} did not finish in {timeout}s")
 
     def stop(self) -> None:
@@ -171,10 +208,12 @@ class Server:
             self.proc.wait()
 
 
-def instance_home(path: Path) -> Path:
-    """A DAGSTER_HOME with the repo's dagster.yaml, as `make run`/`make dev` set it up."""
+def instance_home(path: Path, **settings: Any) -> Path:
+    """A DAGSTER_HOME with the repo's dagster.yaml, as `make run`/`make dev` set it up, and
+    `settings` (top-level keys the file does not set) after it."""
     path.mkdir(parents=True, exist_ok=True)
-    (path / "dagster.yaml").write_bytes((REPO_ROOT / "dagster.yaml").read_bytes())
+    text = (REPO_ROOT / "dagster.yaml").read_text(encoding="utf-8")
+    (path / "dagster.yaml").write_text(text + (yaml.safe_dump(settings) if settings else ""), encoding="utf-8")
     return path
 
 

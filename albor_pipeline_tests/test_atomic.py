@@ -16,19 +16,17 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import data_dir_lock
 
 WRITER = """
-import sys, pyarrow as pa
+import os, sys, pyarrow as pa
 from pathlib import Path
 from albor_pipeline.runtime.artifacts import ParquetSink
 from albor_pipeline.text.documents import DOC_SCHEMA
 out = Path(sys.argv[1])
 with ParquetSink(out, DOC_SCHEMA, row_group_size=64) as sink:
-    i = 0
     while True:  # a large write that never finishes on its own
-        text = ("def f(x):\\n    return x * %d\\n" % i) * 200
+        texts = [os.urandom(2000).hex() for _ in range(64)]  # incompressible: the file grows as written
         sink.write(pa.RecordBatch.from_pydict(
-            {"text": [text] * 64, "source": ["s"] * 64, "file": ["f"] * 64, "sha256": ["0" * 64] * 64},
+            {"text": texts, "source": ["s"] * 64, "file": ["f"] * 64, "sha256": ["0" * 64] * 64},
             schema=DOC_SCHEMA))
-        i += 1
 """
 
 

@@ -19,6 +19,8 @@ from albor_pipeline.text.documents import text_sha256
 
 from .support import STDLIB, small_spec_dict, write_spec
 
+pytestmark = pytest.mark.graph  # every test builds the whole graph first
+
 
 def requested(defs: dg.Definitions, instance: dg.DagsterInstance, cursor) -> tuple[set[str], object]:
     result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)

@@ -59,7 +59,9 @@ def deployment(tmp_path_factory, dagster_dev) -> tuple[Server, Path]:
     # keeps every split non-empty however the soak test's edits land.
     raw["holdout"] = {"val_fraction": 0.2, "test_fraction": 0.2, "seed": 0}
     spec_path = write_spec(tmp / "spec.yaml", raw)
-    home, out = instance_home(tmp / "dagster_home"), tmp / "out"
+    # The run queue looks every second (Dagster's default: every 5 s): the same wiring, but a
+    # wave's run starts within the sensor tick that requested it, not one or two ticks later.
+    home, out = instance_home(tmp / "dagster_home", run_queue={"dequeue_interval_seconds": 1}), tmp / "out"
     defs = build_definitions(load_spec(spec_path), out)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance).success

@@ -331,9 +331,11 @@ def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):
 
 
 @pytest.mark.slow
-def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(tmp_path, monkeypatch):
-    """The small spec with and without chat sources: every check passes, the pretraining
-    artifacts are byte-identical, and a second build of the chat branch is too."""
+@pytest.mark.graph
+def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(reference, tmp_path, monkeypatch):
+    """The small spec with chat sources and without (the session's reference build): every
+    check passes, the pretraining artifacts are byte-identical, and a second build of the
+    chat branch is too."""
     from albor_pipeline.runtime.artifacts import read_manifest
     from albor_pipeline.runtime.layout import Layout
     from albor_pipeline.spec import load_spec
@@ -345,15 +347,16 @@ def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(tmp_path, m
         {"name": "bee", "kind": "synthetic", "task": "spelling_bee", "path": str(SAMPLES / "words.txt"), "rows": 300},
         {"name": "python_mc", "kind": "mc", "path": str(SAMPLES / "python_mc.jsonl")},
     ]
-    plain = load_spec(write_spec(tmp_path / "plain.yaml", small_spec_dict()))
     chat = load_spec(write_spec(tmp_path / "chat.yaml", small_spec_dict(chat_sources)))
+    builds = {"plain": (reference.result, reference.out)}
+    for name in ("chat", "chat_again"):
+        builds[name] = (materialize_all(chat, tmp_path / name), tmp_path / name)
     results = {}
-    for name, spec in (("plain", plain), ("chat", chat), ("chat_again", chat)):
-        result = materialize_all(spec, tmp_path / name)
+    for name, (result, out) in builds.items():
         checks = result.get_asset_check_evaluations()
         assert all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
         results[name] = {
-            stage: {a.path: a.sha256 for a in read_manifest(Layout(tmp_path / name), stage).outputs}
+            stage: {a.path: a.sha256 for a in read_manifest(Layout(out), stage).outputs}
             for stage in (
                 "documents",
                 "mixed/train",
@@ -363,7 +366,7 @@ def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(tmp_path, m
                 "sft/val",
                 "eval/python_mc",
             )
-            if (tmp_path / name / "manifests").joinpath(stage.replace("/", "__") + ".json").exists()
+            if (out / "manifests").joinpath(stage.replace("/", "__") + ".json").exists()
         }
     for stage in ("documents", "mixed/train", "tokenizer", "corpus/train"):
         assert results["plain"][stage] == results["chat"][stage], stage

@@ -17,81 +17,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline import cli
 from albor_pipeline.dataset import Sequences
 from albor_pipeline.runtime import commit
-from albor_pipeline.runtime.artifacts import ParquetSink, atomic_path, record, staged_dir, write_json
+from albor_pipeline.runtime.artifacts import atomic_path, staged_dir
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import data_dir_lock
 from albor_pipeline.runtime.stage import StageOutput, run_stage
-from albor_pipeline.spec import load_spec
 from albor_pipeline.stages.provenance.provenance import verify
 
-from .support import materialize_all, write_spec
-from .test_reliability import ALBOR, tiny_spec
+from .commit_stage import KINDS, NO_EXCHANGE, run, shard_count, write_outputs
+from .support import ALBOR, tiny_spec, write_spec
 
-SCHEMA = pa.schema([("text", pa.string())])
-# What each kind of stage writes: final names (relative to the data dir) -> "file" or "dir".
-KINDS = {
-    "file": {"eval/set.parquet": "file"},
-    "shards": {"fim/train": "dir"},
-    "multi": {"documents/train": "dir", "documents/val": "dir", "documents/report.json": "file"},
-}
 STEPS = ("commit-journaled", "commit-swapped", "commit-backed-up")
-
-
-def _shards(version: str) -> int:
-    """A version's shard count differs, so a mix of two versions' files is visible; the new
-    one has more, so a commit under way puts names in place that no manifest records yet."""
-    return 2 if version == "v1" else 3
-
-
-def _write_parquet(path: Path, version: str, rows: int = 50) -> None:
-    with ParquetSink(path, SCHEMA) as sink:
-        sink.write(pa.table({"text": [f"{version}-{i}" for i in range(rows)]}))
-
-
-def _write(root: Path, kind: str, version: str) -> list[Path]:
-    """The stage's outputs, each put in place the way the stages do it."""
-    files: list[Path] = []
-    for rel, shape in KINDS[kind].items():
-        final = root / rel
-        if shape == "dir":
-            with staged_dir(final) as staging:
-                for k in range(_shards(version)):
-                    _write_parquet(staging / f"part-{k:05d}-0000.parquet", version)
-            files += sorted(final.iterdir())
-        elif final.suffix == ".json":
-            write_json(final, {"version": version})
-            files.append(final)
-        else:
-            _write_parquet(final, version)
-            files.append(final)
-    return files
-
-
-def run(root: Path, kind: str, version: str) -> None:
-    """One materialization of the stage `kind` writing `version` (what the subprocess runs)."""
-    layout = Layout(root)
-
-    def work(_inputs: object) -> StageOutput:
-        files = _write(root, kind, version)
-        return StageOutput(artifacts=[record(f, root) for f in files], config={"version": version})
-
-    run_stage(layout, kind, (), work)
-
-
-NO_EXCHANGE = "ALBOR_TEST_NO_EXCHANGE"  # the subprocess's filesystem "cannot exchange names"
 
 
 def _run_killed(root: Path, kind: str, version: str, fault: str | None, exchange: bool = True) -> int:
     env = {"PATH": "/usr/bin:/bin", **({commit.FAULT_ENV: fault} if fault else {})}
     env.update({} if exchange else {NO_EXCHANGE: "1"})
-    cmd = [sys.executable, "-m", "albor_pipeline_tests.test_commit", str(root), kind, version]
+    cmd = [sys.executable, "-m", "albor_pipeline_tests.commit_stage", str(root), kind, version]
     return subprocess.run(cmd, env=env, cwd=Path(__file__).parents[1], timeout=120).returncode
 
 
@@ -107,7 +54,7 @@ def _version_seen(root: Path, rel: str, shape: str) -> str | None:
     assert len(versions) == 1, f"{rel} mixes versions {versions}"
     version = versions.pop()
     if shape == "dir":
-        assert len(files) == _shards(version), f"{rel}: {len(files)} shards of {version}"
+        assert len(files) == shard_count(version), f"{rel}: {len(files)} shards of {version}"
     return version
 
 
@@ -135,6 +82,7 @@ def committed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return built
 
 
+@pytest.mark.slow  # 42 stage processes killed (each step, each kind, both ways) and 42 more runs
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_a_kill_at_every_commit_step_leaves_a_whole_set_and_verify_passes(
@@ -217,7 +165,7 @@ def test_a_failing_stage_puts_back_what_it_replaced_even_without_exchange(tmp_pa
     monkeypatch.setattr(commit, "exchange", lambda a, b: False)
 
     def failing(_inputs: object) -> StageOutput:
-        _write(tmp_path, "multi", "v2")
+        write_outputs(tmp_path, "multi", "v2")
         raise RuntimeError("the stage fails after putting its outputs in place")
 
     with pytest.raises(RuntimeError, match="fails after"):
@@ -281,12 +229,14 @@ def test_put_in_place_outside_a_stage_and_inside_a_staging_dir_is_a_plain_rename
 
 
 @pytest.mark.slow
-def test_a_run_killed_inside_the_corpus_commit_keeps_the_committed_corpus(tmp_path, monkeypatch, capsys):
+@pytest.mark.graph
+def test_a_run_killed_inside_the_corpus_commit_keeps_the_committed_corpus(
+    tiny_reference, tmp_path, monkeypatch, capsys
+):
     """The whole graph through `albor run`, killed between the corpus's swap and its manifest:
     a trainer reading corpus/train meanwhile gets a whole set; verify puts the committed one back."""
     out = tmp_path / "out"
-    first = write_spec(tmp_path / "a.yaml", tiny_spec())
-    materialize_all(load_spec(first), out)
+    shutil.copytree(tiny_reference.out, out)  # the first spec, built
     layout = Layout(out)
     committed = layout.manifest("corpus/train").read_bytes()
     assert len(Sequences(layout.corpus_dir("train"))[0]["input_ids"]) == 256
@@ -309,9 +259,3 @@ def test_a_run_killed_inside_the_corpus_commit_keeps_the_committed_corpus(tmp_pa
     del env[commit.FAULT_ENV]
     assert subprocess.run([ALBOR, "run", "--spec", str(changed)], env=env, capture_output=True).returncode == 0
     assert not verify(out).failed
-
-
-if __name__ == "__main__":
-    if os.environ.get(NO_EXCHANGE):
-        commit.exchange = lambda a, b: False  # as on a filesystem without RENAME_EXCHANGE
-    run(Path(sys.argv[1]), sys.argv[2], sys.argv[3])

@@ -189,15 +189,15 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
     assert outputs["inline"][5]["candidate_pairs"] > 0  # near dedup compared documents
 
 
-@pytest.fixture
-def far_cluster(s3, tmp_path):
+@pytest.fixture(scope="module")
+def far_ray(s3, tmp_path_factory):
     """A Ray cluster on loopback whose CPUs are all on a second node with its own work dir
     (`ALBOR_WORK_DIR`), as on another machine: the head has none, so every task runs there.
     Its nodes start after the S3 server, with its settings, as a remote machine's would be
-    configured. Yields (address, the second node's work dir)."""
+    configured; started once for the module. Yields (address, the second node's work dir)."""
     from ray.cluster_utils import Cluster
 
-    home = tmp_path / "node-b"
+    home = tmp_path_factory.mktemp("far") / "node-b"
     head = {"num_cpus": 0, "node_ip_address": "127.0.0.1", "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
@@ -205,6 +205,14 @@ def far_cluster(s3, tmp_path):
         yield cluster.address, home
     finally:
         cluster.shutdown()
+
+
+@pytest.fixture
+def far_cluster(far_ray):
+    """`far_ray` with nothing in its second node's work dir, as on a machine new to each test."""
+    address, home = far_ray
+    shutil.rmtree(home, ignore_errors=True)
+    return address, home
 
 
 @pytest.fixture
@@ -328,13 +336,15 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
 
 
 @pytest.mark.slow
+@pytest.mark.graph
 def test_the_whole_graph_into_a_bucket_with_every_task_on_a_node_without_the_working_copy(
-    s3, far_cluster, tmp_path, monkeypatch, capsys
+    s3, far_cluster, reference, tmp_path, monkeypatch, capsys
 ):
     """The whole default-shaped graph, its data dir in a bucket and `execution` pointing at a
     cluster whose only CPUs are on a node that does not share the run's working copy: every
     per-shard task ran there, reading and writing through the bucket, and the bucket's
-    manifests equal a local data dir's byte for byte; `albor verify` passes against it."""
+    manifests equal a local data dir's (the session's reference build) byte for byte;
+    `albor verify` passes against it."""
     address, home = far_cluster
     s3.create_bucket(Bucket="albor-far")
     uri = "s3://albor-far/team"
@@ -346,9 +356,8 @@ def test_the_whole_graph_into_a_bucket_with_every_task_on_a_node_without_the_wor
         result = job.execute_in_process(instance=instance, run_config={"resources": {"execution": {"config": config}}})
         messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert result.success and any(f"per-shard tasks run on {address}" in m for m in messages)
-    materialize_all(spec, tmp_path / "local")
 
-    local = Layout(tmp_path / "local")
+    local = Layout(reference.out)
     bucket = Bucket(uri, Layout(tmp_path / "work"))
     assert [m.model_dump() for m in bucket.manifests()] == [m.model_dump() for m in iter_manifests(local)]
     assert albor(["verify", "--data-dir", uri]) == 0
@@ -390,44 +399,45 @@ def test_execution_spec_rules():
 
 
 @pytest.mark.slow
-def test_graph_on_ray_equals_the_local_graph(ray_head, tmp_path):
-    """The whole default-shaped graph, once locally and once with its per-shard work on the
-    Ray cluster (set through the launchpad's resource config, as a user would): the same
-    artifacts, byte for byte, and the run log says where tasks ran."""
+@pytest.mark.graph
+def test_graph_on_ray_equals_the_local_graph(ray_head, reference, tmp_path):
+    """The whole default-shaped graph with its per-shard work on the Ray cluster (set through
+    the launchpad's resource config, as a user would) equals the local build (the session's
+    reference), byte for byte, and the run log says where tasks ran."""
     spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict()))
-    materialize_all(spec, tmp_path / "local")
     ray_config = {"backend": "ray", "address": ray_head, "workers": 2}
     with dg.DagsterInstance.ephemeral() as instance:
         result = materialize_all(
             spec, tmp_path / "ray", instance, run_config={"resources": {"execution": {"config": ray_config}}}
         )
         messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
-    local = (tmp_path / "local" / "provenance.json").read_bytes()
+    local = (reference.out / "provenance.json").read_bytes()
     assert (tmp_path / "ray" / "provenance.json").read_bytes() == local
     assert any(f"per-shard tasks run on {ray_head}" in m for m in messages)
     assert not ray.is_initialized()  # the run disconnected at its end
 
 
 @pytest.mark.slow
-def test_without_an_address_the_run_starts_and_stops_its_own_local_ray(tmp_path):
+@pytest.mark.graph
+def test_without_an_address_the_run_starts_and_stops_its_own_local_ray(reference, tmp_path):
     """`backend: ray` with no address: the run starts a local Ray with `workers` CPUs the
-    first time a stage fans out, and shuts it down at the end; the bytes equal local's."""
+    first time a stage fans out, and shuts it down at the end; the bytes equal local's (the
+    session's reference build of the same spec)."""
     raw = small_spec_dict()
-    spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
     ray_spec = load_spec(write_spec(tmp_path / "ray.yaml", {**raw, "execution": {"backend": "ray", "workers": 2}}))
     selection = [dg.AssetKey(["ingested", s["name"]]) for s in raw["sources"]]
     selection += [dg.AssetKey(["filtered", s["name"]]) for s in raw["sources"]]
-    digests = {}
-    for name, which in (("local", spec), ("ray", ray_spec)):
-        job = build_definitions(which, tmp_path / name).resolve_job_def(BUILD_JOB)
-        with dg.DagsterInstance.ephemeral() as instance:
-            result = job.execute_in_process(instance=instance, asset_selection=selection)
-            assert result.success
-            messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
-        digests[name] = sorted(p.read_bytes() for p in (tmp_path / name / "filtered").glob("*/part-*.parquet"))
-        if name == "ray":
-            assert any("per-shard tasks run on a local Ray with 2 CPUs" in m for m in messages)
-            assert not ray.is_initialized()
+    job = build_definitions(ray_spec, tmp_path / "ray").resolve_job_def(BUILD_JOB)
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = job.execute_in_process(instance=instance, asset_selection=selection)
+        assert result.success
+        messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any("per-shard tasks run on a local Ray with 2 CPUs" in m for m in messages)
+    assert not ray.is_initialized()
+    digests = {
+        name: sorted(p.read_bytes() for p in (root / "filtered").glob("*/part-*.parquet"))
+        for name, root in (("local", reference.out), ("ray", tmp_path / "ray"))
+    }
     assert digests["ray"] == digests["local"] and len(digests["local"]) == 2
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from albor_pipeline.cli import instance_yaml
 
-from .support import free_port, small_spec_dict, write_spec
+from .support import free_port, tiny_spec, write_spec
 
 
 def _pg_bin() -> Path:
@@ -59,6 +59,7 @@ def postgres() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.graph
 def test_instance_on_postgres_stores_runs_and_serves_them(postgres, tmp_path, monkeypatch, dagster_dev):
     import psycopg2
 
@@ -67,7 +68,7 @@ def test_instance_on_postgres_stores_runs_and_serves_them(postgres, tmp_path, mo
     home = tmp_path / "home"
     env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_POSTGRES_URL": url}
     postgres = f"postgresql://{postgres}"
-    spec = write_spec(tmp_path / "spec.yaml", small_spec_dict())
+    spec = write_spec(tmp_path / "spec.yaml", tiny_spec())  # what is built matters little here: where it is recorded
     data = tmp_path / "data"
     albor = [sys.executable, "-m", "albor_pipeline.cli"]
     done = subprocess.run([*albor, "instance"], env=env, capture_output=True, text=True, check=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,17 +29,7 @@ from albor_pipeline.spec import REPO_ROOT, load_spec
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.text.datafiles import IngestError
 
-from .support import STDLIB, materialize_all, small_spec_dict, write_spec
-
-ALBOR = str(Path(sys.executable).parent / "albor")
-
-
-def tiny_spec(**overrides) -> dict:
-    """Two small stdlib sources, a 600-token vocab: a whole build in a few seconds."""
-    raw = small_spec_dict(tokenizer={"vocab_size": 600}, **overrides)
-    raw["sources"][0]["include"] = ["json/**/*.py"]
-    raw["sources"][1]["include"] = ["email/**/*.py", "concurrent/**/*.py"]
-    return raw
+from .support import ALBOR, STDLIB, materialize_all, small_spec_dict, tiny_spec, write_spec
 
 
 def artifact_bytes(root: Path) -> dict[str, str]:
@@ -66,11 +56,11 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.graph
 @pytest.mark.parametrize("left", [150_000, MANIFEST_ROOM + 150_000], ids=["150KB", "room-for-manifest-only"])
-def test_full_disk_fails_naming_stage_and_file_and_keeps_earlier_artifacts(small_disk, tmp_path, left, capsys):
-    spec = load_spec(write_spec(tmp_path / "spec.yaml", tiny_spec()))
-    out = small_disk / "out"
-    materialize_all(spec, out)
+def test_full_disk_fails_naming_stage_and_file_and_keeps_earlier_artifacts(small_disk, tiny_reference, left, capsys):
+    spec, out = tiny_reference.spec, small_disk / "out"
+    shutil.copytree(tiny_reference.out, out)  # a committed build on the small disk
     before = artifact_bytes(out)
     st = os.statvfs(small_disk)
     with open(small_disk / "filler", "wb") as fh:
@@ -98,9 +88,10 @@ def _summary(stdout: str) -> dict[str, int]:
     return {"sequences": sequences, "tokens": tokens, "documents": documents}
 
 
-def test_concurrent_runs_on_one_data_dir_wait_or_fail_and_never_mix(tmp_path):
+@pytest.mark.graph
+def test_concurrent_runs_on_one_data_dir_wait_or_fail_and_never_mix(tiny_reference, tmp_path):
     specs = {
-        "a": write_spec(tmp_path / "a.yaml", tiny_spec()),
+        "a": tiny_reference.spec_path,
         "b": write_spec(tmp_path / "b.yaml", tiny_spec(fim={"rate": 0.9, "seed": 3})),
         "c": write_spec(tmp_path / "c.yaml", tiny_spec(locking={"on_busy": "fail"})),
     }
@@ -133,10 +124,9 @@ def test_concurrent_runs_on_one_data_dir_wait_or_fail_and_never_mix(tmp_path):
         )
         assert waited and any(waited.group(1).startswith(h) for h in holders), logs[name].read_text()[:600]
     # Each run reports its own spec's corpus, and the data dir holds one whole run, not a mix.
-    cold = {}
+    cold = {"a": tiny_reference.out, "b": tmp_path / "cold-b"}  # a: the shared build of the same spec
+    materialize_all(load_spec(specs["b"]), cold["b"])
     for name in runs:
-        cold[name] = tmp_path / f"cold-{name}"
-        materialize_all(load_spec(specs[name]), cold[name])
         summary = read_manifest(Layout(cold[name]), "corpus/train").summary
         assert _summary(printed[name]) == {k: summary[k] for k in ("sequences", "tokens", "documents")}
     final = artifact_bytes(out)
@@ -175,11 +165,11 @@ def test_file_symlink_outside_the_source_is_skipped_unless_followed(tmp_path, ma
 # --- 5 and 6. a killed run: verify holds, stale stages named, temps removed by the next run ------
 
 
-def test_killed_run_after_a_spec_change_verifies_and_the_next_run_cleans_up(tmp_path, capsys):
+@pytest.mark.graph
+def test_killed_run_after_a_spec_change_verifies_and_the_next_run_cleans_up(tiny_reference, tmp_path, capsys):
     out = tmp_path / "out"
     env = {**os.environ, "ALBOR_DATA_DIR": str(out), "DAGSTER_HOME": str(tmp_path / "home")}
-    first = write_spec(tmp_path / "a.yaml", tiny_spec())
-    materialize_all(load_spec(first), out)
+    shutil.copytree(tiny_reference.out, out)  # the first spec, built
     changed = write_spec(tmp_path / "b.yaml", tiny_spec(mix={"train": {"seed": 7}, "val": {"rows": 30}}))
     mixed = Layout(out).manifest("mixed/train")
     recorded = mixed.read_bytes()

@@ -344,6 +344,7 @@ def _texts_under(root: Path, decode: Decode, vocab_size: int) -> Iterator[tuple[
             yield path, decode(np.fromfile(path, dtype=dtype))
 
 
+@pytest.mark.graph
 def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
     """Issue 37, done when: a GitHub, GitLab and AWS token planted in a code source and in a
     chat source are absent, whole and in part, from every file of a default-shaped build

@@ -27,7 +27,7 @@ from albor_pipeline.spec import SourceSpec
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
 from albor_pipeline.stages.provenance.licences import detect_licences
 from albor_pipeline.text.datafiles import IngestError
-from albor_pipeline_tests.support import STDLIB, materialize_all, run_into_bucket
+from albor_pipeline_tests.support import STDLIB, run_into_bucket
 
 boto3 = pytest.importorskip("boto3", reason="moto[server] (dev extra) is not installed")
 
@@ -92,19 +92,20 @@ def _bucket_files(client, bucket: str, prefix: str) -> dict[str, bytes]:
     return {k[len(prefix) :]: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
 
 
-def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, monkeypatch, capsys):
+@pytest.mark.graph
+def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, reference, tmp_path, make_spec, monkeypatch, capsys):
     """Every stage commits to the bucket: its outputs as objects named by their SHA-256, then
-    its manifest. The manifests equal a local data dir's byte for byte; `albor verify` and
-    `albor summary` work against the bucket; a fresh working copy rebuilds a stage from the
-    bucket alone and uploads nothing new; a failed publish leaves the previous commit; a
-    changed object is named by verify and refused by a stage that fetches it."""
+    its manifest. The manifests equal a local data dir's (the session's reference build of
+    the same spec) byte for byte; `albor verify` and `albor summary` work against the
+    bucket; a fresh working copy rebuilds a stage from the bucket alone and uploads nothing
+    new; a failed publish leaves the previous commit; a changed object is named by verify and
+    refused by a stage that fetches it."""
     spec = make_spec()
     uri = run_into_bucket(s3, tmp_path, tmp_path / "spec.yaml", monkeypatch, "albor-data", "team/run")
     out = capsys.readouterr().out
     assert f"Artifacts: {uri}\nWorking copy: {tmp_path / 'work'}" in out and "corpus/train:" in out
-    materialize_all(spec, tmp_path / "local")
 
-    local = Layout(tmp_path / "local")
+    local = Layout(reference.out)
     stored = _bucket_files(s3, "albor-data", "team/run/")
     assert ".albor.lock" not in stored  # the run's lock in the bucket went with it
     manifests = {k: v for k, v in stored.items() if k.startswith("manifests/")}
@@ -159,7 +160,7 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, tmp_path, make_spec, mo
     assert albor(["gc", "--data-dir", uri, "--older-than-hours", "0"]) == 0
     assert "deleted 1 object(s) no manifest names (0.0 MB); kept 0" in capsys.readouterr().out
     assert _bucket_files(s3, "albor-data", "team/run/") == stored
-    assert albor(["gc", "--data-dir", str(tmp_path / "local")]) == 0  # a local data dir: nothing to collect
+    assert albor(["gc", "--data-dir", str(reference.out)]) == 0  # a local data dir: nothing to collect
 
     # An object changed behind the pipeline's back: verify names it, a stage refuses it.
     fim = read_manifest(local, "fim/train").outputs[0]

@@ -46,7 +46,9 @@ def server(tmp_path_factory, dagster_dev) -> Server:
     ]
     raw = small_spec_dict(chat)
     raw["tokenizer"] = {"vocab_size": 600}
-    return dagster_dev(write_spec(tmp / "spec.yaml", raw), instance_home(tmp / "dagster_home"), tmp / "out")
+    # The run queue looks every second (Dagster's default: every 5 s): a launched run starts at once.
+    home = instance_home(tmp / "dagster_home", run_queue={"dequeue_interval_seconds": 1})
+    return dagster_dev(write_spec(tmp / "spec.yaml", raw), home, tmp / "out")
 
 
 GROUPS = ("ingestion", "hygiene", "dedup", "mix", "fim", "tokenizer", "corpus", "chat", "provenance")
