@@ -39,9 +39,17 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> bytes:
+    """A process's command line; empty once it is gone (a worker may exit while it is listed)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _workers(pid: int) -> set[int]:
-    """`pid`'s children but multiprocessing's resource tracker (one per process, for its lifetime)."""
-    return {c for c in _children(pid) if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()}
+    """`pid`'s live children but multiprocessing's resource tracker (one per process, for its lifetime)."""
+    return {c for c in _children(pid) if (cmd := _cmdline(c)) and b"resource_tracker" not in cmd}
 
 
 def _hang(seconds: float, item: int) -> int:
