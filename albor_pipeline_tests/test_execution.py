@@ -26,6 +26,7 @@ from albor_pipeline.runtime.executor import (
     LocalExecutor,
     RayExecutor,
     TaskError,
+    WorkerPool,
     make_executor,
 )
 from albor_pipeline.runtime.layout import Layout
@@ -130,8 +131,23 @@ def test_every_backend_keeps_input_order_reports_progress_and_names_a_failed_ite
             list(executor.map(_first_line, [*files, str(bad)]))
 
 
+@pytest.fixture
+def run_pool():
+    """A run's local worker processes (`WorkerPool(workers)`), kept for all its stages' maps
+    as a run keeps them; closed with the test."""
+    pools: list[WorkerPool] = []
+
+    def _pool(workers: int) -> WorkerPool:
+        pools.append(WorkerPool(workers))
+        return pools[-1]
+
+    yield _pool
+    for pool in pools:
+        pool.close()
+
+
 def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_count(
-    joined, pipeline, tmp_path, monkeypatch
+    joined, pipeline, run_pool, tmp_path, monkeypatch
 ):
     """Ingest (shards of file groups), hygiene (a shard each), documents (row groups), FIM and
     corpus encoding (row groups) on real stdlib code cut into many tasks: inline, 2 and 4
@@ -143,8 +159,8 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
     pq.write_table(pq.read_table(corpus_tmp / "fim"), fim_in, row_group_size=7)  # many row groups
     executors = {
         "inline": INLINE,
-        "local2": LocalExecutor(2),
-        "local4": LocalExecutor(4),
+        "local2": LocalExecutor(2, pool=run_pool(2)),
+        "local4": LocalExecutor(4, pool=run_pool(4)),
         "ray1": RayExecutor(1),
         "ray2": RayExecutor(2),
         "ray4": RayExecutor(4),
