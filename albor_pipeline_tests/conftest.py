@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from albor_pipeline.runtime.executor import WorkerPool
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import FimSpec, PipelineSpec, TokenizerSpec, load_spec
 from albor_pipeline.stages.fim.fim import apply_fim
@@ -84,6 +85,22 @@ def tiny_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Build]:
     """`tiny_spec()` built once, in process: the committed build the fault tests start from
     (each copies it into its own data dir). Read-only, as `reference`."""
     yield from _shared_build(tmp_path_factory, "tiny", tiny_spec())
+
+
+@pytest.fixture
+def run_pool() -> Iterator[Callable[[int], WorkerPool]]:
+    """`run_pool(workers)`: a run's local worker processes, kept for every map they are given
+    (`LocalExecutor(workers, pool=...)`), as a run keeps them; closed with the test. A
+    `LocalExecutor` without one starts a pool for each map (a second or two each)."""
+    pools: list[WorkerPool] = []
+
+    def _pool(workers: int) -> WorkerPool:
+        pools.append(WorkerPool(workers))
+        return pools[-1]
+
+    yield _pool
+    for pool in pools:
+        pool.close()
 
 
 @pytest.fixture(scope="module")

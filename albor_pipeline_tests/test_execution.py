@@ -26,7 +26,6 @@ from albor_pipeline.runtime.executor import (
     LocalExecutor,
     RayExecutor,
     TaskError,
-    WorkerPool,
     make_executor,
 )
 from albor_pipeline.runtime.layout import Layout
@@ -129,21 +128,6 @@ def test_every_backend_keeps_input_order_reports_progress_and_names_a_failed_ite
     for executor in (LocalExecutor(2), RayExecutor(2)):
         with pytest.raises(TaskError, match=rf"_first_line failed on '{bad}' \({executor.name}\): UnicodeDecodeError"):
             list(executor.map(_first_line, [*files, str(bad)]))
-
-
-@pytest.fixture
-def run_pool():
-    """A run's local worker processes (`WorkerPool(workers)`), kept for all its stages' maps
-    as a run keeps them; closed with the test."""
-    pools: list[WorkerPool] = []
-
-    def _pool(workers: int) -> WorkerPool:
-        pools.append(WorkerPool(workers))
-        return pools[-1]
-
-    yield _pool
-    for pool in pools:
-        pool.close()
 
 
 def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_count(
