@@ -43,7 +43,7 @@ $(VENV)/.test-packages: $(VENV)/.installed
 test: install system-deps $(VENV)/.test-packages
 	$(BIN)/python -m pytest
 
-# The unit tests alone (a minute or two): no whole-graph build, no server, no browser.
+# The unit tests alone (about two minutes): no whole-graph build, no server, no browser.
 FAST := not graph and not server and not e2e and not slow
 
 test-fast: install $(VENV)/.test-packages
