@@ -154,9 +154,9 @@ def test_overlong_conversations_are_skipped_or_truncated(chat_tok, tmp_path, ove
     rows = pq.read_table(tmp_path / "sft" / "part-00000.parquet").to_pylist()
     paths = [tmp_path / "sft" / "part-00000.parquet"]
     if overlong == "skip":
-        assert result.skipped_overlong == 1 and result.truncated == 0 and len(rows) == 1
+        assert result.summary.skipped_overlong == 1 and result.summary.truncated == 0 and len(rows) == 1
     else:
-        assert result.truncated == 1 and len(rows) == 2 and len(rows[0]["input_ids"]) == 256
+        assert result.summary.truncated == 1 and len(rows) == 2 and len(rows[0]["input_ids"]) == 256
     assert check_max_tokens(paths, 256).passed
     assert check_sft_mask(paths, tok_path, 256).passed  # truncated: a prefix of the assistant text
     assert check_sft_structure(paths, tok_path, TOKENS, 256).passed
@@ -196,7 +196,7 @@ def test_sft_export_is_deterministic_and_matches_the_parquet_rows(chat_tok, tmp_
     table = pq.read_table(tmp_path / "a" / "part-00000.parquet")
     assert ids.tolist() == [i for row in table.column("input_ids").to_pylist() for i in row]
     assert mask.tolist() == [m for row in table.column("loss_mask").to_pylist() for m in row]
-    assert side["tokens"] == len(ids) == a.tokens and 0.5 < a.trained_tokens / a.tokens < 1
+    assert side["tokens"] == len(ids) == a.summary.tokens and 0.5 < a.summary.trained_fraction < 1
 
 
 def test_chat_ingestion_cleans_counts_and_names_bad_rows(tmp_path):
@@ -213,7 +213,7 @@ def test_chat_ingestion_cleans_counts_and_names_bad_rows(tmp_path):
     src = SourceSpec(name="c", kind="chat", path=path.parent, calculator=True)
     result = ingest_source(src, tmp_path / "out", StageIO(tmp_path))
     texts = pq.read_table(tmp_path / "out").column("text").to_pylist()
-    assert result.rows == 3 and result.cleanup == {
+    assert result.summary.documents == 3 and result.summary.cleanup == {
         "folded_system": 1,
         "no_assistant": 1,
         "trimmed_trailing_user": 1,
@@ -243,13 +243,13 @@ def test_chat_ingestion_cleans_counts_and_names_bad_rows(tmp_path):
         if "messages" in row:  # on_error: skip counts it instead (a missing field stays an error)
             skip = SourceSpec(name="b", kind="chat", path=bad.parent, on_error="skip")
             counted = ingest_source(skip, tmp_path / "b", StageIO(tmp_path))
-            assert counted.skipped == {"malformed": 1} and counted.rows == 1
+            assert counted.summary.skipped == {"malformed": 1} and counted.summary.documents == 1
     # Parquet chat files: messages as a list of structs
     pq.write_table(pa.Table.from_pylist([good, good | {"id": 2}]), tmp_path / "p.parquet")
     assert (
         ingest_source(
             SourceSpec(name="p", kind="chat", path=tmp_path / "p.parquet"), tmp_path / "po", StageIO(tmp_path)
-        ).rows
+        ).summary.documents
         == 2
     )
 
@@ -298,7 +298,7 @@ def test_eval_set_renders_for_completion(chat_tok, tmp_path):
 
     tok = Tokenizer.from_file(str(tok_path))
     rows = pq.read_table(tmp_path / "eval.parquet").to_pylist()
-    assert result.items == len(rows) == 152
+    assert result.summary.items == len(rows) == 152
     letters = [tok.token_to_id(x) for x in "ABCD"]
     raw = [json.loads(line) for line in (SAMPLES / "python_mc.jsonl").read_text().splitlines()]
     for row, item in zip(rows, raw):

@@ -145,10 +145,10 @@ def test_decode_back_gives_fim_documents_in_order(pipeline, encoder):
     table = pq.read_table(out / "part-00000.parquet")
     assert str(table.schema.field("input_ids").type) == "list<element: uint32>" or "uint32" in str(table.schema)
     tokens = _flat_tokens(out)
-    assert len(tokens) % 128 == 0 and len(tokens) == result.sequences * 128
-    assert result.padded_tokens == len(tokens) - result.tokens
-    stream = tokens[: result.tokens]
-    assert (tokens[result.tokens :] == pad).all()
+    assert len(tokens) % 128 == 0 and len(tokens) == result.summary.sequences * 128
+    assert result.summary.padded_tokens == len(tokens) - result.summary.tokens
+    stream = tokens[: result.summary.tokens]
+    assert (tokens[result.summary.tokens :] == pad).all()
     fim_rows = pq.read_table(tmp / "fim").to_pylist()
     ends = np.flatnonzero(stream == eos)
     assert len(ends) == len(fim_rows) and ends[-1] == len(stream) - 1
@@ -230,8 +230,15 @@ def test_best_fit_corpus_passes_its_checks_and_beats_concat_on_cuts(pipeline):
         assert check_doc_lens(shards, 256, eos_id=2, pad_id=3).passed
         assert check_no_short_splits(shards, 256, eos_id=2).passed == (packing == "best_fit")
     lengths = _megatron_lengths(tmp / "packing_best_fit")
-    assert results["best_fit"].cut_documents == int((lengths > 256).sum()) < results["concat"].cut_documents
-    assert results["best_fit"].padded_tokens > 0 and results["best_fit"].tokens == results["concat"].tokens
+    assert (
+        results["best_fit"].summary.cut_documents
+        == int((lengths > 256).sum())
+        < results["concat"].summary.cut_documents
+    )
+    assert (
+        results["best_fit"].summary.padded_tokens > 0
+        and results["best_fit"].summary.tokens == results["concat"].summary.tokens
+    )
 
 
 def test_per_source_accounting_counts_repeats_tokens_and_epochs(pipeline):
@@ -246,12 +253,12 @@ def test_per_source_accounting_counts_repeats_tokens_and_epochs(pipeline):
     result = build_corpus(tmp / "acct_fim", tmp / "tok" / "tokenizer.json", spec, tmp / "acct_out", StageIO(tmp))
     tok = plain_tokenizer(Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json")))
     n = {t: len(tok.encode(t, add_special_tokens=False).ids) + 1 for t in (x, y, z)}  # + EOS
-    a, b = result.sources["a"], result.sources["b"]
-    assert (a["documents"], a["unique_documents"], a["max_repeat"], a["mean_repeat"]) == (4, 2, 3, 2.0)
-    assert a["tokens"] == 3 * n[x] + n[y] and a["epochs"] == round(a["tokens"] / (n[x] + n[y]), 4)
-    assert (b["documents"], b["unique_documents"], b["max_repeat"], b["epochs"]) == (2, 1, 2, 2.0)
-    assert a["token_share"] + b["token_share"] == pytest.approx(1.0, abs=1e-5)
-    assert a["tokens"] + b["tokens"] == result.tokens
+    a, b = result.summary.sources["a"], result.summary.sources["b"]
+    assert (a.documents, a.unique_documents, a.max_repeat, a.mean_repeat) == (4, 2, 3, 2.0)
+    assert a.tokens == 3 * n[x] + n[y] and a.epochs == round(a.tokens / (n[x] + n[y]), 4)
+    assert (b.documents, b.unique_documents, b.max_repeat, b.epochs) == (2, 1, 2, 2.0)
+    assert a.token_share + b.token_share == pytest.approx(1.0, abs=1e-5)
+    assert a.tokens + b.tokens == result.summary.tokens
 
 
 def _megatron_lengths(out: Path) -> np.ndarray:
@@ -273,11 +280,11 @@ def test_doc_lens_rebuild_the_documents_and_bos_starts_each(pipeline, bos, worke
     pieces = np.concatenate(table.column("doc_lens").to_numpy(zero_copy_only=False)).astype(np.int64)
     glued = glue(stream, pieces, eos=2)
     documents = _megatron_lengths(out)
-    assert glued == documents.tolist() and len(documents) == result.documents
+    assert glued == documents.tolist() and len(documents) == result.summary.documents
     starts = np.r_[0, np.cumsum(documents)[:-1]]
     assert (stream[starts] == 1).all() if bos else not (stream[starts] == 1).any()
     ends = np.cumsum(documents)
-    assert result.cut_documents == int(np.count_nonzero((ends - documents) // 64 != (ends - 1) // 64))
+    assert result.summary.cut_documents == int(np.count_nonzero((ends - documents) // 64 != (ends - 1) // 64))
 
 
 def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
@@ -295,14 +302,14 @@ def test_megatron_and_nanogpt_exports_read_back_independently(pipeline):
     pointers = np.frombuffer(raw, "<i8", count=n_seq, offset=off + 4 * n_seq)
     doc_idx = np.frombuffer(raw, "<i8", count=n_doc, offset=off + 12 * n_seq)
     assert off + 12 * n_seq + 8 * n_doc == len(raw)
-    assert n_seq == result.documents and doc_idx.tolist() == list(range(n_seq + 1))
+    assert n_seq == result.summary.documents and doc_idx.tolist() == list(range(n_seq + 1))
     data = np.fromfile(out / "megatron.bin", dtype=np.uint16)
     eos = 2
     for i in range(n_seq):
         seq = data[pointers[i] // 2 : pointers[i] // 2 + lengths[i]]
         assert seq[-1] == eos and eos not in seq[:-1]
     packed = _flat_tokens(out)
-    assert (data[: len(packed)] == packed).all() and len(data) - len(packed) == result.dropped_tokens
+    assert (data[: len(packed)] == packed).all() and len(data) - len(packed) == result.summary.dropped_tokens
     meta = json.loads((out / "tokens.json").read_text())
     assert meta["dtype"] == "uint16" and meta["tokens"] == len(data) and meta["eos_id"] == eos
 
@@ -332,7 +339,7 @@ def test_corpus_is_deterministic_and_independent_of_worker_processes(pipeline):
         pq.write_table(table.slice(lo, hi - lo), resharded / f"part-{k:05d}-0000.parquet", row_group_size=5)
     sharded = build_corpus(resharded, tok, spec, tmp / "d_sharded", StageIO(tmp, LocalExecutor(2)))
     assert [x.sha256 for x in sharded.artifacts] == [x.sha256 for x in runs[0].artifacts]
-    assert runs[0].dropped_tokens == runs[0].tokens - runs[0].sequences * 100
+    assert runs[0].summary.dropped_tokens == runs[0].summary.tokens - runs[0].summary.sequences * 100
 
 
 def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pipeline):
@@ -523,7 +530,7 @@ def test_autotokenizer_folder_matches_the_corpus_ids(pipeline, tmp_path):
     plain = apply_fim(
         write_docs(tmp_path / "docs.parquet", docs), FimSpec(rate=0.0), tmp_path / "fim", StageIO(tmp_path)
     )
-    assert plain.transformed == 0
+    assert plain.summary.transformed == 0
     spec = CorpusSpec(seq_len=64, formats=["megatron"])
     build_corpus(tmp_path / "fim", tmp / "tok" / "tokenizer.json", spec, tmp_path / "c", StageIO(tmp_path))
     stream = np.fromfile(tmp_path / "c" / "megatron.bin", dtype=np.uint16)
@@ -577,7 +584,7 @@ def test_corpus_shards_and_packing_chunks_change_files_not_sequences(pipeline, m
     monkeypatch.setattr(pack_module, "PACK_SEQUENCES", 2)
     chunked = build_corpus(fim, tok, spec(3), tmp / f"chunked_{packing}", StageIO(tmp))
     assert len([a for a in one.artifacts if a.path.endswith(".parquet")]) == 1
-    assert len([a for a in sharded.artifacts if a.path.endswith(".parquet")]) == -(-one.sequences // 3) > 5
+    assert len([a for a in sharded.artifacts if a.path.endswith(".parquet")]) == -(-one.summary.sequences // 3) > 5
     assert _sequences(tmp / f"sharded_{packing}") == _sequences(tmp / f"one_{packing}")
     assert [(a.path, a.sha256) for a in chunked.artifacts] == [
         (a.path.replace("sharded", "chunked"), a.sha256) for a in sharded.artifacts
@@ -586,9 +593,9 @@ def test_corpus_shards_and_packing_chunks_change_files_not_sequences(pipeline, m
     assert {Path(a.path).name: a.sha256 for a in one.artifacts if Path(a.path).name in exports} == {
         Path(a.path).name: a.sha256 for a in sharded.artifacts if Path(a.path).name in exports
     }
-    assert (one.sequences, one.padded_tokens, one.cut_documents) == (
-        sharded.sequences,
-        sharded.padded_tokens,
-        sharded.cut_documents,
+    assert (one.summary.sequences, one.summary.padded_tokens, one.summary.cut_documents) == (
+        sharded.summary.sequences,
+        sharded.summary.padded_tokens,
+        sharded.summary.cut_documents,
     )
     assert not list(tmp.glob(".albor-tokens-*"))  # the spool is gone

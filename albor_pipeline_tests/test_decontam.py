@@ -63,20 +63,25 @@ def test_documents_drop_contaminated_train_documents_only(tmp_path):
     b = write_docs(tmp_path / "b.parquet", [planted, (STDLIB / "colorsys.py").read_text(encoding="utf-8")])
     decon = Decontaminator(SPEC)
     result = build_documents([("a", a), ("b", b)], ALL_TRAIN, tmp_path / "d", StageIO(tmp_path), decon=decon)
-    report = result.decontaminated
-    assert report["dropped"] == {"b": 2} and report["benchmarks"]["python_bench"]["train_dropped"] == 2
-    assert result.rows["train"] == {"a": len(originals), "b": 0}  # no distinct real file removed
+    report = result.summary.decontaminated
+    assert report and report.dropped == {"b": 2} and report.benchmarks["python_bench"].train_dropped == 2
+    assert result.summary.rows["train"] == {"a": len(originals), "b": 0}  # no distinct real file removed
     kept = set(pq.read_table(tmp_path / "d" / "train").column("text").to_pylist())
     assert kept == set(originals)
     assert check_no_contamination(tmp_path / "d" / "train", SPEC).passed
     plain = build_documents([("a", a), ("b", b)], ALL_TRAIN, tmp_path / "p", StageIO(tmp_path))
     leak = check_no_contamination(tmp_path / "p" / "train", SPEC)
-    assert plain.decontaminated == {} and not leak.passed and leak.metadata["per_benchmark"] == {"python_bench": 2}
+    assert (
+        plain.summary.decontaminated is None
+        and not leak.passed
+        and leak.metadata["per_benchmark"] == {"python_bench": 2}
+    )
     # Held-out documents keep benchmark text: only train must be clean.
     held = build_documents(
         [("b", b)], HoldoutSpec(val_fraction=0.99, test_fraction=0), tmp_path / "h", StageIO(tmp_path), decon=decon
     )
-    assert held.rows["val"] == {"b": 2} and held.decontaminated["dropped"] == {}
+    assert held.summary.rows["val"] == {"b": 2} and held.summary.decontaminated
+    assert held.summary.decontaminated.dropped == {}
     # The benchmark file is a recorded input of the stage.
     assert [i.path for i in decon.inputs] == ["benchmark/python_bench"] and decon.inputs[0].sha256 == sha256_file(BENCH)
 

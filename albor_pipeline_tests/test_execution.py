@@ -172,14 +172,14 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
         corpus = build_corpus(fim_in, tok, CorpusSpec(seq_len=100), tmp_path / f"c_{name}", StageIO(tmp_path, ex))
         outputs[name] = [
             [a.sha256 for a in ingested.artifacts],
-            ingested.skipped,
+            ingested.summary.skipped,
             [a.sha256 for a in cleaned.artifacts],
-            cleaned.findings,
+            cleaned.summary.findings,
             [a.sha256 for split in docs.artifacts.values() for a in split],
-            docs.near,
+            docs.summary.near_duplicates,
             [a.sha256 for a in mixed.artifacts],
             [a.sha256 for a in fimmed.artifacts],
-            (fimmed.transformed, fimmed.text_bytes),
+            (fimmed.summary.transformed, fimmed.text_bytes),
             [a.sha256 for a in corpus.artifacts],
         ]
     assert len(outputs["inline"][0]) >= 4  # ingest and hygiene had several tasks
@@ -269,7 +269,7 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
             near=NearDedupSpec(threshold=0.5),
         )
         split = [a for arts in documents.artifacts.values() for a in arts]
-        checks.append(documents.near)
+        checks.append(documents.summary.near_duplicates)
         checks.append(
             check_no_near_leak(
                 {s: root / "documents" / s for s in ("train", "val", "test")},

@@ -39,7 +39,7 @@ def test_real_stdlib_package_ingests_every_file(tmp_path):
         assert row["text"] == text
         assert row["sha256"] == hashlib.sha256(text.encode()).hexdigest()
         assert row["source"] == "s"
-    assert result.rows == len(rows) == result.files
+    assert result.summary.documents == len(rows) == result.summary.files
     [shard] = result.artifacts
     assert shard.path == "ingested/s/part-00000-0000.parquet"
     assert shard.sha256 == hashlib.sha256((tmp_path / "out" / shard.path).read_bytes()).hexdigest()
@@ -71,7 +71,7 @@ def test_code_source_skips_and_counts_bad_files(tmp_path):
     expected = {"not_utf8": 1, "too_short": 1, "too_long": 1, "symlink_loop": 2}
     if os.geteuid() != 0:  # root can read a 0000 file
         expected["unreadable"] = 1
-    assert result.skipped == expected
+    assert result.summary.skipped == expected
 
 
 def test_jsonl_csv_parquet_sources(tmp_path):
@@ -82,7 +82,7 @@ def test_jsonl_csv_parquet_sources(tmp_path):
     result, rows = ingest(tmp_path, kind="jsonl", path=data, text_field="body")
     assert [r["text"] for r in rows] == docs
     assert rows[2]["file"] == "a.jsonl:3"
-    assert result.skipped == {"blank_line": 1}
+    assert result.summary.skipped == {"blank_line": 1}
 
     import csv
 
@@ -98,7 +98,7 @@ def test_jsonl_csv_parquet_sources(tmp_path):
     pq.write_table(pa.table({"t": [*docs, None]}), data / "c.parquet")
     result, rows = ingest(tmp_path, kind="parquet", path=data / "c.parquet", text_field="t")
     assert [r["text"] for r in rows] == docs
-    assert result.skipped == {"null_text": 1}
+    assert result.summary.skipped == {"null_text": 1}
 
 
 @pytest.mark.parametrize(
@@ -149,7 +149,7 @@ def test_empty_source_is_an_error_and_keeps_previous_output(tmp_path):
 def test_ingestion_is_byte_identical_on_rerun(tmp_path):
     a, _ = ingest(tmp_path / "a", kind="code", path=STDLIB / "email")
     b, _ = ingest(tmp_path / "b", kind="code", path=STDLIB / "email")
-    assert a.artifacts == b.artifacts and a.rows > 10
+    assert a.artifacts == b.artifacts and a.summary.documents > 10
 
 
 def test_globs_and_fingerprint(tmp_path):

@@ -59,7 +59,7 @@ if files is not None:
 fingerprint = source_fingerprint(src, out / "fingerprints.json").sha256
 result = ingest_source(src, out / "ingested", StageIO(out))
 rows = read_shards(out / "ingested").column("file").to_pylist()
-print(json.dumps({"rows": rows, "skipped": result.skipped, "first": result.first, "fingerprint": fingerprint}))
+print(json.dumps({"rows": rows, "skipped": result.summary.skipped, "first": result.first, "fingerprint": fingerprint}))
 """
 
 
@@ -189,7 +189,7 @@ def test_names_that_are_not_utf8_are_skipped_and_named_escaped(tmp_path):
     assert listing.first == {"not_utf8_name": "caf\\xe9.py"}  # its bytes escaped
     src = SourceSpec(name="s", kind="code", path=root)
     result = ingest_source(src, tmp_path / "out", StageIO(tmp_path))
-    assert result.skipped == {"not_utf8_name": 2} and result.rows == 1
+    assert result.summary.skipped == {"not_utf8_name": 2} and result.summary.documents == 1
     assert source_fingerprint(src).rows == 1
 
 
@@ -201,7 +201,7 @@ def test_names_holding_a_newline_are_listed(tmp_path):
     assert list_source_files(root, ["**/*.py"]).files == ["a\nb.py", "new\nline/n.py"]
     result = ingest_source(SourceSpec(name="s", kind="code", path=root), tmp_path / "out", StageIO(tmp_path))
     assert read_shards(tmp_path / "out").column("file").to_pylist() == ["a\nb.py", "new\nline/n.py"]
-    assert result.skipped == {}
+    assert result.summary.skipped == {}
 
 
 def test_symlink_loops_are_counted_as_such_in_code_and_data_sources(tmp_path):
@@ -217,7 +217,7 @@ def test_symlink_loops_are_counted_as_such_in_code_and_data_sources(tmp_path):
     (data / "a.jsonl").symlink_to("b.jsonl")
     (data / "b.jsonl").symlink_to("a.jsonl")
     result = ingest_source(SourceSpec(name="s", kind="jsonl", path=data), tmp_path / "out", StageIO(tmp_path))
-    assert result.skipped == {"symlink_loop": 2} and result.rows == 1
+    assert result.summary.skipped == {"symlink_loop": 2} and result.summary.documents == 1
 
 
 def test_an_empty_parquet_file_is_counted_as_empty_file(tmp_path):
@@ -227,7 +227,7 @@ def test_an_empty_parquet_file_is_counted_as_empty_file(tmp_path):
     (data / "zero_bytes.parquet").write_bytes(b"")
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), data / "zero_rows.parquet")
     result = ingest_source(SourceSpec(name="s", kind="parquet", path=data), tmp_path / "out", StageIO(tmp_path))
-    assert result.skipped == {"empty_file": 2} and result.rows == 1
+    assert result.summary.skipped == {"empty_file": 2} and result.summary.documents == 1
     with pytest.raises(IngestError, match=r"zero_bytes.parquet has no items \(empty_file\)"):
         load_benchmark(BenchmarkSpec(name="b", path=data / "zero_bytes.parquet", fields=("text",)), 13)
 

@@ -55,7 +55,10 @@ def test_chars_mix_gives_each_source_its_share_of_text(tmp_path):
     for row in read_shards(tmp_path / "chars").to_pylist():
         out[row["source"]] += len(row["text"])
     assert abs(out["long"] - out["short"]) <= 2010  # equal shares, within one long document
-    assert {p.source: p.rule for p in result.plan} == {"long": "weight 0.5 of chars", "short": "weight 0.5 of chars"}
+    assert {p.source: p.rule for p in result.summary.plan} == {
+        "long": "weight 0.5 of chars",
+        "short": "weight 0.5 of chars",
+    }
 
 
 def test_repeat_rows_and_no_upsample_cap():
@@ -97,7 +100,7 @@ def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
     holdout = HoldoutSpec(val_fraction=0.2, test_fraction=0.1, seed=7)
     result = build_documents([("a", a), ("b", b), ("c", c)], holdout, tmp_path / "documents", StageIO(tmp_path))
     n_a = pq.read_metadata(a).num_rows
-    assert result.duplicates == {"a <- b": n_a}
+    assert result.summary.duplicates == {"a <- b": n_a}
     tables = {s: pq.read_table(tmp_path / "documents" / s) for s in ("train", "val", "test")}
     hashes = {s: set(t.column("sha256").to_pylist()) for s, t in tables.items()}
     assert (
@@ -304,10 +307,10 @@ def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path):
         pq.write_table(pq.read_table(src).slice(lo, hi - lo), split / shard_name(k))
     apply_fim(split, spec, tmp_path / "split_fim", StageIO(tmp_path, LocalExecutor(2)))
     assert read_shards(tmp_path / "split_fim").equals(read_shards(tmp_path / "a"))
-    n = a.rows
+    n = a.summary.rows
     sigma = (n * 0.25) ** 0.5
-    assert abs(a.transformed - 0.5 * n) < 4 * sigma, a.transformed
-    assert abs(a.spm - 0.3 * a.transformed) < 4 * (a.transformed * 0.21) ** 0.5, a.spm
+    assert abs(a.summary.transformed - 0.5 * n) < 4 * sigma, a.summary.transformed
+    assert abs(a.summary.spm - 0.3 * a.summary.transformed) < 4 * (a.summary.transformed * 0.21) ** 0.5, a.summary.spm
     out = read_shards(tmp_path / "a").to_pylist()
     original = pq.read_table(src).column("text").to_pylist()
     assert out[5]["fim_format"] is None and out[5]["text"] == "short"  # under min_chars: untouched
@@ -316,5 +319,5 @@ def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path):
     other = apply_fim(src, FimSpec(rate=0.5, seed=43), tmp_path / "d", StageIO(tmp_path))
     assert other.artifacts[0].sha256 != a.artifacts[0].sha256
     off = apply_fim(src, spec, tmp_path / "e", StageIO(tmp_path), enabled=False)
-    assert off.transformed == 0
+    assert off.summary.transformed == 0
     assert read_shards(tmp_path / "e").column("text").to_pylist() == original

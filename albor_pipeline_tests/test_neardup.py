@@ -58,14 +58,14 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     b = write_docs(tmp_path / "b.parquet", [*copies, (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")])
     holdout = HoldoutSpec(val_fraction=0.3, test_fraction=0.2)
     removed = build_documents([("a", a), ("b", b)], holdout, tmp_path / "r", StageIO(tmp_path), near=NearDedupSpec())
-    assert (
-        removed.near["removed"] == {"b": 6}
-        and removed.rows["train"].get("b", 0) + removed.rows["val"].get("b", 0) + removed.rows["test"].get("b", 0) == 1
-    )  # only the distinct json file of b is left
+    facts = removed.summary
+    assert facts.near_duplicates and facts.near_duplicates.removed == {"b": 6}
+    assert sum(facts.rows[s].get("b", 0) for s in ("train", "val", "test")) == 1  # only b's distinct json file
     kept = build_documents(
         [("a", a), ("b", b)], holdout, tmp_path / "k", StageIO(tmp_path), near=NearDedupSpec(remove=False)
     )
-    assert kept.near["removed"] == {} and sum(sum(r.values()) for r in kept.rows.values()) == len(originals) + 7
+    assert kept.summary.near_duplicates and kept.summary.near_duplicates.removed == {}
+    assert sum(sum(r.values()) for r in kept.summary.rows.values()) == len(originals) + 7
     split_of = {}
     for split in ("train", "val", "test"):
         for text in pq.read_table(tmp_path / "k" / split).column("text").to_pylist():
@@ -78,7 +78,7 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     plain = build_documents([("a", a), ("b", b)], holdout, tmp_path / "p", StageIO(tmp_path))
     paths = {s: tmp_path / "p" / s for s in ("train", "val", "test")}
     leak = check_no_near_leak(paths, 5, 112, 14, 0.8)
-    assert plain.near == {} and not leak.passed and leak.metadata["crossing"] >= 1
+    assert plain.summary.near_duplicates is None and not leak.passed and leak.metadata["crossing"] >= 1
     # Signatures a shard per task on two processes: the same verdict and counts.
     pooled = check_no_near_leak(paths, 5, 112, 14, 0.8, LocalExecutor(2))
     assert (pooled.passed, pooled.metadata) == (leak.passed, leak.metadata)
@@ -140,12 +140,13 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     pooled = documents.build_documents(
         inputs, HoldoutSpec(), tmp_path / "p", StageIO(tmp_path, LocalExecutor(2)), near=NearDedupSpec()
     )
-    assert pooled.near == serial.near
-    assert serial.near["removed"] == {"b": 12, "c": 12} and serial.near["cluster_sizes"] == {"4": 8}
-    assert serial.near["candidate_pairs"] > serial.near["verified_pairs"] == 24
+    found = serial.summary.near_duplicates
+    assert found and pooled.summary.near_duplicates == found
+    assert found.removed == {"b": 12, "c": 12} and found.cluster_sizes == {"4": 8}
+    assert found.candidate_pairs > found.verified_pairs == 24
     index = near_duplicates([*originals, *variants])
     assert len(index.verified) == 24
-    assert [j for *_, j in index.verified[:5]] == [e[2] for e in serial.near["examples"]]
+    assert [j for *_, j in index.verified[:5]] == [e[2] for e in found.examples]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # spools removed
 
 

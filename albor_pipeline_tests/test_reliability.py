@@ -154,7 +154,7 @@ def test_file_symlink_outside_the_source_is_skipped_unless_followed(tmp_path, ma
     result = ingest_source(src, tmp_path / "a", StageIO(tmp_path))
     table = pa.parquet.read_table(tmp_path / "a")
     assert sorted(table.column("file").to_pylist()) == ["alias.py", "real.py"]
-    assert result.skipped == {"outside_root": 1}
+    assert result.summary.skipped == {"outside_root": 1}
     assert not any("root:x:0:0" in t for t in table.column("text").to_pylist())
 
     followed = src.model_copy(update={"follow_symlinks": True})
@@ -211,7 +211,7 @@ def test_compressed_jsonl_and_csv_are_read_transparently(tmp_path, make_spec):
     table = pa.parquet.read_table(tmp_path / "docs")
     assert table.column("text").to_pylist() == texts + texts
     assert table.column("file").to_pylist()[0] == "a.jsonl.gz:1"
-    assert result.files == 3 and result.skipped == {"empty_file": 1}
+    assert result.summary.files == 3 and result.summary.skipped == {"empty_file": 1}
 
     csv_dir = tmp_path / "csv"
     csv_dir.mkdir()

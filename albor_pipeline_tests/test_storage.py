@@ -25,7 +25,7 @@ from albor_pipeline.runtime.lock import LEASE_SECONDS, DataDirBusy, DataDirLost,
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import SourceSpec
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
-from albor_pipeline.stages.provenance.licences import detect_licences
+from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.text.datafiles import IngestError
 from albor_pipeline_tests.support import STDLIB, run_into_bucket
 
@@ -53,8 +53,8 @@ def test_a_code_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_
     for name, executor in (("inline", INLINE), ("local2", LocalExecutor(2))):
         got = ingest_source(remote, tmp_path / name, StageIO(tmp_path, executor))
         assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in expected.artifacts], name
-        assert got.skipped == {**expected.skipped, "not_utf8": 1}
-    assert pq.read_table(tmp_path / "inline").num_rows == len(files) - sum(expected.skipped.values())
+        assert got.summary.skipped == {**expected.summary.skipped, "not_utf8": 1}
+    assert pq.read_table(tmp_path / "inline").num_rows == len(files) - sum(expected.summary.skipped.values())
     assert source_fingerprint(remote).sha256 != source_fingerprint(local).sha256  # latin1.py is a file too
     s3.delete_object(Bucket="albor-code", Key="src/latin1.py")
     assert source_fingerprint(remote).sha256 == source_fingerprint(local).sha256
@@ -74,7 +74,9 @@ def test_a_jsonl_source_in_a_bucket_reads_plain_and_gzip_and_names_a_bad_line(s3
     spec = {"name": "j", "kind": "jsonl", "min_chars": 1}
     got = ingest_source(SourceSpec(**spec, path="s3://albor-jsonl/data"), tmp_path / "r", StageIO(tmp_path))
     want = ingest_source(SourceSpec(**spec, path=tmp_path / "data"), tmp_path / "l", StageIO(tmp_path))
-    assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in want.artifacts] and got.rows == len(rows)
+    assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in want.artifacts] and got.summary.documents == len(
+        rows
+    )
     assert pq.read_table(tmp_path / "r").column("file").to_pylist()[:2] == ["a.jsonl:1", "a.jsonl:2"]
     s3.put_object(Bucket="albor-jsonl", Key="data/c.jsonl", Body=b'{"text": "fine"}\n{"text": oops}\n')
     with pytest.raises(IngestError, match=r"s3://albor-jsonl/data/c\.jsonl:2: malformed JSON"):

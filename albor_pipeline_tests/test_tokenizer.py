@@ -47,7 +47,7 @@ def test_tokenizer_layout_specials_and_files(trained):
     assert len(vocab) == 2000 and vocab["</s>"] == 2
     merges = (out / "merges.txt").read_text(encoding="utf-8").splitlines()
     assert merges[0].startswith("#version") and all(len(m.split(" ")) == 2 for m in merges[1:])
-    assert len(merges) - 1 == result.report["merges"] == 2000 - 4 - 256
+    assert len(merges) - 1 == result.summary.merges == 2000 - 4 - 256
     lengths = np.load(out / "token_bytes.npy")
     assert lengths.shape == (2003,) and lengths[:4].tolist() == [0, 0, 0, 0] and lengths[2000:].tolist() == [0, 0, 0]
     for token, idx in list(vocab.items())[4:50]:
@@ -59,11 +59,11 @@ def test_tokenizer_layout_specials_and_files(trained):
 
 def test_report_roundtrips_every_val_document(trained):
     _, result = trained
-    report = result.report
-    assert report["val_documents"] == report["roundtrip_ok"] > 5
-    assert report["keywords_single_token"] == sum(report["keyword_coverage"].values())
-    assert report["keyword_coverage"][" def"] and report["keyword_coverage"][" return"]
-    assert 2.0 < report["bytes_per_token"] < 6.0
+    report = result.summary
+    assert report.val_documents == report.roundtrip_ok > 5
+    assert report.keywords_single_token == sum(report.keyword_coverage.values())
+    assert report.keyword_coverage[" def"] and report.keyword_coverage[" return"]
+    assert 2.0 < report.bytes_per_token < 6.0
 
 
 def test_transformers_loads_tokenizer_json(trained):
@@ -80,10 +80,10 @@ def test_baseline_tokenizers_are_compared(trained, corpus_files, tmp_path):
     out, _ = trained
     baseline = str(out / "tokenizer.json")
     spec = TokenizerSpec(vocab_size=1000, baselines=(out / "tokenizer.json",))
-    small = build_tokenizer(*corpus_files, spec, tmp_path / "t", StageIO(tmp_path)).report
-    rows = {r["text"]: r for r in small["comparison"]}
-    assert set(rows) == {"s", "all"} and rows["all"]["bytes"] == small["val_bytes"]
-    assert rows["all"]["ours_tokens"] == small["val_tokens"]
+    small = build_tokenizer(*corpus_files, spec, tmp_path / "t", StageIO(tmp_path)).summary
+    rows = {r["text"]: r for r in small.comparison}
+    assert set(rows) == {"s", "all"} and rows["all"]["bytes"] == small.val_bytes
+    assert rows["all"]["ours_tokens"] == small.val_tokens
     # a smaller vocabulary needs more tokens than the 2000-token baseline: a negative difference
     assert rows["all"][f"{baseline}_tokens"] < rows["all"]["ours_tokens"] and rows["all"][f"{baseline}_diff_pct"] < 0
 
@@ -116,16 +116,16 @@ def test_gpt2_baseline_reproduces_gpt2_and_is_compared_per_source(corpus_files, 
     pq.write_table(table.set_column(1, "source", pa.array(sources)), mixed_val)
     report = build_tokenizer(
         train, mixed_val, TokenizerSpec(vocab_size=2000, gpt2_ranks=ranks), tmp_path / "t", StageIO(tmp_path)
-    ).report
-    rows = {r["text"]: r for r in report["comparison"]}
-    assert list(rows) == ["json", "other", "all"] and report["comparison_notes"] == []
+    ).summary
+    rows = {r["text"]: r for r in report.comparison}
+    assert list(rows) == ["json", "other", "all"] and report.comparison_notes == []
     assert rows["json"]["gpt2_tokens"] + rows["other"]["gpt2_tokens"] == rows["all"]["gpt2_tokens"]
     assert rows["all"]["gpt2_tokens"] == sum(len(enc.encode_ordinary(t)) for t in table.column("text").to_pylist())
     assert rows["all"]["gpt2_bytes_per_token"] == round(rows["all"]["bytes"] / rows["all"]["gpt2_tokens"], 3)
     # A missing ranks file skips GPT-2 with a note; the build goes on.
     missing = TokenizerSpec(vocab_size=2000, gpt2_ranks=tmp_path / "nope.tiktoken")
-    report = build_tokenizer(train, mixed_val, missing, tmp_path / "t2", StageIO(tmp_path)).report
-    assert "gpt2_tokens" not in report["comparison"][-1] and "not found" in report["comparison_notes"][0]
+    report = build_tokenizer(train, mixed_val, missing, tmp_path / "t2", StageIO(tmp_path)).summary
+    assert "gpt2_tokens" not in report.comparison[-1] and "not found" in report.comparison_notes[0]
 
 
 TRAIN_SCRIPT = """

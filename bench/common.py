@@ -56,6 +56,6 @@ def ingest_code(corpora: list[Path], work: Path) -> tuple[list[tuple[str, Path]]
     for src in code_sources(corpora):
         out = work / "ingested" / src.name
         result = ingest_source(src, out, StageIO(work))
-        total += result.text_bytes
+        total += result.summary.text_bytes
         ingested += [(src.name, work / a.path) for a in result.artifacts]
     return ingested, total

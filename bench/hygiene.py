@@ -32,7 +32,7 @@ def bench_hygiene(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any
         repeat,
     )
     res["hygiene_mb_s"] = round(text_bytes / 1e6 / sec, 1)
-    res["hygiene_findings"] = dict(sum((Counter(r.findings) for r in results), Counter()))
+    res["hygiene_findings"] = dict(sum((Counter(r.summary.findings) for r in results), Counter()))
     # Redaction alone: the scanner and the rewrite in one process over every document.
     scanner = SecretScanner()
     texts = [t for _, out in ingested for b in iter_texts(out) for t in b]
@@ -55,7 +55,7 @@ def bench_near_dedup(ingested: list[tuple[str, Path]], work: Path, repeat: int) 
         lambda: build_documents(ingested, holdout, work / "exact_documents", StageIO(work)), repeat
     )
     docs = sum(pq.ParquetFile(p).metadata.num_rows for _, p in ingested)
-    kept = sum(sum(r.values()) for r in result.rows.values())
+    kept = sum(sum(r.values()) for r in result.summary.rows.values())
     res: dict[str, Any] = {
         "near_dedup_documents": docs,
         "near_dedup_s": round(ours_s, 2),

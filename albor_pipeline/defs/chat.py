@@ -14,7 +14,6 @@ from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, ChatSpec, Overlong, PipelineSpec, SftFormat, SourceKind
 from albor_pipeline.stages.chat.checks import check_choice_ids, check_max_tokens, check_sft_mask, check_sft_structure
-from albor_pipeline.stages.chat.report import EvalSummary, SftSourceFacts, SftSummary
 from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
 
 GROUP = "chat"
@@ -40,24 +39,12 @@ def sft(spec: PipelineSpec, split: str, ctx: StageContext, config: SftConfig) ->
         layout.sft_dir(split),
         ctx.io,
     )
-    sources = {
-        name: SftSourceFacts(**facts, trained_fraction=round(facts["trained_tokens"] / facts["tokens"], 4))
-        for name, facts in result.sources.items()
-    }
-    summary = SftSummary(
-        conversations=result.conversations,
-        tokens=result.tokens,
-        trained_tokens=result.trained_tokens,
-        trained_fraction=round(result.trained_tokens / result.tokens, 4) if result.tokens else 0.0,
-        skipped_overlong=result.skipped_overlong,
-        truncated=result.truncated,
-        sources=sources,
-    )
+    summary = result.summary
     return StageOutput(
         artifacts=result.artifacts,
         config=settings.model_dump(mode="json"),
         summary=summary,
-        row_count=result.conversations,
+        row_count=summary.conversations,
         metadata={
             **summary.model_dump(exclude={"sources"}),
             "sources": dg.MetadataValue.md(
@@ -82,7 +69,7 @@ def eval_set(spec: PipelineSpec, name: str, ctx: StageContext, config: EvalConfi
         layout.eval_set(name),
         ctx.io,
     )
-    summary = EvalSummary(items=result.items, tokens=result.tokens, choices=result.choices)
+    summary = result.summary
     return StageOutput(
         artifacts=[result.artifact],
         config={"tokens": spec.chat.tokens.model_dump(), "encoder": spec.corpus.encoder},

@@ -55,27 +55,15 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
         ctx.io,
         min_chars=min_chars,
     )
-    summary = CorpusSummary(
-        documents=result.documents,
-        sequences=result.sequences,
-        tokens=result.tokens,
-        dropped_tokens=result.dropped_tokens,
-        padded_tokens=result.padded_tokens,
-        cut_documents=result.cut_documents,
-        cut_fraction=round(result.cut_documents / result.documents, 6) if result.documents else 0.0,
-        pad_fraction=round(result.padded_tokens / (result.sequences * settings.seq_len), 6)
-        if result.sequences
-        else 0.0,
-        sources=result.sources,
-    )
-    if not result.sequences:
-        ctx.log.warning(f"corpus/{out}: no full sequence ({result.documents} documents, {result.tokens} tokens)")
-    bytes_per_token = result.text_bytes / result.tokens if result.tokens else 0.0
+    summary = result.summary
+    if not summary.sequences:
+        ctx.log.warning(f"corpus/{out}: no full sequence ({summary.documents} documents, {summary.tokens} tokens)")
+    bytes_per_token = result.text_bytes / summary.tokens if summary.tokens else 0.0
     return StageOutput(
         artifacts=result.artifacts,
         config=settings.model_dump(mode="json"),
         summary=summary,
-        row_count=result.sequences,
+        row_count=summary.sequences,
         metadata={
             **summary.model_dump(exclude={"sources"}),
             "sources": dg.MetadataValue.md(
@@ -83,7 +71,7 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
             ),
             "bytes_per_token": round(bytes_per_token, 4),
             "encoder": result.encoder,
-            "tokens_per_s": round(result.tokens / result.seconds) if result.seconds else 0,
+            "tokens_per_s": round(summary.tokens / result.seconds) if result.seconds else 0,
         },
     )
 

@@ -29,7 +29,7 @@ from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, Decontaminat
 from albor_pipeline.stages.dedup.checks import check_no_contamination, check_no_leak, check_no_near_leak
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.documents import build_documents
-from albor_pipeline.stages.dedup.report import Decontaminated, DocumentsSummary, NearDuplicates, Redaction
+from albor_pipeline.stages.dedup.report import Redaction
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.stages.ingest.report import IngestSummary
@@ -85,14 +85,10 @@ def dedup_and_split(
     decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None
 
     result = build_documents(sources, settings, OUT_DIRS[stage](layout), ctx.io, near=near, decon=decon)
-    table = [{"source": n, **{s: result.rows[s].get(n, 0) for s in SPLITS}} for n in names]
-    summary = DocumentsSummary(
-        rows=result.rows,
-        duplicates=result.duplicates,
-        near_duplicates=NearDuplicates.model_validate(result.near) if result.near else None,
-        decontaminated=Decontaminated.model_validate(result.decontaminated) if result.decontaminated else None,
-        redaction=_redaction(spec, layout, names) if stage == CONVERSATIONS else {},
-    )
+    summary = result.summary
+    if stage == CONVERSATIONS:
+        summary = summary.model_copy(update={"redaction": _redaction(spec, layout, names)})
+    table = [{"source": n, **{s: summary.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     facts = summary.to_json()
     near_found, decon_found = summary.near_duplicates, summary.decontaminated
     return StageOutput(

@@ -13,7 +13,6 @@ from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import SPLITS, FimFormat, PipelineSpec
 from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.fim.fim import FIM_SCHEMA, apply_fim
-from albor_pipeline.stages.fim.report import FimSummary
 
 
 class FimConfig(dg.Config):
@@ -34,10 +33,7 @@ def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) ->
     layout = ctx.layout
 
     result = apply_fim(layout.mixed(split), settings, layout.fim(split), ctx.io, enabled=enabled)
-    observed = result.transformed / result.rows if result.rows else 0.0
-    summary = FimSummary(
-        rows=result.rows, transformed=result.transformed, spm=result.spm, observed_rate=round(observed, 6)
-    )
+    summary = result.summary
     return StageOutput(
         artifacts=result.artifacts,
         config={**settings.model_dump(mode="json"), "enabled": enabled},
@@ -45,7 +41,7 @@ def fim(spec: PipelineSpec, split: str, ctx: StageContext, config: FimConfig) ->
         metadata={
             "fim_rows": summary.transformed,
             "spm_rows": summary.spm,
-            "observed_rate": observed,
+            "observed_rate": summary.observed_rate,
             "text_mb": round(result.text_bytes / 1e6, 3),
         },
     )

@@ -16,7 +16,6 @@ from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import HygieneSpec, PipelineSpec, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
-from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 GROUP = "hygiene"
@@ -42,14 +41,7 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
         conversations=src.kind is SourceKind.chat,
         scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
     )
-    summary = HygieneSummary(
-        documents_in=result.documents_in,
-        kept=result.kept,
-        removed=result.removed,
-        findings=result.findings,
-        redacted_documents=result.redacted_documents,
-        examples=result.examples,
-    )
+    summary = result.summary
     return StageOutput(
         artifacts=result.artifacts,
         config=settings.model_dump(mode="json"),

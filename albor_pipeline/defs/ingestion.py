@@ -19,8 +19,6 @@ from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, SourceKind, SourceSpec
 from albor_pipeline.stages.dedup.decontam import benchmark_fingerprint
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
-from albor_pipeline.stages.ingest.report import IngestSummary
-from albor_pipeline.stages.provenance.licences import detect_licences
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.secrets import redact_path
 
@@ -103,16 +101,7 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
     # Its lines may name a skipped file (the first per reason): redacted as every recorded path is.
     io = StageIO(layout.root, ctx.executor, lambda line: ctx.log.info(redact_path(line)))
     result = ingest_source(resolved, out, io, shard_mb=shard_mb)
-    summary = IngestSummary(
-        files=result.files,
-        documents=result.rows,
-        shards=len(result.artifacts),
-        text_bytes=result.text_bytes,
-        skipped=result.skipped,
-        cleanup=result.cleanup,
-        secrets=result.secrets,
-        licences=detect_licences(resolved.path),
-    )
+    summary = result.summary
     skipped = markdown_table(
         [{"reason": k, "files": v, "first": redact_path(result.first.get(k, ""))} for k, v in summary.skipped.items()]
     )

@@ -15,7 +15,6 @@ from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, MixUnit, PipelineSpec, SourceKind
 from albor_pipeline.stages.mix.mix import mix_documents
-from albor_pipeline.stages.mix.report import MixSummary, PlanRow
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 
@@ -62,16 +61,16 @@ def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: M
         ctx.io,
         shard_mb=spec.shard_mb,
     )
-    for warning in result.warnings:
+    summary = result.summary
+    for warning in summary.warnings:
         ctx.log.warning(warning)
-    summary = MixSummary(plan=[PlanRow.of(p) for p in result.plan], warnings=result.warnings)
     return StageOutput(
         artifacts=result.artifacts,
         config={**settings.model_dump(mode="json"), "shard_mb": spec.shard_mb},
         summary=summary,
         metadata={
             "sources": dg.MetadataValue.md(markdown_table(summary.to_json()["plan"])),
-            "summary": ", ".join(f"{p.source} {p.multiplier:.1f}x" for p in result.plan),
+            "summary": ", ".join(f"{p.source} {p.multiplier}" for p in summary.plan),
             "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in summary.warnings) or "none"),
         },
     )

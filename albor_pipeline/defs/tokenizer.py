@@ -13,8 +13,8 @@ from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip
-from albor_pipeline.stages.tokenizer.report import TokenizerSummary
-from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer, comparison_table, report_rows
+from albor_pipeline.stages.tokenizer.report import comparison_table, report_rows
+from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
 from albor_pipeline.text.vocab import FIM_TOKENS
 
 
@@ -40,8 +40,7 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
         appended=(*FIM_TOKENS, *chat_tokens),
         model_max_length=spec.corpus.seq_len,
     )
-    report = result.report
-    summary = TokenizerSummary.of(report)  # the timings vary run to run: metadata only
+    summary = result.summary  # the timings vary run to run: metadata only
     return StageOutput(
         artifacts=result.artifacts,
         config={
@@ -52,13 +51,13 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
         summary=summary,
         row_count=summary.vocab_size,
         metadata={
-            "report": dg.MetadataValue.md(markdown_table(report_rows(report))),
+            "report": dg.MetadataValue.md(markdown_table(report_rows({**summary.to_json(), **result.timings}))),
             "comparison": dg.MetadataValue.md(comparison_table(summary.comparison) or "no val text"),
             "vocab_size": summary.vocab_size,
             "roundtrip_ok": summary.roundtrip_ok,
             "val_documents": summary.val_documents,
             "bytes_per_token": summary.bytes_per_token,
-            "train_seconds": report["train_seconds"],
+            "train_seconds": result.timings["train_seconds"],
         },
     )
 

@@ -3,7 +3,7 @@ PROVENANCE.md."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from albor_pipeline.runtime.report import Report, table
@@ -15,6 +15,12 @@ class SftSourceFacts(Report):
     tokens: int
     trained_tokens: int  # under the loss mask
     trained_fraction: float
+
+    @classmethod
+    def of(cls, counts: Mapping[str, int]) -> SftSourceFacts:
+        """From a source's counts (conversations, turns, tokens, trained_tokens)."""
+        tokens = counts["tokens"]
+        return cls(**counts, trained_fraction=round(counts["trained_tokens"] / tokens, 4) if tokens else 0.0)
 
 
 class SftSummary(Report):

@@ -13,7 +13,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,6 +25,7 @@ from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path,
 from albor_pipeline.runtime.shardmap import StageIO, output_set
 from albor_pipeline.runtime.shards import iter_batches, read_shards
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat
+from albor_pipeline.stages.chat.report import EvalSummary, SftSourceFacts, SftSummary
 from albor_pipeline.text.chat import LETTERS, ChatIds, Message, Piece, mc_prompt, render_pieces
 from albor_pipeline.text.encode import Encoder, encode_lists, pick_encoder
 from albor_pipeline.text.vocab import token_dtype
@@ -87,13 +88,8 @@ def _sample(path: Path) -> list[str]:
 @dataclass
 class SftResult:
     artifacts: list[Artifact]
-    conversations: int
-    tokens: int
-    trained_tokens: int
-    skipped_overlong: int
-    truncated: int
-    encoder: str
-    sources: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> conversations, turns, tokens
+    summary: SftSummary
+    encoder: str  # the asset's metadata, not a recorded fact
 
 
 class _BinShards:
@@ -180,24 +176,23 @@ def build_sft(
     if bins:
         names_out += [n for shard in bins.shards for n in (shard["file"], shard["mask"])] + [SIDECAR]
     artifacts = [record(out_dir / n, io.root, rows=rows if n.endswith(".parquet") else None) for n in names_out]
-    return SftResult(
-        artifacts=artifacts,
+    trained = sum(s["trained_tokens"] for s in sources.values())
+    summary = SftSummary(
         conversations=rows,
         tokens=tokens_total,
-        trained_tokens=sum(s["trained_tokens"] for s in sources.values()),
+        trained_tokens=trained,
+        trained_fraction=round(trained / tokens_total, 4) if tokens_total else 0.0,
         skipped_overlong=totals["skipped_overlong"],
         truncated=totals["truncated"],
-        encoder=encoder_note,
-        sources={k: dict(v) for k, v in sorted(sources.items())},
+        sources={name: SftSourceFacts.of(facts) for name, facts in sorted(sources.items())},
     )
+    return SftResult(artifacts, summary, encoder_note)
 
 
 @dataclass
 class EvalResult:
     artifact: Artifact
-    items: int
-    tokens: int
-    choices: dict[str, int]  # number of choices -> items
+    summary: EvalSummary
 
 
 def letter_ids(tok: Tokenizer, encoder: Encoder, n: int) -> list[int]:
@@ -234,8 +229,10 @@ def build_eval(
     with ParquetSink(out, EVAL_SCHEMA) as sink:
         sink.write(table)
     return EvalResult(
-        artifact=record(out, io.root, rows=table.num_rows),
-        items=table.num_rows,
-        tokens=sum(len(r[0]) for r in rendered),
-        choices={str(k): v for k, v in sorted(Counter(len(i["choices"]) for i in parsed).items())},
+        record(out, io.root, rows=table.num_rows),
+        EvalSummary(
+            items=table.num_rows,
+            tokens=sum(len(r[0]) for r in rendered),
+            choices={str(k): v for k, v in sorted(Counter(len(i["choices"]) for i in parsed).items())},
+        ),
     )

@@ -40,6 +40,7 @@ from albor_pipeline.stages.corpus.exports import STREAMS, concat_streams, write_
 from albor_pipeline.stages.corpus.index import INDEX_FILE, reader_index
 from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
 from albor_pipeline.stages.corpus.plan import PlanSummary, best_fit_plan, concat_plan
+from albor_pipeline.stages.corpus.report import CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import pick_encoder
 from albor_pipeline.text.vocab import BOS, EOS, PAD, token_dtype
 
@@ -65,7 +66,7 @@ class SourceAccounting:
         codes = mine[group.codes] if len(mine) else group.codes
         self._parts.append((codes, group.keys, group.lengths.astype(np.int64, copy=False)))
 
-    def summary(self) -> dict[str, dict[str, float | int]]:
+    def summary(self) -> dict[str, SourceFacts]:
         if not self._parts:
             return {}
         codes, keys, lengths = (np.concatenate(column) for column in zip(*self._parts))
@@ -75,29 +76,23 @@ class SourceAccounting:
             mine = codes == code
             _, first, copies = np.unique(keys[mine], return_index=True, return_counts=True)
             tokens, unique_tokens = int(lengths[mine].sum()), int(lengths[mine][first].sum())
-            out[source] = {
-                "documents": int(mine.sum()),
-                "unique_documents": len(first),
-                "max_repeat": int(copies.max()),
-                "mean_repeat": round(int(mine.sum()) / len(first), 4),
-                "tokens": tokens,
-                "token_share": round(tokens / total, 6) if total else 0.0,
-                "epochs": round(tokens / unique_tokens, 4),
-            }
+            out[source] = SourceFacts(
+                documents=int(mine.sum()),
+                unique_documents=len(first),
+                max_repeat=int(copies.max()),
+                mean_repeat=round(int(mine.sum()) / len(first), 4),
+                tokens=tokens,
+                token_share=round(tokens / total, 6) if total else 0.0,
+                epochs=round(tokens / unique_tokens, 4),
+            )
         return out
 
 
 @dataclass
 class CorpusResult:
     artifacts: list[Artifact]
-    documents: int
-    sequences: int
-    tokens: int
-    dropped_tokens: int
-    padded_tokens: int
-    cut_documents: int  # documents split across two or more sequences
-    sources: dict[str, dict[str, float | int]]  # SourceAccounting.summary()
-    text_bytes: int
+    summary: CorpusSummary
+    text_bytes: int  # the rest: the asset's metadata (throughput), not recorded facts
     encoder: str
     seconds: float
 
@@ -266,17 +261,19 @@ def _pack_split(
     if io.progress and packed:
         io.progress(f"corpus: {plan.sequences:,} sequences in {len(packed)} shard(s)")
     shards = list(shards_of(packed))
-    return CorpusResult(
-        artifacts=_artifacts(out_dir, io.root, shards, formats, stream, docs, tokens),
+    sequences = sum(shard.rows for shard in shards)
+    cut = _plan_counts(plan, ExportFormat.parquet in formats)
+    summary = CorpusSummary(
         documents=docs,
-        sequences=sum(shard.rows for shard in shards),
+        sequences=sequences,
         tokens=tokens,
-        **_plan_counts(plan, ExportFormat.parquet in formats),
+        **cut,
+        cut_fraction=round(cut["cut_documents"] / docs, 6) if docs else 0.0,
+        pad_fraction=round(cut["padded_tokens"] / (sequences * spec.seq_len), 6) if sequences else 0.0,
         sources=encoded.accounting.summary(),
-        text_bytes=encoded.text_bytes,
-        encoder=encoded.encoder,
-        seconds=time.perf_counter() - start,
     )
+    artifacts = _artifacts(out_dir, io.root, shards, formats, stream, docs, tokens)
+    return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - start)
 
 
 def _plan_counts(plan: PlanSummary, parquet: bool) -> dict[str, int]:

@@ -10,9 +10,8 @@ import hashlib
 import tempfile
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +29,7 @@ from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.lsh import LshJob
 from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
 from albor_pipeline.stages.dedup.neardup import NearDupIndex
+from albor_pipeline.stages.dedup.report import BenchmarkFacts, Decontaminated, DocumentsSummary, NearDuplicates
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
 from albor_pipeline.text.secrets import redact_path
 
@@ -48,10 +48,7 @@ def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:
 @dataclass
 class DocumentsResult:
     artifacts: dict[str, list[Artifact]]  # split -> its shard set, a shard per input shard
-    rows: dict[str, dict[str, int]]  # split -> source -> rows
-    duplicates: dict[str, int] = field(default_factory=dict)  # "kept_source <- dropped_source" -> n
-    near: dict[str, Any] = field(default_factory=dict)  # near-dedup: removed per source, clusters, examples
-    decontaminated: dict[str, Any] = field(default_factory=dict)  # per benchmark and source, examples
+    summary: DocumentsSummary
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,7 @@ def _scan(
     spool_dir: Path,
     progress: Progress | None,
     executor: Executor,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[NearDuplicates | None, Decontaminated | None]:
     """One pass over the exact-unique documents (words hashed once) for near-dup signatures
     and benchmark n-grams, a task per row group on `executor`; then near-dup clusters, then
     decontamination, updating the split `codes`. Returns the near-dup and decontamination
@@ -163,14 +160,14 @@ def _scan(
         if index and lsh:
             stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
             index.find_candidates(lsh, stacked, firsts, executor, spooled)
-    near_report = {}
+    near_report = None
     if index and near:
         near_report = _near_dedup(index, inputs, codes, where, near, spool_dir, progress, executor)
-    decon_report: dict[str, Any] = {}
+    decon_report = None
     if decon:
         dropped: Counter[str] = Counter()
         per_benchmark: Counter[str] = Counter()
-        examples: list[list[str]] = []
+        examples: list[tuple[str, str]] = []
         for doc, names in sorted(hits.items()):
             i, row = where.one(doc)
             if codes[i][row] != SPLIT_CODES["train"]:  # only train must not contain eval text
@@ -179,13 +176,13 @@ def _scan(
             dropped[inputs[i][0]] += 1
             per_benchmark.update(names)
             if len(examples) < 5:
-                examples.append([_file_of(inputs, i, row), ", ".join(names)])
-        decon_report = {
-            "ngram": decon.n,
-            "benchmarks": {n: {**r, "train_dropped": per_benchmark[n]} for n, r in decon.report().items()},
-            "dropped": dict(sorted(dropped.items())),
-            "examples": examples,
-        }
+                examples.append((_file_of(inputs, i, row), ", ".join(names)))
+        decon_report = Decontaminated(
+            ngram=decon.n,
+            benchmarks={n: BenchmarkFacts(**r, train_dropped=per_benchmark[n]) for n, r in decon.report().items()},
+            dropped=dict(sorted(dropped.items())),
+            examples=examples,
+        )
     return near_report, decon_report
 
 
@@ -299,7 +296,7 @@ def _near_dedup(
     spool_dir: Path,
     progress: Progress | None,
     executor: Executor,
-) -> dict[str, Any]:
+) -> NearDuplicates:
     """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
     or take their representative's split (cluster-aware holdout). The representative is the
     first member in spec order, as in exact dedup. Returns the report."""
@@ -318,16 +315,16 @@ def _near_dedup(
                 removed[inputs[i][0]] += 1
             else:
                 codes[i][row] = codes[ri][rrow]
-    return {
-        "removed": dict(sorted(removed.items())),
-        "clusters": sum(sizes.values()),
-        "cluster_sizes": {str(k): v for k, v in sorted(sizes.items())},
-        "candidate_pairs": len(index.pairs),
-        "verified_pairs": len(index.verified),
-        "examples": [
-            [_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j] for a, b, j in index.verified[:5]
+    return NearDuplicates(
+        removed=dict(sorted(removed.items())),
+        clusters=sum(sizes.values()),
+        cluster_sizes={str(k): v for k, v in sorted(sizes.items())},
+        candidate_pairs=len(index.pairs),
+        verified_pairs=len(index.verified),
+        examples=[
+            (_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j) for a, b, j in index.verified[:5]
         ],
-    }
+    )
 
 
 def build_documents(
@@ -351,8 +348,8 @@ def build_documents(
     duplicates = Counter(f"{a} <- {b}" for a, b in zip(kept_by, dropped_from))
     codes = exact.codes
     near = near if near is not None and near.enabled else None
-    report, decon_report = (
-        _scan(inputs, codes, near, decon, out_dir.parent, progress, executor) if near or decon else ({}, {})
+    near_found, decon_found = (
+        _scan(inputs, codes, near, decon, out_dir.parent, progress, executor) if near or decon else (None, None)
     )
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     shards: dict[str, list[Artifact]] = {s: [] for s in SPLITS}
@@ -364,10 +361,10 @@ def build_documents(
             rows[split][name] += shard.rows
     if progress:
         progress(f"documents: {len(inputs)} input shard(s) split")
-    return DocumentsResult(
-        artifacts=shards,
+    summary = DocumentsSummary(
         rows={s: dict(rows[s]) for s in SPLITS},
         duplicates=dict(sorted(duplicates.items())),
-        near=report,
-        decontaminated=decon_report,
+        near_duplicates=near_found,
+        decontaminated=decon_found,
     )
+    return DocumentsResult(shards, summary)

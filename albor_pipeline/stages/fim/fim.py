@@ -19,6 +19,7 @@ from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards
 from albor_pipeline.runtime.shards import Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.spec import FimFormat, FimSpec
+from albor_pipeline.stages.fim.report import FimSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
 
@@ -57,10 +58,8 @@ def join_fim(fmt: str, prefix: str, middle: str, suffix: str) -> str:
 @dataclass
 class FimResult:
     artifacts: list[Artifact]
-    rows: int
-    transformed: int
-    spm: int
-    text_bytes: int
+    summary: FimSummary
+    text_bytes: int  # the log's and the asset metadata's (not a recorded fact)
 
 
 def fim_batch(texts: list[str], first_row: int, fim: FimSpec) -> dict[str, list[str | None]]:
@@ -161,10 +160,11 @@ def apply_fim(
         return f"fim: {len(done)}/{len(items)} shards, {sum(d.shard.rows for d in done):,} rows, {mb:.1f} MB"
 
     done = map_shards(_fim_shard, _FimJob(fim, enabled), items, out, io.executor, fimmed, io.progress, inline_below=4)
-    return FimResult(
-        artifacts=[d.shard.artifact(out, io.root) for d in done],
-        rows=sum(d.shard.rows for d in done),
-        transformed=sum(d.transformed for d in done),
+    rows, transformed = sum(d.shard.rows for d in done), sum(d.transformed for d in done)
+    summary = FimSummary(
+        rows=rows,
+        transformed=transformed,
         spm=sum(d.spm for d in done),
-        text_bytes=sum(d.text_bytes for d in done),
+        observed_rate=round(transformed / rows, 6) if rows else 0.0,
     )
+    return FimResult([d.shard.artifact(out, io.root) for d in done], summary, sum(d.text_bytes for d in done))

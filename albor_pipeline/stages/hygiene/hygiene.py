@@ -26,6 +26,7 @@ from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
 from albor_pipeline.runtime.shards import Shard, iter_batches, shard_files
 from albor_pipeline.spec import DOCUMENT_KINDS, FilterSpec, HygieneSpec, RedactMode, SourceKind
+from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, text_sha256
 from albor_pipeline.text.secrets import redact_path, redacted, scanner
 
@@ -62,12 +63,7 @@ def filter_reason(text: str, spec: FilterSpec) -> str | None:
 @dataclass
 class HygieneResult:
     artifacts: list[Artifact]  # the shard set, one shard per input shard
-    documents_in: int
-    kept: int
-    removed: dict[str, int]  # reason -> documents
-    findings: dict[str, int]  # finding type -> count
-    redacted_documents: int
-    examples: dict[str, list[str]]  # reason -> a few file paths
+    summary: HygieneSummary
 
 
 @dataclass
@@ -183,8 +179,7 @@ def clean_source(
     for chunk in chunks:
         total.add(chunk)
     shards = list(shards_of(chunks))
-    return HygieneResult(
-        artifacts=[shard.artifact(out, io.root) for shard in shards],
+    summary = HygieneSummary(
         documents_in=total.documents_in,
         kept=sum(shard.rows for shard in shards),
         removed=dict(sorted(total.removed.items())),
@@ -192,6 +187,7 @@ def clean_source(
         redacted_documents=total.redacted,
         examples=dict(sorted(total.examples.items())),
     )
+    return HygieneResult([shard.artifact(out, io.root) for shard in shards], summary)
 
 
 def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:

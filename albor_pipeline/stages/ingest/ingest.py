@@ -35,6 +35,8 @@ from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_
 from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
 from albor_pipeline.runtime.watchdog import reading
 from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
+from albor_pipeline.stages.ingest.licences import detect_licences
+from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.stages.ingest.tasks import generate, read_words
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column
@@ -48,16 +50,8 @@ READ_CHUNK = 256  # code files read ahead at most
 @dataclass
 class IngestResult:
     artifacts: list[Artifact]  # the shard set, in order
-    files: int
-    text_bytes: int
-    skipped: dict[str, int] = field(default_factory=dict)
-    cleanup: dict[str, int] = field(default_factory=dict)  # chat: what cleaning changed, by action
-    first: dict[str, str] = field(default_factory=dict)  # reason -> where the listing first skipped for it
-    secrets: dict[str, int] = field(default_factory=dict)  # secrets redacted (or dropped), by type
-
-    @property
-    def rows(self) -> int:
-        return sum(a.rows or 0 for a in self.artifacts)
+    summary: IngestSummary
+    first: dict[str, str]  # reason -> where the listing first skipped for it (the log's, not the manifest's)
 
 
 @dataclass
@@ -334,12 +328,14 @@ def ingest_source(
     shards = list(shards_of(parts))
     text_bytes = sum(part.text_bytes for part in parts)
     skipped = counts.skipped
-    return IngestResult(
-        artifacts=[shard.artifact(out, io.root) for shard in shards],
+    summary = IngestSummary(
         files=len(files),
+        documents=sum(s.rows for s in shards),
+        shards=len(shards),
         text_bytes=text_bytes,
         skipped=dict(sorted(skipped.items())),
         cleanup=dict(sorted(counts.cleanup.items())),
-        first=listing.first,
         secrets=dict(sorted(counts.secrets.items())),
+        licences=detect_licences(src.path),
     )
+    return IngestResult([shard.artifact(out, io.root) for shard in shards], summary, listing.first)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.spec import MixUnit, SplitMixSpec
+from albor_pipeline.stages.mix.report import MixSummary, PlanRow
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 
@@ -49,8 +50,7 @@ class SourcePlan:
 @dataclass
 class MixResult:
     artifacts: list[Artifact]
-    plan: list[SourcePlan]
-    warnings: list[str] = field(default_factory=list)
+    summary: MixSummary
 
 
 def plan_counts(
@@ -261,4 +261,5 @@ def mix_documents(
     shards = shuffle(split_path, order_idx, out, bounds, io.executor)
     if io.progress:
         io.progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
-    return MixResult(artifacts=[s.artifact(out, io.root) for s in shards], plan=plans, warnings=warnings)
+    summary = MixSummary(plan=[PlanRow.of(p) for p in plans], warnings=warnings)
+    return MixResult([s.artifact(out, io.root) for s in shards], summary)

@@ -4,11 +4,14 @@ the `## Mix` section of PROVENANCE.md."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from albor_pipeline.runtime.report import Report, table
-from albor_pipeline.stages.mix.mix import SourcePlan
+
+if TYPE_CHECKING:
+    from albor_pipeline.stages.mix.mix import SourcePlan
 
 
 class PlanRow(Report):

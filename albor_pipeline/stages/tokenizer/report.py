@@ -9,8 +9,8 @@ from pydantic import Field
 
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.report import Report
-from albor_pipeline.stages.tokenizer.tokenizer import comparison_table, report_rows
 
+PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
 TIMING = ("train_seconds", "train_mb_per_s")  # vary run to run: metadata only, never in the summary
 
 
@@ -53,3 +53,26 @@ def provenance_section(summary: TokenizerSummary) -> list[str]:
             "",
         ]
     return lines
+
+
+def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report as (fact, value) rows: one table for the asset page and PROVENANCE.md."""
+    rows = [
+        ("vocab size (with FIM and chat tokens)", report["vocab_size"]),
+        ("merges", report["merges"]),
+        ("special ids", ", ".join(f"`{k}`={v}" for k, v in report["special_ids"].items())),
+        ("val round-trip", f"{report['roundtrip_ok']}/{report['val_documents']}"),
+        ("keywords single-token", f"{report['keywords_single_token']}/{len(PYTHON_KEYWORDS)}"),
+        ("bytes/token (val)", report["bytes_per_token"]),
+        ("train documents", report["train_documents"]),
+        *(("comparison", note) for note in report.get("comparison_notes", [])),
+        *((f"training {k}", report[f"train_{k}"]) for k in ("seconds", "mb_per_s") if f"train_{k}" in report),
+    ]
+    return [{"fact": fact, "value": value} for fact, value in rows]
+
+
+def comparison_table(rows: list[dict[str, Any]]) -> str:
+    """The comparison as markdown, columns in reading order (stored JSON sorts its keys)."""
+    first = ["text", "bytes", "ours_tokens", "ours_bytes_per_token"]
+    rest = sorted({k for row in rows for k in row} - set(first))
+    return markdown_table([{k: row.get(k, "") for k in first + rest} for row in rows])

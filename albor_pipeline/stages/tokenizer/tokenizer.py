@@ -33,10 +33,10 @@ from albor_pipeline.runtime.artifacts import (
     write_bytes,
     write_json,
 )
-from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.shardmap import StageIO, output_set
 from albor_pipeline.runtime.shards import iter_batches
 from albor_pipeline.spec import BpeTrainer, TokenizerSpec
+from albor_pipeline.stages.tokenizer.report import PYTHON_KEYWORDS, TIMING, TokenizerSummary
 from albor_pipeline.text.vocab import (
     BOS,
     EOS,
@@ -49,8 +49,6 @@ from albor_pipeline.text.vocab import (
     plain_tokenizer,
     token_to_bytes,
 )
-
-PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
 
 
 class TokenizerError(ValueError):
@@ -304,29 +302,6 @@ def compare(tok: Tokenizer, val_path: Path, baselines: tuple[Path, ...], gpt2_ra
     return {"comparison": rows, "comparison_notes": notes}
 
 
-def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The report as (fact, value) rows: one table for the asset page and PROVENANCE.md."""
-    rows = [
-        ("vocab size (with FIM and chat tokens)", report["vocab_size"]),
-        ("merges", report["merges"]),
-        ("special ids", ", ".join(f"`{k}`={v}" for k, v in report["special_ids"].items())),
-        ("val round-trip", f"{report['roundtrip_ok']}/{report['val_documents']}"),
-        ("keywords single-token", f"{report['keywords_single_token']}/{len(PYTHON_KEYWORDS)}"),
-        ("bytes/token (val)", report["bytes_per_token"]),
-        ("train documents", report["train_documents"]),
-        *(("comparison", note) for note in report.get("comparison_notes", [])),
-        *((f"training {k}", report[f"train_{k}"]) for k in ("seconds", "mb_per_s") if f"train_{k}" in report),
-    ]
-    return [{"fact": fact, "value": value} for fact, value in rows]
-
-
-def comparison_table(rows: list[dict[str, Any]]) -> str:
-    """The comparison as markdown, columns in reading order (stored JSON sorts its keys)."""
-    first = ["text", "bytes", "ours_tokens", "ours_bytes_per_token"]
-    rest = sorted({k for row in rows for k in row} - set(first))
-    return markdown_table([{k: row.get(k, "") for k in first + rest} for row in rows])
-
-
 HF_CONFIGS = ("tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -352,7 +327,8 @@ def hf_configs(appended: tuple[str, ...], model_max_length: int) -> dict[str, di
 @dataclass
 class TokenizerResult:
     artifacts: list[Artifact]
-    report: dict[str, Any]
+    summary: TokenizerSummary  # report.json
+    timings: dict[str, float]  # train_seconds, train_mb_per_s: vary run to run, metadata only
 
 
 def build_tokenizer(
@@ -406,7 +382,8 @@ def build_tokenizer(
     report.update(evaluate(tok, iter_texts(val_path)))
     report.update(compare(tok, val_path, spec.baselines, spec.gpt2_ranks))
     # The report's timing fields vary run to run; keep them out of the hashed file.
-    stable = {k: v for k, v in report.items() if k not in ("train_seconds", "train_mb_per_s")}
+    summary = TokenizerSummary.of(report)
+    stable = summary.to_json()
     vocab_json, merges_txt = bpe_files(tok)
     with output_set(out_dir) as staging:
         with atomic_path(staging / "tokenizer.json") as tmp:
@@ -419,4 +396,5 @@ def build_tokenizer(
         for name, content in hf_configs(appended, model_max_length).items():
             write_json(staging / name, content)
     names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json", *HF_CONFIGS)
-    return TokenizerResult([record(out_dir / n, io.root) for n in names], report)
+    timings = {k: report[k] for k in TIMING}
+    return TokenizerResult([record(out_dir / n, io.root) for n in names], summary, timings)
