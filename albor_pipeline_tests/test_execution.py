@@ -18,7 +18,7 @@ from albor_pipeline.cli import main as albor
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.runtime import executor as executor_module
-from albor_pipeline.runtime.artifacts import iter_manifests, read_manifest, record
+from albor_pipeline.runtime.artifacts import Artifact, iter_manifests, read_manifest, record
 from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.executor import (
     INLINE,
@@ -230,6 +230,56 @@ def _files(root: Path, *dirs: str) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for d in dirs for p in sorted((root / d).glob("*"))}
 
 
+def _chain(src: SourceSpec, tok: Artifact, root: Path, executor_for, checks: list) -> list[list]:
+    """Every per-shard stage and the fan-out checks, each stage's tasks on `executor_for(its inputs)`."""
+    checks.clear()
+    ingested = ingest_source(src, root / "ingested/s", StageIO(root, executor_for({})), shard_mb=0.1).artifacts
+    filtered = clean_source(
+        root / "ingested/s", HygieneSpec(), root / "filtered/s", StageIO(root, executor_for({"i": ingested}))
+    ).artifacts
+    documents = build_documents(
+        [("s", shard) for shard in shard_files(root / "filtered/s")],
+        HoldoutSpec(),
+        root / "documents",
+        StageIO(root, executor_for({"f": filtered})),
+        near=NearDedupSpec(threshold=0.5),
+    )
+    split = [a for arts in documents.artifacts.values() for a in arts]
+    checks.append(documents.summary.near_duplicates)
+    checks.append(
+        check_no_near_leak(
+            {s: root / "documents" / s for s in ("train", "val", "test")},
+            5,
+            112,
+            14,
+            0.5,
+            executor_for({"d": split}),
+            root / "documents",
+        )
+    )
+    mixed = mix_documents(
+        root / "documents/train",
+        SplitMixSpec(),
+        ["s"],
+        root / "mixed/train",
+        StageIO(root, executor_for({"d": split})),
+        shard_mb=0.1,
+    ).artifacts
+    fim = apply_fim(
+        root / "mixed/train", FimSpec(), root / "fim/train", StageIO(root, executor_for({"m": mixed}))
+    ).artifacts
+    corpus = build_corpus(
+        root / "fim/train",
+        root / "tokenizer/tokenizer.json",
+        CorpusSpec(seq_len=64, shard_sequences=40),
+        root / "corpus/train",
+        StageIO(root, executor_for({"f": fim, "t": [tok]})),
+    ).artifacts
+    shards = [root / a.path for a in corpus if a.path.endswith(".parquet")]
+    checks.append(check_min_chars(shards, root / tok.path, 50, executor_for({"c": corpus, "t": [tok]})))
+    return [ingested, filtered, split, mixed, fim, corpus]
+
+
 def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_bucket(s3, far_node, pipeline, tmp_path):
     """Ingest, hygiene, documents (exact and near dedup), the mix's shuffle, FIM, the corpus
     (encoding, packing) and the checks that fan out (near leaks, min chars) on a node
@@ -255,61 +305,13 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
     tok = record(run / "tokenizer" / "tokenizer.json", run)
     Bucket(uri, Layout(run)).upload(run / tok.path, tok)  # as the tokenizer stage published it
 
-    def chain(root: Path, executor_for) -> list[list]:
-        checks.clear()
-        ingested = ingest_source(src, root / "ingested/s", StageIO(root, executor_for({})), shard_mb=0.1).artifacts
-        filtered = clean_source(
-            root / "ingested/s", HygieneSpec(), root / "filtered/s", StageIO(root, executor_for({"i": ingested}))
-        ).artifacts
-        documents = build_documents(
-            [("s", shard) for shard in shard_files(root / "filtered/s")],
-            HoldoutSpec(),
-            root / "documents",
-            StageIO(root, executor_for({"f": filtered})),
-            near=NearDedupSpec(threshold=0.5),
-        )
-        split = [a for arts in documents.artifacts.values() for a in arts]
-        checks.append(documents.summary.near_duplicates)
-        checks.append(
-            check_no_near_leak(
-                {s: root / "documents" / s for s in ("train", "val", "test")},
-                5,
-                112,
-                14,
-                0.5,
-                executor_for({"d": split}),
-                root / "documents",
-            )
-        )
-        mixed = mix_documents(
-            root / "documents/train",
-            SplitMixSpec(),
-            ["s"],
-            root / "mixed/train",
-            StageIO(root, executor_for({"d": split})),
-            shard_mb=0.1,
-        ).artifacts
-        fim = apply_fim(
-            root / "mixed/train", FimSpec(), root / "fim/train", StageIO(root, executor_for({"m": mixed}))
-        ).artifacts
-        corpus = build_corpus(
-            root / "fim/train",
-            root / "tokenizer/tokenizer.json",
-            CorpusSpec(seq_len=64, shard_sequences=40),
-            root / "corpus/train",
-            StageIO(root, executor_for({"f": fim, "t": [tok]})),
-        ).artifacts
-        shards = [root / a.path for a in corpus if a.path.endswith(".parquet")]
-        checks.append(check_min_chars(shards, root / tok.path, 50, executor_for({"c": corpus, "t": [tok]})))
-        return [ingested, filtered, split, mixed, fim, corpus]
-
     checks: list = []
-    far = chain(run, lambda inputs: RayExecutor(2, node=Node.of(run, uri, "run-1", inputs)))
+    far = _chain(src, tok, run, lambda inputs: RayExecutor(2, node=Node.of(run, uri, "run-1", inputs)), checks)
     far_checks = list(checks)
-    assert chain(local, lambda _: INLINE) == far and checks == far_checks
+    assert _chain(src, tok, local, lambda _: INLINE, checks) == far and checks == far_checks
     assert min(len(far[0]), len(far[1]), len(far[4])) > 3 and len(far[5]) > 8  # many tasks
     near, leaks, long = far_checks
-    assert near["candidate_pairs"] > 0 and leaks.passed and leaks.metadata["documents"] > 0
+    assert near.candidate_pairs > 0 and leaks.passed and leaks.metadata["documents"] > 0
     assert long.metadata["documents"] > 0
     sets = ("ingested/s", "filtered/s", *(f"documents/{s}" for s in ("train", "val", "test")), "mixed/train")
     sets += ("fim/train", "corpus/train")

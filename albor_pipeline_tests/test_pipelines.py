@@ -58,6 +58,7 @@ def keys(d: dg.Definitions) -> set[str]:
     return {k.to_user_string() for k in d.resolve_asset_graph().get_all_asset_keys()}
 
 
+@pytest.mark.graph  # two whole graphs materialize
 def test_two_pipelines_side_by_side(deployment: Path) -> None:
     tmp = deployment.parent
     both = load_pipelines(deployment)

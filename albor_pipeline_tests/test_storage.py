@@ -94,6 +94,24 @@ def _bucket_files(client, bucket: str, prefix: str) -> dict[str, bytes]:
     return {k[len(prefix) :]: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
 
 
+def _gc_collects_only_what_no_manifest_names(s3, uri: str, stored: dict, local: Path, capsys) -> None:
+    """Objects no manifest names (an older version, a dead run's upload) go with `albor gc`,
+    once older than its cutoff; everything a manifest names stays."""
+    orphan = f"team/run/objects/ff/{'f' * 64}"
+    s3.put_object(Bucket="albor-data", Key=orphan, Body=b"an older shard")
+    capsys.readouterr()
+    assert albor(["gc", "--data-dir", uri]) == 0
+    out = capsys.readouterr().out
+    assert "deleted 0 object(s)" in out and "kept 1 written in the last 24 h" in out
+    with bucket_lock(uri, "a run on host-x"):  # never under a running run
+        assert albor(["gc", "--data-dir", uri, "--older-than-hours", "0"]) == 1
+    assert "in use by a run on host-x; collect when it is done; nothing deleted" in capsys.readouterr().err
+    assert albor(["gc", "--data-dir", uri, "--older-than-hours", "0"]) == 0
+    assert "deleted 1 object(s) no manifest names (0.0 MB); kept 0" in capsys.readouterr().out
+    assert _bucket_files(s3, "albor-data", "team/run/") == stored
+    assert albor(["gc", "--data-dir", str(local)]) == 0  # a local data dir: nothing to collect
+
+
 @pytest.mark.graph
 def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, reference, tmp_path, make_spec, monkeypatch, capsys):
     """Every stage commits to the bucket: its outputs as objects named by their SHA-256, then
@@ -148,21 +166,7 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, reference, tmp_path, ma
         bucket.publish(manifest.model_copy(update={"outputs": [*manifest.outputs, gone]}))
     assert _bucket_files(s3, "albor-data", "team/run/") == stored
 
-    # Objects no manifest names (an older version, a dead run's upload) go with `albor gc`,
-    # once older than its cutoff; everything a manifest names stays.
-    orphan = f"team/run/objects/ff/{'f' * 64}"
-    s3.put_object(Bucket="albor-data", Key=orphan, Body=b"an older shard")
-    capsys.readouterr()
-    assert albor(["gc", "--data-dir", uri]) == 0
-    out = capsys.readouterr().out
-    assert "deleted 0 object(s)" in out and "kept 1 written in the last 24 h" in out
-    with bucket_lock(uri, "a run on host-x"):  # never under a running run
-        assert albor(["gc", "--data-dir", uri, "--older-than-hours", "0"]) == 1
-    assert "in use by a run on host-x; collect when it is done; nothing deleted" in capsys.readouterr().err
-    assert albor(["gc", "--data-dir", uri, "--older-than-hours", "0"]) == 0
-    assert "deleted 1 object(s) no manifest names (0.0 MB); kept 0" in capsys.readouterr().out
-    assert _bucket_files(s3, "albor-data", "team/run/") == stored
-    assert albor(["gc", "--data-dir", str(reference.out)]) == 0  # a local data dir: nothing to collect
+    _gc_collects_only_what_no_manifest_names(s3, uri, stored, reference.out, capsys)
 
     # An object changed behind the pipeline's back: verify names it, a stage refuses it.
     fim = read_manifest(local, "fim/train").outputs[0]
