@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,10 +41,11 @@ from albor_pipeline.stages.ingest.tasks import generate, read_words
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
-from albor_pipeline.text.secrets import redact_path, redacted
+from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted
 
 BATCH_BYTES = 32 << 20
 READ_CHUNK = 256  # code files read ahead at most
+REDACT_ROWS, REDACT_CHARS = 1024, 16 << 20  # documents redacted together (one RE2 pass), at most
 
 
 @dataclass
@@ -219,23 +220,10 @@ def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str]]) -> _
     task, files = item
     src = job.src
     counts = Counts()
-    skipped = counts.skipped
-    structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
     text_bytes = pending = 0
     with ShardWriter(io.directory, task, DOC_SCHEMA, job.max_bytes) as writer:
-        for rel, text in iter_documents(src, files, counts):
-            n = len(text)
-            if n < src.min_chars and not structured:
-                skipped["too_short"] += 1
-                continue
-            if n > src.max_chars and not structured:
-                skipped["too_long"] += 1
-                continue
-            redacted_text = _without_secrets(src, rel, text, counts)
-            if redacted_text is None:
-                continue
-            rel, text = redacted_text
+        for rel, text in _screened(src, iter_documents(src, files, counts), counts):
             encoded = text.encode("utf-8")
             text_bytes += len(encoded)
             pending += len(encoded)
@@ -252,14 +240,50 @@ def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str]]) -> _
     return _Part(writer.shards, counts, text_bytes)
 
 
-def _without_secrets(src: SourceSpec, rel: str, text: str, counts: Counts) -> tuple[str, str] | None:
+def _screened(src: SourceSpec, documents: Iterable[tuple[str, str]], counts: Counts) -> Iterator[tuple[str, str]]:
+    """`documents` in order, less those outside the source's length bounds, with their secrets
+    redacted (`_without_secrets`) a batch at a time."""
+    structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
+    batch: list[tuple[str, str]] = []
+    held = 0
+    for rel, text in documents:
+        n = len(text)
+        if not structured and (n < src.min_chars or n > src.max_chars):
+            counts.skipped["too_short" if n < src.min_chars else "too_long"] += 1
+            continue
+        batch.append((rel, text))
+        held += n
+        if len(batch) >= REDACT_ROWS or held >= REDACT_CHARS:
+            yield from _redacted_batch(src, batch, counts)
+            batch, held = [], 0
+    yield from _redacted_batch(src, batch, counts)
+
+
+def _redacted_batch(src: SourceSpec, batch: list[tuple[str, str]], counts: Counts) -> Iterator[tuple[str, str]]:
+    """`_without_secrets` of each document of `batch`: one RE2 pass finds the batch's candidate
+    lines (`candidate_lines`) and the detectors run on those alone (a conversation is
+    redacted message by message)."""
+    scan = src.hygiene.redact in (RedactMode.redact, RedactMode.drop) and src.kind in SECRET_KINDS
+    if scan and batch and src.kind is not SourceKind.chat:
+        lines: list[Lines | None] = list(candidate_lines(pa.array([t for _, t in batch], pa.large_string()), pii=False))
+    else:
+        lines = [None] * len(batch)
+    for (rel, text), where in zip(batch, lines):
+        if (kept := _without_secrets(src, rel, text, counts, where)) is not None:
+            yield kept
+
+
+def _without_secrets(
+    src: SourceSpec, rel: str, text: str, counts: Counts, lines: Lines | None
+) -> tuple[str, str] | None:
     """(file, text) with every secret in the text replaced by `<KEY>` (and secrets and PII in the
     file name), or None to drop the document (hygiene mode `drop`): a secret never reaches the
-    data dir, `ingested/` included. Under `report` and `off` both are kept as they are."""
+    data dir, `ingested/` included. Under `report` and `off` both are kept as they are.
+    `lines`: where to look (`candidate_lines` of its batch)."""
     mode = src.hygiene.redact
     if mode not in (RedactMode.redact, RedactMode.drop) or src.kind not in SECRET_KINDS:
         return rel, text
-    text, found = redacted(text, conversation=src.kind is SourceKind.chat, pii=False)
+    text, found = redacted(text, conversation=src.kind is SourceKind.chat, pii=False, lines=lines)
     rel = redact_path(rel)  # a name holding an address or a token is recorded redacted, as every path
     if found:
         counts.secrets.update(found)
