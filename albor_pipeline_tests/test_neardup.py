@@ -84,6 +84,51 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     assert (pooled.passed, pooled.metadata) == (leak.passed, leak.metadata)
 
 
+def test_the_leak_check_reuses_the_stages_signatures_and_catches_a_wrong_file(tmp_path):
+    """With near dedup the stage keeps each split shard's signatures (a row per document, in
+    order): the check loads them instead of recomputing, gives the recomputed verdict, and
+    fails when a stored file does not belong to its shard's documents."""
+    import pyarrow.parquet as pq
+
+    from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
+    from albor_pipeline.stages.dedup.checks import check_no_near_leak
+    from albor_pipeline.stages.dedup.documents import SIGNATURES, build_documents, signature_file
+    from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
+
+    from .support import write_docs
+
+    originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    copies = [t + "\n# vendored copy\n" for t in originals[:4]]
+    inputs = [("a", write_docs(tmp_path / "a.parquet", originals)), ("b", write_docs(tmp_path / "b.parquet", copies))]
+    holdout = HoldoutSpec(val_fraction=0.3, test_fraction=0.2)
+    near = NearDedupSpec(remove=False)
+    result = build_documents(inputs, holdout, tmp_path / "d", StageIO(tmp_path), near=near)
+    signer = Signer(near.ngram, near.num_perm)
+    stored_files = []
+    for split in ("train", "val", "test"):
+        for shard in sorted((tmp_path / "d" / split).glob("*.parquet")):
+            sigs = np.load(tmp_path / "d" / signature_file(f"{split}/{shard.name}"))
+            texts = pq.read_table(shard).column("text").to_pylist()
+            assert [signer.signature(word_hashes(t)).tolist() for t in texts] == sigs.tolist()
+            stored_files.append(tmp_path / "d" / signature_file(f"{split}/{shard.name}"))
+    assert len(result.artifacts[SIGNATURES]) == len(stored_files) == 6  # two inputs, three splits
+
+    paths = {s: tmp_path / "d" / s for s in ("train", "val", "test")}
+
+    def stored(shard):
+        return shard.parent.parent / signature_file(f"{shard.parent.name}/{shard.name}")
+
+    fresh = check_no_near_leak(paths, 5, 112, 14, 0.8)
+    reused = check_no_near_leak(paths, 5, 112, 14, 0.8, stored=stored)
+    assert fresh.passed and reused.passed and reused.metadata["stored_signatures"] == 6
+    same = ("crossing", "candidates", "documents", "signature_mismatches")
+    assert [reused.metadata[k] for k in same] == [fresh.metadata[k] for k in same]
+    train = stored_files[0]
+    np.save(train, np.load(train)[::-1])  # the right signatures, the wrong rows
+    wrong = check_no_near_leak(paths, 5, 112, 14, 0.8, stored=stored)
+    assert not wrong.passed and wrong.metadata["signature_mismatches"] == 1, wrong.description
+
+
 def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
     """Regression (found by the scale bench): near-copies in one LSH bucket with a far first
     member, in a small and in a big bucket. Pairing only with the first (or all pairs only up

@@ -28,7 +28,7 @@ from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, DecontaminateSpec, NearDedupSpec, PipelineSpec
 from albor_pipeline.stages.dedup.checks import check_no_contamination, check_no_leak, check_no_near_leak
 from albor_pipeline.stages.dedup.decontam import Decontaminator
-from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.dedup.documents import build_documents, signature_file
 from albor_pipeline.stages.dedup.report import Redaction
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.hygiene.report import HygieneSummary
@@ -92,7 +92,7 @@ def dedup_and_split(
     facts = summary.to_json()
     near_found, decon_found = summary.near_duplicates, summary.decontaminated
     return StageOutput(
-        artifacts=[shard for s in SPLITS for shard in result.artifacts[s]],
+        artifacts=[shard for shards in result.artifacts.values() for shard in shards],
         config={
             **settings.model_dump(mode="json"),
             **({"near_dedup": near.model_dump(mode="json")} if near else {}),
@@ -121,8 +121,15 @@ def _no_train_leak(stage: str, ctx: CheckContext) -> CheckOutcome:
 def _no_near_leak(ctx: CheckContext) -> CheckOutcome:
     near = NearDedupSpec.model_validate(ctx.manifest.config["near_dedup"])
     paths = {s: ctx.layout.documents(s) for s in SPLITS}
+    recorded = {ctx.layout.root / a.path for a in ctx.manifest.outputs}
+
+    def stored(shard: Path) -> Path | None:
+        """The stage's signatures of `shard`, when it recorded them."""
+        path = shard.parent.parent / signature_file(f"{shard.parent.name}/{shard.name}")
+        return path if path in recorded else None
+
     return check_no_near_leak(
-        paths, near.ngram, near.num_perm, near.bands, near.threshold, ctx.executor, ctx.layout.root
+        paths, near.ngram, near.num_perm, near.bands, near.threshold, ctx.executor, ctx.layout.root, stored
     )
 
 

@@ -136,7 +136,7 @@ def map_shards(
     done: list[R] = []
     with staged_dir(out) as staging:
         for subset in subsets:
-            (staging / subset).mkdir()
+            (staging / subset).mkdir(parents=True)
         task = _Task(step, job, TaskIO(str(staging), IN_PLACE), tuple(subsets))
         for result in _run(task, items, executor, inline_below, spools, progress, log):
             for shard in result.shards:

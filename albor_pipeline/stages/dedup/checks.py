@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -41,17 +42,31 @@ def check_no_leak(train: Path, *held_out: Path) -> CheckOutcome:
     )
 
 
+SAMPLED = 8  # documents per shard whose stored signatures the check recomputes
+
+
 def _signatures(
-    job: tuple[Signer, LshJob], io: TaskIO, item: tuple[int, int, Path]
-) -> tuple[np.ndarray, list[Spooled | None]]:
-    """Shard `item` = (task, its first document, path): its documents' MinHash signatures
-    spooled for LSH, a per-shard task; returns the partition offsets and spool files."""
+    job: tuple[Signer, LshJob], io: TaskIO, item: tuple[int, int, Path, Path | None]
+) -> tuple[np.ndarray, list[Spooled | None], int]:
+    """Shard `item` = (task, its first document, path, its stored signatures or None): its
+    documents' MinHash signatures spooled for LSH, a per-shard task; returns the partition
+    offsets, the spool files and how many of `SAMPLED` recomputed signatures disagree with
+    the stored ones (the stored file's rows must be the shard's documents)."""
     (signer, lsh), node = job, io.node
-    task, first, path = item
-    batches = iter_batches(io.local(path), ["text"])
-    sigs = [signer.signature(word_hashes(t)) for b in batches for t in b.column(0).to_pylist()]
-    stacked = np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64)
-    return lsh.spool_signatures(task, first, stacked, node)
+    task, first, path, stored = item
+    texts = [t for b in iter_batches(io.local(path), ["text"]) for t in b.column(0).to_pylist()]
+    if stored is None:
+        sigs = [signer.signature(word_hashes(t)) for t in texts]
+        stacked = np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64)
+        wrong = 0
+    else:
+        stacked = np.load(io.local(stored))
+        sample: list[int] = np.unique(np.linspace(0, len(texts) - 1, SAMPLED).astype(int)).tolist() if texts else []
+        wrong = int(
+            len(stacked) != len(texts)
+            or any(not np.array_equal(signer.signature(word_hashes(texts[k])), stacked[k]) for k in sample)
+        )
+    return (*lsh.spool_signatures(task, first, stacked, node), wrong)
 
 
 def check_no_near_leak(
@@ -62,11 +77,13 @@ def check_no_near_leak(
     threshold: float,
     executor: Executor = INLINE,
     spool_dir: Path | None = None,
+    stored: Callable[[Path], Path | None] = lambda _: None,
 ) -> CheckOutcome:
     """No document of one split (a Parquet file or shard set) is a near-duplicate (verified
-    Jaccard >= threshold on LSH candidates) of a document of another split. Signatures, LSH
-    buckets and the candidates' verification run a shard (or a partition, or a run of pairs)
-    per task on `executor`, spooling to `spool_dir`; clusters in this process."""
+    Jaccard >= threshold on LSH candidates) of a document of another split. Signatures (the
+    stage's, where `stored(shard)` names them: a sample recomputed), LSH buckets and the
+    cross-split candidates' verification run a shard (or a partition, or a run of pairs) per
+    task on `executor`, spooling to `spool_dir`; clusters in this process."""
     index = NearDupIndex(ngram, num_perm, bands, threshold)
     shards = [(split, file) for split, path in paths.items() for file in parquet_files(path)]
     rows = [pq.ParquetFile(f).metadata.num_rows for _, f in shards]
@@ -79,18 +96,28 @@ def check_no_near_leak(
 
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
         lsh = index.lsh(spool, int(firsts[-1]))
-        items = [(k, int(firsts[k]), f) for k, (_, f) in enumerate(shards)]
+        items = [(k, int(firsts[k]), f, stored(f)) for k, (_, f) in enumerate(shards)]
         signed = map_tasks(_signatures, (index.signer, lsh), items, Path(spool), executor)
-        stacked = np.stack([o for o, _ in signed]) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
-        index.find_candidates(lsh, stacked, firsts, executor, [s for _, sent in signed for s in sent])
-    index.verify_shards([str(f) for _, f in shards], locate, spool_dir, executor)
-    pairs = np.array([(a, b) for a, b, _ in index.verified], dtype=np.int64).reshape(-1, 2)
+        stacked = np.stack([o for o, _, _ in signed]) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
+        index.find_candidates(lsh, stacked, firsts, executor, [s for _, sent, _ in signed for s in sent])
+    candidates = len(index.pairs)
+    pairs = np.array(index.pairs, dtype=np.int64).reshape(-1, 2)
     sides = shard_split[locate(pairs.ravel())[:, 0]].reshape(-1, 2)
-    crossing = [v for v, (x, y) in zip(index.verified, sides) if x != y]
+    index.pairs = [p for p, (x, y) in zip(index.pairs, sides) if x != y]  # within a split is no leak
+    index.verify_shards([str(f) for _, f in shards], locate, spool_dir, executor)
+    wrong = sum(w for _, _, w in signed)
     return CheckOutcome(
-        not crossing,
-        f"{len(crossing)} near-duplicate pairs across splits (of {len(index.pairs)} LSH candidates)",
-        {"crossing": len(crossing), "candidates": len(index.pairs), "documents": int(firsts[-1])},
+        not index.verified and not wrong,
+        f"{len(index.verified)} near-duplicate pairs across splits (of {candidates} LSH candidates, "
+        f"{len(index.pairs)} across splits)"
+        + (f"; {wrong} shard(s) whose stored signatures disagree with their documents" if wrong else ""),
+        {
+            "crossing": len(index.verified),
+            "candidates": candidates,
+            "documents": int(firsts[-1]),
+            "stored_signatures": sum(1 for it in items if it[3] is not None),
+            "signature_mismatches": wrong,
+        },
     )
 
 

@@ -27,7 +27,7 @@ from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.lsh import LshJob
-from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
+from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer, word_hashes
 from albor_pipeline.stages.dedup.neardup import NearDupIndex
 from albor_pipeline.stages.dedup.report import BenchmarkFacts, Decontaminated, DocumentsSummary, NearDuplicates
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
@@ -47,7 +47,7 @@ def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:
 
 @dataclass
 class DocumentsResult:
-    artifacts: dict[str, list[Artifact]]  # split -> its shard set, a shard per input shard
+    artifacts: dict[str, list[Artifact]]  # split -> its shard set, a shard per input shard; SIGNATURES -> theirs
     summary: DocumentsSummary
 
 
@@ -118,19 +118,8 @@ def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
     return f"{inputs[i][0]}:{redact_path(pq.read_table(inputs[i][1], columns=['file']).column(0)[row].as_py())}"
 
 
-def _scan(
-    inputs: list[tuple[str, Path]],
-    codes: list[np.ndarray],
-    near: NearDedupSpec | None,
-    decon: Decontaminator | None,
-    spool_dir: Path,
-    progress: Progress | None,
-    executor: Executor,
-) -> tuple[NearDuplicates | None, Decontaminated | None]:
-    """One pass over the exact-unique documents (words hashed once) for near-dup signatures
-    and benchmark n-grams, a task per row group on `executor`; then near-dup clusters, then
-    decontamination, updating the split `codes`. Returns the near-dup and decontamination
-    reports."""
+def _scan_items(inputs: list[tuple[str, Path]], codes: list[np.ndarray]) -> list[_ScanItem]:
+    """A scan task per row group holding exact-unique documents, numbering them in order."""
     items: list[_ScanItem] = []
     docs = 0
     for i, (_, path) in enumerate(inputs):
@@ -143,26 +132,52 @@ def _scan(
                 items.append(_ScanItem(len(items), docs, i, group, start, rows))
                 docs += len(rows)
             start = end
+    return items
+
+
+@dataclass(frozen=True)
+class _Scanned:
+    """What the scan found, and where its signatures are spooled (for the split writers)."""
+
+    near: NearDuplicates | None
+    decontaminated: Decontaminated | None
+    items: list[_ScanItem]
+    spooled: list[Spooled | None]
+
+
+def _scan(
+    inputs: list[tuple[str, Path]],
+    codes: list[np.ndarray],
+    near: NearDedupSpec | None,
+    decon: Decontaminator | None,
+    spool: Path,
+    progress: Progress | None,
+    executor: Executor,
+) -> _Scanned:
+    """One pass over the exact-unique documents (words hashed once) for near-dup signatures
+    (spooled to `spool`) and benchmark n-grams, a task per row group on `executor`; then
+    near-dup clusters, then decontamination, updating the split `codes`."""
+    items = _scan_items(inputs, codes)
+    docs = items[-1].first + len(items[-1].rows) if items else 0
     firsts = np.array([it.first for it in items] + [docs], dtype=np.int64)
     where = _Locator(items, firsts)
     index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
     hits: dict[int, list[str]] = {}
-    with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
-        lsh = index.lsh(spool, docs) if index else None
-        job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, lsh, decon)
-        offsets, spooled = [], []
-        scanned = map_tasks(_scan_group, job, items, Path(spool), executor, inline_below=SCAN_MIN_GROUPS)
-        for item, (parts, found, sent) in zip(items, scanned):
-            if parts is not None:
-                offsets.append(parts)
-            spooled += sent
-            hits.update({item.first + k: names for k, names in found.items()})
-        if index and lsh:
-            stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
-            index.find_candidates(lsh, stacked, firsts, executor, spooled)
+    lsh = index.lsh(spool, docs) if index else None
+    job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, lsh, decon)
+    offsets, spooled = [], []
+    scanned = map_tasks(_scan_group, job, items, spool, executor, inline_below=SCAN_MIN_GROUPS)
+    for item, (parts, found, sent) in zip(items, scanned):
+        if parts is not None:
+            offsets.append(parts)
+        spooled += sent
+        hits.update({item.first + k: names for k, names in found.items()})
+    if index and lsh:
+        stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
+        index.find_candidates(lsh, stacked, firsts, executor, spooled)
     near_report = None
     if index and near:
-        near_report = _near_dedup(index, inputs, codes, where, near, spool_dir, progress, executor)
+        near_report = _near_dedup(index, inputs, codes, where, near, spool.parent, progress, executor)
     decon_report = None
     if decon:
         dropped: Counter[str] = Counter()
@@ -183,10 +198,11 @@ def _scan(
             dropped=dict(sorted(dropped.items())),
             examples=examples,
         )
-    return near_report, decon_report
+    return _Scanned(near_report, decon_report, items, spooled)
 
 
 SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
+SIGNATURES = "minhash"  # the set's subdirectory of signature files, with near dedup (`signature_file`)
 DROPPED = np.uint8(255)  # a document's split code once dedup or decontamination drops it
 _KEY_RECORD = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("doc", "<i8")])
 
@@ -266,16 +282,50 @@ def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, execut
 
 @dataclass(frozen=True)
 class _SplitShards:
-    """Input shard i's documents as shard i of each split's set, in SPLITS order."""
+    """Input shard i's documents as shard i of each split's set, in SPLITS order, then (with
+    near dedup) their MinHash signatures, a file per split shard."""
 
-    shards: tuple[Shard, ...]  # named `<split>/part-….parquet`
+    shards: tuple[Shard, ...]  # named `<split>/part-….parquet`, then `minhash/<split>/part-….npy`
 
 
-def _write_splits(job: None, io: TaskIO, item: tuple[int, str, np.ndarray]) -> _SplitShards:
-    """Input shard `item` = (index, path, its documents' split codes) written as shard `index`
-    of each split's set (possibly empty, so every split has a shard per input shard): a pure
-    function of the shard and its codes, so it runs on any executor, on any node."""
-    i, path, codes = item
+@dataclass(frozen=True)
+class _SignatureJob:
+    """Where the scan spooled its signatures, and their width."""
+
+    spool: str
+    num_perm: int
+
+
+SigParts = tuple[tuple[int, int, np.ndarray], ...]  # (scan task, its group's first row, its rows) of an input
+
+
+def signature_file(split_shard: str) -> str:
+    """`minhash/<split>/part-….npy`: the signatures of the split shard `<split>/part-….parquet`,
+    a row each in its order, kept so the near-leak check need not recompute them."""
+    return f"{SIGNATURES}/{Path(split_shard).with_suffix('.npy').as_posix()}"
+
+
+def _write_signatures(job: _SignatureJob, io: TaskIO, i: int, codes: np.ndarray, parts: SigParts) -> list[Shard]:
+    """Input shard `i`'s scanned signatures, from the scan's spool files, as one file per split
+    shard, rows in the shard's order (every written document was scanned: exact duplicates,
+    near duplicates and contaminated documents are the ones not written)."""
+    sigs = np.full((len(codes), job.num_perm), MAX_HASH, np.uint64)
+    for task, group_row, rows in parts:
+        sigs[group_row + rows] = np.load(io.local(hashpart.spool_file(job.spool, "sigs", task)))
+    out = []
+    for split in SPLITS:
+        path = io.directory / signature_file(f"{split}/{shard_name(i)}")
+        np.save(path, sigs[codes == SPLIT_CODES[split]])
+        out.append(Shard.of(path, int((codes == SPLIT_CODES[split]).sum()), io.directory))
+    return out
+
+
+def _write_splits(job: _SignatureJob | None, io: TaskIO, item: tuple[int, str, np.ndarray, SigParts]) -> _SplitShards:
+    """Input shard `item` = (index, path, its documents' split codes, where its signatures
+    are) written as shard `index` of each split's set (possibly empty, so every split has a
+    shard per input shard): a pure function of the shard and its codes, so it runs on any
+    executor, on any node."""
+    i, path, codes, parts = item
     with ExitStack() as stack:
         sinks = [stack.enter_context(ParquetSink(io.directory / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS]
         start = 0
@@ -284,7 +334,9 @@ def _write_splits(job: None, io: TaskIO, item: tuple[int, str, np.ndarray]) -> _
             start += batch.num_rows
             for split, sink in zip(SPLITS, sinks):
                 sink.write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
-    return _SplitShards(tuple(Shard.of(sink.path, sink.rows, io.directory) for sink in sinks))
+    written = [Shard.of(sink.path, sink.rows, io.directory) for sink in sinks]
+    signatures = _write_signatures(job, io, i, codes, parts) if job is not None else []
+    return _SplitShards((*written, *signatures))
 
 
 def _near_dedup(
@@ -348,23 +400,29 @@ def build_documents(
     duplicates = Counter(f"{a} <- {b}" for a, b in zip(kept_by, dropped_from))
     codes = exact.codes
     near = near if near is not None and near.enabled else None
-    near_found, decon_found = (
-        _scan(inputs, codes, near, decon, out_dir.parent, progress, executor) if near or decon else (None, None)
-    )
+    with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
+        scanned = _scan(inputs, codes, near, decon, Path(spool), progress, executor) if near or decon else None
+        job = _SignatureJob(spool, near.num_perm) if near and scanned else None
+        parts: list[list[tuple[int, int, np.ndarray]]] = [[] for _ in inputs]
+        for it in scanned.items if job and scanned else []:
+            parts[it.input].append((it.task, it.group_row, it.rows))
+        items = [(i, str(path), codes[i], tuple(parts[i])) for i, (_, path) in enumerate(inputs)]
+        subsets = [*SPLITS, *([f"{SIGNATURES}/{s}" for s in SPLITS] if job else [])]
+        spooled = scanned.spooled if scanned else []
+        written = map_shards(_write_splits, job, items, out_dir, executor, spools=spooled, subsets=subsets)
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
-    shards: dict[str, list[Artifact]] = {s: [] for s in SPLITS}
-    items = [(i, str(path), codes[i]) for i, (_, path) in enumerate(inputs)]
-    written = map_shards(_write_splits, None, items, out_dir, executor, subsets=SPLITS)
-    for (name, _), parts in zip(inputs, written):
-        for split, shard in zip(SPLITS, parts.shards):
+    shards: dict[str, list[Artifact]] = {s: [] for s in [*SPLITS, SIGNATURES]}
+    for (name, _), split_shards in zip(inputs, written):
+        for split, shard in zip(SPLITS, split_shards.shards):
             shards[split].append(shard.artifact(out_dir, io.root))
             rows[split][name] += shard.rows
+        shards[SIGNATURES] += [shard.artifact(out_dir, io.root) for shard in split_shards.shards[len(SPLITS) :]]
     if progress:
         progress(f"documents: {len(inputs)} input shard(s) split")
     summary = DocumentsSummary(
         rows={s: dict(rows[s]) for s in SPLITS},
         duplicates=dict(sorted(duplicates.items())),
-        near_duplicates=near_found,
-        decontaminated=decon_found,
+        near_duplicates=scanned.near if scanned else None,
+        decontaminated=scanned.decontaminated if scanned else None,
     )
     return DocumentsResult(shards, summary)
