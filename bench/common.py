@@ -33,9 +33,12 @@ def median_record(records: list[dict[str, Any]]) -> dict[str, Any]:
     for k, v in records[0].items():
         if isinstance(v, dict):
             med = median_record([r[k] for r in records if k in r])
-            out[k] = dict(sorted(med.items(), key=lambda kv: -kv[1]))
-        else:
+            numeric = all(isinstance(x, int | float) for x in med.values())
+            out[k] = dict(sorted(med.items(), key=lambda kv: -kv[1])) if numeric else med
+        elif isinstance(v, int | float):
             out[k] = round(statistics.median(r[k] for r in records), 2)
+        else:  # a name (the peak process's command line): the first run's
+            out[k] = v
     return out
 
 

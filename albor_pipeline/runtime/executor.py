@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from albor_pipeline.runtime.artifacts import NO_ROOM
+from albor_pipeline.runtime.memory import release_memory
 from albor_pipeline.runtime.nodes import Node
 from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.runtime.watchdog import in_flight
@@ -120,15 +121,25 @@ class LocalExecutor:
             yield from InlineExecutor(self.progress).map(fn, items)
             return
         pool = self.pool or WorkerPool(self.workers)
+        submit = lambda timed, item: pool.get().submit(_in_worker, timed, item)  # noqa: E731
         try:
             yield from _windowed(
-                self.name, pool.get().submit, lambda fut: fut.result(), fn, items, 2 * self.workers, self.progress
+                self.name, submit, lambda fut: fut.result(), fn, items, 2 * self.workers, self.progress
             )
         except BaseException:  # a failed or timed-out stage: a worker may be hung, so end them all
             pool.kill()
             raise
         if self.pool is None:
             pool.close()
+
+
+def _in_worker(timed: _Timed[T, R], item: T) -> tuple[float, R]:
+    """A task in a pool worker, which then hands the memory its task freed back to the system
+    (`runtime/memory.py`): workers live as long as the run."""
+    try:
+        return timed(item)
+    finally:
+        release_memory()
 
 
 def _exit_with(parent: int, every: float = 1.0) -> None:

@@ -21,6 +21,7 @@ from albor_pipeline.runtime.artifacts import (
 )
 from albor_pipeline.runtime.commit import Journal, journaled, recover_journal
 from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.memory import release_memory
 from albor_pipeline.runtime.report import Report
 
 Progress = Callable[[str], None]
@@ -95,6 +96,8 @@ def run_stage(
         if isinstance(err, OSError) and not isinstance(err, StageIOError):
             raise _stage_io_error(stage, err) from err
         raise
+    finally:
+        release_memory()  # what the stage freed, back to the system before the next one
     journal.finish()
     return manifest, out
 

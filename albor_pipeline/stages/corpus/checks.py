@@ -45,7 +45,7 @@ def check_sequences(paths: list[Path], seq_len: int, vocab_size: int, executor: 
     )
 
 
-CHECK_BATCH = 1024  # sequences a corpus check holds at once
+CHECK_BATCH = 256  # sequences a corpus check holds at once (~0.5M ids at seq_len 2048)
 
 
 def _packed_batches(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:

@@ -10,6 +10,7 @@ every row group it is given.
 
 from __future__ import annotations
 
+import copy
 from array import array
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -100,6 +101,10 @@ class RowGroupEncoder:
             raise ValueError(f"tokenizer has no id for {missing}")
         self.ids: dict[str, int] = {t: i for t, i in ids.items() if i is not None}
 
+    def with_min_chars(self, min_chars: int) -> RowGroupEncoder:
+        self.min_chars = min_chars
+        return self
+
     @classmethod
     def load(cls, tokenizer_path: str, encoder_name: str, bos: bool, min_chars: int) -> RowGroupEncoder:
         """A single-threaded encoder of `encoder_name`, as a worker process builds it."""
@@ -154,9 +159,15 @@ def spool_tokens(spool: str | Path, task: int) -> Path:
     return Path(spool) / f"tokens-{task:06d}.bin"
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=1)  # a worker lives as long as the run: one encoder (~60 MB and its cache) at a time
+def _worker_encoder(tokenizer_path: str, encoder: str, bos: bool) -> RowGroupEncoder:
+    return RowGroupEncoder.load(tokenizer_path, encoder, bos, 0)
+
+
 def _row_group_encoder(tokenizer_path: str, encoder: str, bos: bool, min_chars: int) -> RowGroupEncoder:
-    return RowGroupEncoder.load(tokenizer_path, encoder, bos, min_chars)
+    """This worker's encoder of the tokenizer, with the build's `min_chars` (the corpus and its
+    long subset share one)."""
+    return copy.copy(_worker_encoder(tokenizer_path, encoder, bos)).with_min_chars(min_chars)
 
 
 def encode_row_group(job: EncodeJob, io: TaskIO, item: SpoolItem) -> GroupTokens:
