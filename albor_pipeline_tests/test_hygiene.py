@@ -160,3 +160,18 @@ def test_hygiene_output_is_independent_of_worker_processes(tmp_path):
         and one.summary.examples == two.summary.examples
     )
     assert one.summary.findings.get("E-mail", 0) > 0  # the email package's authors
+
+
+def test_a_batch_is_measured_as_each_text_alone():
+    """The filters' batch measures (RE2 over the column, a byte table, "\\n" lines) equal `re`
+    and `splitlines` on each text: real files (non-ASCII ones among them) and
+    the edges where the engines or the line rules differ."""
+    import pyarrow as pa
+
+    from albor_pipeline.stages.hygiene.filters import measure, measure_batch
+
+    texts = [p.read_text(encoding="utf-8") for p in sorted(STDLIB.glob("*.py"))]
+    assert any(not t.isascii() for t in texts)
+    edges = ["", "\n", "a\n", "a\n\nb\n", "x\r\ny", "é 0x1F ٣٤\n" * 3, "\x0c\nz", "a" * 50 + "\n", "1 2 3", "Ⅻ_x"]
+    for batch in (texts, edges, [*edges, *texts[:40]]):
+        assert measure_batch(pa.array(batch), batch) == [measure(t) for t in batch]

@@ -59,6 +59,7 @@ from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
 from albor_pipeline.text.chat import conversation_json
+from albor_pipeline.text.lines import ColumnLines
 
 EMAIL, IP_ADDRESS, KEY = "<EMAIL>", "<IP_ADDRESS>", "<KEY>"
 PLACEHOLDERS = (EMAIL, IP_ADDRESS, KEY)
@@ -283,23 +284,17 @@ def _lines_at(text: str, starts: Iterable[tuple[int, int]]) -> Iterator[tuple[in
 def candidate_lines(texts: pa.Array | pa.ChunkedArray, secrets: bool = True, pii: bool = True) -> list[Lines]:
     """`Lines` of every text of a column: one pass of Arrow's RE2 over all their lines (the
     patterns are ASCII, so RE2's ASCII classes find what `re` finds)."""
-    lines = pc.split_pattern(texts, "\n")
-    flat = pc.list_flatten(lines)
-    owner = pc.list_parent_indices(lines).to_numpy()
-    # Where each line starts in its text (in characters, as Python indexes a str).
-    width = pc.utf8_length(flat).to_numpy().astype(np.int64) + 1
-    begins = np.cumsum(width) - width
-    cut = np.searchsorted(owner, np.arange(len(texts) + 1))  # every text has a line ("" is one)
-    starts = begins - begins[cut[:-1]][owner]
+    lines = ColumnLines.of(texts)
+    n = len(lines.first)
 
     def hits(pattern: str, wanted: bool, screen: bool) -> list[list[tuple[int, int]]]:
         if not wanted:
-            return [[] for _ in range(len(texts))]
-        rows = np.flatnonzero(pc.match_substring_regex(flat, pattern).to_numpy(zero_copy_only=False))
-        bits = scanner().screen(flat.take(rows)) if screen else np.full(len(rows), ALL_DETECTORS)
+            return [[] for _ in range(n)]
+        rows = lines.matching(pattern)
+        bits = scanner().screen(lines.flat.take(rows)) if screen else np.full(len(rows), ALL_DETECTORS)
         rows, bits = rows[bits != 0], bits[bits != 0]  # lines no detector can match
-        found = list(zip(starts[rows].tolist(), bits.tolist()))
-        return [found[lo:hi] for lo, hi in pairwise(np.searchsorted(owner[rows], np.arange(len(texts) + 1)))]
+        found = list(zip(lines.starts[rows].tolist(), bits.tolist()))
+        return [found[lo:hi] for lo, hi in pairwise(np.searchsorted(lines.owner[rows], np.arange(n + 1)))]
 
     return [Lines(s, p) for s, p in zip(hits(CANDIDATE.pattern, secrets, True), hits(PII_CANDIDATE, pii, False))]
 
