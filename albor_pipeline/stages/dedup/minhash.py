@@ -7,6 +7,7 @@ permutations of a mixed shingle hash."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -26,10 +27,23 @@ MAX_HASH = np.iinfo(np.uint64).max
 
 def _powers(n: int) -> np.ndarray:
     """P**0 .. P**n mod 2**64."""
-    out = np.full(n + 1, P, dtype=U64)
-    out[0] = 1
-    with np.errstate(over="ignore"):
-        return np.cumprod(out, dtype=U64)
+    return _cached_powers(P, n)
+
+
+CACHED_POWERS = 1 << 20  # 8 MB per base at most
+_POWERS: dict[int, np.ndarray] = {}  # base -> its powers so far: a document's are a prefix
+
+
+def _cached_powers(base: np.uint64, n: int) -> np.ndarray:
+    """base**0 .. base**n mod 2**64, computed once per process up to the longest text yet
+    (up to CACHED_POWERS: a rare longer text gets its own)."""
+    if n > CACHED_POWERS:
+        return _powers_of(base, n)
+    have = _POWERS.get(int(base))
+    if have is None or len(have) <= n:
+        have = _powers_of(base, min(CACHED_POWERS, max(n, 2 * (len(have) if have is not None else 0), 1 << 16)))
+        _POWERS[int(base)] = have
+    return have[: n + 1]
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
@@ -52,7 +66,7 @@ def word_hashes(text: str) -> np.ndarray:
     with np.errstate(over="ignore"):
         # prefix[i] = sum_{j<i} data[j] * P**(i-1-j), built without a Python loop:
         # prefix[i] = P**(i-1) * sum_{j<i} data[j] * P**-j, with P's inverse mod 2**64.
-        inverse = _powers_of(_inverse(P), len(data))
+        inverse = _cached_powers(INVERSE_P, len(data))
         scaled = np.cumsum(data.astype(U64) * inverse[:-1], dtype=U64)
         prefix = np.concatenate(([U64(0)], scaled * powers[:-1]))
         return mix64(prefix[ends] - prefix[starts] * powers[ends - starts])
@@ -69,7 +83,14 @@ def ngrams(words: np.ndarray, n: int, short: bool = True) -> np.ndarray:
         grams = words[: len(words) - k + 1].copy()
         for i in range(1, k):
             grams = grams * P + words[i : len(words) - k + 1 + i]
-    return np.unique(mix64(grams))
+    return sorted_unique(mix64(grams))
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """np.unique of a 1-d array by sorting (numpy's hash-based unique is several times slower
+    on these 64-bit hashes)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if len(ordered) else ordered
 
 
 def shingles(text: str, n: int) -> np.ndarray:
@@ -87,6 +108,9 @@ def _inverse(a: np.uint64) -> np.uint64:
     return U64(inv)
 
 
+INVERSE_P = _inverse(P)
+
+
 def _powers_of(base: np.uint64, n: int) -> np.ndarray:
     out = np.full(n + 1, base, dtype=U64)
     out[0] = 1
@@ -99,22 +123,24 @@ class MinHasher:
     num_perm: int = 112
     seed: int = 1
 
-    @property
-    def _params(self) -> tuple[np.ndarray, np.ndarray]:
-        rng = np.random.default_rng(self.seed)
-        seeds = rng.integers(0, 2**63, self.num_perm, dtype=np.int64).astype(U64)
-        mults = rng.integers(0, 2**63, self.num_perm, dtype=np.int64).astype(U64) | U64(1)
-        return seeds, mults
-
     def signature(self, shingle_hashes: np.ndarray, block: int = 65536) -> np.ndarray:
         """The MinHash signature (num_perm uint64) of a shingle set, memory bounded by `block`."""
-        seeds, mults = self._params
+        seeds, mults = _permutations(self.num_perm, self.seed)
         sig = np.full(self.num_perm, MAX_HASH, dtype=U64)
         with np.errstate(over="ignore"):
             for start in range(0, len(shingle_hashes), block):
                 part = shingle_hashes[start : start + block, None]
                 np.minimum(sig, ((part ^ seeds) * mults).min(axis=0), out=sig)
         return sig
+
+
+@lru_cache(maxsize=4)
+def _permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The xor seeds and odd multipliers of `num_perm` permutations (drawn once per process)."""
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, 2**63, num_perm, dtype=np.int64).astype(U64)
+    mults = rng.integers(0, 2**63, num_perm, dtype=np.int64).astype(U64) | U64(1)
+    return seeds, mults
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
