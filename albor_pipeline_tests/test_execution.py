@@ -48,7 +48,7 @@ from albor_pipeline.stages.corpus.checks import check_min_chars
 from albor_pipeline.stages.corpus.corpus import build_corpus
 from albor_pipeline.stages.dedup import documents
 from albor_pipeline.stages.dedup.checks import check_no_near_leak
-from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.dedup.documents import build_documents, signature_file
 from albor_pipeline.stages.fim.fim import apply_fim
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.ingest.ingest import ingest_source
@@ -186,7 +186,7 @@ def test_every_per_shard_stage_is_byte_identical_on_every_backend_and_worker_cou
     assert len(outputs["inline"][6]) >= 4  # so did the mix's scatter and gather, and FIM
     assert all(out == outputs["inline"] for out in outputs.values()), outputs
     assert outputs["inline"][3].get("E-mail", 0) > 0  # the email package's authors: real work was done
-    assert outputs["inline"][5]["candidate_pairs"] > 0  # near dedup compared documents
+    assert outputs["inline"][5].candidate_pairs > 0  # near dedup compared documents
 
 
 @pytest.fixture(scope="module")
@@ -255,6 +255,7 @@ def _chain(src: SourceSpec, tok: Artifact, root: Path, executor_for, checks: lis
             0.5,
             executor_for({"d": split}),
             root / "documents",
+            stored=lambda shard: shard.parent.parent / signature_file(f"{shard.parent.name}/{shard.name}"),
         )
     )
     mixed = mix_documents(
@@ -312,6 +313,7 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
     assert min(len(far[0]), len(far[1]), len(far[4])) > 3 and len(far[5]) > 8  # many tasks
     near, leaks, long = far_checks
     assert near.candidate_pairs > 0 and leaks.passed and leaks.metadata["documents"] > 0
+    assert leaks.metadata["stored_signatures"] == len(far[2]) // 2  # read on the far node: each split shard's
     assert long.metadata["documents"] > 0
     sets = ("ingested/s", "filtered/s", *(f"documents/{s}" for s in ("train", "val", "test")), "mixed/train")
     sets += ("fim/train", "corpus/train")
