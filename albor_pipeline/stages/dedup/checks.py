@@ -54,18 +54,25 @@ def _signatures(
     the stored ones (the stored file's rows must be the shard's documents)."""
     (signer, lsh), node = job, io.node
     task, first, path, stored = item
-    texts = [t for b in iter_batches(io.local(path), ["text"]) for t in b.column(0).to_pylist()]
     if stored is None:
-        sigs = [signer.signature(word_hashes(t)) for t in texts]
+        batches = iter_batches(io.local(path), ["text"])
+        sigs = [signer.signature(word_hashes(t)) for b in batches for t in b.column(0).to_pylist()]
         stacked = np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64)
         wrong = 0
     else:
         stacked = np.load(io.local(stored))
-        sample: list[int] = np.unique(np.linspace(0, len(texts) - 1, SAMPLED).astype(int)).tolist() if texts else []
-        wrong = int(
-            len(stacked) != len(texts)
-            or any(not np.array_equal(signer.signature(word_hashes(texts[k])), stacked[k]) for k in sample)
-        )
+        rows = pq.ParquetFile(io.local(path)).metadata.num_rows
+        sample = np.unique(np.linspace(0, rows - 1, SAMPLED).astype(np.int64)) if rows else np.zeros(0, np.int64)
+        wrong = int(len(stacked) != rows)
+        start = 0
+        for batch in iter_batches(io.local(path), ["text"]):  # a batch at a time; only the sample hashed
+            mine = sample[(sample >= start) & (sample < start + batch.num_rows)]
+            for k in [] if wrong else mine.tolist():
+                sig = signer.signature(word_hashes(batch.column(0)[k - start].as_py()))
+                wrong = int(not np.array_equal(sig, stacked[k]))
+                if wrong:
+                    break
+            start += batch.num_rows
     return (*lsh.spool_signatures(task, first, stacked, node), wrong)
 
 
