@@ -431,6 +431,11 @@ class ExecutionSpec(_Model):
     # on, and the run releases the data dir (a FIFO or a device among the sources, a hung
     # server). None: no limit.
     stage_timeout_s: float | None = Field(None, gt=0)
+    # Reuse a per-shard task whose code, settings and input bytes are those of a task already
+    # run (`docs/reuse.md`): a rerun costs what changed, and a killed run resumes. The store
+    # (`<data dir>/cache/tasks`) keeps at most `task_store_gb`, least recently used dropped first.
+    reuse: bool = True
+    task_store_gb: float = Field(50, ge=0)
 
     @model_validator(mode="after")
     def _address_needs_ray(self) -> ExecutionSpec:

@@ -20,6 +20,7 @@ from albor_pipeline.runtime.lock import BucketLease, bucket_lock, data_dir_lock
 from albor_pipeline.runtime.nodes import NODE_FILE, Node
 from albor_pipeline.runtime.shards import MB
 from albor_pipeline.runtime.stage import Fetch, Inputs, Progress
+from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import ExecutionSpec, apply_overrides
 
 
@@ -115,6 +116,8 @@ class Execution(dg.ConfigurableResource):
     address: str | None = None
     workers: int | None = None
     stage_timeout_s: float | None = None
+    reuse: bool = True
+    task_store_gb: float = 50
 
     _stack: ExitStack = PrivateAttr(default_factory=ExitStack)
     _context: dg.InitResourceContext | None = PrivateAttr(default=None)
@@ -135,6 +138,11 @@ class Execution(dg.ConfigurableResource):
         """The run's executor; `progress` (a step's log) hears how many tasks are done, and a
         cluster's tasks reach the data dir by `node`."""
         return make_executor(self.spec, self._connect_ray, progress, node, self._pool)
+
+    def task_store(self, layout: Layout) -> TaskStore | None:
+        """Where the run keeps its tasks for reuse (None: `reuse: false`)."""
+        spec = self.spec
+        return TaskStore(str(layout.task_store), int(spec.task_store_gb * 1e9)) if spec.reuse else None
 
     def _connect_ray(self) -> None:
         if self._connected:

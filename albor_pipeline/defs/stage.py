@@ -29,6 +29,7 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
 from albor_pipeline.runtime.stage import Inputs, StageOutput, run_stage
+from albor_pipeline.runtime.taskstore import reusing
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, apply_overrides
 
@@ -283,9 +284,16 @@ def materialize_result(
         "config": dg.MetadataValue.json(json.loads(json.dumps(manifest.config, default=str))),
         "versions": dg.MetadataValue.json(library_versions()),
         **({"tasks": dg.MetadataValue.json(tasks)} if tasks else {}),
+        **({"tasks_reused": sum(int(t["reused"]) for t in (tasks or {}).values())} if manifest.tasks else {}),
         **out.metadata,
     }
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
+
+
+def _reuse_line(tasks: dict[str, dict[str, float]]) -> str:
+    """How many of a stage's tasks ran and how many were reused, for the log."""
+    ran = sum(int(t["tasks"] - t["reused"]) for t in tasks.values())
+    return f"{ran} task(s) ran, {sum(int(t['reused']) for t in tasks.values())} reused from the task store"
 
 
 def _check_result(outcome: CheckOutcome, tasks: dict[str, dict[str, float]]) -> dg.AssetCheckResult:
@@ -342,9 +350,12 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT) -> dg.Definitions
             executor = execution.executor(context.log.info, store.node(inputs))
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
-        with time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error):
+        limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
+        with limit, reusing(execution.task_store(layout)):
             manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch())
         tasks = TASKS.since(mark)
+        if manifest.tasks:
+            context.log.info(f"{stage.name}: {_reuse_line(tasks)}")
         return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks)
 
     return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c, ns) for c in stage.checks])

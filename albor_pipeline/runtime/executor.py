@@ -220,21 +220,27 @@ class TaskLog:
 
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = {}
+        self.reused: dict[str, int] = {}  # of those, tasks whose stored outputs stood in (`taskstore`)
 
     def record(self, name: str, seconds: float) -> None:
         self.seconds.setdefault(name, []).append(seconds)
 
-    def mark(self) -> dict[str, int]:
-        return {name: len(runs) for name, runs in self.seconds.items()}
+    def reuse(self, name: str) -> None:
+        self.reused[name] = self.reused.get(name, 0) + 1
 
-    def since(self, mark: dict[str, int]) -> dict[str, dict[str, float]]:
-        """Per task function since `mark`: tasks, p50 / p90 / max / total seconds."""
+    def mark(self) -> dict[str, tuple[int, int]]:
+        return {name: (len(runs), self.reused.get(name, 0)) for name, runs in self.seconds.items()}
+
+    def since(self, mark: dict[str, tuple[int, int]]) -> dict[str, dict[str, float]]:
+        """Per task function since `mark`: tasks, reused tasks, p50 / p90 / max / total seconds."""
         out = {}
         for name, runs in sorted(self.seconds.items()):
-            secs = np.array(runs[mark.get(name, 0) :])
+            ran, reused = mark.get(name, (0, 0))
+            secs = np.array(runs[ran:])
             if len(secs):
                 out[name] = {
                     "tasks": len(secs),
+                    "reused": self.reused.get(name, 0) - reused,
                     "p50_s": round(float(np.percentile(secs, 50)), 4),
                     "p90_s": round(float(np.percentile(secs, 90)), 4),
                     "max_s": round(float(secs.max()), 4),

@@ -288,7 +288,16 @@ RACY_NS = 2_000_000_000  # a file changed this recently may change again unseen 
 
 
 def fingerprint_files(root: Location, files: list[str], cache_path: Path | None = None) -> tuple[str, int]:
-    """(SHA-256 over (relative path, file SHA-256) pairs, total bytes): a content fingerprint.
+    """(SHA-256 over (relative path, file SHA-256) pairs, total bytes): a content fingerprint."""
+    digest = hashlib.sha256()
+    digests, total = file_digests(root, files, cache_path)
+    for rel in files:
+        digest.update(f"{rel}\0{digests[rel]}\n".encode())
+    return digest.hexdigest(), total
+
+
+def file_digests(root: Location, files: list[str], cache_path: Path | None = None) -> tuple[dict[str, str], int]:
+    """({relative path: SHA-256, or the reason ingestion skips it}, total bytes).
 
     Per-file hashes are cached by (size, mtime, ctime, inode), as git's index does: an
     unchanged tree is not re-read, touching a file keeps the fingerprint, and an edit whose
@@ -302,7 +311,7 @@ def fingerprint_files(root: Location, files: list[str], cache_path: Path | None 
         except (OSError, ValueError):
             cache = {}
     new_cache: dict[str, list] = {}
-    digest = hashlib.sha256()
+    digests: dict[str, str] = {}
     total = 0
     for rel in files:
         path = join(root, rel)
@@ -315,12 +324,12 @@ def fingerprint_files(root: Location, files: list[str], cache_path: Path | None 
                 with reading(path), open_binary(path) as fh:
                     file_hash = hashlib.file_digest(fh, "sha256").hexdigest()
         except OSError as exc:  # ingestion skips it for this reason too
-            digest.update(f"{rel}\0{skip_reason(exc)}\n".encode())
+            digests[rel] = skip_reason(exc)
             continue
         total += key[0]
         if time.time_ns() - max(key[1], key[2]) >= RACY_NS:
             new_cache[rel] = [*key, file_hash]
-        digest.update(f"{rel}\0{file_hash}\n".encode())
+        digests[rel] = file_hash
     if cache_path is not None and new_cache != cache:
         write_json(cache_path, new_cache)
-    return digest.hexdigest(), total
+    return digests, total

@@ -175,6 +175,11 @@ class Layout:
         """Held by the one run writing this data dir (`runtime/lock.py`)."""
         return self.root / ".albor.lock"
 
+    @property
+    def task_store(self) -> Path:
+        """Per-shard tasks' outputs kept for reuse (`runtime/taskstore.py`)."""
+        return self.root / "cache" / "tasks"
+
     def fingerprint_cache(self, source: str) -> Path:
         """Per-file hashes of a source, cached by (size, mtime)."""
         return self.root / "cache" / "fingerprints" / f"{source}.json"

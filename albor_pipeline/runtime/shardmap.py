@@ -6,9 +6,10 @@ A step is a plain function `step(job, io, item) -> result`, where `result.shards
 shards it wrote into `io.directory`; `io.local(path)` is where it reads a data-dir file. It
 runs wherever the executor puts it (`runtime/nodes.py`): the map ships its shards from the
 task's node and lands them in the run's staging directory, which commits whole
-(`staged_dir`), so the set never depends on where tasks ran. Later hooks (task reuse, per-
-document lineage) belong here too: a task's identity is its step, its job (settings) and
-its item (the input shards it reads).
+(`staged_dir`), so the set never depends on where tasks ran. A shard set's task is reused
+when the run reuses tasks (`runtime/taskstore.py`): its identity is its step, its job
+(settings) and its item, with the files they name by content; a task whose identity the
+store holds gets its stored shards instead of running.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar, cast
 
 from albor_pipeline.runtime.artifacts import naming_write_errors, staged_dir
-from albor_pipeline.runtime.executor import INLINE, Executor, for_items
+from albor_pipeline.runtime.executor import INLINE, TASKS, Executor, for_items, task_name
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.runtime.taskstore import Outcome, TaskStore, run_task, session
 
 INLINE_BELOW = 2
 """Fewer items than this run inline on a local pool: starting spawned interpreters that
@@ -50,6 +52,7 @@ class TaskIO:
 
     staging: str  # the run's staging directory (a task writes its shards there)
     node: Node
+    store: TaskStore | None = None  # where a shard set's tasks are kept for reuse (None: never)
 
     @property
     def directory(self) -> Path:
@@ -73,13 +76,16 @@ class _Task(Generic[J, I, T]):
         """The function a task log and an error name (`executor.task_name`)."""
         return self.step
 
-    def __call__(self, item: I) -> T:
+    def __call__(self, item: I) -> Outcome:
         if self.subsets is None:
-            return self.step(self.job, self.io, item)
-        for subset in self.subsets:  # on a node of its own, the task's directory starts empty
+            return Outcome(self.step(self.job, self.io, item), False, None)
+        return run_task(self.io.store, self.step, self.job, item, self.io.directory, lambda: self._write(item))
+
+    def _write(self, item: I) -> ShardResult:
+        for subset in cast(tuple[str, ...], self.subsets):  # on a node of its own, the directory starts empty
             (self.io.directory / subset).mkdir(parents=True, exist_ok=True)
-        result = self.step(self.job, self.io, item)
-        for shard in cast(ShardResult, result).shards:
+        result = cast(ShardResult, self.step(self.job, self.io, item))
+        for shard in result.shards:
             self.io.node.ship(self.io.directory, shard)
         return result
 
@@ -105,7 +111,13 @@ def _run(
     node = task_node(executor.node).with_spools(spools)
     task = replace(task, io=replace(task.io, node=node))
     done: list[T] = []
-    for result in executor.map(task, items):
+    reuse = session()
+    for outcome in executor.map(task, items):
+        result = cast(T, outcome.result)
+        if outcome.reused:
+            TASKS.reuse(task_name(task.step))
+        if reuse is not None:
+            reuse.record([outcome])
         done.append(result)
         line = progress(done) if progress else None
         if line and log:
@@ -137,7 +149,9 @@ def map_shards(
     with staged_dir(out) as staging:
         for subset in subsets:
             (staging / subset).mkdir(parents=True)
-        task = _Task(step, job, TaskIO(str(staging), IN_PLACE), tuple(subsets))
+        reuse = session()
+        store = reuse.store if reuse is not None and task_node(executor.node).bucket is None else None
+        task = _Task(step, job, TaskIO(str(staging), IN_PLACE, store), tuple(subsets))
         for result in _run(task, items, executor, inline_below, spools, progress, log):
             for shard in result.shards:
                 task_node(executor.node).land(staging, shard)

@@ -23,6 +23,7 @@ from albor_pipeline.runtime.commit import Journal, journaled, recover_journal
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.memory import release_memory
 from albor_pipeline.runtime.report import Report
+from albor_pipeline.runtime.taskstore import session
 
 Progress = Callable[[str], None]
 """Receives human progress lines (rows, MB, rate) from long stages."""
@@ -86,6 +87,7 @@ def run_stage(
                 inputs=[*out.inputs, *(art for arts in inputs.values() for art in arts)],
                 config=out.config,
                 summary=out.summary.to_json() if out.summary is not None else {},
+                tasks=sorted(set(reuse.keys)) if (reuse := session()) is not None else [],
             )
             data = json_bytes(manifest.model_dump(mode="json"))
             journal.seal(data)
@@ -99,6 +101,8 @@ def run_stage(
     finally:
         release_memory()  # what the stage freed, back to the system before the next one
     journal.finish()
+    if (reuse := session()) is not None:
+        reuse.store.trim()
     return manifest, out
 
 

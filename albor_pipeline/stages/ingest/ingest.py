@@ -22,6 +22,7 @@ from albor_pipeline.runtime.artifacts import Artifact
 from albor_pipeline.runtime.files import (
     Location,
     SourceListing,
+    file_digests,
     fingerprint_files,
     join,
     list_source_files,
@@ -30,9 +31,10 @@ from albor_pipeline.runtime.files import (
     skip_reason,
     source_root,
 )
-from albor_pipeline.runtime.layout import source_stage
+from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
+from albor_pipeline.runtime.taskstore import session
 from albor_pipeline.runtime.watchdog import reading
 from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.licences import detect_licences
@@ -213,11 +215,12 @@ class _IngestJob:
     max_bytes: int
 
 
-def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str]]) -> _Part:
-    """Task `item` = (index, files of one source): its documents, length-filtered, hashed and
-    written as shards `part-<index>-*`. A pure function of its files, so tasks run on any
-    executor, on any node (its local sources must be mounted there)."""
-    task, files = item
+def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str], str | None]) -> _Part:
+    """Task `item` = (index, files of one source, their content digest): its documents,
+    length-filtered, hashed and written as shards `part-<index>-*`. A pure function of its
+    files, so tasks run on any executor, on any node (its local sources must be mounted
+    there); the digest makes a task reusable exactly while its files' bytes stay the same."""
+    task, files, _ = item
     src = job.src
     counts = Counts()
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
@@ -310,6 +313,20 @@ def file_groups(src: SourceSpec, listing: SourceListing, max_bytes: int) -> list
     return groups
 
 
+def _tasks(src: SourceSpec, groups: list[list[str]], root: Path) -> list[tuple[int, list[str], str | None]]:
+    """Ingestion's task items; when the run reuses tasks, each names its files' content (their
+    hashes as the source's observation cached them, so an unchanged file is not re-read)."""
+    if session() is None:
+        return [(i, files, None) for i, files in enumerate(groups)]
+    files = [rel for group in groups for rel in group]
+    digests, _ = file_digests(source_root(src.path), files, Layout(root).fingerprint_cache(src.name))
+    tasks: list[tuple[int, list[str], str | None]] = []
+    for i, group in enumerate(groups):
+        content = "".join(f"{rel}\0{digests[rel]}\n" for rel in group)
+        tasks.append((i, group, hashlib.sha256(content.encode()).hexdigest()))
+    return tasks
+
+
 def ingest_source(
     src: SourceSpec,
     out: Path,
@@ -327,7 +344,7 @@ def ingest_source(
         if progress:
             progress(f"{src.name}: skipped {listing.skipped[reason]} as {reason}, the first at {where}")
     max_bytes = int(shard_mb * MB)
-    groups = list(enumerate(file_groups(src, listing, max_bytes)))
+    groups = _tasks(src, file_groups(src, listing, max_bytes), io.root)
 
     def ingested(parts: list[_Part]) -> str | None:
         if not parts[-1].shards:

@@ -1,0 +1,290 @@
+"""Task reuse: a per-shard task's outputs kept under its identity, reused when it recurs.
+
+A task's identity is the SHA-256 over this package's code and the libraries its bytes
+depend on (`code_version`), its step function, its settings (the job) and its item, with
+every file they name replaced by its content hash. So an edited input, a changed setting
+or new code gives a new identity, and a rerun of the same work finds the old one.
+
+The store (`<data dir>/cache/tasks/ab/abcd…/`) keeps what the shard map needs to stand in
+for the task: the shards it wrote (hard links to the committed files: no copy, no extra
+disk until the stage's next version replaces them) and its pickled result. An entry lands
+whole (a temp directory renamed), and a reuse re-hashes every stored shard first: a file
+edited or deleted behind the pipeline's back is found, the entry dropped and the task run.
+A run killed mid-stage leaves the entries of every task that finished, so its rerun
+resumes there (datatrove's completion markers, by content instead of by task number).
+
+A task whose job or item holds this run's temporary files (a spool another wave wrote,
+named `….tmp`) or a value the identity cannot describe is simply run: its identity would
+not recur. The store is bounded (`trim`: least recently used first), and `collect` removes
+what no stage manifest names (`albor gc`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
+from enum import Enum
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+from pydantic import BaseModel
+
+from albor_pipeline.runtime.artifacts import sha256_file
+from albor_pipeline.runtime.commit import TEMP_SUFFIX
+from albor_pipeline.runtime.shards import Shard
+
+RESULT = "result.pickle"
+FILES = "files"
+LIBRARIES = ("pyarrow", "numpy", "gigatoken", "tokenizers", "tiktoken", "google-re2", "polars")
+
+
+class Stored(Protocol):
+    """A reusable task's result: the shards it wrote into its directory."""
+
+    @property
+    def shards(self) -> Sequence[Shard]: ...
+
+
+class NotReusable(ValueError):
+    """The task's identity cannot be told (it reads this run's temporary files, or holds a
+    value with no stable description): the task runs."""
+
+
+@cache
+def code_version() -> str:
+    """SHA-256 over every module of this package and the versions of the libraries whose
+    output bytes it relies on: any code change starts the store afresh."""
+    digest = hashlib.sha256(sys.version.encode())
+    package = Path(__file__).resolve().parents[1]
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    for lib in LIBRARIES:
+        try:
+            digest.update(f"{lib}={metadata.version(lib)}\n".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{lib}=-\n".encode())
+    return digest.hexdigest()
+
+
+def _describe(value: Any, root: str) -> Any:
+    """`value` as JSON, a file it names replaced by (its path under the data dir, its SHA-256)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, Enum):
+        return _describe(value.value, root)
+    if isinstance(value, (str, Path)):
+        return _describe_path(str(value), root)
+    if isinstance(value, BaseModel):
+        return _describe(value.model_dump(mode="json"), root)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _describe(getattr(value, f.name), root) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_describe(v, root) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _describe(v, root) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, np.ndarray):
+        return {"array": str(value.dtype), "shape": value.shape, "sha256": hashlib.sha256(value.tobytes()).hexdigest()}
+    if isinstance(value, np.generic):
+        return value.item()
+    raise NotReusable(f"a {type(value).__name__} has no stable description")
+
+
+def _describe_path(text: str, root: str) -> Any:
+    if TEMP_SUFFIX in text and any(part.endswith(TEMP_SUFFIX) for part in Path(text).parts):
+        raise NotReusable(f"{text} is this run's temporary file")
+    if not os.path.isabs(text) or not os.path.isfile(text):
+        return text
+    name = os.path.relpath(text, root) if text.startswith(root + os.sep) else text
+    return {"file": name, "sha256": _file_digest(text, *_stat(text))}
+
+
+def _stat(path: str) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+@cache
+def _file_digest(path: str, *_stat_key: int) -> str:
+    """A file's SHA-256, once per (path, size, mtime, ctime, inode) in this process."""
+    return sha256_file(Path(path))
+
+
+class Outcome(NamedTuple):
+    """A task's result, whether it was reused, and the identity it ran under (None: not reusable)."""
+
+    result: Any
+    reused: bool
+    key: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskStore:
+    """The data dir's store of task outputs (`directory`), capped at `cap_bytes`."""
+
+    directory: str
+    cap_bytes: int
+
+    @property
+    def root(self) -> str:
+        """The data dir the store belongs to (file names in identities are relative to it)."""
+        return str(Path(self.directory).parents[1])
+
+    def key(self, step: Callable[..., Any], job: Any, item: Any) -> str:
+        """The task's identity; NotReusable when it has none."""
+        described = {
+            "code": code_version(),
+            "step": f"{step.__module__}.{step.__qualname__}",
+            "job": _describe(job, self.root),
+            "item": _describe(item, self.root),
+        }
+        return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+    def entry(self, key: str) -> Path:
+        return Path(self.directory) / key[:2] / key
+
+    def restore(self, key: str, directory: Path) -> Stored | None:
+        """The stored result of `key`, its shards linked into `directory` after their hashes
+        matched; None (and the entry dropped) when absent, unreadable or tampered with."""
+        entry = self.entry(key)
+        try:
+            result: Stored = pickle.loads((entry / RESULT).read_bytes())
+        except FileNotFoundError:
+            return None
+        except Exception:  # a torn or foreign entry: run the task again
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+        stored = [(entry / FILES / shard.name, shard) for shard in result.shards]
+        if not all(path.is_file() and sha256_file(path) == shard.sha256 for path, shard in stored):
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+        for path, shard in stored:
+            target = directory / shard.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _link(path, target)
+        with suppress(OSError):
+            os.utime(entry)  # recently used: `trim` keeps it longest
+        return result
+
+    def save(self, key: str, directory: Path, result: Stored) -> None:
+        """Keep `result` and the shards it wrote in `directory` under `key` (linked, not copied);
+        the entry appears whole or not at all, and a failure to keep it never fails the task."""
+        entry = self.entry(key)
+        if entry.exists():
+            return
+        tmp = entry.parent / f".{key}.{os.getpid()}{TEMP_SUFFIX}"
+        try:
+            for shard in result.shards:
+                target = tmp / FILES / shard.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _link(directory / shard.name, target)
+            (tmp / RESULT).write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+            os.rename(tmp, entry)
+        except OSError:  # a full disk or a concurrent writer of the same entry: not this task's failure
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def entries(self) -> list[tuple[Path, float, int]]:
+        """Every entry: (directory, last used, bytes)."""
+        found = []
+        base = Path(self.directory)
+        for entry in base.glob("??/*") if base.is_dir() else ():
+            if entry.name.endswith(TEMP_SUFFIX):
+                continue
+            with suppress(OSError):
+                size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+                found.append((entry, entry.stat().st_mtime, size))
+        return found
+
+    def trim(self) -> int:
+        """Drop the least recently used entries until the store holds at most `cap_bytes`;
+        returns the bytes dropped. Costs only reuse: a dropped task runs again when needed."""
+        entries = sorted(self.entries(), key=lambda e: e[1])
+        held = sum(size for _, _, size in entries)
+        dropped = 0
+        for entry, _, size in entries:
+            if held <= self.cap_bytes:
+                break
+            shutil.rmtree(entry, ignore_errors=True)
+            held -= size
+            dropped += size
+        return dropped
+
+    def collect(self, keep: Iterable[str]) -> tuple[int, int]:
+        """Drop every entry whose identity is not in `keep` (what the manifests name);
+        returns (entries, bytes) dropped."""
+        wanted = set(keep)
+        dropped = (0, 0)
+        for entry, _, size in self.entries():
+            if entry.name not in wanted:
+                shutil.rmtree(entry, ignore_errors=True)
+                dropped = (dropped[0] + 1, dropped[1] + size)
+        return dropped
+
+
+def _link(source: Path, target: Path) -> None:
+    """`target` as a hard link to `source` (a copy across file systems)."""
+    with suppress(FileNotFoundError):
+        target.unlink()
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def run_task(
+    store: TaskStore | None, step: Callable[..., Any], job: Any, item: Any, directory: Path, run: Callable[[], Stored]
+) -> Outcome:
+    """`run()`, the task `step(job, …, item)` writing its shards into `directory`, or its stored
+    outputs when `store` holds its identity; what it ran is kept for the next time."""
+    if store is None:
+        return Outcome(run(), False, None)
+    try:
+        key = store.key(step, job, item)
+    except NotReusable:
+        return Outcome(run(), False, None)
+    reused = store.restore(key, directory)
+    if reused is not None:
+        return Outcome(reused, True, key)
+    result = run()
+    store.save(key, directory, result)
+    return Outcome(result, False, key)
+
+
+class Session:
+    """The run's process side of one stage's reuse: the store, and the identities its tasks had
+    (its manifest records them: what `collect` keeps)."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        self.keys: list[str] = []
+
+    def record(self, outcomes: Iterable[Outcome]) -> None:
+        self.keys.extend(o.key for o in outcomes if o.key is not None)
+
+
+_SESSION: ContextVar[Session | None] = ContextVar("albor_task_session", default=None)
+
+
+@contextmanager
+def reusing(store: TaskStore | None) -> Any:
+    """Within the block, the shard maps of this process reuse tasks from `store` (None: never)."""
+    token = _SESSION.set(Session(store) if store is not None else None)
+    try:
+        yield _SESSION.get()
+    finally:
+        _SESSION.reset(token)
+
+
+def session() -> Session | None:
+    """The stage's reuse session, if the run reuses tasks."""
+    return _SESSION.get()
