@@ -19,6 +19,7 @@ from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.commit import recover_commits
 from albor_pipeline.runtime.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
 from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
+from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
 from albor_pipeline.stages.provenance.provenance import VerifyReport, stale_stages, verify, verify_bucket
 
@@ -240,15 +241,21 @@ def _verify_local(root: Path, wait: bool) -> VerifyReport:
 def cmd_gc(args: argparse.Namespace) -> int:
     _use(args)
     root = data_dir()
+    holder = f"albor gc on {socket.gethostname()}, pid {os.getpid()}"
     if isinstance(root, Path):
-        print(f"albor gc: {root} is a local data dir; it keeps only committed outputs (nothing to collect)")
-        return 0
+        layout = Layout(root)
+        try:
+            with exclusive(layout.lock_file, holder, wait=False):
+                return _collect_tasks(layout, list(iter_manifests(layout)))
+        except DataDirBusy as exc:
+            print(f"albor gc: {exc}; nothing deleted", file=sys.stderr)
+            return 1
     bucket = Bucket(root, Layout(work_dir(root)))
-    if not bucket.manifests():
+    manifests = bucket.manifests()
+    if not manifests:
         print(f"albor gc: nothing materialized under {root} (no stage manifests); nothing deleted", file=sys.stderr)
         return 2
     try:
-        holder = f"albor gc on {socket.gethostname()}, pid {os.getpid()}"
         with bucket_lock(root, holder, wait=False, busy="collect when it is done"):
             done = bucket.collect(timedelta(hours=args.older_than_hours))
     except DataDirBusy as exc:
@@ -257,6 +264,20 @@ def cmd_gc(args: argparse.Namespace) -> int:
     print(
         f"albor gc: deleted {done.deleted} object(s) no manifest names ({done.bytes / 1e6:,.1f} MB); "
         f"kept {done.recent} written in the last {args.older_than_hours:g} h (a run may still be publishing)"
+    )
+    return _collect_tasks(bucket.layout, manifests)
+
+
+def _collect_tasks(layout: Layout, manifests: list[StageManifest]) -> int:
+    """Drop the task store's entries no stage manifest names (a data dir's store, or a bucket
+    working copy's): what is left is what the current outputs were made of."""
+    keep = {key for m in manifests for key in m.tasks}
+    store = TaskStore(str(layout.task_store), int(load_spec().execution.task_store_gb * 1e9))
+    entries, size = store.collect(keep)
+    trimmed = store.trim()
+    print(
+        f"albor gc: deleted {entries} stored task(s) no manifest names ({size / 1e6:,.1f} MB) and "
+        f"{trimmed / 1e6:,.1f} MB over the store's cap of {store.cap_bytes / 1e9:g} GB ({layout.task_store})"
     )
     return 0
 
@@ -274,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         ("run", cmd_run, "materialize every stage on the spec"),
         ("verify", cmd_verify, "re-hash every artifact the stages recorded; list stale stages"),
         ("summary", cmd_summary, "print what the last run produced"),
-        ("gc", cmd_gc, "delete a bucket data dir's objects no manifest names (older versions)"),
+        ("gc", cmd_gc, "delete stored tasks, and a bucket's objects, that no manifest names"),
         ("spec", cmd_spec, "print the resolved, validated spec"),
         ("instance", cmd_instance, "write $DAGSTER_HOME/dagster.yaml (PostgreSQL when ALBOR_POSTGRES_URL is set)"),
     ):

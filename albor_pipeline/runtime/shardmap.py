@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar, cast
 
 from albor_pipeline.runtime.artifacts import naming_write_errors, staged_dir
+from albor_pipeline.runtime.commit import fault
 from albor_pipeline.runtime.executor import INLINE, TASKS, Executor, for_items, task_name
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
@@ -118,6 +119,7 @@ def _run(
             TASKS.reuse(task_name(task.step))
         if reuse is not None:
             reuse.record([outcome])
+        fault("task-done")
         done.append(result)
         line = progress(done) if progress else None
         if line and log:

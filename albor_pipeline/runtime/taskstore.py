@@ -184,6 +184,7 @@ class TaskStore:
             return
         tmp = entry.parent / f".{key}.{os.getpid()}{TEMP_SUFFIX}"
         try:
+            (tmp / FILES).mkdir(parents=True)
             for shard in result.shards:
                 target = tmp / FILES / shard.name
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,181 @@
+"""Task reuse: a rerun runs only the tasks whose inputs, settings or code changed, a killed
+run resumes from its finished tasks, and either way the outputs are a cold build's bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+
+from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, sha256_file
+from albor_pipeline.runtime.executor import INLINE, TASKS
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.shardmap import TaskIO, map_shards
+from albor_pipeline.runtime.shards import Shard, shard_name
+from albor_pipeline.runtime.taskstore import TaskStore, reusing
+from albor_pipeline.spec import load_spec
+from albor_pipeline_tests.support import ALBOR, STDLIB, materialize_all, tiny_spec, write_spec
+
+SCHEMA = pa.schema([("text", pa.string())])
+
+
+@dataclass(frozen=True)
+class _Upper:
+    suffix: str
+
+
+@dataclass
+class _Written:
+    shards: list[Shard]
+
+
+def _upper(job: _Upper, io: TaskIO, item: tuple[int, str]) -> _Written:
+    """A shard-set step: the lines of a text file, upper-cased, as one shard."""
+    task, path = item
+    lines = Path(path).read_text().splitlines()
+    out = io.directory / shard_name(task)
+    with ParquetSink(out, SCHEMA) as sink:
+        sink.write(pa.RecordBatch.from_pydict({"text": [ln.upper() + job.suffix for ln in lines]}, schema=SCHEMA))
+    return _Written([Shard.of(out, len(lines))])
+
+
+def _map(store: TaskStore, files: list[Path], out: Path, suffix: str = "!") -> dict[str, int]:
+    """`_upper` over `files` into the set `out`, reusing from `store`: (ran, reused)."""
+    mark = TASKS.mark()
+    with reusing(store):
+        map_shards(_upper, _Upper(suffix), [(i, str(f)) for i, f in enumerate(files)], out, INLINE)
+    seen = TASKS.since(mark)["_upper"]
+    return {"ran": int(seen["tasks"] - seen["reused"]), "reused": int(seen["reused"])}
+
+
+def _set(out: Path) -> dict[str, str]:
+    return {p.name: sha256_file(p) for p in sorted(out.iterdir())}
+
+
+def test_a_task_runs_again_only_when_its_input_settings_or_stored_files_change(tmp_path: Path) -> None:
+    files = [tmp_path / f"in{i}.txt" for i in range(4)]
+    for i, f in enumerate(files):
+        f.write_text(f"line {i}\nmore {i}\n")
+    store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
+    out = tmp_path / "data" / "upper"
+    assert _map(store, files, out) == {"ran": 4, "reused": 0}
+    cold = _set(out)
+    assert _map(store, files, out) == {"ran": 0, "reused": 4}  # same inputs: nothing runs
+    assert _set(out) == cold
+    files[2].write_text("line 2\nedited\n")  # an edited input: its task only
+    assert _map(store, files, out) == {"ran": 1, "reused": 3}
+    assert _map(store, files, out, suffix="?") == {"ran": 4, "reused": 0}  # a changed setting: all
+    files[2].write_text("line 2\nmore 2\n")
+    assert _map(store, files, out) == {"ran": 0, "reused": 4}  # back to the first bytes: all stored
+    assert _set(out) == cold
+
+    entry = store.entry(store.key(_upper, _Upper("!"), (1, str(files[1]))))
+    stored = next((entry / "files").iterdir())
+    stored.unlink()  # a stored shard deleted behind the pipeline's back...
+    shutil.copyfile(out / "part-00000-0000.parquet", stored)  # ...and replaced by other bytes
+    assert _map(store, files, out) == {"ran": 1, "reused": 3}  # is found, and its task runs
+    assert _set(out) == cold
+    assert _map(store, files, out) == {"ran": 0, "reused": 4}
+
+
+def test_the_store_stays_under_its_cap(tmp_path: Path) -> None:
+    files = [tmp_path / f"in{i}.txt" for i in range(6)]
+    for i, f in enumerate(files):
+        f.write_text(f"{i}\n" * 2000)
+    big = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
+    _map(big, files, tmp_path / "data" / "upper")
+    one = max(size for _, _, size in big.entries())
+    capped = TaskStore(big.directory, 3 * one)
+    capped.trim()
+    assert sum(size for _, _, size in capped.entries()) <= 3 * one
+    assert 1 <= len(capped.entries()) <= 3
+
+
+def _reuse(result: dg.ExecuteInProcessResult) -> dict[str, tuple[int, int]]:
+    """(tasks, reused) of every stage whose tasks the store can keep, by asset key."""
+    found = {}
+    for event in result.get_asset_materialization_events():
+        meta = event.materialization.metadata
+        if "tasks_reused" in meta:
+            tasks = meta["tasks"].value
+            assert isinstance(tasks, dict)
+            found[event.asset_key.to_user_string()] = (
+                sum(int(t["tasks"]) for t in tasks.values()),
+                int(str(meta["tasks_reused"].value)),
+            )
+    return found
+
+
+def _outputs(out: Path) -> dict[str, str]:
+    """Every recorded output of every stage but provenance (it names the run's data dir)."""
+    found = {}
+    for manifest in sorted((out / "manifests").glob("*.json")):
+        if manifest.stem != "provenance":
+            found.update({a["path"]: a["sha256"] for a in json.loads(manifest.read_text())["outputs"]})
+    return found
+
+
+def _sources(tmp_path: Path) -> dict[str, Any]:
+    """A tiny spec over copies of two stdlib packages, in shards of about 50 kB: many tasks."""
+    for package in ("json", "email"):
+        shutil.copytree(STDLIB / package, tmp_path / "src" / package, ignore=shutil.ignore_patterns("__pycache__"))
+    raw = tiny_spec(shard_mb=0.05, execution={"workers": 1})
+    for source in raw["sources"]:
+        source["path"] = str(tmp_path / "src")
+    raw["sources"][1]["include"] = ["email/**/*.py"]
+    return raw
+
+
+@pytest.mark.graph
+def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_build(tmp_path: Path) -> None:
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", _sources(tmp_path)))
+    first = _reuse(materialize_all(spec, tmp_path / "out"))
+    assert first["ingested/stdlib_async"][0] >= 4 and all(reused == 0 for _, reused in first.values())
+    edited = tmp_path / "src" / "email" / "charset.py"
+    text = edited.read_text()
+    edited.write_text(text.replace("the", "THE", 1))  # the same size: no shard boundary moves
+    again = _reuse(materialize_all(spec, tmp_path / "out"))
+    for key in ("ingested/stdlib_async", "filtered/stdlib_async"):
+        tasks, reused = again[key]
+        assert (tasks, reused) == (first[key][0], tasks - 1), key  # the edited file's task alone ran
+    for key in ("ingested/stdlib_json_email", "filtered/stdlib_json_email"):
+        assert again[key] == (first[key][0], first[key][0]), key  # the other source: all reused
+    cold = tmp_path / "cold"
+    materialize_all(spec, cold)
+    assert _outputs(tmp_path / "out") == _outputs(cold)
+
+    store, layout = TaskStore(str(Layout(tmp_path / "out").task_store), 0), Layout(tmp_path / "out")
+    named = {key for m in iter_manifests(layout) for key in m.tasks}
+    assert len(store.entries()) > len(named)  # the edited file's old tasks are kept too
+    gc = subprocess.run([ALBOR, "gc", "--spec", str(tmp_path / "spec.yaml"), "--data-dir", str(layout.root)])
+    assert gc.returncode == 0
+    assert {entry.name for entry, _, _ in store.entries()} == named  # what no manifest names is gone
+
+
+@pytest.mark.graph
+def test_a_run_killed_mid_stage_resumes_from_its_finished_tasks(tmp_path: Path) -> None:
+    spec_path = write_spec(tmp_path / "spec.yaml", _sources(tmp_path))
+    env = {**os.environ, "ALBOR_DATA_DIR": str(tmp_path / "out"), "DAGSTER_HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+    killed = subprocess.run(
+        [ALBOR, "run", "--spec", str(spec_path)], env={**env, "ALBOR_FAULT": "task-done:5"}, capture_output=True
+    )
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    layout = Layout(tmp_path / "out")
+    assert not list(layout.manifests_dir.glob("*.json"))  # killed in the first stage: nothing committed
+    stored = TaskStore(str(layout.task_store), 10**9).entries()
+    assert len(stored) == 5  # the tasks that finished before the kill
+    spec = load_spec(spec_path)
+    resumed = _reuse(materialize_all(spec, tmp_path / "out"))
+    assert sum(reused for _, reused in resumed.values()) == 5
+    cold = tmp_path / "cold"
+    materialize_all(spec, cold)
+    assert _outputs(tmp_path / "out") == _outputs(cold)
