@@ -351,7 +351,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT) -> dg.Definitions
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
-        with limit, reusing(execution.task_store(layout)):
+        with limit, reusing(execution.task_store(layout), stage.name):
             manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch())
         tasks = TASKS.since(mark)
         if manifest.tasks:

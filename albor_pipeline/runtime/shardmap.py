@@ -78,9 +78,8 @@ class _Task(Generic[J, I, T]):
         return self.step
 
     def __call__(self, item: I) -> Outcome:
-        if self.subsets is None:
-            return Outcome(self.step(self.job, self.io, item), False, None)
-        return run_task(self.io.store, self.step, self.job, item, self.io.directory, lambda: self._write(item))
+        run = (lambda: self.step(self.job, self.io, item)) if self.subsets is None else (lambda: self._write(item))
+        return run_task(self.io.store, self.step, self.job, item, self.io.directory, run)
 
     def _write(self, item: I) -> ShardResult:
         for subset in cast(tuple[str, ...], self.subsets):  # on a node of its own, the directory starts empty
@@ -119,7 +118,7 @@ def _run(
             TASKS.reuse(task_name(task.step))
         if reuse is not None:
             reuse.record([outcome])
-        fault("task-done")
+        fault("task-done", reuse.stage if reuse is not None else "")
         done.append(result)
         line = progress(done) if progress else None
         if line and log:
@@ -151,9 +150,7 @@ def map_shards(
     with staged_dir(out) as staging:
         for subset in subsets:
             (staging / subset).mkdir(parents=True)
-        reuse = session()
-        store = reuse.store if reuse is not None and task_node(executor.node).bucket is None else None
-        task = _Task(step, job, TaskIO(str(staging), IN_PLACE, store), tuple(subsets))
+        task = _Task(step, job, TaskIO(str(staging), IN_PLACE, _store(executor)), tuple(subsets))
         for result in _run(task, items, executor, inline_below, spools, progress, log):
             for shard in result.shards:
                 task_node(executor.node).land(staging, shard)
@@ -173,13 +170,24 @@ def map_tasks(
     log: Progress | None = None,
     spools: Sequence[Spooled | None] = (),
     inline_below: int = INLINE_BELOW,
+    reuse: bool = False,
 ) -> list[T]:
     """A wave of tasks that write no shard of the stage, only files in `directory` that a later
     wave reads (spools, sent back with `io.node.spool`), or nothing: the shard map without a
-    commit, its arguments as `map_shards`'. Results in item order."""
-    task: _Task[J, I, T] = _Task(step, job, TaskIO(str(directory), IN_PLACE))
+    commit, its arguments as `map_shards`'. Results in item order. `reuse`: the steps' results
+    list the files they wrote in `directory` (`shards`, as a shard set's do), so the task store
+    may keep and restore them."""
+    io = TaskIO(str(directory), IN_PLACE, _store(executor) if reuse else None)
+    task: _Task[J, I, T] = _Task(step, job, io)
     with naming_write_errors(directory):  # a full disk names where the wave was writing
         return list(_run(task, items, executor, inline_below, spools, progress, log))
+
+
+def _store(executor: Executor) -> TaskStore | None:
+    """The stage's task store, when the run reuses tasks and they run where the data dir is
+    (a node without the run's working copy has no store)."""
+    reuse = session()
+    return reuse.store if reuse is not None and task_node(executor.node).bucket is None else None
 
 
 @contextmanager

@@ -13,10 +13,13 @@ edited or deleted behind the pipeline's back is found, the entry dropped and the
 A run killed mid-stage leaves the entries of every task that finished, so its rerun
 resumes there (datatrove's completion markers, by content instead of by task number).
 
-A task whose job or item holds this run's temporary files (a spool another wave wrote,
-named `….tmp`) or a value the identity cannot describe is simply run: its identity would
-not recur. The store is bounded (`trim`: least recently used first), and `collect` removes
-what no stage manifest names (`albor gc`).
+A job's field can say how it enters the identity (`dataclasses.field(metadata=…)`):
+`NOT_IDENTITY` for where a task writes or an in-process helper, `BY_CONTENTS` for a
+directory it reads whole (a spool of this run: its files' names and hashes, not its
+path). Any other job or item naming this run's temporary files (`….tmp`), or holding a
+value the identity cannot describe, is simply run: its identity would not recur. The
+store is bounded (`trim`: least recently used first), and `collect` removes what no
+stage manifest names (`albor gc`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ class Stored(Protocol):
     def shards(self) -> Sequence[Shard]: ...
 
 
+NOT_IDENTITY = {"identity": "none"}
+"""A job field that is no input of the task: where it writes, a helper the process holds."""
+BY_CONTENTS = {"identity": "contents"}
+"""A job field naming a directory the task reads whole: its files by content, wherever it is."""
+
+
 class NotReusable(ValueError):
     """The task's identity cannot be told (it reads this run's temporary files, or holds a
     value with no stable description): the task runs."""
@@ -88,7 +97,7 @@ def _describe(value: Any, root: str) -> Any:
     if isinstance(value, BaseModel):
         return _describe(value.model_dump(mode="json"), root)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _describe(getattr(value, f.name), root) for f in dataclasses.fields(value)}
+        return {f.name: _describe_field(f, getattr(value, f.name), root) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
         return [_describe(v, root) for v in value]
     if isinstance(value, dict):
@@ -98,6 +107,16 @@ def _describe(value: Any, root: str) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     raise NotReusable(f"a {type(value).__name__} has no stable description")
+
+
+def _describe_field(field: dataclasses.Field[Any], value: Any, root: str) -> Any:
+    rule = field.metadata.get("identity")
+    if rule == NOT_IDENTITY["identity"]:
+        return None
+    if rule == BY_CONTENTS["identity"]:
+        files = sorted(f for f in Path(value).iterdir() if f.is_file())  # its subdirectories are outputs
+        return {f.name: _file_digest(str(f), *_stat(str(f))) for f in files}
+    return _describe(value, root)
 
 
 def _describe_path(text: str, root: str) -> Any:
@@ -243,10 +262,11 @@ def _link(source: Path, target: Path) -> None:
 
 
 def run_task(
-    store: TaskStore | None, step: Callable[..., Any], job: Any, item: Any, directory: Path, run: Callable[[], Stored]
+    store: TaskStore | None, step: Callable[..., Any], job: Any, item: Any, directory: Path, run: Callable[[], Any]
 ) -> Outcome:
     """`run()`, the task `step(job, …, item)` writing its shards into `directory`, or its stored
-    outputs when `store` holds its identity; what it ran is kept for the next time."""
+    outputs when `store` holds its identity; what it ran is kept for the next time (a result
+    that does not list its files cannot be: a step given a store must return `Stored`)."""
     if store is None:
         return Outcome(run(), False, None)
     try:
@@ -257,16 +277,18 @@ def run_task(
     if reused is not None:
         return Outcome(reused, True, key)
     result = run()
+    if not isinstance(getattr(result, "shards", None), (list, tuple)):
+        raise TypeError(f"{step.__qualname__} returns no `shards`: the task store cannot keep what it wrote")
     store.save(key, directory, result)
     return Outcome(result, False, key)
 
 
 class Session:
-    """The run's process side of one stage's reuse: the store, and the identities its tasks had
-    (its manifest records them: what `collect` keeps)."""
+    """The run's process side of one stage's reuse: the store, the stage, and the identities
+    its tasks had (its manifest records them: what `collect` keeps)."""
 
-    def __init__(self, store: TaskStore) -> None:
-        self.store = store
+    def __init__(self, store: TaskStore, stage: str = "") -> None:
+        self.store, self.stage = store, stage
         self.keys: list[str] = []
 
     def record(self, outcomes: Iterable[Outcome]) -> None:
@@ -277,9 +299,10 @@ _SESSION: ContextVar[Session | None] = ContextVar("albor_task_session", default=
 
 
 @contextmanager
-def reusing(store: TaskStore | None) -> Any:
-    """Within the block, the shard maps of this process reuse tasks from `store` (None: never)."""
-    token = _SESSION.set(Session(store) if store is not None else None)
+def reusing(store: TaskStore | None, stage: str = "") -> Any:
+    """Within the block (stage `stage`), the shard maps of this process reuse tasks from
+    `store` (None: never)."""
+    token = _SESSION.set(Session(store, stage) if store is not None else None)
     try:
         yield _SESSION.get()
     finally:

@@ -189,7 +189,9 @@ def _encode(
         return f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6 / (now - start):.1f} MB/s"
 
     items = [SpoolItem(group, task) for task, group in enumerate(groups)]
-    encoded = map_tasks(encode_row_group, job, items, Path(job.spool), io.executor, rate, io.progress, inline_below=4)
+    encoded = map_tasks(
+        encode_row_group, job, items, Path(job.spool), io.executor, rate, io.progress, inline_below=4, reuse=True
+    )
     accounting = SourceAccounting()
     for group in encoded:
         io.receive(group.spooled)

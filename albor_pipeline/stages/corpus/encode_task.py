@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from array import array
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import TaskIO
+from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.taskstore import NOT_IDENTITY
 from albor_pipeline.text.documents import sha_keys
 from albor_pipeline.text.encode import Encoder, make_encoder
 from albor_pipeline.text.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
@@ -88,6 +90,7 @@ class GroupTokens:
     keys: np.ndarray  # each kept document's SHA-256 key (`documents.sha_keys`)
     text_bytes: int
     spooled: Spooled | None = None  # its token file, when sent through the data dir's bucket
+    shards: tuple[Shard, ...] = ()  # its token file, as the task store keeps it
 
 
 class RowGroupEncoder:
@@ -140,9 +143,10 @@ class EncodeJob:
     encoder: str  # `make_encoder`'s name: the one the stage picked
     bos: bool
     min_chars: int
-    spool: str  # the build's token spool: `spool_tokens(spool, task)` per row group
+    spool: str = field(metadata=NOT_IDENTITY)  # the build's token spool: `spool_tokens(spool, task)` per row group
     dtype: str  # the spooled ids' dtype: the exports' (`corpus.token_dtype`)
-    own: RowGroupEncoder | None = None  # the stage's own encoder (all cores), for an inline map only
+    # The stage's own encoder (all cores), for an inline map only.
+    own: RowGroupEncoder | None = field(default=None, metadata=NOT_IDENTITY)
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,6 @@ def encode_row_group(job: EncodeJob, io: TaskIO, item: SpoolItem) -> GroupTokens
     encoder = job.own or _row_group_encoder(str(node.local(job.tokenizer_path)), job.encoder, job.bos, job.min_chars)
     path, index = item.group
     flat, tokens = encoder.encode((str(node.local(path)), index))
-    spooled = spool_tokens(node.directory(job.spool), item.task)
+    spooled = spool_tokens(io.directory, item.task)
     flat.astype(job.dtype, copy=False).tofile(spooled)
-    return replace(tokens, spooled=node.spool(spooled))
+    return replace(tokens, shards=(Shard.of(spooled, len(tokens.lengths), io.directory),), spooled=node.spool(spooled))

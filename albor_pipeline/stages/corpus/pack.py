@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ from albor_pipeline.runtime.artifacts import (
 )
 from albor_pipeline.runtime.shardmap import TaskIO
 from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.taskstore import BY_CONTENTS
 from albor_pipeline.spec import Packing
 from albor_pipeline.stages.corpus.encode_task import (
     spool_tokens,
@@ -47,7 +48,7 @@ class PackJob:
     """The plan a packing task reads from the token spool: token files, document ends
     (`concat`) or explicit segments (`best_fit`)."""
 
-    spool: str
+    spool: str = field(metadata=BY_CONTENTS)  # the plan and token files: what a task reads
     seq_len: int
     pad_id: int
     dtype: str
