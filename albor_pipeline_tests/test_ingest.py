@@ -200,3 +200,16 @@ def test_a_source_becomes_bounded_shards_the_same_on_any_executor(tmp_path):
     for art in small.artifacts:  # a shard holds at most 0.05 MB of files, or one bigger file
         files = pq.read_table(tmp_path / art.path, columns=["file"]).column(0).to_pylist()
         assert sum((STDLIB / "email" / f).stat().st_size for f in files) <= 50_000 or len(files) == 1
+
+
+def test_a_dist_info_without_its_metadata_counts_as_an_unknown_licence(tmp_path: Path) -> None:
+    """A partial copy of site-packages (the `.py` files only) keeps the dist-info folders but
+    not their METADATA: ingestion goes on, the licence is unknown."""
+    import importlib_metadata  # noqa: F401 - its finder on sys.meta_path is what raised
+
+    from albor_pipeline.stages.ingest.licences import detect_licences
+
+    (tmp_path / "pkg-1.0.dist-info").mkdir()
+    (tmp_path / "other-2.0.dist-info").mkdir()
+    (tmp_path / "other-2.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: other\nLicense: MIT\n")
+    assert detect_licences(tmp_path) == {"MIT": 1, "unknown": 1}

@@ -35,7 +35,12 @@ def _field(meta: metadata.PackageMetadata, name: str) -> str:
 
 
 def _distribution_licence(dist: metadata.Distribution) -> str:
-    meta = dist.metadata
+    try:
+        meta = dist.metadata
+    except (OSError, ValueError):  # a dist-info without its METADATA file (a partial copy): no licence known
+        return UNKNOWN
+    if meta is None:
+        return UNKNOWN
     expression = _field(meta, "License-Expression")
     if expression:
         return expression
