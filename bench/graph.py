@@ -59,19 +59,33 @@ def write_spec(path: Path, corpora: list[Path]) -> Path:
     return path
 
 
-def run_graph(spec: Path, work: Path, profile: bool = False, code: Path = REPO) -> dict[str, Any]:
-    """`dagster asset materialize` cold on `spec`: wall, sum of step seconds, peak RSS; with
-    `profile`, under py-spy (all processes, 100 Hz), summarised by `profile_summary`. `code`
-    is the checkout whose `albor_pipeline` the graph runs (another commit for `--before`)."""
+def graph_command(
+    spec: Path, work: Path, code: Path = REPO, select: str = "*", cold: bool = True
+) -> tuple[list[str], dict[str, str]]:
+    """(`dagster asset materialize` of `select` on `spec` into `work`, its environment); `cold`:
+    an empty data dir and instance first, else the ones an earlier run left."""
     home = work / "dagster_home"
-    shutil.rmtree(home, ignore_errors=True)
-    shutil.rmtree(work / "artifacts", ignore_errors=True)
-    home.mkdir(parents=True)
-    shutil.copyfile(code / "dagster.yaml", home / "dagster.yaml")
+    if cold:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(work / "artifacts", ignore_errors=True)
+    if not home.is_dir():
+        home.mkdir(parents=True)
+        shutil.copyfile(code / "dagster.yaml", home / "dagster.yaml")
     env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_SPEC": str(spec), "ALBOR_DATA_DIR": str(work / "artifacts")}
     env["PYTHONPATH"] = str(code)  # ahead of the editable install, and `-m` adds the cwd too
     dagster = [str(Path(sys.executable).parent / "dagster"), "asset", "materialize"]
-    dagster += ["-m", "albor_pipeline.definitions", "--select", "*"]
+    return [*dagster, "-m", "albor_pipeline.definitions", "--select", select], env
+
+
+def run_graph(
+    spec: Path, work: Path, profile: bool = False, code: Path = REPO, select: str = "*", cold: bool = True
+) -> dict[str, Any]:
+    """`dagster asset materialize` of `select` (cold by default) on `spec`: wall, sum of step
+    seconds, peak RSS; with `profile`, under py-spy (all processes, 100 Hz), summarised by
+    `profile_summary`. `code` is the checkout whose `albor_pipeline` the graph runs (another
+    commit for `--before`)."""
+    dagster, env = graph_command(spec, work, code, select, cold)
+    home = Path(env["DAGSTER_HOME"])
     cmd = [sys.executable, str(RSS), *dagster]
     raw = work / "pyspy.txt"
     if profile:  # py-spy starts the graph itself: no attach, no ptrace permission needed

@@ -37,6 +37,8 @@ def table(results: dict[str, Any]) -> str:
     if pr := results.get("profile"):
         rows.append((f"py-spy profile of the graph ({pr['samples']:,} samples, all processes)", "", ""))
         rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
+    if rb := results.get("rebuild"):
+        rows += _rebuild_rows(rb)
     if lo := results.get("loader"):
         rows += _loader_rows(lo)
     if sc2 := results.get("scale"):
@@ -222,3 +224,28 @@ def _stage_rows(s: dict[str, Any]) -> list[tuple[str, Any, str]]:
         ),
         *_adversarial_rows(s.get("adversarial", {})),
     ]
+
+
+def _rebuild_rows(rb: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """A one-file edit's rebuild and a killed run's resume against a cold build, per spec."""
+    rows: list[tuple[str, Any, str]] = []
+    for spec, r in rb.items():
+        rows += [
+            (f"rebuild ({spec} spec): cold build wall s", r["cold_wall_s"], ""),
+            (
+                "  one-file edit, tokenizer kept: wall s / ratio",
+                f"{r['kept']['wall_s']} / {r['kept']['ratio']}",
+                "<= 0.25",
+            ),
+            (
+                "  one-file edit, tokenizer retrained: wall s / ratio",
+                f"{r['retrained']['wall_s']} / {r['retrained']['ratio']}",
+                "<= 0.5",
+            ),
+            (
+                f"  killed at {r['resume']['killed_after_tasks']} corpus/train tasks, the rest: wall s / ratio",
+                f"{r['resume']['wall_s']} / {r['resume']['ratio']}",
+                "<= 0.3",
+            ),
+        ]
+    return rows
