@@ -5,6 +5,7 @@ Fixtures live in `conftest.py`; plain helpers live here, so no test module impor
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -128,6 +129,16 @@ def build(tmp: Path, raw: dict[str, Any]) -> Build:
     spec_path = write_spec(tmp / "spec.yaml", raw)
     spec = load_spec(spec_path)
     return Build(spec_path, spec, tmp / "out", materialize_all(spec, tmp / "out"))
+
+
+def recorded_outputs(out: Path) -> dict[str, str]:
+    """Every recorded output of every stage but provenance (it names the run's data dir), by
+    path: its SHA-256."""
+    found = {}
+    for manifest in sorted((out / "manifests").glob("*.json")):
+        if manifest.stem != "provenance":
+            found.update({a["path"]: a["sha256"] for a in json.loads(manifest.read_text())["outputs"]})
+    return found
 
 
 def tree_digest(root: Path) -> dict[str, str]:

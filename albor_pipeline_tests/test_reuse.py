@@ -3,7 +3,6 @@ run resumes from its finished tasks, and either way the outputs are a cold build
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ from albor_pipeline.runtime.shardmap import TaskIO, map_shards
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.taskstore import TaskStore, reusing
 from albor_pipeline.spec import load_spec
-from albor_pipeline_tests.support import ALBOR, STDLIB, materialize_all, tiny_spec, write_spec
+from albor_pipeline_tests.support import ALBOR, STDLIB, materialize_all, recorded_outputs, tiny_spec, write_spec
 
 SCHEMA = pa.schema([("text", pa.string())])
 
@@ -114,15 +113,6 @@ def _reuse(result: dg.ExecuteInProcessResult) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _outputs(out: Path) -> dict[str, str]:
-    """Every recorded output of every stage but provenance (it names the run's data dir)."""
-    found = {}
-    for manifest in sorted((out / "manifests").glob("*.json")):
-        if manifest.stem != "provenance":
-            found.update({a["path"]: a["sha256"] for a in json.loads(manifest.read_text())["outputs"]})
-    return found
-
-
 def _sources(tmp_path: Path) -> dict[str, Any]:
     """A tiny spec over copies of two stdlib packages, in shards of about 50 kB: many tasks."""
     for package in ("json", "email"):
@@ -150,7 +140,7 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
         assert again[key] == (first[key][0], first[key][0]), key  # the other source: all reused
     cold = tmp_path / "cold"
     materialize_all(spec, cold)
-    assert _outputs(tmp_path / "out") == _outputs(cold)
+    assert recorded_outputs(tmp_path / "out") == recorded_outputs(cold)
 
     store, layout = TaskStore(str(Layout(tmp_path / "out").task_store), 0), Layout(tmp_path / "out")
     named = {key for m in iter_manifests(layout) for key in m.tasks}
@@ -178,4 +168,4 @@ def test_a_run_killed_mid_stage_resumes_from_its_finished_tasks(tmp_path: Path) 
     assert sum(reused for _, reused in resumed.values()) == 5
     cold = tmp_path / "cold"
     materialize_all(spec, cold)
-    assert _outputs(tmp_path / "out") == _outputs(cold)
+    assert recorded_outputs(tmp_path / "out") == recorded_outputs(cold)

@@ -3,7 +3,6 @@ ends it and the next map starts a new one, and the outputs are the bytes of an i
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from albor_pipeline.runtime.executor import LocalExecutor, TaskError, WorkerPool
 from albor_pipeline.spec import load_spec
-from albor_pipeline_tests.support import materialize_all, small_spec_dict, write_spec
+from albor_pipeline_tests.support import materialize_all, recorded_outputs, small_spec_dict, write_spec
 
 
 def test_maps_share_the_pool_and_a_failed_map_ends_it() -> None:
@@ -28,15 +27,6 @@ def test_maps_share_the_pool_and_a_failed_map_ends_it() -> None:
     pool.close()
 
 
-def _outputs(out: Path) -> dict[str, str]:
-    """Every recorded output of every stage but provenance, by path: its SHA-256."""
-    found = {}
-    for manifest in sorted((out / "manifests").glob("*.json")):
-        if manifest.stem != "provenance":
-            found.update({a["path"]: a["sha256"] for a in json.loads(manifest.read_text())["outputs"]})
-    return found
-
-
 @pytest.mark.graph
 def test_a_run_starts_one_pool_and_writes_the_bytes_of_an_inline_run(tmp_path: Path) -> None:
     outputs = {}
@@ -47,6 +37,6 @@ def test_a_run_starts_one_pool_and_writes_the_bytes_of_an_inline_run(tmp_path: P
         spec = load_spec(write_spec(tmp_path / f"w{workers}.yaml", raw))
         before = WorkerPool.starts
         materialize_all(spec, tmp_path / f"out{workers}")
-        outputs[workers] = _outputs(tmp_path / f"out{workers}")
+        outputs[workers] = recorded_outputs(tmp_path / f"out{workers}")
         assert WorkerPool.starts - before == (0 if workers == 1 else 1)  # every map of the run on one pool
     assert outputs[1] == outputs[2] and len(outputs[1]) > 20
