@@ -99,17 +99,16 @@ def test_the_store_stays_under_its_cap(tmp_path: Path) -> None:
 
 
 def _reuse(result: dg.ExecuteInProcessResult) -> dict[str, tuple[int, int]]:
-    """(tasks, reused) of every stage whose tasks the store can keep, by asset key."""
+    """(tasks, reused) of each task function of every stage whose tasks the store can keep,
+    keyed "asset function"."""
     found = {}
     for event in result.get_asset_materialization_events():
         meta = event.materialization.metadata
         if "tasks_reused" in meta:
             tasks = meta["tasks"].value
             assert isinstance(tasks, dict)
-            found[event.asset_key.to_user_string()] = (
-                sum(int(t["tasks"]) for t in tasks.values()),
-                int(str(meta["tasks_reused"].value)),
-            )
+            for fn, t in tasks.items():
+                found[f"{event.asset_key.to_user_string()} {fn}"] = (int(t["tasks"]), int(t["reused"]))
     return found
 
 
@@ -128,15 +127,16 @@ def _sources(tmp_path: Path) -> dict[str, Any]:
 def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_build(tmp_path: Path) -> None:
     spec = load_spec(write_spec(tmp_path / "spec.yaml", _sources(tmp_path)))
     first = _reuse(materialize_all(spec, tmp_path / "out"))
-    assert first["ingested/stdlib_async"][0] >= 4 and all(reused == 0 for _, reused in first.values())
+    assert first["ingested/stdlib_async _ingest_group"][0] >= 4 and all(r == 0 for _, r in first.values())
     edited = tmp_path / "src" / "email" / "charset.py"
     text = edited.read_text()
     edited.write_text(text.replace("the", "THE", 1))  # the same size: no shard boundary moves
     again = _reuse(materialize_all(spec, tmp_path / "out"))
-    for key in ("ingested/stdlib_async", "filtered/stdlib_async"):
+    # The edited file's ingest task, its hygiene task and the scan of its row group alone ran.
+    for key in ("ingested/stdlib_async _ingest_group", "filtered/stdlib_async _clean_shard", "documents _scan_group"):
         tasks, reused = again[key]
-        assert (tasks, reused) == (first[key][0], tasks - 1), key  # the edited file's task alone ran
-    for key in ("ingested/stdlib_json_email", "filtered/stdlib_json_email"):
+        assert (tasks, reused) == (first[key][0], tasks - 1), key
+    for key in ("ingested/stdlib_json_email _ingest_group", "filtered/stdlib_json_email _clean_shard"):
         assert again[key] == (first[key][0], first[key][0]), key  # the other source: all reused
     cold = tmp_path / "cold"
     materialize_all(spec, cold)
@@ -165,7 +165,7 @@ def test_a_run_killed_mid_stage_resumes_from_its_finished_tasks(tmp_path: Path) 
     assert len(stored) == 5  # the tasks that finished before the kill
     spec = load_spec(spec_path)
     resumed = _reuse(materialize_all(spec, tmp_path / "out"))
-    assert sum(reused for _, reused in resumed.values()) == 5
+    assert sum(reused for _, reused in resumed.values()) == 5  # every task that finished, none that had not
     cold = tmp_path / "cold"
     materialize_all(spec, cold)
     assert recorded_outputs(tmp_path / "out") == recorded_outputs(cold)

@@ -1,7 +1,9 @@
 """Reruns that cost what changed: a one-file edit's rebuild and a killed run's resume, each
 against a cold build of the same spec in the same bench run.
 
-The sources are copies of this machine's (only the `.py` files), so a file can be edited:
+The sources are copies of this machine's (only the `.py` files), so a file can be edited;
+the edited file is one whose document is in the cold build's `documents/train`, so the
+edit reaches every stage down to the train corpus:
 - the default spec, its two code sources copied (its sample sources as shipped);
 - a seed-shaped spec: four code sources (the stdlib, and the installed packages cut into
   three groups by name), mixed 0.4 / 0.3 / 0.15 / 0.15 as seed 000's recipe.
@@ -22,6 +24,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import yaml
 
 from bench.common import REPO, default_corpora
@@ -98,12 +102,13 @@ def edit_one_file(files: list[Path], nth: int) -> Path:
     raise RuntimeError("no file to edit")
 
 
-def _source_files(spec: Path) -> list[Path]:
-    """The files the edited source reads (its include globs, else every `.py` file)."""
+def _train_files(spec: Path, artifacts: Path) -> list[Path]:
+    """The edited source's files whose documents are in `documents/train` of a build: an edit
+    of one reaches every stage down to the train corpus."""
     src = next(s for s in yaml.safe_load(spec.read_text())["sources"] if s["name"] == EDITED_SOURCE)
-    root = Path(src["path"])
-    found = {f for glob in src.get("include", ["**/*.py"]) for f in root.glob(glob)}
-    return sorted(f for f in found if f.is_file() and not {"test", "tests", "testing"} & set(f.parts))
+    table = pq.read_table(artifacts / "documents" / "train", columns=["source", "file"])
+    files = table.filter(pc.equal(table.column("source"), EDITED_SOURCE)).column("file").to_pylist()
+    return sorted(p for p in (Path(src["path"]) / f for f in files) if p.is_file())
 
 
 def _keys(stages: list[str]) -> str:
@@ -118,7 +123,7 @@ def _stages(artifacts: Path) -> list[str]:
 def _edits(spec: Path, work: Path, cold: dict[str, Any]) -> dict[str, Any]:
     """One-file edits rebuilt with the tokenizer retrained, then kept."""
     out: dict[str, Any] = {}
-    files = _source_files(spec)
+    files = _train_files(spec, work / "artifacts")
     downstream = f'key:"ingested/{EDITED_SOURCE}"+30'
     for nth, (name, select) in enumerate(
         (("retrained", downstream), ("kept", f'{downstream} and not key:"tokenizer"'))

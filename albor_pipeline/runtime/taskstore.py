@@ -96,6 +96,8 @@ def _describe(value: Any, root: str) -> Any:
         return _describe_path(str(value), root)
     if isinstance(value, BaseModel):
         return _describe(value.model_dump(mode="json"), root)
+    if callable(getattr(value, "task_identity", None)):  # an object saying what a task using it depends on
+        return {type(value).__qualname__: _describe(value.task_identity(), root)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _describe_field(f, getattr(value, f.name), root) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):

@@ -58,12 +58,17 @@ class Decontaminator:
     """Which benchmarks a text shares an n-gram with."""
 
     def __init__(self, spec: DecontaminateSpec) -> None:
-        self.n = spec.ngram
+        self.n, self.spec = spec.ngram, spec
         self.benchmarks = [load_benchmark(b, spec.ngram) for b in spec.benchmarks]
         self.inputs = [benchmark_fingerprint(b) for b in spec.benchmarks]  # what provenance records as read
 
     def __bool__(self) -> bool:
         return bool(self.benchmarks)
+
+    def task_identity(self) -> DecontaminateSpec:
+        """What a task using it depends on (`runtime/taskstore.py`): its settings, and with them
+        the benchmark files (the identity names a file by its bytes)."""
+        return self.spec
 
     def hits(self, words: np.ndarray) -> list[str]:
         """The benchmarks (by name) sharing an n-gram with a text of these `word_hashes`."""

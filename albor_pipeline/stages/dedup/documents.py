@@ -53,11 +53,10 @@ class DocumentsResult:
 
 @dataclass(frozen=True)
 class _ScanJob:
-    """What every row-group task of the scan needs: the inputs, the LSH job, the benchmarks."""
+    """What every row group's scan needs: the signer and the benchmarks (with the group's
+    bytes and rows, a scan task's identity: it is reused while they stay the same)."""
 
-    paths: tuple[str, ...]
     signer: Signer | None
-    lsh: LshJob | None
     decon: Decontaminator | None
 
 
@@ -74,24 +73,42 @@ class _ScanItem:
     rows: np.ndarray  # the group's rows to scan (exact-unique documents), int32
 
 
-def _scan_group(
-    job: _ScanJob, io: TaskIO, item: _ScanItem
-) -> tuple[np.ndarray | None, dict[int, list[str]], list[Spooled | None]]:
-    """One row group's documents' words hashed once for both: MinHash signatures spooled for
-    LSH (returns the partition offsets and the spool files) and benchmark hits by the group's
-    document index. A pure function of the group, for any executor."""
-    texts = pq.ParquetFile(io.local(job.paths[item.input])).read_row_group(item.group, columns=["text"]).column(0)
+@dataclass(frozen=True)
+class _GroupScan:
+    """A row group's scan: its signatures' file (with near dedup) and its benchmark hits by
+    the group's document index."""
+
+    shards: tuple[Shard, ...]
+    hits: dict[int, list[str]]
+    spooled: Spooled | None = None
+
+
+def _scan_group(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) -> _GroupScan:
+    """Row group `group` of input `path` (its exact-unique `rows`): each document's words
+    hashed once for both its MinHash signature (saved as `<source>-<shard>-g<group>.npy`)
+    and its benchmark hits. A pure function of the group's bytes, for any executor."""
+    path, group, rows = item
+    texts = pq.ParquetFile(io.local(path)).read_row_group(group, columns=["text"]).column(0)
     sigs, hits = [], {}
-    for k, row in enumerate(item.rows.tolist()):
+    for k, row in enumerate(rows.tolist()):
         words = word_hashes(texts[row].as_py())
         if job.signer is not None:
             sigs.append(job.signer.signature(words))
         if job.decon and (found := job.decon.hits(words)):
             hits[k] = found
-    if job.lsh and sigs:
-        offsets, spooled = job.lsh.spool_signatures(item.task, item.first, np.stack(sigs), io.node)
-        return offsets, hits, spooled
-    return None, hits, []
+    if not sigs:
+        return _GroupScan((), hits)
+    out = io.directory / f"{Path(path).parent.name}-{Path(path).stem}-g{group:05d}.npy"
+    np.save(out, np.stack(sigs))
+    shard = Shard.of(out, len(sigs), io.directory)
+    return _GroupScan((shard,), hits, io.node.spool(out))
+
+
+def _spool_group(lsh: LshJob, io: TaskIO, item: tuple[int, int, str]) -> tuple[np.ndarray, list[Spooled | None]]:
+    """Scan task `task`'s signatures (documents `first`, ...) spooled for LSH: the partition
+    offsets and the spool files."""
+    task, first, sigs = item
+    return lsh.spool_signatures(task, first, np.load(io.local(sigs)), io.node)
 
 
 class _Locator:
@@ -163,17 +180,18 @@ def _scan(
     where = _Locator(items, firsts)
     index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
     hits: dict[int, list[str]] = {}
-    lsh = index.lsh(spool, docs) if index else None
-    job = _ScanJob(tuple(str(p) for _, p in inputs), index.signer if index else None, lsh, decon)
-    offsets, spooled = [], []
-    scanned = map_tasks(_scan_group, job, items, spool, executor, inline_below=SCAN_MIN_GROUPS)
-    for item, (parts, found, sent) in zip(items, scanned):
-        if parts is not None:
-            offsets.append(parts)
-        spooled += sent
-        hits.update({item.first + k: names for k, names in found.items()})
-    if index and lsh:
-        stacked = np.stack(offsets) if offsets else np.zeros((0, lsh.partitions + 1), np.int64)
+    job = _ScanJob(index.signer if index else None, decon)
+    groups = [(str(inputs[it.input][1]), it.group, it.rows) for it in items]
+    scanned = map_tasks(_scan_group, job, groups, spool, executor, inline_below=SCAN_MIN_GROUPS, reuse=True)
+    for item, group in zip(items, scanned):
+        hits.update({item.first + k: names for k, names in group.hits.items()})
+    spooled: list[Spooled | None] = []
+    if index:
+        lsh = index.lsh(spool, docs)
+        signed = [(it.task, it.first, str(spool / g.shards[0].name)) for it, g in zip(items, scanned) if g.shards]
+        waves = map_tasks(_spool_group, lsh, signed, spool, executor, spools=[g.spooled for g in scanned])
+        spooled = [sent for _, files in waves for sent in files]
+        stacked = np.stack([o for o, _ in waves]) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
         index.find_candidates(lsh, stacked, firsts, executor, spooled)
     near_report = None
     if index and near:
