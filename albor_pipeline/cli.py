@@ -10,6 +10,7 @@ import socket
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -244,15 +245,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     holder = f"albor gc on {socket.gethostname()}, pid {os.getpid()}"
     if isinstance(root, Path):
         layout = Layout(root)
-        try:
-            with exclusive(layout.lock_file, holder, wait=False):
-                return _collect_tasks(layout, list(iter_manifests(layout)))
-        except DataDirBusy as exc:
-            print(f"albor gc: {exc}; nothing deleted", file=sys.stderr)
-            return 1
+        return _collect_tasks(layout, lambda: list(iter_manifests(layout)), holder)
     bucket = Bucket(root, Layout(work_dir(root)))
-    manifests = bucket.manifests()
-    if not manifests:
+    if not bucket.manifests():
         print(f"albor gc: nothing materialized under {root} (no stage manifests); nothing deleted", file=sys.stderr)
         return 2
     try:
@@ -265,16 +260,22 @@ def cmd_gc(args: argparse.Namespace) -> int:
         f"albor gc: deleted {done.deleted} object(s) no manifest names ({done.bytes / 1e6:,.1f} MB); "
         f"kept {done.recent} written in the last {args.older_than_hours:g} h (a run may still be publishing)"
     )
-    return _collect_tasks(bucket.layout, manifests)
+    return _collect_tasks(bucket.layout, bucket.manifests, holder)
 
 
-def _collect_tasks(layout: Layout, manifests: list[StageManifest]) -> int:
+def _collect_tasks(layout: Layout, manifests: Callable[[], list[StageManifest]], holder: str) -> int:
     """Drop the task store's entries no stage manifest names (a data dir's store, or a bucket
-    working copy's): what is left is what the current outputs were made of."""
-    keep = {key for m in manifests for key in m.tasks}
-    store = TaskStore(str(layout.task_store), int(load_spec().execution.task_store_gb * 1e9))
-    entries, size = store.collect(keep)
-    trimmed = store.trim()
+    working copy's), then trim it to its cap: under the copy's lock, which every run takes
+    first, with the manifests read under it."""
+    try:
+        with exclusive(layout.lock_file, holder, wait=False):
+            keep = {key for m in manifests() for key in m.tasks}
+            store = TaskStore(str(layout.task_store), int(load_spec().execution.task_store_gb * 1e9))
+            entries, size = store.collect(keep)
+            trimmed = store.trim()
+    except DataDirBusy as exc:
+        print(f"albor gc: {exc}; nothing deleted", file=sys.stderr)
+        return 1
     print(
         f"albor gc: deleted {entries} stored task(s) no manifest names ({size / 1e6:,.1f} MB) and "
         f"{trimmed / 1e6:,.1f} MB over the store's cap of {store.cap_bytes / 1e9:g} GB ({layout.task_store})"

@@ -83,6 +83,9 @@ def test_a_task_runs_again_only_when_its_input_settings_or_stored_files_change(t
     assert _map(store, files, out) == {"ran": 1, "reused": 3}  # is found, and its task runs
     assert _set(out) == cold
     assert _map(store, files, out) == {"ran": 0, "reused": 4}
+    (entry / "result.pickle").unlink()  # half an entry (a kill while one was removed)...
+    assert _map(store, files, out) == {"ran": 1, "reused": 3}  # ...is dropped, the task runs and is kept
+    assert _map(store, files, out) == {"ran": 0, "reused": 4}
 
 
 def test_the_store_stays_under_its_cap(tmp_path: Path) -> None:

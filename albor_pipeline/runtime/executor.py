@@ -226,6 +226,7 @@ class TaskLog:
         self.seconds.setdefault(name, []).append(seconds)
 
     def reuse(self, name: str) -> None:
+        """The last collected task of `name` stood in by its stored outputs."""
         self.reused[name] = self.reused.get(name, 0) + 1
 
     def mark(self) -> dict[str, tuple[int, int]]:

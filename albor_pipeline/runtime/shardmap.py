@@ -67,6 +67,9 @@ class TaskIO:
 
 @dataclass(frozen=True)
 class _Task(Generic[J, I, T]):
+    """One map's task as its executor runs it: the step on an item, its stored outputs when
+    the store holds its identity; a shard set's task ships what it wrote."""
+
     step: Callable[[J, TaskIO, I], T]
     job: J
     io: TaskIO
@@ -82,6 +85,7 @@ class _Task(Generic[J, I, T]):
         return run_task(self.io.store, self.step, self.job, item, self.io.directory, run)
 
     def _write(self, item: I) -> ShardResult:
+        """A shard set's task: the step, then its shards made reachable by the run."""
         for subset in cast(tuple[str, ...], self.subsets):  # on a node of its own, the directory starts empty
             (self.io.directory / subset).mkdir(parents=True, exist_ok=True)
         result = cast(ShardResult, self.step(self.job, self.io, item))

@@ -1,7 +1,7 @@
 """Task reuse: a per-shard task's outputs kept under its identity, reused when it recurs.
 
 A task's identity is the SHA-256 over this package's code and the libraries its bytes
-depend on (`code_version`), its step function, its settings (the job) and its item, with
+depend on (`CODE_VERSION`), its step function, its settings (the job) and its item, with
 every file they name replaced by its content hash. So an edited input, a changed setting
 or new code gives a new identity, and a rerun of the same work finds the old one.
 
@@ -29,9 +29,11 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from enum import Enum
@@ -49,7 +51,7 @@ from albor_pipeline.runtime.shards import Shard
 
 RESULT = "result.pickle"
 FILES = "files"
-LIBRARIES = ("pyarrow", "numpy", "gigatoken", "tokenizers", "tiktoken", "google-re2", "polars")
+LIBRARIES = ("pyarrow", "numpy", "gigatoken", "tokenizers", "tiktoken", "polars", "detect-secrets")
 
 
 class Stored(Protocol):
@@ -70,20 +72,36 @@ class NotReusable(ValueError):
     value with no stable description): the task runs."""
 
 
-@cache
-def code_version() -> str:
+def _libraries() -> list[str]:
+    """This package's own dependencies (not its extras): the libraries its output bytes may
+    depend on (an upgrade of the secret detectors changes what is redacted, of pyarrow what
+    a shard's bytes are)."""
+    try:
+        required = metadata.requires("albor-pipeline") or []
+    except metadata.PackageNotFoundError:
+        required = []
+    names = {re.split(r"[<>=!~; \[]", req, maxsplit=1)[0] for req in required if "extra ==" not in req}
+    return sorted(names | set(LIBRARIES))
+
+
+def _code_version() -> str:
     """SHA-256 over every module of this package and the versions of the libraries whose
     output bytes it relies on: any code change starts the store afresh."""
     digest = hashlib.sha256(sys.version.encode())
     package = Path(__file__).resolve().parents[1]
     for path in sorted(package.rglob("*.py")):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
-    for lib in LIBRARIES:
+    for lib in _libraries():
         try:
             digest.update(f"{lib}={metadata.version(lib)}\n".encode())
         except metadata.PackageNotFoundError:
             digest.update(f"{lib}=-\n".encode())
     return digest.hexdigest()
+
+
+CODE_VERSION = _code_version()
+"""Taken when the package is imported, as its modules are: an edit during a run makes no
+entry under the new code's identity from the old code's work."""
 
 
 def _describe(value: Any, root: str) -> Any:
@@ -112,6 +130,7 @@ def _describe(value: Any, root: str) -> Any:
 
 
 def _describe_field(field: dataclasses.Field[Any], value: Any, root: str) -> Any:
+    """A job field as its metadata says (`NOT_IDENTITY`, `BY_CONTENTS`), else as any value."""
     rule = field.metadata.get("identity")
     if rule == NOT_IDENTITY["identity"]:
         return None
@@ -122,6 +141,7 @@ def _describe_field(field: dataclasses.Field[Any], value: Any, root: str) -> Any
 
 
 def _describe_path(text: str, root: str) -> Any:
+    """A string: a file by its content (and its name under the data dir), else as it is."""
     if TEMP_SUFFIX in text and any(part.endswith(TEMP_SUFFIX) for part in Path(text).parts):
         raise NotReusable(f"{text} is this run's temporary file")
     if not os.path.isabs(text) or not os.path.isfile(text):
@@ -131,6 +151,7 @@ def _describe_path(text: str, root: str) -> Any:
 
 
 def _stat(path: str) -> tuple[int, int, int, int]:
+    """What says a file is unchanged since it was hashed (git's index keeps the same)."""
     st = os.stat(path)
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
@@ -164,30 +185,31 @@ class TaskStore:
     def key(self, step: Callable[..., Any], job: Any, item: Any) -> str:
         """The task's identity; NotReusable when it has none."""
         described = {
-            "code": code_version(),
-            "step": f"{step.__module__}.{step.__qualname__}",
+            "code": CODE_VERSION,
+            "step": f"{step.__module__}.{getattr(step, '__qualname__', repr(step))}",
             "job": _describe(job, self.root),
             "item": _describe(item, self.root),
         }
         return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
     def entry(self, key: str) -> Path:
+        """Where the outputs of the task `key` are kept."""
         return Path(self.directory) / key[:2] / key
 
     def restore(self, key: str, directory: Path) -> Stored | None:
         """The stored result of `key`, its shards linked into `directory` after their hashes
         matched; None (and the entry dropped) when absent, unreadable or tampered with."""
         entry = self.entry(key)
+        if not entry.is_dir():
+            return None
         try:
             result: Stored = pickle.loads((entry / RESULT).read_bytes())
-        except FileNotFoundError:
-            return None
-        except Exception:  # a torn or foreign entry: run the task again
-            shutil.rmtree(entry, ignore_errors=True)
+        except Exception:  # a torn, half-deleted or foreign entry: run the task again
+            _drop(entry)
             return None
         stored = [(entry / FILES / shard.name, shard) for shard in result.shards]
         if not all(path.is_file() and sha256_file(path) == shard.sha256 for path, shard in stored):
-            shutil.rmtree(entry, ignore_errors=True)
+            _drop(entry)
             return None
         for path, shard in stored:
             target = directory / shard.name
@@ -203,17 +225,19 @@ class TaskStore:
         entry = self.entry(key)
         if entry.exists():
             return
-        tmp = entry.parent / f".{key}.{os.getpid()}{TEMP_SUFFIX}"
+        tmp: Path | None = None
         try:
-            (tmp / FILES).mkdir(parents=True)
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=TEMP_SUFFIX, dir=entry.parent))
             for shard in result.shards:
                 target = tmp / FILES / shard.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _link(directory / shard.name, target)
             (tmp / RESULT).write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
             os.rename(tmp, entry)
-        except OSError:  # a full disk or a concurrent writer of the same entry: not this task's failure
-            shutil.rmtree(tmp, ignore_errors=True)
+        except Exception:  # a full disk, a concurrent writer of the same entry: not this task's failure
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def entries(self) -> list[tuple[Path, float, int]]:
         """Every entry: (directory, last used, bytes)."""
@@ -236,7 +260,7 @@ class TaskStore:
         for entry, _, size in entries:
             if held <= self.cap_bytes:
                 break
-            shutil.rmtree(entry, ignore_errors=True)
+            _drop(entry)
             held -= size
             dropped += size
         return dropped
@@ -248,9 +272,20 @@ class TaskStore:
         dropped = (0, 0)
         for entry, _, size in self.entries():
             if entry.name not in wanted:
-                shutil.rmtree(entry, ignore_errors=True)
+                _drop(entry)
                 dropped = (dropped[0] + 1, dropped[1] + size)
         return dropped
+
+
+def _drop(entry: Path) -> None:
+    """An entry gone at once (renamed to a temp name, then removed): a kill mid-removal
+    leaves a temp directory the next run's cleanup takes, never a half entry."""
+    doomed = entry.with_name(f".{entry.name}.drop{TEMP_SUFFIX}")
+    try:
+        os.rename(entry, doomed)
+    except OSError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _link(source: Path, target: Path) -> None:
@@ -294,6 +329,7 @@ class Session:
         self.keys: list[str] = []
 
     def record(self, outcomes: Iterable[Outcome]) -> None:
+        """The identities of tasks that ran or were reused: the manifest lists them."""
         self.keys.extend(o.key for o in outcomes if o.key is not None)
 
 
@@ -301,7 +337,7 @@ _SESSION: ContextVar[Session | None] = ContextVar("albor_task_session", default=
 
 
 @contextmanager
-def reusing(store: TaskStore | None, stage: str = "") -> Any:
+def reusing(store: TaskStore | None, stage: str = "") -> Iterator[Session | None]:
     """Within the block (stage `stage`), the shard maps of this process reuse tasks from
     `store` (None: never)."""
     token = _SESSION.set(Session(store, stage) if store is not None else None)
