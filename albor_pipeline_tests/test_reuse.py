@@ -172,3 +172,19 @@ def test_a_run_killed_mid_stage_resumes_from_its_finished_tasks(tmp_path: Path) 
     cold = tmp_path / "cold"
     materialize_all(spec, cold)
     assert recorded_outputs(tmp_path / "out") == recorded_outputs(cold)
+
+
+@pytest.mark.graph
+def test_albor_gc_and_a_run_keep_the_store_under_the_spec_s_cap(tmp_path: Path) -> None:
+    cap = 300_000  # bytes: a few of the tiny build's entries
+    raw = tiny_spec(shard_mb=0.05, execution={"workers": 1})
+    materialize_all(load_spec(write_spec(tmp_path / "big.yaml", raw)), tmp_path / "out")
+    store = TaskStore(str(Layout(tmp_path / "out").task_store), cap)
+    assert sum(size for _, _, size in store.entries()) > cap  # the default cap holds them all
+    raw["execution"]["task_store_gb"] = cap / 1e9
+    capped = write_spec(tmp_path / "capped.yaml", raw)
+    gc = subprocess.run([ALBOR, "gc", "--spec", str(capped), "--data-dir", str(tmp_path / "out")])
+    assert gc.returncode == 0
+    assert 0 < sum(size for _, _, size in store.entries()) <= cap
+    materialize_all(load_spec(capped), tmp_path / "out")  # a run trims after every stage
+    assert 0 < sum(size for _, _, size in store.entries()) <= cap
