@@ -269,8 +269,8 @@ def _collect_tasks(layout: Layout, manifests: Callable[[], list[StageManifest]],
     first, with the manifests read under it."""
     try:
         with exclusive(layout.lock_file, holder, wait=False):
-            keep = {key for m in manifests() for key in m.tasks}
             store = TaskStore(str(layout.task_store), int(load_spec().execution.task_store_gb * 1e9))
+            keep = store.referenced(m.stage for m in manifests())
             entries, size = store.collect(keep)
             trimmed = store.trim()
     except DataDirBusy as exc:

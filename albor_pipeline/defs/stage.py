@@ -263,11 +263,13 @@ def materialize_result(
     out: StageOutput,
     uri: str | None = None,
     tasks: dict[str, dict[str, float]] | None = None,
+    reusable: bool = False,
 ) -> dg.MaterializeResult:
     """The owner-facing metadata of a finished stage; its DataVersion is the hash over its outputs.
 
     `uri`: where the stage was committed when that is not the working copy (a bucket's manifest).
-    `tasks`: its per-shard tasks' seconds by task function (`TaskLog.since`).
+    `tasks`: its per-shard tasks' seconds by task function (`TaskLog.since`); `reusable`: some
+    of them the task store may keep (then how many were reused is a field of its own).
     """
     outputs = manifest.outputs
     rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs)
@@ -284,7 +286,7 @@ def materialize_result(
         "config": dg.MetadataValue.json(json.loads(json.dumps(manifest.config, default=str))),
         "versions": dg.MetadataValue.json(library_versions()),
         **({"tasks": dg.MetadataValue.json(tasks)} if tasks else {}),
-        **({"tasks_reused": sum(int(t["reused"]) for t in (tasks or {}).values())} if manifest.tasks else {}),
+        **({"tasks_reused": sum(int(t["reused"]) for t in (tasks or {}).values())} if reusable else {}),
         **out.metadata,
     }
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
@@ -351,12 +353,12 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT) -> dg.Definitions
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
-        with limit, reusing(execution.task_store(layout), stage.name):
+        with limit, reusing(execution.task_store(layout), stage.name) as reuse:
             manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch())
-        tasks = TASKS.since(mark)
-        if manifest.tasks:
+        tasks, reusable = TASKS.since(mark), reuse is not None and bool(reuse.keys)
+        if reusable:
             context.log.info(f"{stage.name}: {_reuse_line(tasks)}")
-        return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks)
+        return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks, reusable)
 
     return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c, ns) for c in stage.checks])
 

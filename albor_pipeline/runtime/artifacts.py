@@ -48,7 +48,6 @@ class StageManifest(BaseModel):
     inputs: list[Artifact] = []
     config: dict[str, Any] = {}
     summary: dict[str, Any] = {}
-    tasks: list[str] = []  # the identities of its reusable tasks: what `albor gc` keeps in the task store
 
     @property
     def data_version(self) -> str:

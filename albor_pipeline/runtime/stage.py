@@ -87,7 +87,6 @@ def run_stage(
                 inputs=[*out.inputs, *(art for arts in inputs.values() for art in arts)],
                 config=out.config,
                 summary=out.summary.to_json() if out.summary is not None else {},
-                tasks=sorted(set(reuse.keys)) if (reuse := session()) is not None else [],
             )
             data = json_bytes(manifest.model_dump(mode="json"))
             journal.seal(data)
@@ -102,6 +101,7 @@ def run_stage(
         release_memory()  # what the stage freed, back to the system before the next one
     journal.finish()
     if (reuse := session()) is not None:
+        reuse.store.refer(stage, reuse.keys)
         reuse.store.trim()
     return manifest, out
 

@@ -45,11 +45,12 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from pydantic import BaseModel
 
-from albor_pipeline.runtime.artifacts import sha256_file
+from albor_pipeline.runtime.artifacts import sha256_file, write_json
 from albor_pipeline.runtime.commit import TEMP_SUFFIX
 from albor_pipeline.runtime.shards import Shard
 
 RESULT = "result.pickle"
+REFS = "refs"  # beside the entries: per stage, the identities its current outputs were made of
 FILES = "files"
 LIBRARIES = ("pyarrow", "numpy", "gigatoken", "tokenizers", "tiktoken", "polars", "detect-secrets")
 
@@ -238,6 +239,20 @@ class TaskStore:
         except Exception:  # a full disk, a concurrent writer of the same entry: not this task's failure
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    def refer(self, stage: str, keys: Iterable[str]) -> None:
+        """Record the identities of the tasks `stage`'s current outputs were made of (what
+        `collect` keeps); beside the store, so the manifests stay the same whether or not
+        tasks were reused."""
+        write_json(Path(self.directory) / REFS / f"{stage.replace('/', '__')}.json", sorted(set(keys)))
+
+    def referenced(self, stages: Iterable[str]) -> set[str]:
+        """The identities the current outputs of `stages` were made of."""
+        keys: set[str] = set()
+        for stage in stages:
+            with suppress(OSError, ValueError):
+                keys.update(json.loads((Path(self.directory) / REFS / f"{stage.replace('/', '__')}.json").read_text()))
+        return keys
 
     def entries(self) -> list[tuple[Path, float, int]]:
         """Every entry: (directory, last used, bytes)."""
