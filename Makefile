@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/python scripts/fetch_gpt2_ranks.py data/baselines/gpt2.tiktoken
+	$(BIN)/python scripts/fetch_ranks.py data/baselines
 	touch $@
 
 # $(DAGSTER_HOME)/dagster.yaml from dagster.yaml; with ALBOR_POSTGRES_URL set, storage in PostgreSQL.

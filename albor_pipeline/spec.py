@@ -269,6 +269,14 @@ class FimSpec(_Model):
     splits: Splits = SPLITS
 
 
+class OpenAIBaseline(str, Enum):
+    """An OpenAI tokenizer the comparison knows: its split pattern and a known encoding."""
+
+    gpt2 = "gpt2"
+    gpt4 = "gpt4"
+    gpt4o = "gpt4o"
+
+
 class RetrainPolicy(str, Enum):
     on_change = "on_change"
     manual = "manual"
@@ -304,8 +312,9 @@ class TokenizerSpec(_Model):
     doc_cap: int | None = Field(None, gt=0)
     retrain: RetrainPolicy = RetrainPolicy.on_change
     baselines: tuple[Path, ...] = ()  # other tokenizer.json files to compare against
-    # GPT-2's ranks (tiktoken format) for the comparison; `make install` fetches them from PyPI.
-    gpt2_ranks: Path | None = None
+    # OpenAI's tokenizers to compare with, by their ranks files (tiktoken format): GPT-2's,
+    # GPT-4's (cl100k_base) and GPT-4o's (o200k_base). `make install` fetches them from PyPI.
+    openai_ranks: dict[OpenAIBaseline, Path] = {}
 
 
 class RemainderPolicy(str, Enum):
@@ -578,8 +587,10 @@ def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:
         tok["baselines"] = [
             _resolve_path(p, base_dir, f"tokenizer.baselines[{i}]") for i, p in enumerate(tok["baselines"])
         ]
-    if tok.get("gpt2_ranks"):
-        tok["gpt2_ranks"] = _resolve_path(tok["gpt2_ranks"], base_dir, "tokenizer.gpt2_ranks")
+    if isinstance(tok.get("openai_ranks"), dict):
+        tok["openai_ranks"] = {
+            k: _resolve_path(p, base_dir, f"tokenizer.openai_ranks.{k}") for k, p in tok["openai_ranks"].items()
+        }
     if tok:
         raw["tokenizer"] = tok
     try:

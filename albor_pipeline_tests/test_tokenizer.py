@@ -13,8 +13,16 @@ import pytest
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.spec import REPO_ROOT, TokenizerSpec
-from albor_pipeline.stages.tokenizer.tokenizer import TokenizerError, build_tokenizer, gpt2_counter
+from albor_pipeline.spec import REPO_ROOT, OpenAIBaseline, TokenizerSpec
+from albor_pipeline.stages.tokenizer.report import card_tokenizer
+from albor_pipeline.stages.tokenizer.tokenizer import (
+    CL100K_PATTERN,
+    O200K_PATTERN,
+    TokenizerError,
+    build_tokenizer,
+    openai_counter,
+    openai_encoding,
+)
 from albor_pipeline.text.vocab import token_to_bytes
 
 from .support import LITERAL, STDLIB, write_docs
@@ -88,44 +96,78 @@ def test_baseline_tokenizers_are_compared(trained, corpus_files, tmp_path):
     assert rows["all"][f"{baseline}_tokens"] < rows["all"]["ours_tokens"] and rows["all"][f"{baseline}_diff_pct"] < 0
 
 
-def gpt2_ranks() -> Path:
-    """GPT-2's ranks as `make install` fetches them (from PyPI's openai-whisper sdist)."""
-    path = REPO_ROOT / "data" / "baselines" / "gpt2.tiktoken"
-    if not path.exists():
-        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "fetch_gpt2_ranks.py"), str(path)], check=True)
-    if not path.exists():
-        pytest.fail(f"{path}: could not be fetched from PyPI (see scripts/fetch_gpt2_ranks.py)")
-    return path
+def openai_ranks() -> dict[OpenAIBaseline, Path]:
+    """OpenAI's ranks as `make install` fetches them (PyPI's openai-whisper sdist, bpe-openai wheel)."""
+    base = REPO_ROOT / "data" / "baselines"
+    ranks = {
+        OpenAIBaseline.gpt2: base / "gpt2.tiktoken",
+        OpenAIBaseline.gpt4: base / "cl100k_base.tiktoken",
+        OpenAIBaseline.gpt4o: base / "o200k_base.tiktoken",
+    }
+    if not all(p.exists() for p in ranks.values()):
+        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "fetch_ranks.py"), str(base)], check=True)
+    if not all(p.exists() for p in ranks.values()):
+        pytest.fail(f"{base}: the ranks could not be fetched from PyPI (see scripts/fetch_ranks.py)")
+    return ranks
 
 
-def test_gpt2_baseline_reproduces_gpt2_and_is_compared_per_source(corpus_files, tmp_path):
-    ranks = gpt2_ranks()
-    assert gpt2_counter(ranks)(["Hello world", ""]) == [2, 0]
-    import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
-    from tiktoken_ext.openai_public import r50k_pat_str
+def test_openai_baselines_are_the_models_own(monkeypatch):
+    """Each ranks file with its split pattern gives the model's ids, and the patterns are the
+    ones tiktoken builds (its functions would fetch the ranks: they get an empty table here)."""
+    import tiktoken_ext.openai_public as public
 
-    enc = tiktoken.Encoding(
-        "gpt2", pat_str=r50k_pat_str, mergeable_ranks=load_tiktoken_bpe(str(ranks)), special_tokens={}
-    )
-    assert enc.encode_ordinary("Hello world") == [15496, 995]  # GPT-2's own ids
+    ranks = openai_ranks()
+    code = "def f(x):\n    return x"
+    expected = {
+        OpenAIBaseline.gpt2: [4299, 277, 7, 87, 2599, 198, 220, 220, 220, 1441, 2124],
+        OpenAIBaseline.gpt4: [755, 282, 2120, 997, 262, 471, 865],
+        OpenAIBaseline.gpt4o: [1314, 285, 4061, 1883, 271, 622, 1215],
+    }
+    for name, path in ranks.items():
+        assert openai_encoding(name, path).encode_ordinary(code) == expected[name], name
+    monkeypatch.setattr(public, "load_tiktoken_bpe", lambda *a, **k: {})
+    assert public.cl100k_base()["pat_str"] == CL100K_PATTERN
+    assert public.o200k_base()["pat_str"] == O200K_PATTERN
+
+
+def test_openai_baselines_are_compared_per_source(corpus_files, tmp_path):
+    ranks = openai_ranks()
+    for name, path in ranks.items():
+        counter = openai_counter(name, path)
+        assert not isinstance(counter, str) and counter(["Hello world", ""]) == [2, 0]
     train, val = corpus_files
     mixed_val = tmp_path / "val.parquet"
     table = pq.read_table(val)
     sources = ["json" if i % 2 else "other" for i in range(table.num_rows)]
     pq.write_table(table.set_column(1, "source", pa.array(sources)), mixed_val)
     report = build_tokenizer(
-        train, mixed_val, TokenizerSpec(vocab_size=2000, gpt2_ranks=ranks), tmp_path / "t", StageIO(tmp_path)
+        train, mixed_val, TokenizerSpec(vocab_size=2000, openai_ranks=ranks), tmp_path / "t", StageIO(tmp_path)
     ).summary
     rows = {r["text"]: r for r in report.comparison}
     assert list(rows) == ["json", "other", "all"] and report.comparison_notes == []
-    assert rows["json"]["gpt2_tokens"] + rows["other"]["gpt2_tokens"] == rows["all"]["gpt2_tokens"]
-    assert rows["all"]["gpt2_tokens"] == sum(len(enc.encode_ordinary(t)) for t in table.column("text").to_pylist())
-    assert rows["all"]["gpt2_bytes_per_token"] == round(rows["all"]["bytes"] / rows["all"]["gpt2_tokens"], 3)
-    # A missing ranks file skips GPT-2 with a note; the build goes on.
-    missing = TokenizerSpec(vocab_size=2000, gpt2_ranks=tmp_path / "nope.tiktoken")
-    report = build_tokenizer(train, mixed_val, missing, tmp_path / "t2", StageIO(tmp_path)).summary
-    assert "gpt2_tokens" not in report.comparison[-1] and "not found" in report.comparison_notes[0]
+    texts = table.column("text").to_pylist()
+    for name, path in ranks.items():
+        enc = openai_encoding(name, path)
+        assert (
+            rows["json"][f"{name.value}_tokens"] + rows["other"][f"{name.value}_tokens"]
+            == rows["all"][f"{name.value}_tokens"]
+        )
+        assert rows["all"][f"{name.value}_tokens"] == sum(len(enc.encode_ordinary(t)) for t in texts)
+        assert rows["all"][f"{name.value}_bytes_per_token"] == round(
+            rows["all"]["bytes"] / rows["all"][f"{name.value}_tokens"], 3
+        )
+    card = {row["tokenizer"]: row for row in card_tokenizer(report)}  # the dataset card's table
+    assert list(card) == ["ours", "gpt2", "gpt4", "gpt4o"]
+    for name in ("gpt2", "gpt4", "gpt4o"):
+        diff = rows["all"][f"{name}_diff_pct"]
+        assert card[name]["ours against it"] == f"{abs(diff)} % {'fewer' if diff >= 0 else 'more'} tokens"
+    # A missing ranks file, or one of another model, skips that baseline with a note; the build goes on.
+    wrong = {OpenAIBaseline.gpt2: tmp_path / "nope.tiktoken", OpenAIBaseline.gpt4o: ranks[OpenAIBaseline.gpt4]}
+    report = build_tokenizer(
+        train, mixed_val, TokenizerSpec(vocab_size=2000, openai_ranks=wrong), tmp_path / "t2", StageIO(tmp_path)
+    ).summary
+    assert not {"gpt2_tokens", "gpt4o_tokens"} & set(report.comparison[-1])
+    assert "not found" in report.comparison_notes[0] and "'Hello world' as [9906, 1917]" in report.comparison_notes[1]
 
 
 TRAIN_SCRIPT = """

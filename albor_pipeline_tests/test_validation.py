@@ -123,7 +123,7 @@ def test_the_largest_sizes_allowed_fit_the_token_dtypes(tmp_path):
             "decontaminate.benchmarks[0].path",
             lambda raw, p: raw.update(decontaminate={"benchmarks": [{"name": "b", "path": p}]}),
         ),
-        ("tokenizer.gpt2_ranks", lambda raw, p: raw["tokenizer"].update(gpt2_ranks=p)),
+        ("tokenizer.openai_ranks.gpt4", lambda raw, p: raw["tokenizer"].update(openai_ranks={"gpt4": p})),
         ("tokenizer.baselines[1]", lambda raw, p: raw["tokenizer"].update(baselines=["a.json", p])),
     ],
 )

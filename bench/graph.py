@@ -49,8 +49,8 @@ def write_spec(path: Path, corpora: list[Path]) -> Path:
     # The default spec's own files, wherever this spec is written.
     for bench in spec.get("decontaminate", {}).get("benchmarks", []):
         bench["path"] = str(REPO / "data" / bench["path"])
-    if spec.get("tokenizer", {}).get("gpt2_ranks"):
-        spec["tokenizer"]["gpt2_ranks"] = str(REPO / "data" / spec["tokenizer"]["gpt2_ranks"])
+    ranks = spec.get("tokenizer", {}).get("openai_ranks") or {}
+    spec.setdefault("tokenizer", {})["openai_ranks"] = {k: str(REPO / "data" / p) for k, p in ranks.items()}
     spec["sources"] = [
         {"name": s.name, "kind": "code", "path": str(s.path), "exclude": list(s.exclude)} for s in code_sources(corpora)
     ]

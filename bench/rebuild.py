@@ -60,8 +60,8 @@ def _default_spec(stdlib: Path, site: Path, path: Path) -> Path:
             src["path"] = str(REPO / "data" / src["path"])
     for bench in spec.get("decontaminate", {}).get("benchmarks", []):
         bench["path"] = str(REPO / "data" / bench["path"])
-    if spec.get("tokenizer", {}).get("gpt2_ranks"):
-        spec["tokenizer"]["gpt2_ranks"] = str(REPO / "data" / spec["tokenizer"]["gpt2_ranks"])
+    ranks = spec.get("tokenizer", {}).get("openai_ranks") or {}
+    spec.setdefault("tokenizer", {})["openai_ranks"] = {k: str(REPO / "data" / p) for k, p in ranks.items()}
     path.write_text(yaml.safe_dump(spec))
     return path
 

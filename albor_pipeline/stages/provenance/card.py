@@ -18,6 +18,7 @@ from albor_pipeline.spec import SPLITS
 from albor_pipeline.stages.corpus.report import card_corpora, hf_split
 from albor_pipeline.stages.ingest.report import card_sources
 from albor_pipeline.stages.provenance.provenance import Built
+from albor_pipeline.stages.tokenizer.report import TokenizerSummary, card_tokenizer
 
 CORPUS_FEATURES = [
     {"name": "input_ids", "sequence": "uint32"},
@@ -105,6 +106,10 @@ SETTINGS = (
     "dropped (`decontaminate`); benchmarks not listed are not checked, and redaction misses what no "
     "detector knows."
 )
+TOKENIZER_TEXT = (
+    "ByteLevel BPE trained on the train mix. Bytes per token on the whole val text, against OpenAI's "
+    "tokenizers (from their ranks on PyPI) and any baselines the spec lists; per source in PROVENANCE.md."
+)
 INTENDED_USE = (
     "Pretraining and supervised fine-tuning of small code language models, and research on data "
     "pipelines. The text is other people's code and documentation under their licences (above); the "
@@ -127,6 +132,7 @@ def render_card(prov: dict[str, Any]) -> str:
     sections = [
         ("Sources and licences", [LICENCES, "", markdown_table(card_sources(built.sources, built.ingested()))]),
         ("Configs", [markdown_table(card_corpora(built.corpora())) or "No corpus built yet."]),
+        ("Tokenizer", [TOKENIZER_TEXT, "", markdown_table(card_tokenizer(built.summary(TOKENIZER, TokenizerSummary)))]),
         ("Settings", [SETTINGS, "", "```yaml", _yaml(_settings(built)), "```"]),
         ("Intended use", [INTENDED_USE]),
     ]

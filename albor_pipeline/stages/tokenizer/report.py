@@ -76,3 +76,20 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
     first = ["text", "bytes", "ours_tokens", "ours_bytes_per_token"]
     rest = sorted({k for row in rows for k in row} - set(first))
     return markdown_table([{k: row.get(k, "") for k in first + rest} for row in rows])
+
+
+def card_tokenizer(summary: TokenizerSummary | None) -> list[dict[str, Any]]:
+    """Bytes per token on the whole val text: ours, then each baseline (GPT-2, GPT-4, GPT-4o,
+    the spec's files) and how many tokens ours needs against it."""
+    total = next((row for row in summary.comparison if row["text"] == "all"), None) if summary else None
+    if total is None:
+        return []
+    names = sorted(k.removesuffix("_bytes_per_token") for k in total if k.endswith("_bytes_per_token"))
+    rows = [{"tokenizer": "ours", "bytes per token": total["ours_bytes_per_token"], "ours against it": ""}]
+    for name in (n for n in names if n != "ours"):
+        diff = total.get(f"{name}_diff_pct")
+        against = "" if diff is None else f"{abs(diff)} % {'fewer' if diff >= 0 else 'more'} tokens"
+        rows.append(
+            {"tokenizer": name, "bytes per token": total[f"{name}_bytes_per_token"], "ours against it": against}
+        )
+    return rows

