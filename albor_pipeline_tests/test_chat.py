@@ -317,6 +317,35 @@ def test_eval_set_renders_for_completion(chat_tok, tmp_path):
         ingest_source(SourceSpec(name="m", kind="mc", path=bad), tmp_path / "m", StageIO(tmp_path))
 
 
+def test_eval_items_keep_their_own_labels_and_prompts_are_cut_at_max_tokens(chat_tok, tmp_path):
+    """nanochat parity: an ARC item answers with its own labels ("1".."4"), and a prompt longer
+    than `max_tokens` is cut there before `<|assistant_start|>`, as render_for_completion cuts."""
+    from tokenizers import Tokenizer
+
+    tok_path, _ = chat_tok
+    tok = Tokenizer.from_file(str(tok_path))
+    items = [
+        {"question": "Which is a list?", "choices": ["[1]", "(1,)", "{1}", "1"], "labels": list("1234"), "answer": "1"},
+        {"question": "Which keyword defines a function? " * 60, "choices": ["def", "fun"], "answer": "A"},
+    ]
+    src = tmp_path / "mc.jsonl"
+    src.write_text("".join(json.dumps(i) + "\n" for i in items))
+    ingest_source(SourceSpec(name="mc", kind="mc", path=src), tmp_path / "mc", StageIO(tmp_path))
+    out = tmp_path / "eval.parquet"
+    result = build_eval(tmp_path / "mc", tok_path, TOKENS, "auto", out, StageIO(tmp_path), max_tokens=120)
+    arc, long = pq.read_table(out).to_pylist()
+    assert arc["choice_token_ids"] == [tok.token_to_id(x) for x in "1234"] and arc["answer"] == 0
+    assert "- [1]=1\n- (1,)=2\n" in tok.decode(arc["input_ids"], skip_special_tokens=False)
+    assert long["choice_token_ids"] == [tok.token_to_id(x) for x in "AB"]
+    assert len(long["input_ids"]) == 121 and long["input_ids"][-1] == tok.token_to_id(TOKENS.assistant_start)
+    assert result.summary.truncated == 1 and len(arc["input_ids"]) <= 121
+    assert check_choice_ids(out).passed
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**items[0], "labels": ["1", "1", "2", "3"]}) + "\n")
+    with pytest.raises(IngestError, match=r"bad.jsonl:1: labels must be distinct"):
+        ingest_source(SourceSpec(name="b", kind="mc", path=bad), tmp_path / "b", StageIO(tmp_path))
+
+
 def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):
     """A tokenizer with chat tokens appended encodes the pretraining corpus to the same ids
     (byte-identical shards) and has the same merges as one without them."""

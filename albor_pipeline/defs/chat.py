@@ -68,13 +68,23 @@ def eval_set(spec: PipelineSpec, name: str, ctx: StageContext, config: EvalConfi
         spec.corpus.encoder,
         layout.eval_set(name),
         ctx.io,
+        max_tokens=spec.chat.max_tokens,
     )
     summary = result.summary
     return StageOutput(
         artifacts=[result.artifact],
-        config={"tokens": spec.chat.tokens.model_dump(), "encoder": spec.corpus.encoder},
+        config={
+            "tokens": spec.chat.tokens.model_dump(),
+            "encoder": spec.corpus.encoder,
+            "max_tokens": spec.chat.max_tokens,
+        },
         summary=summary,
-        metadata={"items": summary.items, "tokens": summary.tokens, "choices": dg.MetadataValue.json(summary.choices)},
+        metadata={
+            "items": summary.items,
+            "tokens": summary.tokens,
+            "truncated": summary.truncated,
+            "choices": dg.MetadataValue.json(summary.choices),
+        },
     )
 
 

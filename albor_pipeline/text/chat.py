@@ -123,14 +123,20 @@ def conversation_json(messages: list[Message]) -> str:
     return json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def mc_prompt(question: str, choices: list[str]) -> str:
-    """nanochat's multiple-choice rendering: the letter after each choice, no space before it."""
-    lines = "".join(f"- {choice}={letter}\n" for letter, choice in zip(LETTERS, choices))
+def mc_labels(item: dict[str, Any]) -> list[str]:
+    """An item's answer labels: its own (ARC's "1".."4"), else A, B, C, ..."""
+    return list(item.get("labels") or LETTERS[: len(item["choices"])])
+
+
+def mc_prompt(question: str, choices: list[str], labels: list[str] | None = None) -> str:
+    """nanochat's multiple-choice rendering: the label after each choice, no space before it."""
+    lines = "".join(f"- {choice}={label}\n" for label, choice in zip(labels or LETTERS, choices))
     return f"Multiple Choice question: {question}\n{lines}\nRespond only with the letter of the correct answer."
 
 
 def parse_mc(obj: Any) -> dict[str, Any]:
-    """`{question, choices, answer}` (answer: a choice index or letter) as stored: answer an index."""
+    """`{question, choices, answer, labels?}` as stored, the answer an index. `answer`: a choice
+    index, or one of the item's `labels` (nanochat keeps ARC's own), else a letter A, B, ..."""
     if not isinstance(obj, dict):
         raise ChatError(f"expected an object, got {type(obj).__name__}")
     question, choices, answer = obj.get("question"), obj.get("choices"), obj.get("answer")
@@ -140,11 +146,20 @@ def parse_mc(obj: Any) -> dict[str, Any]:
         raise ChatError(f"choices must be a list of 2..{len(LETTERS)} strings")
     if not all(isinstance(c, str) for c in choices):
         raise ChatError("choices must be strings")
-    if isinstance(answer, str) and len(answer) == 1 and answer in LETTERS[: len(choices)]:
-        answer = LETTERS.index(answer)
+    labels = obj.get("labels")
+    if labels is not None and not (
+        isinstance(labels, list)
+        and len(labels) == len(choices)
+        and all(isinstance(x, str) and x.strip() == x and x for x in labels)
+        and len(set(labels)) == len(labels)
+    ):
+        raise ChatError("labels must be distinct non-empty strings, one per choice")
+    names = labels or list(LETTERS[: len(choices)])
+    if isinstance(answer, str) and answer in names:
+        answer = names.index(answer)
     if not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(choices):
-        raise ChatError(f"answer must be a choice index (0..{len(choices) - 1}) or letter, got {answer!r}")
-    return {"question": question, "choices": choices, "answer": answer}
+        raise ChatError(f"answer must be a choice index (0..{len(choices) - 1}) or one of {names}, got {answer!r}")
+    return {"question": question, "choices": choices, "answer": answer, **({"labels": labels} if labels else {})}
 
 
 @dataclass(frozen=True)

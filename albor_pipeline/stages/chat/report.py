@@ -37,6 +37,7 @@ class EvalSummary(Report):
     items: int
     tokens: int
     choices: dict[str, int]  # number of choices -> items
+    truncated: int = 0  # prompts cut at `chat.max_tokens` (nanochat's render_for_completion)
 
 
 SOURCE_FACTS = ("conversations", "turns", "tokens", "trained_fraction")
@@ -71,7 +72,10 @@ def provenance_section(
         )
     if evals:
         lines += table(
-            ["eval set", "items", "tokens", "choices per item"],
-            [[name, s.items, s.tokens, ", ".join(f"{k}: {v}" for k, v in s.choices.items())] for name, s in evals],
+            ["eval set", "items", "tokens", "cut at max_tokens", "choices per item"],
+            [
+                [name, s.items, s.tokens, s.truncated, ", ".join(f"{k}: {v}" for k, v in s.choices.items())]
+                for name, s in evals
+            ],
         )
     return lines

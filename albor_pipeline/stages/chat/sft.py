@@ -26,7 +26,7 @@ from albor_pipeline.runtime.shardmap import StageIO, output_set
 from albor_pipeline.runtime.shards import iter_batches, read_shards
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat
 from albor_pipeline.stages.chat.report import EvalSummary, SftSourceFacts, SftSummary
-from albor_pipeline.text.chat import LETTERS, ChatIds, Message, Piece, mc_prompt, render_pieces
+from albor_pipeline.text.chat import ChatIds, Message, Piece, mc_labels, mc_prompt, render_pieces
 from albor_pipeline.text.encode import Encoder, encode_lists, pick_encoder
 from albor_pipeline.text.vocab import token_dtype
 
@@ -195,31 +195,43 @@ class EvalResult:
     summary: EvalSummary
 
 
-def letter_ids(tok: Tokenizer, encoder: Encoder, n: int) -> list[int]:
-    """The id of each answer letter as the model emits it after `<|assistant_start|>`: "A", no space."""
-    encoded = encode_lists(encoder, list(LETTERS[:n]))
-    single = [e for e in encoded if len(e) == 1]
-    if len(single) != n:
-        raise ValueError(f"the tokenizer splits some of the letters {LETTERS[:n]} into several tokens")
-    return [e[0] for e in single]
+def label_ids(encoder: Encoder, labels: list[str]) -> dict[str, int]:
+    """The id of each answer label as the model emits it after `<|assistant_start|>`: "A", no space."""
+    encoded = dict(zip(labels, encode_lists(encoder, labels), strict=True))
+    split = sorted(label for label, ids in encoded.items() if len(ids) != 1)
+    if split:
+        raise ValueError(f"the tokenizer splits the answer labels {split} into several tokens")
+    return {label: int(ids[0]) for label, ids in encoded.items()}
 
 
 def build_eval(
-    ingested_path: Path, tokenizer_path: Path, tokens: ChatTokens, encoder_choice: str, out: Path, io: StageIO
+    ingested_path: Path,
+    tokenizer_path: Path,
+    tokens: ChatTokens,
+    encoder_choice: str,
+    out: Path,
+    io: StageIO,
+    *,
+    max_tokens: int = 2048,
 ) -> EvalResult:
-    """Render every multiple-choice item for completion into `out`."""
+    """Render every multiple-choice item for completion into `out`, with its own answer labels
+    when it has them; a prompt over `max_tokens` is cut there, as nanochat's render_for_completion
+    cuts (counted)."""
     tok = Tokenizer.from_file(str(tokenizer_path))
     ids = ChatIds.of(tok, tokens)
     items = read_shards(ingested_path, ["text", "sha256"])
     parsed = [json.loads(t) for t in items.column("text").to_pylist()]
-    prompts = [[{"role": "user", "content": mc_prompt(i["question"], i["choices"])}] for i in parsed]
+    labels = [mc_labels(i) for i in parsed]
+    prompts = [[{"role": "user", "content": mc_prompt(i["question"], i["choices"], k)}] for i, k in zip(parsed, labels)]
     encoder, _ = pick_encoder(tok, encoder_choice, [p[0]["content"] for p in prompts[:64]])
-    rendered = encode_pieces([[*render_pieces(p, ids), (ids.assistant_start, 0)] for p in prompts], encoder)
-    letters = letter_ids(tok, encoder, max((len(i["choices"]) for i in parsed), default=0))
+    # nanochat's render_for_completion: the conversation cut at max_tokens, then <|assistant_start|>.
+    rendered = [r[0] for r in encode_pieces([render_pieces(p, ids) for p in prompts], encoder)]
+    prompt_ids = [np.append(r[:max_tokens], ids.assistant_start) for r in rendered]
+    label_id = label_ids(encoder, sorted({label for k in labels for label in k}))
     table = pa.table(
         {
-            "input_ids": [r[0] for r in rendered],
-            "choice_token_ids": [letters[: len(i["choices"])] for i in parsed],
+            "input_ids": prompt_ids,
+            "choice_token_ids": [[label_id[label] for label in k] for k in labels],
             "answer": [i["answer"] for i in parsed],
             "sha256": items.column("sha256"),
             "item": items.column("text"),
@@ -232,7 +244,8 @@ def build_eval(
         record(out, io.root, rows=table.num_rows),
         EvalSummary(
             items=table.num_rows,
-            tokens=sum(len(r[0]) for r in rendered),
+            tokens=sum(len(r) for r in prompt_ids),
+            truncated=sum(len(r) > max_tokens for r in rendered),
             choices={str(k): v for k, v in sorted(Counter(len(i["choices"]) for i in parsed).items())},
         ),
     )

@@ -88,7 +88,8 @@ def card_tokenizer(summary: TokenizerSummary | None) -> list[dict[str, Any]]:
     rows = [{"tokenizer": "ours", "bytes per token": total["ours_bytes_per_token"], "ours against it": ""}]
     for name in (n for n in names if n != "ours"):
         diff = total.get(f"{name}_diff_pct")
-        against = "" if diff is None else f"{abs(diff)} % {'fewer' if diff >= 0 else 'more'} tokens"
+        pct = float(diff) if isinstance(diff, (int, float)) else None
+        against = "" if pct is None else f"{abs(pct)} % {'fewer' if pct >= 0 else 'more'} tokens"
         rows.append(
             {"tokenizer": name, "bytes per token": total[f"{name}_bytes_per_token"], "ours against it": against}
         )
