@@ -254,13 +254,18 @@ def cmd_gc(args: argparse.Namespace) -> int:
         with bucket_lock(root, holder, wait=False, busy="collect when it is done"):
             done = bucket.collect(timedelta(hours=args.older_than_hours))
     except DataDirBusy as exc:
-        print(f"albor gc: {exc}; nothing deleted", file=sys.stderr)
-        return 1
+        return _busy(exc)
     print(
         f"albor gc: deleted {done.deleted} object(s) no manifest names ({done.bytes / 1e6:,.1f} MB); "
         f"kept {done.recent} written in the last {args.older_than_hours:g} h (a run may still be publishing)"
     )
     return _collect_tasks(bucket.layout, bucket.manifests, holder)
+
+
+def _busy(exc: DataDirBusy) -> int:
+    """Another holder of the lock: say so, delete nothing, exit 1."""
+    print(f"albor gc: {exc}; nothing deleted", file=sys.stderr)
+    return 1
 
 
 def _collect_tasks(layout: Layout, manifests: Callable[[], list[StageManifest]], holder: str) -> int:
@@ -274,8 +279,7 @@ def _collect_tasks(layout: Layout, manifests: Callable[[], list[StageManifest]],
             entries, size = store.collect(keep)
             trimmed = store.trim()
     except DataDirBusy as exc:
-        print(f"albor gc: {exc}; nothing deleted", file=sys.stderr)
-        return 1
+        return _busy(exc)
     print(
         f"albor gc: deleted {entries} stored task(s) no manifest names ({size / 1e6:,.1f} MB) and "
         f"{trimmed / 1e6:,.1f} MB over the store's cap of {store.cap_bytes / 1e9:g} GB ({layout.task_store})"

@@ -43,14 +43,20 @@ GROUPS = (
 )
 
 
-def write_spec(path: Path, corpora: list[Path]) -> Path:
-    """The default spec with `corpora` as its only sources (code), written to `path`."""
-    spec = yaml.safe_load((REPO / "data" / "pipeline.yaml").read_text())
-    # The default spec's own files, wherever this spec is written.
+def shipped_spec() -> dict[str, Any]:
+    """The default spec with its own files (benchmarks, ranks) as absolute paths, so a copy
+    written anywhere reads them; its sources as shipped."""
+    spec: dict[str, Any] = yaml.safe_load((REPO / "data" / "pipeline.yaml").read_text())
     for bench in spec.get("decontaminate", {}).get("benchmarks", []):
         bench["path"] = str(REPO / "data" / bench["path"])
     ranks = spec.get("tokenizer", {}).get("openai_ranks") or {}
     spec.setdefault("tokenizer", {})["openai_ranks"] = {k: str(REPO / "data" / p) for k, p in ranks.items()}
+    return spec
+
+
+def write_spec(path: Path, corpora: list[Path]) -> Path:
+    """The default spec with `corpora` as its only sources (code), written to `path`."""
+    spec = shipped_spec()
     spec["sources"] = [
         {"name": s.name, "kind": "code", "path": str(s.path), "exclude": list(s.exclude)} for s in code_sources(corpora)
     ]

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from bench.common import REPO, default_corpora
-from bench.graph import graph_command, run_graph
+from bench.graph import graph_command, run_graph, shipped_spec
 
 EDITED_SOURCE = "site_packages"  # the largest source of both specs
 
@@ -50,26 +50,26 @@ def _not_python(directory: str, names: list[str]) -> list[str]:
     return [n for n in names if n in skip or (not n.endswith(".py") and not os.path.isdir(os.path.join(directory, n)))]
 
 
-def _default_spec(stdlib: Path, site: Path, path: Path) -> Path:
-    """The shipped spec over the copies; its other paths made absolute."""
-    spec = yaml.safe_load((REPO / "data" / "pipeline.yaml").read_text())
+def _over_copies(stdlib: Path, site: Path) -> dict[str, Any]:
+    """The shipped spec over the copies; its sample sources' paths made absolute."""
+    spec = shipped_spec()
     for src in spec["sources"]:
         if src["path"] in ("{stdlib}", "{site_packages}"):
             src["path"] = str(stdlib if src["path"] == "{stdlib}" else site)
         else:
             src["path"] = str(REPO / "data" / src["path"])
-    for bench in spec.get("decontaminate", {}).get("benchmarks", []):
-        bench["path"] = str(REPO / "data" / bench["path"])
-    ranks = spec.get("tokenizer", {}).get("openai_ranks") or {}
-    spec.setdefault("tokenizer", {})["openai_ranks"] = {k: str(REPO / "data" / p) for k, p in ranks.items()}
-    path.write_text(yaml.safe_dump(spec))
+    return spec
+
+
+def _default_spec(stdlib: Path, site: Path, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(_over_copies(stdlib, site)))
     return path
 
 
 def _seed_spec(stdlib: Path, site: Path, path: Path) -> Path:
     """Four code sources: the stdlib and three groups of packages (cut by name at thirds of
     their bytes), weights 0.4 / 0.3 / 0.15 / 0.15."""
-    spec = yaml.safe_load(_default_spec(stdlib, site, path).read_text())
+    spec = _over_copies(stdlib, site)
     sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*.py")) for p in sorted(site.iterdir()) if p.is_dir()}
     groups: list[list[str]] = [[], [], []]
     total, held = sum(sizes.values()), 0
