@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from albor_pipeline.runtime.bucket import is_remote
 from albor_pipeline.runtime.shards import MB
+from albor_pipeline.text.chat_formats import ChatFormat
 from albor_pipeline.text.vocab import SPECIALS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ class SourceKind(str, Enum):
     jsonl = "jsonl"
     csv = "csv"
     parquet = "parquet"
-    chat = "chat"  # conversations `{messages: [{role, content}]}` in JSONL or Parquet rows
+    chat = "chat"  # conversations in JSONL or Parquet rows, in one of the `format`s
     synthetic = "synthetic"  # seeded generated conversations (`task`) over a word list at `path`
     mc = "mc"  # multiple-choice eval items `{question, choices, answer}` in JSONL
 
@@ -123,9 +124,12 @@ class SourceSpec(_Model):
     max_chars: int = Field(100_000, gt=0)
     # A file symlink that resolves outside `path` is skipped (counted as outside_root) unless set.
     follow_symlinks: bool = False
-    # chat: the field holding the conversation; `<<expr=result>>` in assistant text -> python
-    # and python_output parts (nanochat's GSM8K calculator); what a malformed row does.
-    messages_field: str = "messages"
+    # chat: the rows' format (docs/stages.md: messages, openai, sharegpt, alpaca, or auto per
+    # row); the field holding the conversation (default: the format's, messages or
+    # conversations); `<<expr=result>>` in assistant text -> python and python_output parts
+    # (nanochat's GSM8K calculator); what a malformed row does.
+    format: ChatFormat = ChatFormat.messages
+    messages_field: str | None = None
     calculator: bool = False
     on_error: OnError = OnError.error
     # synthetic: the task, how many conversations and the seed (`path` is the word list).

@@ -37,6 +37,7 @@ SHIPPED_SOURCES = (
     "site_packages",
     "pydoc_topics",
     "python_chat",
+    "chat_formats",
     "spelling_bee",
     "simple_spelling",
     "python_mc",

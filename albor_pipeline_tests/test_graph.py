@@ -34,7 +34,7 @@ def test_default_definitions_load_with_expected_keys():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     expected = {
         *(f"{stage}/{name}" for stage in ("source", "ingested") for name in SHIPPED_SOURCES),
-        *(f"filtered/{name}" for name in SHIPPED_SOURCES[:4]),  # the document sources and the chat source
+        *(f"filtered/{name}" for name in SHIPPED_SOURCES[:5]),  # the document sources and the chat sources
         "benchmark/python_bench",  # decontamination's benchmark: an observable source of documents
         "documents",
         "conversations",

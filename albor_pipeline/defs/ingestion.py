@@ -19,6 +19,7 @@ from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, SourceKind, SourceSpec
 from albor_pipeline.stages.dedup.decontam import benchmark_fingerprint
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
+from albor_pipeline.text.chat_formats import ChatFormat
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.secrets import redact_path
 
@@ -43,6 +44,7 @@ class IngestConfig(dg.Config):
     min_chars: int | None = None
     max_chars: int | None = None
     follow_symlinks: bool | None = None
+    format: ChatFormat | None = None
     messages_field: str | None = None
     calculator: bool | None = None
     on_error: OnError | None = None

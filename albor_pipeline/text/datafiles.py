@@ -152,9 +152,10 @@ def _csv_documents(path: Location, rel: str, field_name: str, skipped: Counter) 
 
 
 @contextmanager
-def parquet_column(path: Location, field_name: str, skipped: Counter) -> Iterator[pq.ParquetFile | None]:
-    """A Parquet file holding column `field_name`: None when it cannot be opened or has no rows
-    (counted by reason, as other data files); an unparsable file or a missing column is an error."""
+def parquet_column(path: Location, field_name: str | None, skipped: Counter) -> Iterator[pq.ParquetFile | None]:
+    """A Parquet file holding column `field_name` (any columns when None): None when it cannot be
+    opened or has no rows (counted by reason, as other data files); an unparsable file or a
+    missing column is an error."""
     try:
         fh = random_access(path)
     except OSError as exc:
@@ -171,7 +172,7 @@ def parquet_column(path: Location, field_name: str, skipped: Counter) -> Iterato
             pfile = pq.ParquetFile(fh)
         except (pa.ArrowInvalid, OSError) as exc:
             raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
-        if field_name not in pfile.schema_arrow.names:
+        if field_name is not None and field_name not in pfile.schema_arrow.names:
             raise IngestError(f"{path}: missing column {field_name!r} (columns: {pfile.schema_arrow.names})")
         empty = pfile.metadata.num_rows == 0
         if empty:

@@ -7,6 +7,9 @@ Nothing can be downloaded, so every sample is built from what every Python has:
   and the help topics: single and multi-turn, some with a system prompt, some with a
   python tool call and its output, some ending in an unanswered user turn (cleaning
   trims it), a few quoting chat special-token strings literally.
+- `chat_formats/`: conversations about standard-library modules (their docstrings) in
+  the other common chat formats, for a `format: auto` source: ShareGPT, Alpaca and
+  OpenAI messages, with tool calls (a python tool and a help-topic lookup) and replies.
 - `python_mc.jsonl`: multiple-choice questions (which built-in / help topic a passage
   documents), four seeded choices each.
 - `words.txt`: the lowercase words of the help topics, for the synthetic spelling tasks.
@@ -23,6 +26,7 @@ import ast
 import builtins
 import colorsys
 import html
+import importlib
 import inspect
 import json
 import random
@@ -338,12 +342,143 @@ def benchmark() -> list[dict]:
     return rows
 
 
+MODULES = (
+    "argparse",
+    "base64",
+    "bisect",
+    "calendar",
+    "collections",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "functools",
+    "glob",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html",
+    "inspect",
+    "io",
+    "ipaddress",
+    "itertools",
+    "json",
+    "logging",
+    "operator",
+    "os",
+    "pathlib",
+    "pickle",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "secrets",
+    "shlex",
+    "shutil",
+    "socket",
+    "sqlite3",
+    "statistics",
+    "string",
+    "struct",
+    "subprocess",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "timeit",
+    "tokenize",
+    "traceback",
+    "typing",
+    "unittest",
+    "urllib",
+    "uuid",
+    "warnings",
+    "weakref",
+    "zipfile",
+    "zlib",
+)
+
+
+def _module_docs() -> list[tuple[str, str]]:
+    """(module, its docstring's leading paragraphs) of the modules above that have one."""
+    out = []
+    for name in MODULES:
+        doc = inspect.getdoc(importlib.import_module(name))
+        if doc and len(doc) > 80:
+            out.append((name, _paragraphs(doc, 900)))
+    return out
+
+
+def _tool_turns(name: str, i: int) -> tuple[str, str, dict, str] | None:
+    """A tool exchange for every third module: (question, code or call, call, tool reply)."""
+    if i % 3 == 1:
+        code = f"import {name}\nprint(len([n for n in dir({name}) if not n.startswith('_')]))"
+        value = str(len([n for n in dir(importlib.import_module(name)) if not n.startswith("_")]))
+        question = f"How many public names does the `{name}` module define?"
+        return question, code, {"name": "python", "arguments": {"code": code}}, value
+    if i % 3 == 2:
+        topic = sorted(topics)[i]
+        question = f"What does the help topic {topic!r} say?"
+        call = {"name": "pydoc_topic", "arguments": {"topic": topic}}
+        return question, f"pydoc_topic(topic={topic!r})", call, _paragraphs(topics[topic], 400)
+    return None
+
+
+def chat_formats() -> dict[str, list[dict]]:
+    """The same kind of conversation in ShareGPT, Alpaca and OpenAI form, a module each."""
+    rows: dict[str, list[dict]] = {"sharegpt.jsonl": [], "alpaca.jsonl": [], "openai.jsonl": []}
+    for i, (name, doc) in enumerate(_module_docs()):
+        question = f"What is the Python module `{name}` for?"
+        if i % 3 == 0:
+            rows["alpaca.jsonl"].append(
+                {"instruction": "Explain what this standard-library module is for.", "input": name, "output": doc}
+                | ({"system": SYSTEM} if i % 2 else {})
+            )
+            continue
+        tool = _tool_turns(name, i)
+        if i % 3 == 1:
+            turns = [{"from": "system", "value": SYSTEM}] if i % 2 else []
+            turns += [{"from": "human", "value": question}, {"from": "gpt", "value": doc}]
+            if tool:
+                call = json.dumps(tool[2])
+                turns += [
+                    {"from": "human", "value": tool[0]},
+                    {"from": "function_call", "value": call},
+                    {"from": "observation", "value": tool[3]},
+                    {"from": "gpt", "value": f"It defines {tool[3]} public names."},
+                ]
+            rows["sharegpt.jsonl"].append({"conversations": turns})
+            continue
+        messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": question}]}]
+        messages.append({"role": "assistant", "content": doc})
+        if tool:
+            function = {"name": tool[2]["name"], "arguments": json.dumps(tool[2]["arguments"])}
+            call = {"id": f"call_{i}", "type": "function", "function": function}
+            messages += [
+                {"role": "user", "content": tool[0]},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"call_{i}", "content": tool[3]},
+                {"role": "assistant", "content": "That is the topic's opening, quoted from Python's help."},
+            ]
+        rows["openai.jsonl"].append({"messages": messages})
+    return rows
+
+
 def main() -> None:
     with open(HERE / "pydoc_topics.jsonl", "w", encoding="utf-8", newline="\n") as fh:
         for name in sorted(topics):
             fh.write(json.dumps({"topic": name, "text": topics[name]}, ensure_ascii=False) + "\n")
     _write_jsonl("python_chat.jsonl", conversations(random.Random(0)))
     _write_jsonl("python_mc.jsonl", mc_items(random.Random(1)))
+    (HERE / "chat_formats").mkdir(exist_ok=True)
+    for name, rows in chat_formats().items():
+        _write_jsonl(f"chat_formats/{name}", rows)
     _write_jsonl("python_bench.jsonl", benchmark())
     (HERE / "words.txt").write_text("".join(f"{w}\n" for w in words()), encoding="utf-8")
     print(f"wrote {HERE / 'words.txt'} ({len(words())} words)")

@@ -41,12 +41,15 @@ from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.stages.ingest.tasks import generate, read_words
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
+from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_messages
 from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted
 
 BATCH_BYTES = 32 << 20
 READ_CHUNK = 256  # code files read ahead at most
+CONVERSATION_COLUMNS = ("messages", "conversations")
+CHAT_COLUMNS = (*CONVERSATION_COLUMNS, *ALPACA_FIELDS)  # what a Parquet chat row is read with
 REDACT_ROWS, REDACT_CHARS = 1024, 16 << 20  # documents redacted together (one RE2 pass), at most
 
 
@@ -101,33 +104,37 @@ def _code_documents(root: Location, files: list[str], skipped: Counter, max_char
                     yield rel, text
 
 
-def _chat_rows(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str, Any]]:
-    """(where, file:row, raw messages) of a JSONL or Parquet chat file."""
-    if name_of(path).endswith(".parquet"):
-        with parquet_column(path, field_name, skipped) as pfile:
-            row = 0
-            for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]) if pfile else ():
-                for value in batch.column(0).to_pylist():
-                    row += 1
-                    if isinstance(value, str):  # a JSON string column
-                        try:
-                            value = json.loads(value)
-                        except json.JSONDecodeError as exc:
-                            raise IngestError(f"{path}#{row}: {field_name!r} is not valid JSON: {exc.msg}") from None
-                    yield f"{path}#{row}", f"{rel}#{row}", value
+def _chat_rows(path: Location, rel: str, src: SourceSpec, skipped: Counter) -> Iterator[tuple[str, str, Any]]:
+    """(where, file:row, row object) of a JSONL or Parquet chat file. A Parquet row holds the
+    columns a chat format can use; a conversation stored as a JSON string is parsed."""
+    field = src.messages_field or DEFAULT_FIELD.get(src.format)
+    if not name_of(path).endswith(".parquet"):
+        for lineno, obj in jsonl_objects(path, skipped):
+            yield f"{path}:{lineno}", f"{rel}:{lineno}", obj
         return
-    for lineno, obj in jsonl_objects(path, skipped):
-        if field_name not in obj:
-            raise IngestError(f"{path}:{lineno}: missing field {field_name!r} (has {sorted(obj)[:10]})")
-        yield f"{path}:{lineno}", f"{rel}:{lineno}", obj[field_name]
+    with parquet_column(path, field, skipped) as pfile:
+        wanted = {field, *CHAT_COLUMNS}
+        columns = [name for name in pfile.schema_arrow.names if name in wanted] if pfile else []
+        row = 0
+        for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns) if pfile else ():
+            for obj in batch.to_pylist():
+                row += 1
+                for name in {field, *CONVERSATION_COLUMNS} & obj.keys():
+                    if isinstance(obj[name], str):  # a JSON string column
+                        try:
+                            obj[name] = json.loads(obj[name])
+                        except json.JSONDecodeError as exc:
+                            raise IngestError(f"{path}#{row}: {name!r} is not valid JSON: {exc.msg}") from None
+                yield f"{path}#{row}", f"{rel}#{row}", obj
 
 
 def _conversations(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
-    """(file:row, conversation JSON) of a chat source, cleaned; a malformed row is an error
-    naming file and row, or with `on_error: skip` a counted skip."""
+    """(file:row, conversation JSON) of a chat source in its format, cleaned; a malformed row is
+    an error naming file and row, or with `on_error: skip` a counted skip."""
     for rel in files:
-        for where, file_row, raw in _chat_rows(join(root, rel), rel, src.messages_field, counts.skipped):
+        for where, file_row, row in _chat_rows(join(root, rel), rel, src, counts.skipped):
             try:
+                raw = to_messages(row, src.format, src.messages_field)
                 messages = clean_conversation(raw, src.calculator, counts.cleanup)
             except ChatError as exc:
                 if src.on_error is OnError.skip:

@@ -1,0 +1,200 @@
+"""Chat formats: ShareGPT, Alpaca and OpenAI rows become the same conversations, and ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from albor_pipeline.runtime.shardmap import StageIO
+from albor_pipeline.spec import REPO_ROOT, SourceSpec
+from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.text.datafiles import IngestError
+
+from .test_chat import _rendered, chat_tok  # noqa: F401  (the module's tokenizer fixture)
+
+FORMATS = REPO_ROOT / "data" / "samples" / "chat_formats"
+SYSTEM, QUESTION, ANSWER = "Be brief.", "How long is 'abc'?", "Let me run it."
+CODE, OUTPUT, AFTER = "print(len('abc'))", "3", "It is 3 characters long."
+LOOKUP, FOUND = "What does the help topic 'if' say?", "The if statement is used for conditional execution."
+
+# One conversation (a system prompt, a python tool call and a help lookup with their replies)
+# in every format that can hold it.
+MESSAGES = {
+    "messages": [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": QUESTION},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": ANSWER},
+                {"type": "python", "text": CODE},
+                {"type": "python_output", "text": OUTPUT},
+                {"type": "text", "text": AFTER},
+            ],
+        },
+        {"role": "user", "content": LOOKUP},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "python", "text": "pydoc_topic(topic='if', full=False)"},
+                {"type": "python_output", "text": FOUND},
+                {"type": "text", "text": "It runs a block when a condition holds."},
+            ],
+        },
+    ]
+}
+
+
+def _call(name: str, arguments: dict) -> dict:
+    return {"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+OPENAI = {
+    "messages": [
+        {"role": "developer", "content": SYSTEM},
+        {"role": "user", "content": [{"type": "text", "text": QUESTION}]},
+        {"role": "assistant", "content": ANSWER, "tool_calls": [_call("python", {"code": CODE})]},
+        {"role": "tool", "tool_call_id": "c", "content": OUTPUT},
+        {"role": "assistant", "content": AFTER},
+        {"role": "user", "content": LOOKUP},
+        {"role": "assistant", "content": None, "tool_calls": [_call("pydoc_topic", {"topic": "if", "full": False})]},
+        {"role": "tool", "tool_call_id": "c", "content": FOUND},
+        {"role": "assistant", "content": "It runs a block when a condition holds."},
+    ]
+}
+SHAREGPT = {
+    "conversations": [
+        {"from": "system", "value": SYSTEM},
+        {"from": "human", "value": QUESTION},
+        {"from": "gpt", "value": ANSWER},
+        {"from": "function_call", "value": json.dumps({"name": "python", "arguments": {"code": CODE}})},
+        {"from": "observation", "value": OUTPUT},
+        {"from": "gpt", "value": AFTER},
+        {"from": "human", "value": LOOKUP},
+        {
+            "from": "function_call",
+            "value": json.dumps({"name": "pydoc_topic", "arguments": {"topic": "if", "full": False}}),
+        },
+        {"from": "observation", "value": FOUND},
+        {"from": "gpt", "value": "It runs a block when a condition holds."},
+    ]
+}
+
+
+def _ingest(tmp: Path, name: str, rows: list[dict], fmt: str, parquet: bool = False) -> list[str]:
+    """The canonical conversation texts of `rows` ingested in `fmt`, from JSONL or Parquet."""
+    folder = tmp / name
+    folder.mkdir()
+    if parquet:
+        pq.write_table(pa.Table.from_pylist(rows), folder / "rows.parquet")
+    else:
+        (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    src = SourceSpec(name=name, kind="chat", path=folder, format=fmt)
+    ingest_source(src, tmp / f"{name}_out", StageIO(tmp))
+    return pq.read_table(tmp / f"{name}_out").column("text").to_pylist()
+
+
+def test_every_format_gives_the_same_conversation_and_the_same_ids(chat_tok, tmp_path):  # noqa: F811
+    expected = _ingest(tmp_path, "m", [MESSAGES], "messages")
+    for fmt, row in (("openai", OPENAI), ("sharegpt", SHAREGPT)):
+        assert _ingest(tmp_path, fmt, [row], fmt) == expected, fmt
+        assert _ingest(tmp_path, f"auto_{fmt}", [row], "auto") == expected, fmt
+    # Parquet alike: OpenAI messages as a JSON string column, ShareGPT turns as structs
+    assert _ingest(tmp_path, "po", [{"messages": json.dumps(OPENAI["messages"])}], "openai", parquet=True) == expected
+    assert _ingest(tmp_path, "ps", [SHAREGPT], "auto", parquet=True) == expected
+    # Alpaca holds one exchange; it equals that exchange in every other format.
+    alpaca = {"instruction": "Summarize this module.", "input": "json", "output": "JSON encoding.", "system": SYSTEM}
+    single = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Summarize this module.\n\njson"},
+        {"role": "assistant", "content": "JSON encoding."},
+    ]
+    one = _ingest(tmp_path, "one", [{"messages": single}], "messages")
+    assert _ingest(tmp_path, "alpaca", [alpaca], "alpaca") == one
+    assert _ingest(tmp_path, "pa", [alpaca], "auto", parquet=True) == one
+    assert (
+        _ingest(
+            tmp_path,
+            "sg1",
+            [
+                {
+                    "conversations": [
+                        {"from": x["role"].replace("user", "human").replace("assistant", "gpt"), "value": x["content"]}
+                        for x in single
+                    ]
+                }
+            ],
+            "sharegpt",
+        )
+        == one
+    )
+    # ... and renders to the same ids and mask.
+    rendered = _rendered(chat_tok[0], tmp_path, [json.loads(expected[0]), json.loads(one[0])])
+    again = _rendered(
+        chat_tok[0], tmp_path / "m", [json.loads(t) for t in _ingest(tmp_path, "o2", [OPENAI, alpaca], "auto")]
+    )
+    assert [r["input_ids"] for r in rendered] == [r["input_ids"] for r in again]
+    assert [r["loss_mask"] for r in rendered] == [r["loss_mask"] for r in again]
+
+
+def test_the_shipped_samples_read_in_auto(tmp_path):
+    src = SourceSpec(name="formats", kind="chat", path=FORMATS, format="auto")
+    result = ingest_source(src, tmp_path / "out", StageIO(tmp_path))
+    rows = sum(1 for f in FORMATS.iterdir() for _ in f.open())
+    texts = pq.read_table(tmp_path / "out").column("text").to_pylist()
+    assert result.summary.documents == rows == len(texts) and result.summary.skipped == {}
+    parts = [p for t in texts for m in json.loads(t) if isinstance(m["content"], list) for p in m["content"]]
+    calls = [p["text"] for p in parts if p["type"] == "python"]
+    assert any(c.startswith("import ") for c in calls) and any(c.startswith("pydoc_topic(topic=") for c in calls)
+    assert sum(p["type"] == "python_output" for p in parts) == len(calls)
+    assert result.summary.cleanup.get("folded_system", 0) > 0
+
+
+BAD_ROWS = [
+    (
+        "openai",
+        {"messages": [{"role": "tool", "content": "3"}]},
+        "message 0: a tool result with no assistant tool call",
+    ),
+    (
+        "openai",
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+        r"message 0: content parts of type \['image_url'\] are not text",
+    ),
+    (
+        "openai",
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"function": {}}]}]},
+        "message 1 tool call 0: expected",
+    ),
+    ("sharegpt", {"conversations": [{"from": "robot", "value": "x"}]}, "turn 0: expected {from: one of"),
+    (
+        "sharegpt",
+        {"conversations": [{"from": "function_call", "value": "{oops"}]},
+        "turn 0: a function_call's value is not JSON",
+    ),
+    ("alpaca", {"instruction": "Do it.", "output": 3}, "output must be a string, got int"),
+    ("alpaca", {"instruction": "", "output": "x"}, "instruction and output must be non-empty"),
+    (
+        "auto",
+        {"prompt": "q", "completion": "a"},
+        r"cannot tell the chat format: .* the row has \['completion', 'prompt'\]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fmt", "row", "message"), BAD_ROWS, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_ROWS)])
+def test_a_malformed_row_names_its_file_and_line_or_is_counted(tmp_path, fmt, row, message):
+    good = {"messages": MESSAGES["messages"]} if fmt in ("openai", "auto") else SHAREGPT
+    good = {"instruction": "Do it.", "output": "Done."} if fmt == "alpaca" else good
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "chat.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(IngestError, match=rf"chat.jsonl:2: {message}"):
+        ingest_source(SourceSpec(name="b", kind="chat", path=folder, format=fmt), tmp_path / "o", StageIO(tmp_path))
+    skip = SourceSpec(name="b", kind="chat", path=folder, format=fmt, on_error="skip")
+    counted = ingest_source(skip, tmp_path / "o", StageIO(tmp_path))
+    assert counted.summary.skipped == {"malformed": 1} and counted.summary.documents == 1
