@@ -1,11 +1,13 @@
-"""Training-side readers of a corpus dir (`corpus/<split>`, `corpus/long_<split>`).
+"""Training-side readers of a corpus dir (`corpus/<split>`, `corpus/long_<split>`) or of
+packed SFT rows (`sft/<split>` with `chat.packing: best_fit`).
 
 - `Sequences(dir)`: map-style, O(1) random access through the corpus stage's `index.json`,
   over the Parquet shards or the token-stream exports. Item i is a dict of numpy arrays:
   `input_ids`, `position_ids` (restarting at every document, so attention can be kept
   inside documents), and with `xy=True` `targets` (the next tokens, `IGNORE_INDEX` where
   the next token is padding or unknown). `chunk_len` serves `seq_len / chunk_len` chunks
-  of every sequence (a 4k stage from 32k sequences) with no re-tokenization.
+  of every sequence (a 4k stage from 32k sequences) with no re-tokenization. Packed SFT
+  rows add `loss_mask`, and their targets are `IGNORE_INDEX` where the target's mask is 0.
 - `Batches(sequences, batch_size, seed, rank, world_size)`: one rank's batches of a
   seeded per-epoch shuffle, disjoint from and together complete with the other ranks'.
   Item b is batch b, so a plain `torch.utils.data.DataLoader(batches, batch_size=None)`
@@ -29,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow.parquet as pq
 
-from albor_pipeline.stages.corpus.index import INDEX_FILE, INDEX_FORMAT
+from albor_pipeline.text.sequences import INDEX_FILE, INDEX_FORMAT
 
 IGNORE_INDEX = -100  # torch.nn.functional.cross_entropy's default ignore_index
 SOURCES = ("parquet", "tokens", "megatron")  # the Parquet shards, the nanoGPT and Megatron streams
@@ -49,12 +51,13 @@ class _ParquetSequences:
         self.sequences = int(parquet["sequences"])
         self.pad = int(index["special_ids"]["pad"])
         self.contiguous = index["packing"] == "concat"  # sequence i + 1 continues sequence i
+        self.columns = ["input_ids", "doc_lens", *(["loss_mask"] if index.get("loss_mask") else [])]
         self._reset()
 
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._files: dict[int, pq.ParquetFile] = {}
-        self._groups: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self._groups: OrderedDict[tuple[int, int], tuple[np.ndarray, ...]] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers (spawn) open their own files
         return {k: v for k, v in self.__dict__.items() if k not in ("_files", "_groups")}
@@ -77,20 +80,23 @@ class _ParquetSequences:
             self._files[shard] = handle
         return self._files[shard]
 
-    def _group(self, shard: int, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids as rows x seq_len, all doc_lens, each row's offset into them) of one row group."""
+    def _group(self, shard: int, group: int) -> tuple[np.ndarray, ...]:
+        """(ids as rows x seq_len, all doc_lens, each row's offset into them[, loss masks as rows
+        x seq_len]) of one row group."""
         key = (shard, group)
         if key in self._groups:
             self._groups.move_to_end(key)
             return self._groups[key]
-        table = self._file(shard).read_row_group(group, columns=["input_ids", "doc_lens"], use_threads=False)
+        table = self._file(shard).read_row_group(group, columns=self.columns, use_threads=False)
         ids = table.column("input_ids").combine_chunks()
         lens = table.column("doc_lens").combine_chunks()
-        value = (
+        value: tuple[np.ndarray, ...] = (
             ids.values.to_numpy().reshape(len(ids), self.seq_len),
             lens.values.to_numpy(),
             lens.offsets.to_numpy(),
         )
+        if "loss_mask" in self.columns:
+            value += (table.column("loss_mask").combine_chunks().values.to_numpy().reshape(len(ids), self.seq_len),)
         self._groups[key] = value
         if len(self._groups) > self.CACHE:
             self._groups.popitem(last=False)
@@ -100,8 +106,17 @@ class _ParquetSequences:
         """(ids, doc_lens) of sequence i."""
         shard, row = divmod(i, self.per_shard)
         group, row = divmod(row, self.per_group)
-        ids, lens, offsets = self._group(shard, group)
+        ids, lens, offsets = self._group(shard, group)[:3]
         return ids[row], lens[offsets[row] : offsets[row + 1]].astype(np.int64)
+
+    def loss_mask(self, i: int) -> np.ndarray | None:
+        """The loss mask of sequence i (packed SFT rows), or None for a corpus."""
+        if "loss_mask" not in self.columns:
+            return None
+        shard, row = divmod(i, self.per_shard)
+        group, row = divmod(row, self.per_group)
+        mask: np.ndarray = self._group(shard, group)[3][row]
+        return mask
 
     def next_token(self, i: int) -> int | None:
         if not self.contiguous or i + 1 >= self.sequences:
@@ -148,6 +163,10 @@ class _StreamSequences:
         if not len(ends) or ends[-1] != len(ids):
             ends = np.append(ends, len(ids))  # the last piece goes on in the next window
         return ids, np.diff(ends, prepend=0)
+
+    def loss_mask(self, i: int) -> None:
+        """The streams carry no loss mask."""
+        return None
 
     def next_token(self, i: int) -> int | None:
         at = (i + 1) * self.seq_len
@@ -231,12 +250,17 @@ class Sequences:
             "input_ids": x.astype(self.dtype),
             "position_ids": np.arange(length) - np.repeat(np.cumsum(segments) - segments, segments),
         }
+        mask = self.backend.loss_mask(seq)
+        if mask is not None:
+            item["loss_mask"] = mask[start : start + length]
         if self.xy:
             after = int(ids[start + length]) if start + length < self.seq_len else self.backend.next_token(seq)
             targets = np.empty(length, dtype=np.int64)
             targets[:-1] = x[1:]
             targets[-1] = IGNORE_INDEX if after is None else after
             targets[targets == self.pad] = IGNORE_INDEX
+            if mask is not None:  # packed SFT: train only where the target's mask is 1 (nanochat's rule)
+                targets[np.append(mask[start + 1 : start + length + 1], 0)[:length] == 0] = IGNORE_INDEX
             item["targets"] = targets
         return item
 

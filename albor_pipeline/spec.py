@@ -387,12 +387,19 @@ class SftFormat(str, Enum):
     nanochat = "nanochat"  # flat token .bin shards with parallel _mask.bin shards + a JSON sidecar
 
 
+class SftPacking(str, Enum):
+    none = "none"  # one row per conversation (nanochat's loader packs them itself)
+    best_fit = "best_fit"  # whole conversations best-fit into max_tokens rows, BOS-padded (nanochat's packer)
+
+
 class ChatSpec(_Model):
     """Chat/SFT: how conversations render (nanochat semantics) and which sft/<split> exist."""
 
     tokens: ChatTokens = ChatTokens()
-    max_tokens: int = Field(2048, gt=1)
+    max_tokens: int = Field(2048, gt=1)  # a conversation's tokens at most; with best_fit, every row's length
     overlong: Overlong = Overlong.skip
+    packing: SftPacking = SftPacking.none
+    pack_window: int = Field(100, gt=0)  # conversations best_fit chooses from (nanochat's buffer_size)
     splits: Splits = ("train", "val")
     formats: tuple[SftFormat, ...] = (SftFormat.parquet, SftFormat.nanochat)
     shard_tokens: int = Field(50_000_000, gt=0)  # tokens per nanochat .bin shard

@@ -137,7 +137,7 @@ def test_literal_specials_non_ascii_and_an_empty_turn_render_as_text(chat_tok, t
     assert rows[1]["input_ids"][-2:] == [ids.assistant_start, ids.assistant_end]
     assert rows[1]["loss_mask"][-2:] == [0, 1]
     paths = [tmp_path / "sft" / "part-00000.parquet"]
-    assert check_sft_mask(paths, tok_path, 2048).passed
+    assert check_sft_mask(paths, tok_path, TOKENS, 2048).passed
     assert check_sft_structure(paths, tok_path, TOKENS, 2048).passed
 
 
@@ -158,7 +158,7 @@ def test_overlong_conversations_are_skipped_or_truncated(chat_tok, tmp_path, ove
     else:
         assert result.summary.truncated == 1 and len(rows) == 2 and len(rows[0]["input_ids"]) == 256
     assert check_max_tokens(paths, 256).passed
-    assert check_sft_mask(paths, tok_path, 256).passed  # truncated: a prefix of the assistant text
+    assert check_sft_mask(paths, tok_path, TOKENS, 256).passed  # truncated: a prefix of the assistant text
     assert check_sft_structure(paths, tok_path, TOKENS, 256).passed
 
 
@@ -171,10 +171,10 @@ def test_checks_catch_a_wrong_mask_and_a_misplaced_special(chat_tok, tmp_path):
     rows = table.to_pylist()
     rows[0]["loss_mask"][2] = 1  # a user token trained on
     rows[1]["input_ids"].insert(3, rows[1]["input_ids"][-1])  # assistant_end inside the user turn
-    rows[1]["loss_mask"].insert(3, 0)
+    rows[1]["loss_mask"].insert(3, 1)  # with its own mask: only the structure check sees it
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), bad)
-    mask = check_sft_mask([bad], tok_path, 2048)
+    mask = check_sft_mask([bad], tok_path, TOKENS, 2048)
     structure = check_sft_structure([bad], tok_path, TOKENS, 2048)
     assert not mask.passed and mask.metadata["mismatched"] == 1
     assert not structure.passed and structure.metadata["bad"] == 1

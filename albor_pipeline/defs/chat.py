@@ -12,8 +12,15 @@ from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import CHAT_KINDS, ChatSpec, Overlong, PipelineSpec, SftFormat, SourceKind
-from albor_pipeline.stages.chat.checks import check_choice_ids, check_max_tokens, check_sft_mask, check_sft_structure
+from albor_pipeline.spec import CHAT_KINDS, ChatSpec, Overlong, PipelineSpec, SftFormat, SftPacking, SourceKind
+from albor_pipeline.stages.chat.checks import (
+    check_choice_ids,
+    check_max_tokens,
+    check_packed_rows,
+    check_sft_mask,
+    check_sft_structure,
+)
+from albor_pipeline.stages.chat.pack import PACKED_SCHEMA
 from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
 
 GROUP = "chat"
@@ -46,7 +53,8 @@ def sft(spec: PipelineSpec, split: str, ctx: StageContext, config: SftConfig) ->
         summary=summary,
         row_count=summary.conversations,
         metadata={
-            **summary.model_dump(exclude={"sources"}),
+            **summary.model_dump(exclude={"sources", "packed"}),
+            **({"packed": dg.MetadataValue.json(summary.packed.to_json())} if summary.packed else {}),
             "sources": dg.MetadataValue.md(
                 markdown_table([{"source": k, **v} for k, v in summary.to_json()["sources"].items()])
             ),
@@ -93,7 +101,8 @@ def _max_tokens(manifest: StageManifest) -> int:
 
 
 def _mask(ctx: CheckContext) -> CheckOutcome:
-    return check_sft_mask(ctx.parquet_outputs, ctx.layout.tokenizer_json, _max_tokens(ctx.manifest))
+    settings = ChatSpec.model_validate(ctx.manifest.config)
+    return check_sft_mask(ctx.parquet_outputs, ctx.layout.tokenizer_json, settings.tokens, settings.max_tokens)
 
 
 def _structure(ctx: CheckContext) -> CheckOutcome:
@@ -105,26 +114,42 @@ def _length(ctx: CheckContext) -> CheckOutcome:
     return check_max_tokens(ctx.parquet_outputs, _max_tokens(ctx.manifest))
 
 
+def _packed(ctx: CheckContext) -> CheckOutcome:
+    return check_packed_rows(ctx.parquet_outputs, ctx.layout.tokenizer_json, _max_tokens(ctx.manifest))
+
+
 def _choices(ctx: CheckContext) -> CheckOutcome:
     return check_choice_ids(ctx.parquet_outputs[0])
 
 
 def stages(spec: PipelineSpec) -> list[Stage[SftConfig] | Stage[EvalConfig]]:
     out: list[Stage[SftConfig] | Stage[EvalConfig]] = []
+    packed = spec.chat.packing is SftPacking.best_fit
+    packing = (
+        Check(
+            "packed_rows",
+            "Every packed row is `max_tokens` long, each conversation starts with BOS, the padding is BOS "
+            "with mask 0, and the row has a trained token.",
+            _packed,
+            blocking=True,
+        ),
+    )
+    rows = "rows of whole conversations packed best-fit, BOS-padded," if packed else "one row per conversation,"
     if spec.sources_of(*CHAT_KINDS):
         out += [
             Stage(
                 name=sft_stage(split),
                 group=GROUP,
                 description=f"The {split} conversations rendered as nanochat does: `input_ids` and `loss_mask` "
-                "(1 on the assistant's text, python calls and `<|assistant_end|>`), one row per conversation, "
+                f"(1 on the assistant's text, python calls and `<|assistant_end|>`), {rows} "
                 "plus flat `.bin` / `_mask.bin` shards.",
                 config=SftConfig,
                 defaults=spec_defaults(SftConfig, spec.chat),
                 work=partial(sft, spec, split),
                 deps=(chat_mixed_stage(split), TOKENIZER),
                 checks=(
-                    schema_check(SFT_SCHEMA),
+                    schema_check(PACKED_SCHEMA if packed else SFT_SCHEMA),
+                    *(packing if packed else ()),
                     Check(
                         "loss_mask",
                         "Decoding the mask-1 tokens (specials removed) gives exactly the assistant's text and code.",

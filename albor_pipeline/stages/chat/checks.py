@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.spec import ChatTokens
 from albor_pipeline.text.chat import ChatIds, assistant_text
-from albor_pipeline.text.vocab import added_tokens, token_to_bytes
+from albor_pipeline.text.vocab import BOS, added_tokens, token_to_bytes
 
 
 def _sft_rows(paths: list[Path], columns: list[str]) -> Iterator[dict[str, Any]]:
@@ -24,10 +24,63 @@ def _sft_rows(paths: list[Path], columns: list[str]) -> Iterator[dict[str, Any]]
             yield from batch.to_pylist()
 
 
-def check_sft_mask(paths: list[Path], tokenizer_path: Path, max_tokens: int) -> CheckOutcome:
+def _conversations(paths: list[Path], columns: list[str]) -> Iterator[dict[str, Any]]:
+    """Every conversation of an SFT split as a row of its own, packed rows cut at their `doc_lens`
+    (so the mask and structure checks hold each conversation of a packed row to its own text)."""
+    if not paths or "doc_lens" not in pq.read_schema(paths[0]).names:
+        yield from _sft_rows(paths, columns)
+        return
+    for row in _sft_rows(paths, [*columns, "doc_lens"]):
+        start = 0
+        for k, length in enumerate(row["doc_lens"]):
+            yield {
+                name: row[name][start : start + length] if name in ("input_ids", "loss_mask") else row[name][k]
+                for name in columns
+            }
+            start += length
+
+
+def check_packed_rows(paths: list[Path], tokenizer_path: Path, row_tokens: int) -> CheckOutcome:
+    """Every packed row is `row_tokens` long, its conversations each start with BOS (mask 0), the
+    padding after them is BOS with mask 0, and it has at least one trained token."""
+    bos = Tokenizer.from_file(str(tokenizer_path)).token_to_id(BOS)
+    rows = bad = 0
+    first: list[str] = []
+    for row in _sft_rows(paths, ["input_ids", "loss_mask", "doc_lens", "sha256"]):
+        rows += 1
+        ids, mask, lens = np.array(row["input_ids"]), np.array(row["loss_mask"]), np.array(row["doc_lens"])
+        starts = np.cumsum(lens) - lens
+        used = int(lens.sum())
+        errors = [
+            len(ids) != row_tokens and f"{len(ids)} tokens",
+            not len(lens) and "no conversation",
+            used > len(ids) and "doc_lens past the row",
+            (ids[starts[starts < len(ids)]] != bos).any() and "a conversation not starting with BOS",
+            mask[starts[starts < len(ids)]].any() and "a trained conversation start",
+            ((ids[used:] != bos) | (mask[used:] != 0)).any() and "padding that is not BOS with mask 0",
+            not mask.any() and "no trained token",
+        ]
+        error = next((e for e in errors if e), None)
+        if error:
+            bad += 1
+            if len(first) < 5:
+                first.append(f"row {rows - 1} ({row['sha256'][0][:12] if row['sha256'] else '-'}): {error}")
+    return CheckOutcome(
+        rows > 0 and bad == 0,
+        f"{bad} of {rows} packed rows break the packing (length, boundaries, padding, a trained token)",
+        {"rows": rows, "bad": bad, "first_bad": first},
+    )
+
+
+def check_sft_mask(paths: list[Path], tokenizer_path: Path, tokens: ChatTokens, max_tokens: int) -> CheckOutcome:
     """Decoding only the mask-1 tokens, specials removed, gives exactly the assistant's text
-    and python code of that conversation (a prefix of it where the row was truncated)."""
+    and python code of that conversation (a prefix of it where the row was truncated), and
+    every special id carries the mask the render gives it (1 only on python calls and
+    `<|assistant_end|>`)."""
     tok = Tokenizer.from_file(str(tokenizer_path))
+    chat = ChatIds.of(tok, tokens)
+    trained_specials = np.array([chat.python_start, chat.python_end, chat.assistant_end])
+    structural = np.array(sorted(chat.structural))
     specials = set(added_tokens(tok).values())
     table = [b""] * tok.get_vocab_size(with_added_tokens=True)
     for token, i in tok.get_vocab(with_added_tokens=False).items():
@@ -35,12 +88,15 @@ def check_sft_mask(paths: list[Path], tokenizer_path: Path, max_tokens: int) -> 
             table[i] = token_to_bytes(token)
     rows = bad = 0
     first_bad: list[str] = []
-    for row in _sft_rows(paths, ["input_ids", "loss_mask", "sha256", "messages"]):
+    for row in _conversations(paths, ["input_ids", "loss_mask", "sha256", "messages"]):
         rows += 1
         trained = b"".join(table[i] for i, m in zip(row["input_ids"], row["loss_mask"]) if m)
         expected = assistant_text(json.loads(row["messages"])).encode("utf-8")
         truncated = len(row["input_ids"]) == max_tokens and trained != expected
-        if not (trained == expected or (truncated and expected.startswith(trained))):
+        ids, mask = np.array(row["input_ids"]), np.array(row["loss_mask"])
+        special = np.isin(ids, structural)
+        wrong_special = (mask[special] != np.isin(ids[special], trained_specials)).any()
+        if wrong_special or not (trained == expected or (truncated and expected.startswith(trained))):
             bad += 1
             if len(first_bad) < 5:
                 first_bad.append(row["sha256"])
@@ -86,7 +142,7 @@ def check_sft_structure(paths: list[Path], tokenizer_path: Path, tokens: ChatTok
     chat = ChatIds.of(Tokenizer.from_file(str(tokenizer_path)), tokens)
     rows = bad = 0
     first: list[str] = []
-    for row in _sft_rows(paths, ["input_ids", "sha256"]):
+    for row in _conversations(paths, ["input_ids", "sha256"]):
         rows += 1
         error = _structure_error(row["input_ids"], chat, len(row["input_ids"]) >= max_tokens)
         if error:

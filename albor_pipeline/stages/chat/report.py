@@ -23,6 +23,15 @@ class SftSourceFacts(Report):
         return cls(**counts, trained_fraction=round(counts["trained_tokens"] / tokens, 4) if tokens else 0.0)
 
 
+class PackedFacts(Report):
+    """How full `packing: best_fit` made its rows."""
+
+    rows: int
+    row_tokens: int
+    padding_tokens: int
+    fill: float  # conversation tokens / row tokens
+
+
 class SftSummary(Report):
     conversations: int
     tokens: int
@@ -31,6 +40,8 @@ class SftSummary(Report):
     skipped_overlong: int  # over max_tokens, with `overlong: skip`
     truncated: int  # cut to max_tokens, with `overlong: truncate`
     sources: dict[str, SftSourceFacts]
+    untrained: int = 0  # packed: left with no trained token after a cut, dropped
+    packed: PackedFacts | None = None
 
 
 class EvalSummary(Report):
@@ -38,6 +49,15 @@ class EvalSummary(Report):
     tokens: int
     choices: dict[str, int]  # number of choices -> items
     truncated: int = 0  # prompts cut at `chat.max_tokens` (nanochat's render_for_completion)
+
+
+def _packed(summary: SftSummary) -> str:
+    """`packing: best_fit`'s rows and fill, or "no" (one row per conversation)."""
+    p = summary.packed
+    if p is None:
+        return "no"
+    dropped = f", {summary.untrained} with no trained token left dropped" if summary.untrained else ""
+    return f"{p.rows:,} rows of {p.row_tokens:,} tokens, {p.fill:.1%} full{dropped}"
 
 
 SOURCE_FACTS = ("conversations", "turns", "tokens", "trained_fraction")
@@ -56,9 +76,17 @@ def provenance_section(
     lines = ["## Chat", "", *table(["source", "conversations kept", "cleanup and skips"], cleanup)]
     if sft:
         lines += table(
-            ["split", "conversations", "tokens", "trained fraction", "skipped (over max_tokens)", "truncated"],
             [
-                [split, s.conversations, s.tokens, s.trained_fraction, s.skipped_overlong, s.truncated]
+                "split",
+                "conversations",
+                "tokens",
+                "trained fraction",
+                "skipped (over max_tokens)",
+                "truncated",
+                "packed",
+            ],
+            [
+                [split, s.conversations, s.tokens, s.trained_fraction, s.skipped_overlong, s.truncated, _packed(s)]
                 for split, s in sft
             ],
         )

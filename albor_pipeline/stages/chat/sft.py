@@ -13,7 +13,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,11 +24,13 @@ from tokenizers import Tokenizer
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path, record, write_json
 from albor_pipeline.runtime.shardmap import StageIO, output_set
 from albor_pipeline.runtime.shards import iter_batches, read_shards
-from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat
-from albor_pipeline.stages.chat.report import EvalSummary, SftSourceFacts, SftSummary
+from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat, SftPacking
+from albor_pipeline.stages.chat.pack import PACKED_SCHEMA, Conversation, batched, best_fit, packed_batch
+from albor_pipeline.stages.chat.report import EvalSummary, PackedFacts, SftSourceFacts, SftSummary
 from albor_pipeline.text.chat import ChatIds, Message, Piece, mc_labels, mc_prompt, render_pieces
 from albor_pipeline.text.encode import Encoder, encode_lists, pick_encoder
-from albor_pipeline.text.vocab import token_dtype
+from albor_pipeline.text.sequences import INDEX_FILE, INDEX_FORMAT, ROW_GROUP_SEQUENCES
+from albor_pipeline.text.vocab import BOS, EOS, PAD, added_tokens, token_dtype
 
 SFT_SCHEMA = pa.schema(
     [
@@ -95,8 +97,9 @@ class SftResult:
 class _BinShards:
     """nanochat export: `shard_NNNNN.bin` + `shard_NNNNN_mask.bin`, a new pair every `shard_tokens`."""
 
-    def __init__(self, out_dir: Path, dtype: np.dtype, shard_tokens: int, stack: ExitStack) -> None:
-        self.out_dir, self.dtype, self.shard_tokens, self.stack = out_dir, dtype, shard_tokens, stack
+    def __init__(self, out_dir: Path, dtype: np.dtype, spec: ChatSpec, stack: ExitStack) -> None:
+        self.out_dir, self.dtype, self.shard_tokens, self.stack = out_dir, dtype, spec.shard_tokens, stack
+        self.unit = "rows" if spec.packing is SftPacking.best_fit else "conversations"
         self.shards: list[dict[str, Any]] = []
         self._files: tuple[BinaryIO, BinaryIO] | None = None
 
@@ -108,12 +111,101 @@ class _BinShards:
     def write(self, ids: np.ndarray, mask: np.ndarray) -> None:
         if self._files is None or self.shards[-1]["tokens"] >= self.shard_tokens:
             name = f"shard_{len(self.shards):05d}"
-            self.shards.append({"file": f"{name}.bin", "mask": f"{name}_mask.bin", "tokens": 0, "conversations": 0})
+            self.shards.append({"file": f"{name}.bin", "mask": f"{name}_mask.bin", "tokens": 0, self.unit: 0})
             self._files = (self._open(f"{name}.bin"), self._open(f"{name}_mask.bin"))
         self._files[0].write(ids.astype(self.dtype).tobytes())
         self._files[1].write(mask.tobytes())
         self.shards[-1]["tokens"] += len(ids)
-        self.shards[-1]["conversations"] += 1
+        self.shards[-1][self.unit] += 1
+
+
+@dataclass
+class _Render:
+    """One split's rendering: what it needs, and what it counts as conversations stream by."""
+
+    spec: ChatSpec
+    ids: ChatIds
+    encoder: Encoder
+    sources: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    totals: Counter[str] = field(default_factory=Counter)
+
+    def conversations(self, mixed_path: Path) -> Iterator[Conversation]:
+        """The split's conversations rendered, in mix order; an overlong one skipped or cut,
+        and (packed) one with no trained token left after a cut dropped, all counted."""
+        spec = self.spec
+        for conversations, names, shas in _rows(mixed_path):
+            parsed: list[list[Message]] = [json.loads(c) for c in conversations]
+            rendered = encode_pieces([render_pieces(m, self.ids) for m in parsed], self.encoder)
+            for raw, messages, source, sha, (tokens, mask) in zip(conversations, parsed, names, shas, rendered):
+                if len(tokens) > spec.max_tokens:
+                    if spec.overlong is Overlong.skip:
+                        self.totals["skipped_overlong"] += 1
+                        continue
+                    tokens, mask = tokens[: spec.max_tokens], mask[: spec.max_tokens]
+                    self.totals["truncated"] += 1
+                if spec.packing is SftPacking.best_fit and not mask.any():
+                    self.totals["untrained"] += 1
+                    continue
+                stats = self.sources[source]
+                stats["conversations"] += 1
+                stats["turns"] += len(messages)
+                stats["tokens"] += len(tokens)
+                stats["trained_tokens"] += int(mask.sum())
+                yield Conversation(tokens, mask, source, sha, raw)
+
+    def summary(self, rows: int, packed: PackedFacts | None) -> SftSummary:
+        tokens = sum(s["tokens"] for s in self.sources.values())
+        trained = sum(s["trained_tokens"] for s in self.sources.values())
+        return SftSummary(
+            conversations=sum(s["conversations"] for s in self.sources.values()),
+            tokens=tokens,
+            trained_tokens=trained,
+            trained_fraction=round(trained / tokens, 4) if tokens else 0.0,
+            skipped_overlong=self.totals["skipped_overlong"],
+            truncated=self.totals["truncated"],
+            untrained=self.totals["untrained"],
+            packed=packed,
+            sources={name: SftSourceFacts.of(facts) for name, facts in sorted(self.sources.items())},
+        )
+
+
+def _write_rows(render: _Render, mixed_path: Path, sink: ParquetSink, bins: _BinShards | None, io: StageIO) -> None:
+    """One row per conversation."""
+    for chunk in batched(render.conversations(mixed_path), BATCH_ROWS):
+        columns = {
+            "input_ids": [c.ids for c in chunk],
+            "loss_mask": [c.mask for c in chunk],
+            "source": [c.source for c in chunk],
+            "sha256": [c.sha256 for c in chunk],
+            "messages": [c.messages for c in chunk],
+        }
+        sink.write(pa.RecordBatch.from_pydict(columns, schema=SFT_SCHEMA))
+        for c in chunk:
+            if bins:
+                bins.write(c.ids, c.mask)
+        if io.progress:
+            io.progress(f"sft: {sink.rows:,} conversations rendered")
+
+
+def _write_packed(
+    render: _Render, mixed_path: Path, sink: ParquetSink, bins: _BinShards | None, io: StageIO
+) -> PackedFacts:
+    """Rows of conversations packed best-fit, each `max_tokens` long."""
+    spec, capacity = render.spec, render.spec.max_tokens
+    rows = pad = 0
+    packed = best_fit(render.conversations(mixed_path), capacity, spec.pack_window)
+    for chunk in batched(packed, ROW_GROUP_SEQUENCES * 8):
+        batch = packed_batch(list(chunk), capacity, render.ids.bos)
+        sink.write(batch)
+        rows += batch.num_rows
+        pad += capacity * batch.num_rows - sum(map(sum, batch.column("doc_lens").to_pylist()))
+        if bins:
+            for ids, mask in zip(batch.column("input_ids").to_numpy(False), batch.column("loss_mask").to_numpy(False)):
+                bins.write(ids, mask)
+        if io.progress:
+            io.progress(f"sft: {rows:,} packed rows")
+    fill = round(1 - pad / (rows * capacity), 4) if rows else 0.0
+    return PackedFacts(rows=rows, row_tokens=capacity, padding_tokens=pad, fill=fill)
 
 
 def build_sft(
@@ -124,69 +216,63 @@ def build_sft(
     out_dir: Path,
     io: StageIO,
 ) -> SftResult:
-    """Render one split's mixed conversations into `out_dir` (replaced as one set, or not at all)."""
+    """Render one split's mixed conversations into `out_dir` (replaced as one set, or not at
+    all): a row per conversation, or with `packing: best_fit` packed rows and their reader index."""
     tok = Tokenizer.from_file(str(tokenizer_path))
-    ids = ChatIds.of(tok, spec.tokens)
     encoder, encoder_note = pick_encoder(tok, encoder_choice, _sample(mixed_path))
+    render = _Render(spec, ChatIds.of(tok, spec.tokens), encoder)
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
-    sources: dict[str, Counter[str]] = defaultdict(Counter)
-    totals: Counter[str] = Counter()
+    pack = spec.packing is SftPacking.best_fit
+    names = ["part-00000.parquet"]
     with output_set(out_dir) as staging, ExitStack() as stack:
-        sink = stack.enter_context(ParquetSink(staging / "part-00000.parquet", SFT_SCHEMA, BATCH_ROWS))
-        bins = _BinShards(staging, dtype, spec.shard_tokens, stack) if SftFormat.nanochat in spec.formats else None
-        for conversations, names, shas in _rows(mixed_path):
-            parsed: list[list[Message]] = [json.loads(c) for c in conversations]
-            rendered = encode_pieces([render_pieces(m, ids) for m in parsed], encoder)
-            cols: dict[str, list[Any]] = {name: [] for name in SFT_SCHEMA.names}
-            for raw, messages, source, sha, (tokens, mask) in zip(conversations, parsed, names, shas, rendered):
-                if len(tokens) > spec.max_tokens:
-                    if spec.overlong is Overlong.skip:
-                        totals["skipped_overlong"] += 1
-                        continue
-                    tokens, mask = tokens[: spec.max_tokens], mask[: spec.max_tokens]
-                    totals["truncated"] += 1
-                cols["input_ids"].append(tokens)
-                cols["loss_mask"].append(mask)
-                cols["source"].append(source)
-                cols["sha256"].append(sha)
-                cols["messages"].append(raw)
-                if bins:
-                    bins.write(tokens, mask)
-                stats = sources[source]
-                stats["conversations"] += 1
-                stats["turns"] += len(messages)
-                stats["tokens"] += len(tokens)
-                stats["trained_tokens"] += int(mask.sum())
-            sink.write(pa.RecordBatch.from_pydict(cols, schema=SFT_SCHEMA))
-            if io.progress:
-                io.progress(f"sft: {sink.rows:,} conversations rendered")
-        rows = sink.rows
-        tokens_total = sum(s["tokens"] for s in sources.values())
+        schema, group = (PACKED_SCHEMA, ROW_GROUP_SEQUENCES) if pack else (SFT_SCHEMA, BATCH_ROWS)
+        sink = stack.enter_context(ParquetSink(staging / names[0], schema, group))
+        bins = _BinShards(staging, dtype, spec, stack) if SftFormat.nanochat in spec.formats else None
+        packed = _write_packed(render, mixed_path, sink, bins, io) if pack else None
+        if not pack:
+            _write_rows(render, mixed_path, sink, bins, io)
+        summary = render.summary(sink.rows, packed)
+        if pack:
+            write_json(staging / INDEX_FILE, _index(spec, sink.rows, added_tokens(tok), summary))
+            names.append(INDEX_FILE)
         if bins:
             sidecar = {
                 "dtype": dtype.name,
-                "conversations": rows,
-                "tokens": tokens_total,
-                "bos_id": ids.bos,
+                "conversations": summary.conversations,
+                "tokens": summary.tokens,
+                "bos_id": render.ids.bos,
                 "max_tokens": spec.max_tokens,
+                "packing": spec.packing.value,
+                **({"rows": sink.rows, "row_tokens": spec.max_tokens} if pack else {}),
                 "shards": bins.shards,
             }
             write_json(staging / SIDECAR, sidecar)
-    names_out = ["part-00000.parquet"]
-    if bins:
-        names_out += [n for shard in bins.shards for n in (shard["file"], shard["mask"])] + [SIDECAR]
-    artifacts = [record(out_dir / n, io.root, rows=rows if n.endswith(".parquet") else None) for n in names_out]
-    trained = sum(s["trained_tokens"] for s in sources.values())
-    summary = SftSummary(
-        conversations=rows,
-        tokens=tokens_total,
-        trained_tokens=trained,
-        trained_fraction=round(trained / tokens_total, 4) if tokens_total else 0.0,
-        skipped_overlong=totals["skipped_overlong"],
-        truncated=totals["truncated"],
-        sources={name: SftSourceFacts.of(facts) for name, facts in sorted(sources.items())},
-    )
+            names += [n for shard in bins.shards for n in (shard["file"], shard["mask"])] + [SIDECAR]
+        rows = sink.rows
+    artifacts = [record(out_dir / n, io.root, rows=rows if n.endswith(".parquet") else None) for n in names]
     return SftResult(artifacts, summary, encoder_note)
+
+
+def _index(spec: ChatSpec, rows: int, special: dict[str, int], summary: SftSummary) -> dict[str, Any]:
+    """The reader index of packed rows (`albor_pipeline.dataset.Sequences` opens them as a corpus
+    dir, with `loss_mask` masking the targets)."""
+    return {
+        "format": INDEX_FORMAT,
+        "seq_len": spec.max_tokens,
+        "packing": spec.packing.value,
+        "loss_mask": True,
+        "documents": summary.conversations,
+        "tokens": summary.tokens,
+        "special_ids": {"bos": special[BOS], "eos": special[EOS], "pad": special[PAD]},
+        "bos": True,
+        "parquet": {
+            "sequences": rows,
+            "shard_sequences": max(rows, 1),
+            "row_group_sequences": ROW_GROUP_SEQUENCES,
+            "shards": [{"file": "part-00000.parquet", "sequences": rows}],
+        },
+        "streams": {},
+    }
 
 
 @dataclass

@@ -37,11 +37,12 @@ from albor_pipeline.stages.corpus.encode_task import (
     encode_row_group,
 )
 from albor_pipeline.stages.corpus.exports import STREAMS, concat_streams, write_sidecars
-from albor_pipeline.stages.corpus.index import INDEX_FILE, reader_index
+from albor_pipeline.stages.corpus.index import reader_index
 from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
 from albor_pipeline.stages.corpus.plan import PlanSummary, best_fit_plan, concat_plan
 from albor_pipeline.stages.corpus.report import CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import pick_encoder
+from albor_pipeline.text.sequences import INDEX_FILE
 from albor_pipeline.text.vocab import BOS, EOS, PAD, token_dtype
 
 PROGRESS_SECONDS = 5.0

@@ -7,16 +7,8 @@ from typing import Any
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.spec import CorpusSpec, ExportFormat
 from albor_pipeline.stages.corpus.exports import STREAMS
-from albor_pipeline.stages.corpus.pack import ROW_GROUP_SEQUENCES
+from albor_pipeline.text.sequences import INDEX_FORMAT, ROW_GROUP_SEQUENCES
 from albor_pipeline.text.vocab import token_dtype
-
-INDEX_FILE = "index.json"
-
-
-INDEX_FORMAT = "albor-corpus/1"
-"""What a reader needs for O(1) random access to a corpus dir (`albor_pipeline.dataset`):
-sequence i is row (i % shard_sequences) % row_group_sequences of row group
-(i % shard_sequences) // row_group_sequences of shard i // shard_sequences."""
 
 
 def reader_index(

@@ -19,13 +19,9 @@ from albor_pipeline.stages.corpus.encode_task import (
     spool_tokens,
 )
 from albor_pipeline.stages.corpus.plan import Packed, Segments, concat_segments, fill
+from albor_pipeline.text.sequences import DOC_LENS, ROW_GROUP_SEQUENCES
 
-SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32())), ("doc_lens", pa.list_(pa.uint32()))])
-"""`doc_lens`: the lengths of the document pieces in a sequence, in order, summing to its
-non-pad length; a trainer builds position-id resets or `cu_seqlens` from it."""
-
-
-ROW_GROUP_SEQUENCES = 32  # one random read decodes 32 sequences: ~1.4k sequences/s vs ~240 at 256, same bytes
+SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32())), ("doc_lens", DOC_LENS)])
 
 
 PACK_SEQUENCES = 256  # sequences a packing task fills at once: ~2 MB of ids at seq_len 2048

@@ -10,34 +10,33 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import yaml
 
 from albor_pipeline.runtime.layout import TOKENIZER, eval_stage, filtered_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.spec import SPLITS
+from albor_pipeline.spec import SPLITS, SftPacking
+from albor_pipeline.stages.chat.pack import PACKED_SCHEMA
+from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA
+from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
 from albor_pipeline.stages.corpus.report import card_corpora, hf_split
 from albor_pipeline.stages.ingest.report import card_sources
 from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.tokenizer.report import TokenizerSummary, card_tokenizer
 
-CORPUS_FEATURES = [
-    {"name": "input_ids", "sequence": "uint32"},
-    {"name": "doc_lens", "sequence": "uint32"},
-]
-SFT_FEATURES = [
-    {"name": "input_ids", "sequence": "uint32"},
-    {"name": "loss_mask", "sequence": "uint8"},
-    {"name": "source", "dtype": "string"},
-    {"name": "sha256", "dtype": "string"},
-    {"name": "messages", "dtype": "string"},
-]
-EVAL_FEATURES = [
-    {"name": "input_ids", "sequence": "uint32"},
-    {"name": "choice_token_ids", "sequence": "uint32"},
-    {"name": "answer", "dtype": "int32"},
-    {"name": "sha256", "dtype": "string"},
-    {"name": "item", "dtype": "string"},
-]
+
+def _features(schema: pa.Schema) -> list[dict[str, str]]:
+    """A Parquet schema as the card's `dataset_info` features (lists as `sequence`)."""
+    return [
+        {"name": f.name, "sequence": str(f.type.value_type)}
+        if pa.types.is_list(f.type)
+        else {"name": f.name, "dtype": str(f.type)}
+        for f in schema
+    ]
+
+
+CORPUS_FEATURES = _features(SEQ_SCHEMA)
+EVAL_FEATURES = _features(EVAL_SCHEMA)
 
 
 def _configs(built: Built) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -57,7 +56,8 @@ def _configs(built: Built) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         ]
         add(prefix, files, CORPUS_FEATURES)
     sft = [(hf_split(s), f"sft/{s}/part-*.parquet") for s in SPLITS if sft_stage(s) in built.stages]
-    add("sft", sft, SFT_FEATURES)
+    packed = built.spec.get("chat", {}).get("packing") == SftPacking.best_fit.value
+    add("sft", sft, _features(PACKED_SCHEMA if packed else SFT_SCHEMA))
     for name in built.names():
         if eval_stage(name) in built.stages:
             add(f"eval_{name}", [("test", f"eval/{name}.parquet")], EVAL_FEATURES)
