@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -12,18 +13,24 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
+from albor_pipeline.runtime.artifacts import sha256_file
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.spec import REPO_ROOT, OpenAIBaseline, TokenizerSpec
+from albor_pipeline.spec import REPO_ROOT, ChatTokens, OpenAIBaseline, TokenizerSpec
+from albor_pipeline.stages.tokenizer.checks import check_tiktoken_ids
 from albor_pipeline.stages.tokenizer.report import card_tokenizer
 from albor_pipeline.stages.tokenizer.tokenizer import (
     CL100K_PATTERN,
     O200K_PATTERN,
+    TORCH_MISSING,
     TokenizerError,
     build_tokenizer,
+    evaluate,
     openai_counter,
     openai_encoding,
+    tiktoken_encoding,
+    tokenizer_from_merges,
 )
-from albor_pipeline.text.vocab import token_to_bytes
+from albor_pipeline.text.vocab import FIM_TOKENS, plain_tokenizer, token_to_bytes
 
 from .support import LITERAL, STDLIB, write_docs
 
@@ -185,7 +192,8 @@ build_tokenizer(Path(sys.argv[1]), Path(sys.argv[2]), TokenizerSpec(vocab_size=2
 def test_training_is_byte_identical_across_runs_and_thread_counts(trained, corpus_files, tmp_path, threads):
     env = {**os.environ, "RAYON_NUM_THREADS": threads}
     subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, *map(str, corpus_files), str(tmp_path)], check=True, env=env)
-    for name in ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json"):
+    names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "tokenizer.pkl", "token_bytes.pt")
+    for name in (*names, "report.json"):
         assert (tmp_path / name).read_bytes() == (trained[0] / name).read_bytes(), name
 
 
@@ -243,3 +251,117 @@ def test_long_runs_reach_the_trainer_cut_into_bounded_parts():
     # and no learned token is longer than the limit.
     tok = train_bpe(iter([[code, "a" * 1_000_000]]), TokenizerSpec(vocab_size=600))
     assert max(len(token_to_bytes(t)) for t in tok.get_vocab(with_added_tokens=False)) <= LONG_RUN
+
+
+CHAT_TOKENS = tuple(ChatTokens().model_dump().values())  # nanochat's names
+# Text that stresses the split pattern: contractions, digits, whitespace runs (up to 100 kB:
+# ~1 MB before other text overflows tiktoken's regex stack), scripts, emoji, literal specials.
+EDGE_TEXTS = [
+    "Hello world! This is a test.\nNumbers: 123, 4567, 89\nContractions: I'm, you're, it's\n"
+    "Special chars: @#$%^&*()\nUnicode: 你好世界 🌍",  # nanochat's tok_train check
+    "it's IT'S we'll WE'LL they've 'd 's 't x''s 3.14e-10 1_000_000 0x1F",
+    "Привет, мир! مرحبا بالعالم नमस्ते दुनिया こんにちは 한국어 ἀρχή e\u0301 👩‍💻🐍\u200d",
+    "x   \n\n\t  \r\n  y  ",
+    " " * 100_000 + "x",
+    "\n" * 100_000 + "x",
+    "a" * 100_000,
+    "<|bos|> <|user_start|>hi<|user_end|> </s><s><pad><unk> <|fim_prefix|>",
+    LITERAL,
+    "é🐍\r\n\t",
+    "",
+]
+
+
+def real_documents() -> list[str]:
+    """Every top-level stdlib module, every other stdlib file holding non-ASCII text (a few
+    are not UTF-8: replaced characters are text too), and EDGE_TEXTS."""
+    files = sorted(STDLIB.glob("*.py"))
+    nested = (p for p in STDLIB.rglob("*.py") if p.parent != STDLIB and "site-packages" not in p.parts)
+    files += sorted(p for p in nested if not p.read_bytes().isascii())
+    return [p.read_bytes().decode("utf-8", errors="replace") for p in files] + EDGE_TEXTS
+
+
+@pytest.fixture(scope="module", params=["gigatoken", "hf"])
+def nanochat_dir(request, corpus_files, tmp_path_factory) -> Path:
+    """A folder built with each trainer and nanochat's chat tokens, as the Dagster stage builds it."""
+    out = tmp_path_factory.mktemp(f"nanochat-{request.param}")
+    spec = TokenizerSpec(vocab_size=4000, trainer=request.param)
+    build_tokenizer(*corpus_files, spec, out / "tokenizer", StageIO(out), appended=(*FIM_TOKENS, *CHAT_TOKENS))
+    return out / "tokenizer"
+
+
+def _first_difference(texts: list[str], ours: list[list[int]], ref: list[list[int]]) -> str:
+    i = next(i for i, (a, b) in enumerate(zip(ours, ref)) if a != b)
+    at = next((k for k, (a, b) in enumerate(zip(ours[i], ref[i])) if a != b), min(len(ours[i]), len(ref[i])))
+    return f"doc {i} ({texts[i][:40]!r}) token {at}: pkl {ours[i][at : at + 4]}, json {ref[i][at : at + 4]}"
+
+
+def test_nanochat_loads_the_folder_and_encodes_like_tokenizer_json(nanochat_dir):
+    """nanochat's `RustBPETokenizer.from_directory` and `get_token_bytes`, step by step: the
+    unpickled Encoding gives every real document tokenizer.json's ids (tiktoken merges by the
+    rank of a pair's result, HF by its merge list: they must agree), `<|bos|>` is `<s>` and the
+    chat tokens keep their ids, and token_bytes.pt is token_bytes.npy, as tok_train derives it."""
+    import torch
+
+    with open(nanochat_dir / "tokenizer.pkl", "rb") as fh:
+        enc = pickle.load(fh)
+    tok = Tokenizer.from_file(str(nanochat_dir / "tokenizer.json"))
+    assert enc.n_vocab == tok.get_vocab_size() == 4000 + len(FIM_TOKENS) + len(CHAT_TOKENS)
+    assert enc.encode_single_token("<|bos|>") == tok.token_to_id("<s>") == 1
+    for name in (*CHAT_TOKENS, *FIM_TOKENS, "<unk>", "</s>", "<pad>"):
+        assert enc.encode_single_token(name) == tok.token_to_id(name), name
+    texts = real_documents()
+    ours = [enc.encode_ordinary(text) for text in texts]  # nanochat's encode(str)
+    ref = [e.ids for e in plain_tokenizer(tok).encode_batch_fast(texts, add_special_tokens=False)]
+    assert len(texts) > 250 and sum(map(len, ref)) > 1_000_000
+    differ = [i for i, (a, b) in enumerate(zip(ours, ref)) if a != b]
+    assert not differ, f"{len(differ)}/{len(texts)} documents differ; first: {_first_difference(texts, ours, ref)}"
+    assert enc.encode_ordinary_batch(texts[:50], num_threads=2) == ref[:50]  # nanochat's encode(list)
+    assert all(enc.decode(ids) == text for ids, text in zip(ours, texts))
+    with open(nanochat_dir / "token_bytes.pt", "rb") as fh:
+        token_bytes = torch.load(fh, map_location="cpu")
+    assert token_bytes.dtype == torch.int32
+    assert token_bytes.tolist() == np.load(nanochat_dir / "token_bytes.npy").tolist()
+    special = {enc.encode_single_token(s) for s in enc.special_tokens_set}
+    derived = [0 if i in special else len(enc.decode_single_token_bytes(i)) for i in range(enc.n_vocab)]
+    assert token_bytes.tolist() == derived
+    report = json.loads((nanochat_dir / "report.json").read_text(encoding="utf-8"))
+    assert report["tiktoken_ids_equal"] == report["val_documents"] and "note" not in report
+
+
+def test_nanochat_files_are_recorded_artifacts(trained):
+    out, result = trained
+    recorded = {Path(a.path).name: a.sha256 for a in result.artifacts}
+    for name in ("tokenizer.pkl", "token_bytes.pt"):
+        assert recorded[name] == sha256_file(out / name), name
+    with open(out / "tokenizer.pkl", "rb") as fh:
+        enc = pickle.load(fh)
+    assert enc.name == "albor" and enc.special_tokens_set == {"<unk>", "<|bos|>", "</s>", "<pad>", *FIM_TOKENS}
+
+
+def test_without_torch_token_bytes_pt_is_left_out_and_said(corpus_files, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    out = tmp_path / "t"
+    result = build_tokenizer(*corpus_files, TokenizerSpec(vocab_size=600), out, StageIO(tmp_path))
+    assert (out / "tokenizer.pkl").exists() and not (out / "token_bytes.pt").exists()
+    assert {Path(a.path).name for a in result.artifacts} >= {"tokenizer.pkl", "token_bytes.npy"}
+    assert "token_bytes.pt" not in {Path(a.path).name for a in result.artifacts}
+    assert result.summary.note == TORCH_MISSING
+    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["note"] == TORCH_MISSING
+
+
+def test_a_tiktoken_disagreement_is_reported(tmp_path):
+    """Merges HF and tiktoken read differently: `abc` is learned as (ab, c) but `bc` merges
+    first, so HF ends `abc` as [a, bc] where tiktoken takes the whole piece `abc`; a
+    whitespace run of 1 MB before text makes tiktoken panic. Both count as mismatches, and
+    the check fails on them."""
+    tok = tokenizer_from_merges([(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")])
+    tok.add_special_tokens(list(FIM_TOKENS))
+    enc = tiktoken_encoding(tok)
+    assert enc.encode_single_token("<|bos|>") == 1 and enc.encode_ordinary("abc") == [262]
+    assert plain_tokenizer(tok).encode("abc").ids == [4 + ord("a"), 260]
+    report = evaluate(tok, iter([["abc", " " * 1_000_000 + "x", "abx"]]), enc)
+    assert report["tiktoken_ids_equal"] == 1 and report["tiktoken_mismatches_first"] == [0, 1]
+    (tmp_path / "r.json").write_text(json.dumps({**report, "val_documents": 3}), encoding="utf-8")
+    outcome = check_tiktoken_ids(tmp_path / "r.json")
+    assert not outcome.passed and "1/3" in outcome.description

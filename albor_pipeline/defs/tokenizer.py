@@ -12,7 +12,7 @@ from albor_pipeline.runtime.layout import TOKENIZER, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
-from albor_pipeline.stages.tokenizer.checks import check_roundtrip
+from albor_pipeline.stages.tokenizer.checks import check_roundtrip, check_tiktoken_ids
 from albor_pipeline.stages.tokenizer.report import comparison_table, report_rows
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
 from albor_pipeline.text.vocab import FIM_TOKENS
@@ -55,6 +55,8 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
             "comparison": dg.MetadataValue.md(comparison_table(summary.comparison) or "no val text"),
             "vocab_size": summary.vocab_size,
             "roundtrip_ok": summary.roundtrip_ok,
+            "tiktoken_ids_equal": summary.tiktoken_ids_equal,
+            **({"note": summary.note} if summary.note else {}),
             "val_documents": summary.val_documents,
             "bytes_per_token": summary.bytes_per_token,
             "train_seconds": result.timings["train_seconds"],
@@ -66,6 +68,10 @@ def _val_roundtrip(ctx: CheckContext) -> CheckOutcome:
     return check_roundtrip(ctx.layout.tokenizer_report)
 
 
+def _nanochat_ids(ctx: CheckContext) -> CheckOutcome:
+    return check_tiktoken_ids(ctx.layout.tokenizer_report)
+
+
 def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
     return [
         Stage(
@@ -73,13 +79,19 @@ def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
             group="tokenizer",
             description="ByteLevel BPE (specials `<unk> <s> </s> <pad>` at ids 0-3, FIM sentinels then chat "
             "tokens appended), "
-            "trained on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token.",
+            "trained on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token. "
+            "Also nanochat's tokenizer.pkl (tiktoken) and token_bytes.pt (with torch).",
             config=TokenizerConfig,
             defaults=spec_defaults(TokenizerConfig, spec.tokenizer),
             work=partial(tokenizer, spec),
             deps=(mixed_stage("train"), mixed_stage("val")),
             checks=(
                 Check("val_roundtrip", "Every val document decodes back to its exact text.", _val_roundtrip, True),
+                Check(
+                    "nanochat_ids",
+                    "tokenizer.pkl (nanochat's tiktoken) encodes every val document to tokenizer.json's ids.",
+                    _nanochat_ids,
+                ),
             ),
             kinds=("tokenizers",),
             automated=spec.tokenizer.retrain is not RetrainPolicy.manual,

@@ -27,6 +27,8 @@ class TokenizerSummary(Report):
     val_documents: int
     roundtrip_ok: int
     roundtrip_failures_first: list[int]
+    tiktoken_ids_equal: int  # val documents tokenizer.pkl (nanochat's tiktoken) encodes to the HF ids
+    tiktoken_mismatches_first: list[int]
     keyword_coverage: dict[str, bool]
     keywords_single_token: int
     val_bytes: int
@@ -35,6 +37,8 @@ class TokenizerSummary(Report):
     # Per source and "all": bytes, and ours and each baseline's tokens, bytes/token, diff.
     comparison: list[dict[str, str | int | float | None]]
     comparison_notes: list[str]
+    # Only when a file was left out (token_bytes.pt without torch), and why.
+    note: str | None = Field(None, exclude_if=lambda v: v is None)
 
     @classmethod
     def of(cls, report: dict[str, Any]) -> TokenizerSummary:
@@ -62,10 +66,12 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         ("merges", report["merges"]),
         ("special ids", ", ".join(f"`{k}`={v}" for k, v in report["special_ids"].items())),
         ("val round-trip", f"{report['roundtrip_ok']}/{report['val_documents']}"),
+        ("tokenizer.pkl ids = tokenizer.json ids (val)", f"{report['tiktoken_ids_equal']}/{report['val_documents']}"),
         ("keywords single-token", f"{report['keywords_single_token']}/{len(PYTHON_KEYWORDS)}"),
         ("bytes/token (val)", report["bytes_per_token"]),
         ("train documents", report["train_documents"]),
         *(("comparison", note) for note in report.get("comparison_notes", [])),
+        *((("note", report["note"]),) if report.get("note") else ()),
         *((f"training {k}", report[f"train_{k}"]) for k in ("seconds", "mb_per_s") if f"train_{k}" in report),
     ]
     return [{"fact": fact, "value": value} for fact, value in rows]

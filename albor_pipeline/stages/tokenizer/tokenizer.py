@@ -5,11 +5,17 @@ FIM sentinels, then the chat tokens, are appended after the learned vocabulary (
 vocab_size..), so adding chat tokens moves no existing id. None of them can be learned
 from text: the ByteLevel pre-tokenizer splits `<|`, letters and `|>` apart before any
 merge, and training checks that no learned token equals one.
+
+Besides the HF files, the folder holds what nanochat's `get_tokenizer` and `get_token_bytes`
+load: `tokenizer.pkl` (a pickled `tiktoken.Encoding`, `<s>` named `<|bos|>`) and
+`token_bytes.pt` (when torch is installed).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -209,6 +215,49 @@ def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
     return lengths
 
 
+NANOCHAT_BOS = "<|bos|>"  # nanochat's name for the document-start token, our `<s>`
+ENCODING_NAME = "albor"  # no registered tiktoken name: the pickle holds the whole table, not a reference
+PICKLE_PROTOCOL = 4  # fixed, so the bytes do not follow a Python's default protocol
+TORCH_MISSING = "torch not installed: token_bytes.pt not written (pip install 'albor-pipeline[torch]')"
+
+
+def tiktoken_encoding(tok: Tokenizer) -> tiktoken.Encoding:
+    """The tokenizer as nanochat's inference side holds it: a tiktoken Encoding whose rank of
+    each learned token is its id (ids follow merge order, so ranks are merge priorities),
+    split by GPT-2's pattern in tiktoken's spelling (ByteLevel's regex), every special at its
+    id, `<s>` under nanochat's name `<|bos|>` and the others under their own. Dicts are built
+    in id order: the pickle's bytes depend only on the tokenizer."""
+    specials = added_tokens(tok)
+    learned = sorted(tok.get_vocab(with_added_tokens=False).items(), key=lambda kv: kv[1])
+    ranks = {token_to_bytes(t): i for t, i in learned if t not in specials}
+    named = {NANOCHAT_BOS if t == BOS else t: i for t, i in specials.items()}
+    ids = sorted([*ranks.values(), *named.values()])
+    if ids != list(range(len(ids))) or len(named) != len(specials):
+        raise TokenizerError("the vocabulary's ids are not 0..n-1, each once: tiktoken cannot hold it")
+    return tiktoken.Encoding(
+        ENCODING_NAME, pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens=named, explicit_n_vocab=len(ids)
+    )
+
+
+def encoding_pickle(tok: Tokenizer) -> bytes:
+    """`tokenizer.pkl`: what nanochat's `RustBPETokenizer.from_directory` unpickles."""
+    return pickle.dumps(tiktoken_encoding(tok), protocol=PICKLE_PROTOCOL)
+
+
+def token_bytes_pt(lengths: np.ndarray) -> bytes | None:
+    """`token_bytes.pt` as nanochat's tok_train writes it (an int32 tensor), or None without
+    torch (an optional extra). Saved to memory, not to a path: torch names the zip's inner
+    folder after a path's file name (here a random temp name), but `archive` for a stream,
+    so the bytes depend only on the lengths."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    buffer = io.BytesIO()
+    torch.save(torch.tensor(lengths, dtype=torch.int32), buffer)
+    return buffer.getvalue()
+
+
 def bpe_files(tok: Tokenizer) -> tuple[bytes, bytes]:
     """vocab.json and merges.txt ("a b" per line), derived from tokenizer.json."""
     model = json.loads(tok.to_str())["model"]
@@ -219,11 +268,24 @@ def bpe_files(tok: Tokenizer) -> tuple[bytes, bytes]:
     return vocab_json, merges_txt
 
 
-def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]]) -> dict[str, Any]:
-    """Round-trip every val document, keyword coverage, bytes/token."""
+def _tiktoken_ids(enc: tiktoken.Encoding, text: str) -> list[int] | None:
+    """`enc`'s ids for `text`, or None where tiktoken panics: its regex engine overflows its
+    stack on a whitespace run of ~1 MB followed by other text."""
+    try:
+        return enc.encode_ordinary(text)
+    except BaseException as exc:  # pyo3's PanicException derives from BaseException
+        if type(exc).__name__ != "PanicException":
+            raise
+        return None
+
+
+def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encoding) -> dict[str, Any]:
+    """Round-trip every val document, keyword coverage, bytes/token, and whether `enc`
+    (tokenizer.pkl, what nanochat encodes with) gives every document the HF ids."""
     plain = plain_tokenizer(tok)
-    docs = ok = n_bytes = n_tokens = 0
+    docs = ok = same = n_bytes = n_tokens = 0
     failures: list[int] = []
+    differ: list[int] = []
     for batch in val_texts:
         encs = plain.encode_batch_fast(batch, add_special_tokens=False)
         ids = [e.ids for e in encs]
@@ -233,6 +295,10 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]]) -> dict[str, Any]:
                 ok += 1
             elif len(failures) < 20:
                 failures.append(docs)
+            if _tiktoken_ids(enc, text) == tids:
+                same += 1
+            elif len(differ) < 20:
+                differ.append(docs)
             docs += 1
             n_bytes += len(text.encode("utf-8"))
             n_tokens += len(tids)
@@ -241,6 +307,8 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]]) -> dict[str, Any]:
         "val_documents": docs,
         "roundtrip_ok": ok,
         "roundtrip_failures_first": failures,
+        "tiktoken_ids_equal": same,
+        "tiktoken_mismatches_first": differ,
         "keyword_coverage": coverage,
         "keywords_single_token": sum(coverage.values()),
         "val_bytes": n_bytes,
@@ -418,8 +486,13 @@ def build_tokenizer(
             f"the training text supports only {learned} tokens (< {spec.vocab_size} requested); "
             "the appended special tokens follow the learned vocabulary"
         )
-    report.update(evaluate(tok, iter_texts(val_path)))
+    pkl = encoding_pickle(tok)
+    report.update(evaluate(tok, iter_texts(val_path), pickle.loads(pkl)))  # the very bytes written
     report.update(compare(tok, val_path, spec.baselines, spec.openai_ranks))
+    lengths = token_byte_lengths(tok)
+    pt = token_bytes_pt(lengths)
+    if pt is None:
+        report["note"] = TORCH_MISSING
     # The report's timing fields vary run to run; keep them out of the hashed file.
     summary = TokenizerSummary.of(report)
     stable = summary.to_json()
@@ -430,10 +503,14 @@ def build_tokenizer(
         write_bytes(staging / "vocab.json", vocab_json)
         write_bytes(staging / "merges.txt", merges_txt)
         with atomic_path(staging / "token_bytes.npy") as tmp, open(tmp, "wb") as fh:
-            np.save(fh, token_byte_lengths(tok))
+            np.save(fh, lengths)
+        write_bytes(staging / "tokenizer.pkl", pkl)
+        if pt is not None:
+            write_bytes(staging / "token_bytes.pt", pt)
         write_json(staging / "report.json", stable)
         for name, content in hf_configs(appended, model_max_length).items():
             write_json(staging / name, content)
-    names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", "report.json", *HF_CONFIGS)
+    nanochat = ("tokenizer.pkl", *(("token_bytes.pt",) if pt is not None else ()))
+    names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", *nanochat, "report.json", *HF_CONFIGS)
     timings = {k: report[k] for k in TIMING}
     return TokenizerResult([record(out_dir / n, io.root) for n in names], summary, timings)
