@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from albor_pipeline.runtime.bucket import is_remote
 from albor_pipeline.runtime.shards import MB
+from albor_pipeline.text.base_eval import BaseTask
 from albor_pipeline.text.chat_formats import ChatFormat
 from albor_pipeline.text.vocab import SPECIALS
 
@@ -69,10 +70,12 @@ class SourceKind(str, Enum):
     chat = "chat"  # conversations in JSONL or Parquet rows, in one of the `format`s
     synthetic = "synthetic"  # seeded generated conversations (`task`) over a word list at `path`
     mc = "mc"  # multiple-choice eval items `{question, choices, answer}` in JSONL
+    base_eval = "base_eval"  # base-model eval items of one `task_type` (nanochat's CORE) in JSONL
 
 
 DOCUMENT_KINDS = (SourceKind.code, SourceKind.jsonl, SourceKind.csv, SourceKind.parquet)
 CHAT_KINDS = (SourceKind.chat, SourceKind.synthetic)
+EVAL_KINDS = (SourceKind.mc, SourceKind.base_eval)  # eval sets: rendered on their own, never mixed
 
 
 class OnError(str, Enum):
@@ -132,6 +135,11 @@ class SourceSpec(_Model):
     messages_field: str | None = None
     calculator: bool = False
     on_error: OnError = OnError.error
+    # base_eval: the items' task (multiple_choice, schema, language_modeling), the shots before
+    # each item and what joins a context to its continuation (nanochat's CORE task meta).
+    task_type: BaseTask | None = None
+    num_fewshot: int = Field(0, ge=0)
+    continuation_delimiter: str = " "
     # synthetic: the task, how many conversations and the seed (`path` is the word list).
     task: SyntheticTask | None = None
     rows: int = Field(1000, gt=0)
@@ -143,6 +151,12 @@ class SourceSpec(_Model):
     def _check_task(self) -> SourceSpec:
         if (self.kind is SourceKind.synthetic) != (self.task is not None):
             raise ValueError("task: required for kind synthetic, and only for it")
+        return self
+
+    @model_validator(mode="after")
+    def _check_task_type(self) -> SourceSpec:
+        if (self.kind is SourceKind.base_eval) != (self.task_type is not None):
+            raise ValueError("task_type: required for kind base_eval, and only for it")
         return self
 
     @model_validator(mode="after")
@@ -490,7 +504,7 @@ class PipelineSpec(_Model):
             raise ValueError(f"sources: duplicate name(s) {dupes}")
         if not self.sources_of(*DOCUMENT_KINDS):
             raise ValueError("sources: at least one code/jsonl/csv/parquet source (the tokenizer trains on documents)")
-        mixed = [s.name for s in self.sources if s.kind is not SourceKind.mc]  # eval sets are never mixed
+        mixed = [s.name for s in self.sources if s.kind not in EVAL_KINDS]  # eval sets are never mixed
         for split in SPLITS:
             mix = self.mix.for_split(split)
             for key in ("weights", "repeat"):

@@ -41,6 +41,9 @@ SHIPPED_SOURCES = (
     "spelling_bee",
     "simple_spelling",
     "python_mc",
+    "base_mc",
+    "base_schema",
+    "base_lm",
 )
 # Special-token strings written literally in a document: must come out as ordinary text.
 LITERAL = "x = '</s>' + '<|fim_prefix|>' + '<s>' + '<pad>'\n"

@@ -416,3 +416,13 @@ def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(reference, 
         datasets.load_dataset(str(tmp_path / "chat"), "eval_python_mc", cache_dir=str(tmp_path / "hf"))["test"].num_rows
         == 152
     )
+    # Packed SFT in the graph: its blocking checks pass, the card's `sft` config loads the rows.
+    raw = small_spec_dict(chat_sources)
+    raw["chat"] = {"max_tokens": 1024, "packing": "best_fit"}
+    packed = materialize_all(load_spec(write_spec(tmp_path / "packed.yaml", raw)), tmp_path / "packed")
+    checks = {c.check_name: c.passed for c in packed.get_asset_check_evaluations() if c.asset_key.path[0] == "sft"}
+    assert checks["packed_rows"] and checks["loss_mask"] and all(checks.values()), checks
+    rows = pq.read_table(tmp_path / "packed" / "sft" / "train" / "part-00000.parquet")
+    sft = datasets.load_dataset(str(tmp_path / "packed"), "sft", cache_dir=str(tmp_path / "hf"))
+    assert sft["train"]["doc_lens"] == rows.column("doc_lens").to_pylist() and len(rows[0][0]) == 1024
+    assert "rows of 1,024 tokens" in (tmp_path / "packed" / "PROVENANCE.md").read_text()

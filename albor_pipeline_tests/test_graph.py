@@ -43,6 +43,7 @@ def test_default_definitions_load_with_expected_keys():
         "sft/train",
         "sft/val",
         "eval/python_mc",
+        *(f"eval/{name}" for name in ("base_mc", "base_schema", "base_lm")),
         "tokenizer",
         "provenance",
         *(f"{stage}/{s}" for stage in ("mixed", "fim", "corpus") for s in ("train", "val", "test")),
@@ -353,4 +354,17 @@ def test_default_spec_builds_end_to_end(tmp_path):
     plan = {p["source"]: p for p in stages["mixed/train"]["summary"]["plan"]}
     assert set(plan) == {"stdlib", "site_packages", "pydoc_topics"}
     assert float(plan["pydoc_topics"]["multiplier"].rstrip("x")) > 1  # the small source is upsampled
+    # Issue 38 in the default build: every chat format read, base-model eval sets, the OpenAI
+    # baselines, in the card and PROVENANCE.md.
+    assert stages["ingested/chat_formats"]["summary"]["documents"] == 39
+    assert {stages[f"eval/{n}"]["summary"]["task_type"] for n in ("base_mc", "base_schema", "base_lm")} == {
+        "multiple_choice",
+        "schema",
+        "language_modeling",
+    }
+    md = (tmp_path / "out" / "PROVENANCE.md").read_text(encoding="utf-8")
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "base-model eval set" in md and "| base_lm | language_modeling | 1 |" in md
+    assert all(f"config_name: eval_{n}" in card for n in ("base_mc", "base_schema", "base_lm"))
+    assert all(f"{name}_bytes_per_token" in md and f"| {name} |" in card for name in ("gpt2", "gpt4", "gpt4o"))
     assert albor(["verify", "--data-dir", str(tmp_path / "out")]) == 0

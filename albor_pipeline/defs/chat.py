@@ -13,6 +13,7 @@ from albor_pipeline.runtime.layout import TOKENIZER, chat_mixed_stage, eval_stag
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import CHAT_KINDS, ChatSpec, Overlong, PipelineSpec, SftFormat, SftPacking, SourceKind
+from albor_pipeline.stages.chat.base_eval import BASE_EVAL_SCHEMA, build_base_eval, check_continuations
 from albor_pipeline.stages.chat.checks import (
     check_choice_ids,
     check_max_tokens,
@@ -22,6 +23,7 @@ from albor_pipeline.stages.chat.checks import (
 )
 from albor_pipeline.stages.chat.pack import PACKED_SCHEMA
 from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
+from albor_pipeline.text.base_eval import BaseTask
 
 GROUP = "chat"
 
@@ -93,6 +95,43 @@ def eval_set(spec: PipelineSpec, name: str, ctx: StageContext, config: EvalConfi
             "truncated": summary.truncated,
             "choices": dg.MetadataValue.json(summary.choices),
         },
+    )
+
+
+def base_eval_set(spec: PipelineSpec, name: str, ctx: StageContext, config: EvalConfig) -> StageOutput:
+    src = spec.source(name)
+    task = src.task_type or BaseTask.multiple_choice  # the spec requires it for this kind
+    result = build_base_eval(
+        ctx.layout.ingested(name),
+        ctx.layout.tokenizer_json,
+        task,
+        src.num_fewshot,
+        src.continuation_delimiter,
+        spec.corpus.encoder,
+        ctx.layout.eval_set(name),
+        ctx.io,
+    )
+    summary = result.summary
+    return StageOutput(
+        artifacts=[result.artifact],
+        config={
+            "task_type": task.value,
+            "num_fewshot": src.num_fewshot,
+            "continuation_delimiter": src.continuation_delimiter,
+            "encoder": spec.corpus.encoder,
+        },
+        summary=summary,
+        metadata=summary.model_dump(),
+    )
+
+
+def _continuations(ctx: CheckContext) -> CheckOutcome:
+    config = ctx.manifest.config
+    return check_continuations(
+        ctx.parquet_outputs[0],
+        ctx.layout.tokenizer_json,
+        BaseTask(config["task_type"]),
+        config["continuation_delimiter"],
     )
 
 
@@ -183,5 +222,28 @@ def stages(spec: PipelineSpec) -> list[Stage[SftConfig] | Stage[EvalConfig]]:
             ),
         )
         for src in spec.sources_of(SourceKind.mc)
+    ]
+    out += [
+        Stage(
+            name=eval_stage(src.name),
+            group=GROUP,
+            description=f"`{src.name}` base-model eval items ({src.task_type.value if src.task_type else ''}, "
+            f"{src.num_fewshot}-shot) rendered as nanochat's CORE renders them: a token sequence per choice or "
+            "context, BOS first, with the continuation span a model is scored on.",
+            config=EvalConfig,
+            defaults=EvalConfig(),
+            work=partial(base_eval_set, spec, src.name),
+            deps=(ingested_stage(src.name), TOKENIZER),
+            checks=(
+                schema_check(BASE_EVAL_SCHEMA),
+                Check(
+                    "continuations",
+                    "Every sequence is BOS then exactly its few-shot prompt, and its span is the item's answer.",
+                    _continuations,
+                    blocking=True,
+                ),
+            ),
+        )
+        for src in spec.sources_of(SourceKind.base_eval)
     ]
     return out

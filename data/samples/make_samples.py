@@ -10,6 +10,9 @@ Nothing can be downloaded, so every sample is built from what every Python has:
 - `chat_formats/`: conversations about standard-library modules (their docstrings) in
   the other common chat formats, for a `format: auto` source: ShareGPT, Alpaca and
   OpenAI messages, with tool calls (a python tool and a help-topic lookup) and replies.
+- `base_eval/`: base-model eval items as nanochat's CORE tasks take them: multiple choice
+  (which module a docstring describes), schema (which built-in a docstring's first line
+  belongs to) and language modelling (the last word of a help-topic sentence).
 - `python_mc.jsonl`: multiple-choice questions (which built-in / help topic a passage
   documents), four seeded choices each.
 - `words.txt`: the lowercase words of the help topics, for the synthetic spelling tasks.
@@ -470,12 +473,48 @@ def chat_formats() -> dict[str, list[dict]]:
     return rows
 
 
+def base_eval(rng: random.Random) -> dict[str, list[dict]]:
+    """CORE-shaped items: multiple_choice, schema and language_modeling."""
+    modules = _module_docs()
+    mc = []
+    for name, doc in modules:
+        passage = re.sub(rf"\b{re.escape(name)}\b", "___", doc.split("\n\n")[0])[:400]
+        choices = sorted([name, *rng.sample([m for m, _ in modules if m != name], 3)], key=lambda _: rng.random())
+        query = f"Question: Which standard-library module does this describe? {passage}\nAnswer:"
+        mc.append({"query": query, "choices": choices, "gold": choices.index(name)})
+    names = [n for n, _ in _documented_builtins()]
+    schema = []
+    for name, doc in _documented_builtins():
+        first = doc.split("\n")[0].strip()
+        if not first or name in first:
+            continue
+        options = sorted([name, *rng.sample([n for n in names if n != name], 2)], key=lambda _: rng.random())
+        schema.append(
+            {
+                "context_options": [f"The Python built-in `{o}`:" for o in options],
+                "continuation": first,
+                "gold": options.index(name),
+            }
+        )
+    lm = []
+    for name in sorted(topics):
+        for sentence in re.findall(r"[A-Z][^.!?\n]*(?:\n[^.!?\n]+)*[.]", _paragraphs(topics[name], 600)):
+            words = sentence[:-1].split()
+            if 10 <= len(words) <= 40 and words[-1].isalpha() and len(words[-1]) > 3:
+                lm.append({"context": " ".join(words[:-1]), "continuation": words[-1]})
+                break
+    return {"mc.jsonl": mc, "schema.jsonl": schema, "lm.jsonl": lm}
+
+
 def main() -> None:
     with open(HERE / "pydoc_topics.jsonl", "w", encoding="utf-8", newline="\n") as fh:
         for name in sorted(topics):
             fh.write(json.dumps({"topic": name, "text": topics[name]}, ensure_ascii=False) + "\n")
     _write_jsonl("python_chat.jsonl", conversations(random.Random(0)))
     _write_jsonl("python_mc.jsonl", mc_items(random.Random(1)))
+    (HERE / "base_eval").mkdir(exist_ok=True)
+    for name, rows in base_eval(random.Random(2)).items():
+        _write_jsonl(f"base_eval/{name}", rows)
     (HERE / "chat_formats").mkdir(exist_ok=True)
     for name, rows in chat_formats().items():
         _write_jsonl(f"chat_formats/{name}", rows)

@@ -60,6 +60,16 @@ def _packed(summary: SftSummary) -> str:
     return f"{p.rows:,} rows of {p.row_tokens:,} tokens, {p.fill:.1%} full{dropped}"
 
 
+class BaseEvalSummary(Report):
+    task_type: str
+    num_fewshot: int
+    continuation_delimiter: str
+    items: int
+    sequences: int
+    tokens: int
+    longest: int  # tokens of the longest sequence: what a model's context must hold
+
+
 SOURCE_FACTS = ("conversations", "turns", "tokens", "trained_fraction")
 
 
@@ -67,13 +77,16 @@ def provenance_section(
     cleanup: Sequence[Sequence[Any]],
     sft: Sequence[tuple[str, SftSummary]],
     evals: Sequence[tuple[str, EvalSummary]],
+    base: Sequence[tuple[str, BaseEvalSummary]] = (),
 ) -> list[str]:
     """`## Chat`: the chat sources with their cleanup (`cleanup`: per chat source, conversations
     kept and what cleanup changed and skipped, from ingestion), the SFT splits per source, the
     eval sets. Nothing without chat sources or eval sets."""
-    if not (cleanup or evals):
+    if not (cleanup or evals or base):
         return []
-    lines = ["## Chat", "", *table(["source", "conversations kept", "cleanup and skips"], cleanup)]
+    lines = ["## Chat", ""]
+    if cleanup:
+        lines += table(["source", "conversations kept", "cleanup and skips"], cleanup)
     if sft:
         lines += table(
             [
@@ -104,6 +117,23 @@ def provenance_section(
             [
                 [name, s.items, s.tokens, s.truncated, ", ".join(f"{k}: {v}" for k, v in s.choices.items())]
                 for name, s in evals
+            ],
+        )
+    if base:
+        lines += table(
+            ["base-model eval set", "task", "shots", "delimiter", "items", "sequences", "tokens", "longest"],
+            [
+                [
+                    name,
+                    s.task_type,
+                    s.num_fewshot,
+                    repr(s.continuation_delimiter),
+                    s.items,
+                    s.sequences,
+                    s.tokens,
+                    s.longest,
+                ]
+                for name, s in base
             ],
         )
     return lines

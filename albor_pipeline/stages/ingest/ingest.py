@@ -40,6 +40,7 @@ from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind,
 from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.stages.ingest.tasks import generate, read_words
+from albor_pipeline.text.base_eval import parse_base_item
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_messages
 from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column
@@ -174,6 +175,21 @@ def _mc_items(src: SourceSpec, root: Location, files: list[str], counts: Counts)
             yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
+def _base_items(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """(file:line, item JSON) of a base-model eval file, held to its `task_type`."""
+    assert src.task_type is not None  # the spec requires it for this kind
+    for rel in files:
+        for lineno, obj in jsonl_objects(join(root, rel), counts.skipped):
+            try:
+                item = parse_base_item(obj, src.task_type)
+            except ChatError as exc:
+                if src.on_error is OnError.skip:
+                    counts.skipped["malformed"] += 1
+                    continue
+                raise IngestError(f"{join(root, rel)}:{lineno}: {exc}") from None
+            yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def source_files(src: SourceSpec) -> SourceListing:
     """The files ingestion reads for `src` (also what its fingerprint covers)."""
     return list_source_files(src.path, src.include_globs, src.exclude, src.follow_symlinks)
@@ -187,7 +203,12 @@ def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artif
 
 
 SECRET_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources whose text ingestion redacts
-_STRUCTURED_READERS = {SourceKind.chat: _conversations, SourceKind.synthetic: _synthetic, SourceKind.mc: _mc_items}
+_STRUCTURED_READERS = {
+    SourceKind.chat: _conversations,
+    SourceKind.synthetic: _synthetic,
+    SourceKind.mc: _mc_items,
+    SourceKind.base_eval: _base_items,
+}
 
 
 def iter_documents(src: SourceSpec, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:

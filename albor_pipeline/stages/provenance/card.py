@@ -15,7 +15,8 @@ import yaml
 
 from albor_pipeline.runtime.layout import TOKENIZER, eval_stage, filtered_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.spec import SPLITS, SftPacking
+from albor_pipeline.spec import SPLITS, SftPacking, SourceKind
+from albor_pipeline.stages.chat.base_eval import BASE_EVAL_SCHEMA
 from albor_pipeline.stages.chat.pack import PACKED_SCHEMA
 from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA
 from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
@@ -25,18 +26,22 @@ from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.tokenizer.report import TokenizerSummary, card_tokenizer
 
 
-def _features(schema: pa.Schema) -> list[dict[str, str]]:
-    """A Parquet schema as the card's `dataset_info` features (lists as `sequence`)."""
-    return [
-        {"name": f.name, "sequence": str(f.type.value_type)}
-        if pa.types.is_list(f.type)
-        else {"name": f.name, "dtype": str(f.type)}
-        for f in schema
-    ]
+def _feature(kind: pa.DataType) -> dict[str, Any]:
+    """An Arrow type as a card feature: a list is a `sequence` of its items' feature."""
+    if pa.types.is_list(kind):
+        inner = _feature(kind.value_type)
+        return {"sequence": inner.get("dtype", inner)}
+    return {"dtype": str(kind)}
+
+
+def _features(schema: pa.Schema) -> list[dict[str, Any]]:
+    """A Parquet schema as the card's `dataset_info` features."""
+    return [{"name": f.name, **_feature(f.type)} for f in schema]
 
 
 CORPUS_FEATURES = _features(SEQ_SCHEMA)
 EVAL_FEATURES = _features(EVAL_SCHEMA)
+BASE_EVAL_FEATURES = _features(BASE_EVAL_SCHEMA)
 
 
 def _configs(built: Built) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -44,7 +49,7 @@ def _configs(built: Built) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     configs: list[dict[str, Any]] = []
     infos: list[dict[str, Any]] = []
 
-    def add(name: str, files: list[tuple[str, str]], features: list[dict[str, str]]) -> None:
+    def add(name: str, files: list[tuple[str, str]], features: list[dict[str, Any]]) -> None:
         if files:
             configs.append({"config_name": name, "data_files": [{"split": s, "path": p} for s, p in files]})
             infos.append({"config_name": name, "features": [dict(f) for f in features]})  # no YAML anchors
@@ -60,7 +65,8 @@ def _configs(built: Built) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     add("sft", sft, _features(PACKED_SCHEMA if packed else SFT_SCHEMA))
     for name in built.names():
         if eval_stage(name) in built.stages:
-            add(f"eval_{name}", [("test", f"eval/{name}.parquet")], EVAL_FEATURES)
+            features = BASE_EVAL_FEATURES if name in built.names(SourceKind.base_eval) else EVAL_FEATURES
+            add(f"eval_{name}", [("test", f"eval/{name}.parquet")], features)
     if configs:
         configs[0]["default"] = True
     return configs, infos

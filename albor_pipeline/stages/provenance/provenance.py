@@ -45,7 +45,7 @@ from albor_pipeline.spec import (
     SplitMixSpec,
 )
 from albor_pipeline.stages.chat import report as chat_report
-from albor_pipeline.stages.chat.report import EvalSummary, SftSummary
+from albor_pipeline.stages.chat.report import BaseEvalSummary, EvalSummary, SftSummary
 from albor_pipeline.stages.corpus import report as corpus_report
 from albor_pipeline.stages.corpus.report import Corpus, CorpusSummary
 from albor_pipeline.stages.dedup import report as dedup_report
@@ -190,8 +190,13 @@ def _corpora(built: Built) -> list[str]:
 def _chat(built: Built) -> list[str]:
     cleanup = ingest_report.chat_cleanup(built.names(*CHAT_KINDS), built.ingested())
     sft = [(split, s) for split in SPLITS if (s := built.summary(sft_stage(split), SftSummary))]
-    evals = [(name, e) for name in built.names() if (e := built.summary(eval_stage(name), EvalSummary))]
-    return chat_report.provenance_section(cleanup, sft, evals)
+    evals = [(name, e) for name in built.names(SourceKind.mc) if (e := built.summary(eval_stage(name), EvalSummary))]
+    base = [
+        (name, b)
+        for name in built.names(SourceKind.base_eval)
+        if (b := built.summary(eval_stage(name), BaseEvalSummary))
+    ]
+    return chat_report.provenance_section(cleanup, sft, evals, base)
 
 
 def _artifacts(built: Built) -> list[str]:
