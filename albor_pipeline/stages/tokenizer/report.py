@@ -27,8 +27,10 @@ class TokenizerSummary(Report):
     val_documents: int
     roundtrip_ok: int
     roundtrip_failures_first: list[int]
-    tiktoken_ids_equal: int  # val documents tokenizer.pkl (nanochat's tiktoken) encodes to the HF ids
-    tiktoken_mismatches_first: list[int]
+    # Val documents tokenizer.pkl (nanochat's tiktoken) encodes to the HF ids; None in a
+    # tokenizer built before tokenizer.pkl existed (its data dir still reads).
+    tiktoken_ids_equal: int | None = None
+    tiktoken_mismatches_first: list[int] = []
     keyword_coverage: dict[str, bool]
     keywords_single_token: int
     val_bytes: int
