@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,33 +161,32 @@ def _synthetic(src: SourceSpec, root: Location, files: list[str], counts: Counts
         yield f"{src.task.value}#{i}", conversation_json(messages)
 
 
-def _mc_items(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
-    """(file:line, item JSON) of a multiple-choice file."""
+def _items(
+    src: SourceSpec, root: Location, files: list[str], counts: Counts, parse: Callable[[Any], dict[str, Any]]
+) -> Iterator[tuple[str, str]]:
+    """(file:line, item JSON) of an eval file's items as `parse` holds them to their format."""
     for rel in files:
         for lineno, obj in jsonl_objects(join(root, rel), counts.skipped):
             try:
-                item = parse_mc(obj)
+                item = parse(obj)
             except ChatError as exc:
                 if src.on_error is OnError.skip:
                     counts.skipped["malformed"] += 1
                     continue
                 raise IngestError(f"{join(root, rel)}:{lineno}: {exc}") from None
             yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _mc_items(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
+    """Multiple-choice items (chat eval sets)."""
+    return _items(src, root, files, counts, parse_mc)
 
 
 def _base_items(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
-    """(file:line, item JSON) of a base-model eval file, held to its `task_type`."""
-    assert src.task_type is not None  # the spec requires it for this kind
-    for rel in files:
-        for lineno, obj in jsonl_objects(join(root, rel), counts.skipped):
-            try:
-                item = parse_base_item(obj, src.task_type)
-            except ChatError as exc:
-                if src.on_error is OnError.skip:
-                    counts.skipped["malformed"] += 1
-                    continue
-                raise IngestError(f"{join(root, rel)}:{lineno}: {exc}") from None
-            yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    """Base-model eval items, held to the source's `task_type`."""
+    task = src.task_type
+    assert task is not None  # the spec requires it for this kind
+    return _items(src, root, files, counts, lambda obj: parse_base_item(obj, task))
 
 
 def source_files(src: SourceSpec) -> SourceListing:
