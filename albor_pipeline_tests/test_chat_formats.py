@@ -12,6 +12,7 @@ import pytest
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import REPO_ROOT, SourceSpec
 from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.text.chat_formats import ChatFormat, to_messages
 from albor_pipeline.text.datafiles import IngestError
 
 from .test_chat import _rendered, chat_tok  # noqa: F401  (the module's tokenizer fixture)
@@ -103,6 +104,20 @@ def test_every_format_gives_the_same_conversation_and_the_same_ids(chat_tok, tmp
     for fmt, row in (("openai", OPENAI), ("sharegpt", SHAREGPT)):
         assert _ingest(tmp_path, fmt, [row], fmt) == expected, fmt
         assert _ingest(tmp_path, f"auto_{fmt}", [row], "auto") == expected, fmt
+    # nanochat's own parts in an assistant message that also calls a tool are kept
+    parts = [{"type": "text", "text": "a"}, {"type": "python", "text": "1+1"}, {"type": "python_output", "text": "2"}]
+    row = {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": parts, "tool_calls": [_call("python", {"code": "print(3)"})]},
+            {"role": "tool", "content": "3"},
+        ]
+    }
+    calls = [{"type": "python", "text": "print(3)"}, {"type": "python_output", "text": "3"}]
+    assert to_messages(row, ChatFormat.openai, None) == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [*parts, *calls]},
+    ]
     # Parquet alike: OpenAI messages as a JSON string column, ShareGPT turns as structs
     assert _ingest(tmp_path, "po", [{"messages": json.dumps(OPENAI["messages"])}], "openai", parquet=True) == expected
     assert _ingest(tmp_path, "ps", [SHAREGPT], "auto", parquet=True) == expected

@@ -134,12 +134,13 @@ def _openai(messages: Any) -> list[Message]:
             raise ChatError(f"message {i}: expected an object, got {type(message).__name__}")
         role = message.get("role")
         role = "system" if role == "developer" else role
-        content = _openai_content(message.get("content"), i)
+        text = _openai_content(message.get("content"), i)
         if role == "tool":
-            out.part(i, "python_output", content or "")
+            out.part(i, "python_output", text or "")
             continue
+        content = text if text is not None else message.get("content")  # nanochat's parts as they are
         if role != "assistant" or not message.get("tool_calls"):
-            out.message(role, content if content is not None else message.get("content"))
+            out.message(role, content)
             continue
         if content:
             out.message("assistant", content)
@@ -174,7 +175,7 @@ class _Turns:
         if role == "assistant" and self.messages and self.messages[-1]["role"] == "assistant":
             self._parts().extend(content if isinstance(content, list) else [{"type": "text", "text": content}])
             return
-        self.messages.append({"role": role, "content": content})
+        self.messages.append({"role": role, "content": list(content) if isinstance(content, list) else content})
 
     def part(self, i: int, kind: str, text: str) -> None:
         if not self.messages or self.messages[-1]["role"] != "assistant":
