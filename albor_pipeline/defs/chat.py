@@ -12,7 +12,17 @@ from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import CHAT_KINDS, ChatSpec, Overlong, PipelineSpec, SftFormat, SftPacking, SourceKind
+from albor_pipeline.spec import (
+    CHAT_KINDS,
+    EVAL_KINDS,
+    ChatSpec,
+    Overlong,
+    PipelineSpec,
+    SftFormat,
+    SftPacking,
+    SourceKind,
+    SourceSpec,
+)
 from albor_pipeline.stages.chat.base_eval import BASE_EVAL_SCHEMA, build_base_eval, check_continuations
 from albor_pipeline.stages.chat.checks import (
     check_choice_ids,
@@ -161,89 +171,88 @@ def _choices(ctx: CheckContext) -> CheckOutcome:
     return check_choice_ids(ctx.parquet_outputs[0])
 
 
-def stages(spec: PipelineSpec) -> list[Stage[SftConfig] | Stage[EvalConfig]]:
-    out: list[Stage[SftConfig] | Stage[EvalConfig]] = []
+PACKED_ROWS = Check(
+    "packed_rows",
+    "Every packed row is `max_tokens` long, each conversation starts with BOS, the padding is BOS "
+    "with mask 0, and the row has a trained token.",
+    _packed,
+    blocking=True,
+)
+
+
+def _sft_stage(spec: PipelineSpec, split: str) -> Stage[SftConfig]:
     packed = spec.chat.packing is SftPacking.best_fit
-    packing = (
-        Check(
-            "packed_rows",
-            "Every packed row is `max_tokens` long, each conversation starts with BOS, the padding is BOS "
-            "with mask 0, and the row has a trained token.",
-            _packed,
-            blocking=True,
+    rows = "rows of whole conversations packed best-fit, BOS-padded," if packed else "one row per conversation,"
+    return Stage(
+        name=sft_stage(split),
+        group=GROUP,
+        description=f"The {split} conversations rendered as nanochat does: `input_ids` and `loss_mask` "
+        f"(1 on the assistant's text, python calls and `<|assistant_end|>`), {rows} "
+        "plus flat `.bin` / `_mask.bin` shards.",
+        config=SftConfig,
+        defaults=spec_defaults(SftConfig, spec.chat),
+        work=partial(sft, spec, split),
+        deps=(chat_mixed_stage(split), TOKENIZER),
+        checks=(
+            schema_check(PACKED_SCHEMA if packed else SFT_SCHEMA),
+            *((PACKED_ROWS,) if packed else ()),
+            Check(
+                "loss_mask",
+                "Decoding the mask-1 tokens (specials removed) gives exactly the assistant's text and code.",
+                _mask,
+                blocking=True,
+            ),
+            Check(
+                "special_positions",
+                "Chat special ids appear only where the render puts them.",
+                _structure,
+                blocking=True,
+            ),
+            Check("max_tokens", "No row is longer than `chat.max_tokens`.", _length),
         ),
     )
-    rows = "rows of whole conversations packed best-fit, BOS-padded," if packed else "one row per conversation,"
-    if spec.sources_of(*CHAT_KINDS):
-        out += [
-            Stage(
-                name=sft_stage(split),
-                group=GROUP,
-                description=f"The {split} conversations rendered as nanochat does: `input_ids` and `loss_mask` "
-                f"(1 on the assistant's text, python calls and `<|assistant_end|>`), {rows} "
-                "plus flat `.bin` / `_mask.bin` shards.",
-                config=SftConfig,
-                defaults=spec_defaults(SftConfig, spec.chat),
-                work=partial(sft, spec, split),
-                deps=(chat_mixed_stage(split), TOKENIZER),
-                checks=(
-                    schema_check(PACKED_SCHEMA if packed else SFT_SCHEMA),
-                    *(packing if packed else ()),
-                    Check(
-                        "loss_mask",
-                        "Decoding the mask-1 tokens (specials removed) gives exactly the assistant's text and code.",
-                        _mask,
-                        blocking=True,
-                    ),
-                    Check(
-                        "special_positions",
-                        "Chat special ids appear only where the render puts them.",
-                        _structure,
-                        blocking=True,
-                    ),
-                    Check("max_tokens", "No row is longer than `chat.max_tokens`.", _length),
-                ),
-            )
-            for split in spec.chat.splits
-        ]
-    out += [
-        Stage(
-            name=eval_stage(src.name),
-            group=GROUP,
-            description=f"`{src.name}` multiple-choice items rendered for completion (the user turn holds the "
-            "question and lettered choices; it ends after `<|assistant_start|>`), with each letter's id.",
-            config=EvalConfig,
-            defaults=EvalConfig(),
-            work=partial(eval_set, spec, src.name),
-            deps=(ingested_stage(src.name), TOKENIZER),
-            checks=(
-                schema_check(EVAL_SCHEMA),
-                Check("choice_ids", "Every item's answer-letter ids are distinct.", _choices),
-            ),
+
+
+def _eval_stage(spec: PipelineSpec, src: SourceSpec) -> Stage[EvalConfig]:
+    """`eval/<name>` of an mc source (chat eval) or a base_eval source (CORE-style)."""
+    if src.kind is SourceKind.mc:
+        description = (
+            f"`{src.name}` multiple-choice items rendered for completion (the user turn holds the question and "
+            "lettered choices; it ends after `<|assistant_start|>`), with each letter's id."
         )
-        for src in spec.sources_of(SourceKind.mc)
-    ]
-    out += [
-        Stage(
-            name=eval_stage(src.name),
-            group=GROUP,
-            description=f"`{src.name}` base-model eval items ({src.task_type.value if src.task_type else ''}, "
+        work = partial(eval_set, spec, src.name)
+        checks = (
+            schema_check(EVAL_SCHEMA),
+            Check("choice_ids", "Every item's answer-letter ids are distinct.", _choices),
+        )
+    else:
+        description = (
+            f"`{src.name}` base-model eval items ({src.task_type.value if src.task_type else ''}, "
             f"{src.num_fewshot}-shot) rendered as nanochat's CORE renders them: a token sequence per choice or "
-            "context, BOS first, with the continuation span a model is scored on.",
-            config=EvalConfig,
-            defaults=EvalConfig(),
-            work=partial(base_eval_set, spec, src.name),
-            deps=(ingested_stage(src.name), TOKENIZER),
-            checks=(
-                schema_check(BASE_EVAL_SCHEMA),
-                Check(
-                    "continuations",
-                    "Every sequence is BOS then exactly its few-shot prompt, and its span is the item's answer.",
-                    _continuations,
-                    blocking=True,
-                ),
+            "context, BOS first, with the continuation span a model is scored on."
+        )
+        work = partial(base_eval_set, spec, src.name)
+        checks = (
+            schema_check(BASE_EVAL_SCHEMA),
+            Check(
+                "continuations",
+                "Every sequence is BOS then exactly its few-shot prompt, and its span is the item's answer.",
+                _continuations,
+                blocking=True,
             ),
         )
-        for src in spec.sources_of(SourceKind.base_eval)
-    ]
-    return out
+    return Stage(
+        name=eval_stage(src.name),
+        group=GROUP,
+        description=description,
+        config=EvalConfig,
+        defaults=EvalConfig(),
+        work=work,
+        deps=(ingested_stage(src.name), TOKENIZER),
+        checks=checks,
+    )
+
+
+def stages(spec: PipelineSpec) -> list[Stage[SftConfig] | Stage[EvalConfig]]:
+    sft_stages = [_sft_stage(spec, split) for split in spec.chat.splits] if spec.sources_of(*CHAT_KINDS) else []
+    return [*sft_stages, *(_eval_stage(spec, src) for src in spec.sources_of(*EVAL_KINDS))]

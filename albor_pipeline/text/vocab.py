@@ -47,6 +47,17 @@ def added_tokens(tok: Tokenizer) -> dict[str, int]:
     return {t.content: i for i, t in sorted(tok.get_added_tokens_decoder().items())}
 
 
+def id_bytes(tok: Tokenizer) -> list[bytes]:
+    """The bytes every id stands for in text, b"" for the special tokens: checks join them to
+    compare token spans with the text they must be, byte for byte."""
+    specials = set(added_tokens(tok).values())
+    table = [b""] * tok.get_vocab_size(with_added_tokens=True)
+    for token, i in tok.get_vocab(with_added_tokens=False).items():
+        if i not in specials:
+            table[i] = token_to_bytes(token)
+    return table
+
+
 def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
     """A copy that treats special-token strings in text as ordinary text.
 

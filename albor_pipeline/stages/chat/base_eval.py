@@ -20,7 +20,7 @@ from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.stages.chat.report import BaseEvalSummary
 from albor_pipeline.text.base_eval import BaseTask, fewshot, render_prompts, spans
 from albor_pipeline.text.encode import encode_lists, pick_encoder
-from albor_pipeline.text.vocab import BOS, added_tokens, token_to_bytes
+from albor_pipeline.text.vocab import BOS, added_tokens, id_bytes
 
 BASE_EVAL_SCHEMA = pa.schema(
     [
@@ -92,9 +92,7 @@ def check_continuations(path: Path, tokenizer_path: Path, task: BaseTask, delimi
     shots), and its span is the answer: a choice's end (multiple choice), the shared
     continuation (schema), or the continuation (language modelling)."""
     tok = Tokenizer.from_file(str(tokenizer_path))
-    table = [b""] * tok.get_vocab_size(with_added_tokens=True)
-    for token, i in tok.get_vocab(with_added_tokens=False).items():
-        table[i] = token_to_bytes(token)
+    table = id_bytes(tok)
     rows = pq.read_table(path).to_pylist()
     items = [json.loads(r["item"]) for r in rows]
     bos = added_tokens(tok)[BOS]

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.spec import ChatTokens
 from albor_pipeline.text.chat import ChatIds, assistant_text
-from albor_pipeline.text.vocab import BOS, added_tokens, token_to_bytes
+from albor_pipeline.text.vocab import BOS, id_bytes
 
 
 def _sft_rows(paths: list[Path], columns: list[str]) -> Iterator[dict[str, Any]]:
@@ -81,11 +81,7 @@ def check_sft_mask(paths: list[Path], tokenizer_path: Path, tokens: ChatTokens, 
     chat = ChatIds.of(tok, tokens)
     trained_specials = np.array([chat.python_start, chat.python_end, chat.assistant_end])
     structural = np.array(sorted(chat.structural))
-    specials = set(added_tokens(tok).values())
-    table = [b""] * tok.get_vocab_size(with_added_tokens=True)
-    for token, i in tok.get_vocab(with_added_tokens=False).items():
-        if i not in specials:
-            table[i] = token_to_bytes(token)
+    table = id_bytes(tok)
     rows = bad = 0
     first_bad: list[str] = []
     for row in _conversations(paths, ["input_ids", "loss_mask", "sha256", "messages"]):

@@ -153,7 +153,7 @@ class _Render:
                 stats["trained_tokens"] += int(mask.sum())
                 yield Conversation(tokens, mask, source, sha, raw)
 
-    def summary(self, rows: int, packed: PackedFacts | None) -> SftSummary:
+    def summary(self, packed: PackedFacts | None) -> SftSummary:
         tokens = sum(s["tokens"] for s in self.sources.values())
         trained = sum(s["trained_tokens"] for s in self.sources.values())
         return SftSummary(
@@ -231,7 +231,7 @@ def build_sft(
         packed = _write_packed(render, mixed_path, sink, bins, io) if pack else None
         if not pack:
             _write_rows(render, mixed_path, sink, bins, io)
-        summary = render.summary(sink.rows, packed)
+        summary = render.summary(packed)
         if pack:
             write_json(staging / INDEX_FILE, _index(spec, sink.rows, added_tokens(tok), summary))
             names.append(INDEX_FILE)

@@ -52,6 +52,7 @@ from albor_pipeline.text.vocab import (
     UNK,
     added_tokens,
     byte_decoder,
+    id_bytes,
     plain_tokenizer,
     token_to_bytes,
 )
@@ -206,13 +207,7 @@ def special_ids(tok: Tokenizer) -> dict[str, int]:
 
 def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
     """UTF-8 byte length of every id (0 for specials), like nanochat's token_bytes."""
-    vocab = tok.get_vocab(with_added_tokens=True)
-    specials = set(added_tokens(tok))
-    lengths = np.zeros(max(vocab.values()) + 1, dtype=np.int32)
-    for token, idx in vocab.items():
-        if token not in specials:
-            lengths[idx] = len(token_to_bytes(token))
-    return lengths
+    return np.array([len(b) for b in id_bytes(tok)], dtype=np.int32)
 
 
 NANOCHAT_BOS = "<|bos|>"  # nanochat's name for the document-start token, our `<s>`
