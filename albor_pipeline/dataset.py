@@ -278,7 +278,8 @@ def _recut(lens: np.ndarray, start: int, length: int) -> np.ndarray:
 @dataclass
 class _Position:
     epoch: int = 0
-    batch: int = 0  # batches of `epoch` already consumed
+    start: int = 0  # items of the epoch's permutation consumed before this order began (a resume)
+    batch: int = 0  # batches of this order already consumed
 
 
 class Batches:
@@ -290,6 +291,11 @@ class Batches:
     of stacked arrays plus `cu_seqlens` (int32 segment starts over the flattened batch,
     for varlen attention) and `index` (the items it holds). Iterating, or `loader()`,
     runs the rest of the current epoch and moves the position past every batch it yields.
+
+    Ranks that step together have, after b batches each, consumed exactly the first
+    W * batch_size * b items of the permutation. That prefix is all a resume needs, so a
+    state taken at one world size or batch size resumes at another: the new ranks deal out
+    the rest of the permutation the same way.
     """
 
     def __init__(
@@ -311,19 +317,21 @@ class Batches:
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle, self.drop_last = shuffle, drop_last
         self.position = _Position()
-        self._order: tuple[int, np.ndarray] | None = None
+        self._order: tuple[int, int, np.ndarray] | None = None
 
     def order(self, epoch: int | None = None) -> np.ndarray:
-        """This rank's items of `epoch` (default: the current one), in batch order."""
+        """This rank's items of `epoch` (default: the current one, from where it resumed), in batch order."""
         epoch = self.position.epoch if epoch is None else epoch
-        if self._order is None or self._order[0] != epoch:
+        start = self.position.start if epoch == self.position.epoch else 0
+        if self._order is None or self._order[:2] != (epoch, start):
             n = len(self.sequences)
             every = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
-            mine = every[self.rank :: self.world_size]
+            rest = every[start:]
+            mine = rest[self.rank :: self.world_size]
             if self.drop_last:
-                mine = mine[: n // self.world_size // self.batch_size * self.batch_size]
-            self._order = (epoch, mine)
-        return self._order[1]
+                mine = mine[: len(rest) // self.world_size // self.batch_size * self.batch_size]
+            self._order = (epoch, start, mine)
+        return self._order[2]
 
     def __len__(self) -> int:
         return -(-len(self.order()) // self.batch_size)
@@ -341,12 +349,12 @@ class Batches:
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its first batch."""
-        self.position = _Position(epoch, 0)
+        self.position = _Position(epoch)
 
     def _advance(self) -> None:
         self.position.batch += 1
         if self.position.batch >= len(self):
-            self.position = _Position(self.position.epoch + 1, 0)
+            self.position = _Position(self.position.epoch + 1)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         for batch in range(self.position.batch, len(self)):
@@ -370,11 +378,18 @@ class Batches:
             self._advance()
             yield batch
 
+    def consumed(self) -> int:
+        """Items of the current epoch's permutation consumed by all ranks together."""
+        step = self.world_size * self.batch_size * self.position.batch
+        return min(len(self.sequences), self.position.start + step)
+
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch comes from, and what the order depends on (checked on load)."""
         return {
             "epoch": self.position.epoch,
             "batch": self.position.batch,
+            "start": self.position.start,
+            "consumed": self.consumed(),
             "seed": self.seed,
             "world_size": self.world_size,
             "batch_size": self.batch_size,
@@ -384,10 +399,19 @@ class Batches:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where `state` was taken: the next batch is the one an uninterrupted run yields next."""
+        """Continue where `state` was taken: the rest of its epoch, each item exactly once
+        across this reader's ranks, whatever world size, batch size or drop_last it was taken with.
+
+        With the same settings the next batch is the one an uninterrupted run yields next.
+        The seed, shuffle and corpus size fix the permutation, so they must match.
+        """
         mine = self.state_dict()
-        differ = {k: (state.get(k), mine[k]) for k in mine if k not in ("epoch", "batch") and state.get(k) != mine[k]}
+        differ = {k: (state.get(k), mine[k]) for k in ("seed", "shuffle", "items") if state.get(k) != mine[k]}
         if differ:
             detail = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in differ.items())
-            raise ValueError(f"cannot resume a different batch order ({detail})")
-        self.position = _Position(int(state["epoch"]), int(state["batch"]))
+            raise ValueError(f"cannot resume a different permutation ({detail})")
+        # A state from before `consumed` was recorded started its epoch at item 0.
+        step = int(state["world_size"]) * int(state["batch_size"]) * int(state["batch"])
+        consumed = int(state.get("consumed", step))
+        epoch = int(state["epoch"])
+        self.position = _Position(epoch, consumed) if consumed < len(self.sequences) else _Position(epoch + 1)

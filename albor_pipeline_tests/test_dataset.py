@@ -215,13 +215,64 @@ def test_resume_after_k_batches_yields_exactly_the_uninterrupted_batches(corpora
         assert resumed.state_dict()["epoch"] == 3
 
 
-def test_resume_refuses_a_different_order(corpora):
+def test_resume_refuses_a_different_permutation(corpora):
     ds = Sequences(corpora["concat"])
     state = Batches(ds, 4, seed=1).state_dict()
-    with pytest.raises(ValueError, match=r"batch_size: saved 4, now 8"):
-        Batches(ds, 8, seed=1).load_state_dict(state)
     with pytest.raises(ValueError, match=r"seed: saved 1, now 2"):
         Batches(ds, 4, seed=2).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"shuffle: saved True, now False"):
+        Batches(ds, 4, seed=1, shuffle=False).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"items: saved \d+, now \d+"):
+        Batches(Sequences(corpora["concat"], chunk_len=SEQ_LEN // 2), 4, seed=1).load_state_dict(state)
+
+
+def _run_ranks(world_size: int, batch_size: int, ds: Sequences, state=None, steps=None, drop_last=False):
+    """Ranks stepping together (as data-parallel training does): the items each step serves,
+    and rank 0's state after the last step."""
+    kw = {"seed": 3, "world_size": world_size, "drop_last": drop_last}
+    ranks = [Batches(ds, batch_size, rank=r, **kw) for r in range(world_size)]
+    for rank in ranks:
+        rank.set_epoch(1)
+        if state is not None:
+            rank.load_state_dict(json.loads(json.dumps(state)))
+    served = []
+    for step in range(max(map(len, ranks)) if steps is None else steps):
+        served += [i for rank in ranks if step < len(rank) for i in rank[step]["index"].tolist()]
+        for rank in ranks:
+            if step < len(rank):
+                rank.position.batch += 1  # what iterating does, without reading the batch twice
+    return served, ranks[0].state_dict()
+
+
+@pytest.mark.parametrize(("world_size", "batch_size"), [(2, 3), (3, 3), (3, 2), (4, 3), (1, 5)])
+def test_a_state_resumes_on_another_world_size(corpora, world_size, batch_size):
+    """Stop 4 ranks of 3-item batches after 2 steps, resume on other ranks and batch sizes:
+    the epoch is the uninterrupted one's items, each exactly once."""
+    ds = Sequences(corpora["concat"], chunk_len=SEQ_LEN // 4)
+    epoch = Batches(ds, 3, seed=3).order(1).tolist()
+    assert len(epoch) > 4 * 3 * 2 + 10
+    head, state = _run_ranks(4, 3, ds, steps=2)
+    assert state["consumed"] == 24 and sorted(head) == sorted(epoch[:24])
+    tail, end = _run_ranks(world_size, batch_size, ds, state=state)
+    assert sorted(head + tail) == sorted(epoch), "an item repeated or skipped"
+    assert set(tail) == set(epoch[24:])
+    assert (end["epoch"], end["consumed"]) == (1, len(ds))
+    # A second change of world size mid-way through the rest: still exactly once.
+    more, again = _run_ranks(world_size, batch_size, ds, state=state, steps=1)
+    rest, _ = _run_ranks(2, 2, ds, state=again)
+    assert sorted(head + more + rest) == sorted(epoch)
+    # drop_last on the new ranks serves a prefix of the rest, no item twice.
+    trimmed, _ = _run_ranks(world_size, batch_size, ds, state=state, drop_last=True)
+    assert sorted(trimmed) == sorted(epoch[24 : 24 + len(trimmed)]) and len(set(trimmed)) == len(trimmed)
+
+
+def test_a_state_at_the_end_of_an_epoch_resumes_at_the_next(corpora):
+    ds = Sequences(corpora["concat"], chunk_len=SEQ_LEN // 4)
+    whole, state = _run_ranks(2, 4, ds)
+    assert sorted(whole) == list(range(len(ds))) and state["consumed"] == len(ds)
+    resumed = Batches(ds, 5, seed=3, rank=0, world_size=3)
+    resumed.load_state_dict(state)
+    assert resumed.position.epoch == 2 and resumed.order().tolist() == Batches(ds, 1, seed=3).order(2).tolist()[0::3]
 
 
 def test_reader_errors_say_what_is_wrong(corpora, tmp_path):
