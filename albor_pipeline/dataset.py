@@ -31,6 +31,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow.parquet as pq
 
+from albor_pipeline.runtime.bucket import is_remote
+from albor_pipeline.runtime.readcache import DEFAULT_CACHE_BYTES, BucketDir, ReadCache, default_cache_dir
 from albor_pipeline.text.sequences import INDEX_FILE, INDEX_FORMAT
 
 IGNORE_INDEX = -100  # torch.nn.functional.cross_entropy's default ignore_index
@@ -38,14 +40,40 @@ SOURCES = ("parquet", "tokens", "megatron")  # the Parquet shards, the nanoGPT a
 STREAM_FILES = {"tokens": "tokens.bin", "megatron": "megatron.bin"}
 
 
+class _Files:
+    """The files of one corpus dir: on disk, or in a bucket data dir through a bounded local
+    cache that checks each file against the manifest's SHA-256 before it is used."""
+
+    def __init__(self, location: str | Path, cache_dir: str | Path | None, cache_bytes: int) -> None:
+        self.bucket: BucketDir | None = None
+        if is_remote(str(location)):
+            self.where = str(location).rstrip("/")
+            self.bucket = BucketDir.locate(self.where, INDEX_FILE)
+            self.cache = ReadCache(self.bucket.root, Path(cache_dir or default_cache_dir()), cache_bytes)
+        else:
+            self.where = str(location)
+
+    def path(self, name: str) -> Path:
+        """A local path holding file `name` (fetched into the cache first from a bucket)."""
+        if self.bucket is None:
+            return Path(self.where) / name
+        return self.cache.path(self.bucket.artifact(name))
+
+    def size(self, name: str) -> int:
+        return self.path(name).stat().st_size if self.bucket is None else self.bucket.artifact(name).bytes
+
+    def __str__(self) -> str:
+        return self.where
+
+
 class _ParquetSequences:
     """Sequence i of the Parquet shards: one row-group read (32 sequences), a few cached."""
 
-    CACHE = 8  # row groups kept per process: sequential reads decode each group once
+    CACHE = 8  # row groups (and open shards) kept per process: sequential reads decode each group once
 
-    def __init__(self, directory: Path, index: dict[str, Any]) -> None:
+    def __init__(self, files: _Files, index: dict[str, Any]) -> None:
         parquet = index["parquet"]
-        self.directory, self.seq_len = directory, int(index["seq_len"])
+        self.files, self.seq_len = files, int(index["seq_len"])
         self.shards = [(s["file"], int(s["sequences"])) for s in parquet["shards"]]
         self.per_shard, self.per_group = int(parquet["shard_sequences"]), int(parquet["row_group_sequences"])
         self.sequences = int(parquet["sequences"])
@@ -56,7 +84,7 @@ class _ParquetSequences:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._files: dict[int, pq.ParquetFile] = {}
+        self._files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
         self._groups: OrderedDict[tuple[int, int], tuple[np.ndarray, ...]] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers (spawn) open their own files
@@ -69,16 +97,20 @@ class _ParquetSequences:
     def _file(self, shard: int) -> pq.ParquetFile:
         if os.getpid() != self._pid:  # a forked worker: never share the parent's open files
             self._reset()
-        if shard not in self._files:
-            name, rows = self.shards[shard]
-            handle = pq.ParquetFile(self.directory / name)
-            if handle.metadata.num_rows != rows:
-                raise ValueError(
-                    f"{self.directory / name}: {handle.metadata.num_rows} sequences, {INDEX_FILE} says {rows}; "
-                    "the corpus dir mixes two builds"
-                )
-            self._files[shard] = handle
-        return self._files[shard]
+        if shard in self._files:
+            self._files.move_to_end(shard)
+            return self._files[shard]
+        name, rows = self.shards[shard]
+        handle = pq.ParquetFile(self.files.path(name))
+        if handle.metadata.num_rows != rows:
+            raise ValueError(
+                f"{self.files}/{name}: {handle.metadata.num_rows} sequences, {INDEX_FILE} says {rows}; "
+                "the corpus dir mixes two builds"
+            )
+        self._files[shard] = handle
+        if len(self._files) > self.CACHE:  # a bounded read cache may evict a shard: hold few open
+            self._files.popitem(last=False)
+        return handle
 
     def _group(self, shard: int, group: int) -> tuple[np.ndarray, ...]:
         """(ids as rows x seq_len, all doc_lens, each row's offset into them[, loss masks as rows
@@ -134,16 +166,16 @@ class _StreamSequences:
 
     contiguous = True
 
-    def __init__(self, directory: Path, index: dict[str, Any], source: str) -> None:
+    def __init__(self, files: _Files, index: dict[str, Any], source: str) -> None:
         name = STREAM_FILES[source]
         stream = index["streams"].get(name)
         if stream is None:
-            raise ValueError(f"{directory}: no {name} (add `{source}` to corpus.formats)")
-        self.path, self.seq_len = directory / name, int(index["seq_len"])
+            raise ValueError(f"{files}: no {name} (add `{source}` to corpus.formats)")
+        self.files, self.name, self.seq_len = files, name, int(index["seq_len"])
         self.tokens = int(stream["tokens"])
-        size = self.path.stat().st_size
+        size = files.size(name)
         if size != self.tokens * np.dtype(stream["dtype"]).itemsize:
-            raise ValueError(f"{self.path}: {size} bytes, {INDEX_FILE} says {self.tokens} {stream['dtype']} tokens")
+            raise ValueError(f"{files}/{name}: {size} bytes, {INDEX_FILE} says {self.tokens} {stream['dtype']} tokens")
         self.dtype, self.eos = np.dtype(stream["dtype"]), int(index["special_ids"]["eos"])
         self.sequences = self.tokens // self.seq_len
         self._map: np.memmap | None = None
@@ -154,7 +186,7 @@ class _StreamSequences:
     @property
     def _tokens(self) -> np.memmap:
         if self._map is None:
-            self._map = np.memmap(self.path, dtype=self.dtype, mode="r")
+            self._map = np.memmap(self.files.path(self.name), dtype=self.dtype, mode="r")
         return self._map
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -173,15 +205,14 @@ class _StreamSequences:
         return int(self._tokens[at]) if at < self.tokens else None
 
 
-def read_index(directory: str | Path) -> dict[str, Any]:
+def _read_index(files: _Files) -> dict[str, Any]:
     """A corpus dir's `index.json`, with an error that says what is wrong."""
-    path = Path(directory) / INDEX_FILE
     try:
-        index: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        index: dict[str, Any] = json.loads(files.path(INDEX_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: not found; is {directory} a corpus dir (corpus/<split>)?") from None
+        raise FileNotFoundError(f"{files}/{INDEX_FILE}: not found; is {files} a corpus dir (corpus/<split>)?") from None
     if index.get("format") != INDEX_FORMAT:
-        raise ValueError(f"{path}: format {index.get('format')!r}, expected {INDEX_FORMAT!r}")
+        raise ValueError(f"{files}/{INDEX_FILE}: format {index.get('format')!r}, expected {INDEX_FORMAT!r}")
     return index
 
 
@@ -193,6 +224,10 @@ class Sequences:
     what `torch.nn.Embedding` takes). `xy`: add `targets`, the next token at every
     position; past a chunk's end that is the next chunk's first token, or the next
     sequence's where packing is contiguous (concat), else `IGNORE_INDEX`.
+
+    `directory` may be a dir of a bucket data dir (`s3://bucket/prefix/corpus/train`): its
+    files come through a local cache (`cache_dir`, default `~/.cache/albor/objects`) of at
+    most `cache_bytes`, each checked against the manifest's SHA-256 when it is fetched.
     """
 
     def __init__(
@@ -203,17 +238,17 @@ class Sequences:
         chunk_len: int | None = None,
         xy: bool = False,
         dtype: npt.DTypeLike = np.int64,
+        cache_dir: str | Path | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
-        directory = Path(directory)
-        self.index = read_index(directory)
+        files = _Files(directory, cache_dir, cache_bytes)
+        self.index = _read_index(files)
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         if source == "parquet" and self.index["parquet"] is None:
             raise ValueError(f"{directory}: no Parquet shards (add `parquet` to corpus.formats)")
         self.backend = (
-            _ParquetSequences(directory, self.index)
-            if source == "parquet"
-            else _StreamSequences(directory, self.index, source)
+            _ParquetSequences(files, self.index) if source == "parquet" else _StreamSequences(files, self.index, source)
         )
         self.seq_len = self.backend.seq_len
         self.chunk_len = chunk_len or self.seq_len

@@ -14,7 +14,10 @@ import pytest
 from tokenizers import Tokenizer
 
 from albor_pipeline.dataset import IGNORE_INDEX, Batches, Sequences
+from albor_pipeline.runtime.artifacts import StageManifest, record, sha256_file
+from albor_pipeline.runtime.bucket import Bucket, BucketError
 from albor_pipeline.runtime.executor import LocalExecutor
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import CorpusSpec
 from albor_pipeline.stages.corpus import checks
@@ -296,3 +299,67 @@ def test_reader_errors_say_what_is_wrong(corpora, tmp_path):
         Sequences(mixed)[0]
     with pytest.raises(ValueError, match="rank must be in"):
         Batches(Sequences(corpora["concat"]), 2, rank=2, world_size=2)
+
+
+def _publish(corpus: Path, tmp_path: Path, uri: str) -> Layout:
+    """`corpus` as the committed stage corpus/train of the bucket data dir at `uri`."""
+    layout = Layout(tmp_path / "work")
+    shutil.copytree(corpus, layout.root / "corpus" / "train")
+    files = sorted(p for p in (layout.root / "corpus" / "train").iterdir() if p.is_file())
+    manifest = StageManifest(stage="corpus/train", outputs=[record(p, layout.root) for p in files])
+    Bucket(uri, layout).publish(manifest)
+    return layout
+
+
+def test_a_corpus_in_a_bucket_reads_through_a_bounded_checked_cache(s3, corpora, tmp_path):
+    """The moto S3 server holds a bucket data dir; `Sequences` reads its corpus/train by URI."""
+    s3.create_bucket(Bucket="albor-loader")
+    uri = "s3://albor-loader/team/run"
+    layout = _publish(corpora["concat"], tmp_path, uri)
+    shards = sorted((layout.root / "corpus" / "train").glob("part-*.parquet"))
+    largest = max(p.stat().st_size for p in shards)
+    assert len(shards) >= 3
+    local, cache = Sequences(corpora["concat"], xy=True), tmp_path / "cache"
+    remote = Sequences(f"{uri}/corpus/train", xy=True, cache_dir=cache, cache_bytes=2 * largest + 4096)
+    assert len(remote) == len(local)
+    for i in range(len(local)):  # every shard in turn: the cache evicts to stay within its bound
+        got, want = remote[i], local[i]
+        assert all(np.array_equal(got[k], want[k]) for k in want), i
+        assert sum(p.stat().st_size for p in cache.iterdir()) <= 2 * largest + 4096
+    assert {p.name for p in cache.iterdir()} <= {sha256_file(p) for p in layout.root.rglob("*") if p.is_file()}
+    tokens = Sequences(f"{uri}/corpus/train", source="tokens", cache_dir=cache)
+    assert np.array_equal(tokens[5]["input_ids"], Sequences(corpora["concat"], source="tokens")[5]["input_ids"])
+    with pytest.raises(ValueError, match="does not fit a read cache"):
+        Sequences(f"{uri}/corpus/train", source="tokens", cache_dir=tmp_path / "small", cache_bytes=1000)[0]
+    with pytest.raises(FileNotFoundError, match=r"no manifest of a bucket data dir records index\.json"):
+        Sequences(f"{uri}/corpus/val", cache_dir=cache)
+
+
+def test_a_changed_object_in_the_bucket_is_refused_not_read(s3, corpora, tmp_path):
+    s3.create_bucket(Bucket="albor-changed")
+    uri = "s3://albor-changed/run"
+    layout = _publish(corpora["concat"], tmp_path, uri)
+    shard = record(layout.root / "corpus" / "train" / "part-00001.parquet", layout.root)
+    first = record(layout.root / "corpus" / "train" / "part-00000.parquet", layout.root)
+    s3.copy_object(  # another shard's bytes under this one's name
+        Bucket="albor-changed",
+        Key=f"run/objects/{shard.sha256[:2]}/{shard.sha256}",
+        CopySource=f"albor-changed/run/objects/{first.sha256[:2]}/{first.sha256}",
+    )
+    cache = tmp_path / "cache"
+    remote = Sequences(f"{uri}/corpus/train", cache_dir=cache)
+    assert np.array_equal(remote[0]["input_ids"], Sequences(corpora["concat"])[0]["input_ids"])
+    with pytest.raises(BucketError, match=r"part-00001\.parquet: object .* hashes to"):
+        remote[remote.backend.per_shard]  # the first item of shard 1
+    assert shard.sha256 not in {p.name for p in cache.iterdir()}  # nothing unchecked left to reuse
+
+
+def test_a_bucket_corpus_through_a_dataloader_with_workers(s3, corpora, tmp_path):
+    """Forked DataLoader workers fetch into the shared cache and serve the local batches."""
+    pytest.importorskip("torch")
+    s3.create_bucket(Bucket="albor-workers")
+    uri = "s3://albor-workers/run"
+    _publish(corpora["concat"], tmp_path, uri)
+    remote = Batches(Sequences(f"{uri}/corpus/train", xy=True, cache_dir=tmp_path / "cache"), 4, seed=2)
+    local = Batches(Sequences(corpora["concat"], xy=True), 4, seed=2)
+    assert _contents(remote.loader(num_workers=2)) == _contents(local.loader(num_workers=0))

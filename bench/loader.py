@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -10,6 +18,9 @@ from typing import Any
 import numpy as np
 
 from albor_pipeline.dataset import Batches, Sequences
+from albor_pipeline.runtime.artifacts import StageManifest, record
+from albor_pipeline.runtime.bucket import Bucket
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import CorpusSpec, FimSpec, HoldoutSpec, SplitMixSpec, TokenizerSpec
 from albor_pipeline.stages.corpus.corpus import build_corpus
@@ -29,6 +40,7 @@ def bench_loader(corpora: list[Path], work: Path, repeat: int) -> dict[str, Any]
     n = len(tokens) // seq_len
     res: dict[str, Any] = {"loader_sequences": n, "loader_seq_len": seq_len}
     res.update(_read_timings(corpus, tokens, seq_len, repeat))
+    res.update(_bucket_timings(corpus, work, repeat))
     try:
         from torch.utils.data import DataLoader
     except ImportError:
@@ -124,8 +136,74 @@ def _resume_timings(corpus: Path, n: int, repeat: int) -> dict[str, Any]:
             batches.load_state_dict(state)
         next(iter(batches))
 
-    mid = {**Batches(Sequences(corpus), 8).state_dict(), "batch": n // 16}
+    mid = {**Batches(Sequences(corpus), 8).state_dict(), "batch": n // 16, "consumed": 8 * (n // 16)}
     return {
         "resume_first_batch_ms": round(1000 * median_time(lambda: first_batch(mid), repeat)[0], 2),
         "fresh_first_batch_ms": round(1000 * median_time(lambda: first_batch(None), repeat)[0], 2),
+    }
+
+
+@contextmanager
+def _s3_server() -> Iterator[str]:
+    """moto's S3 server on loopback (the test extra), with the AWS settings pointing at it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}
+    os.environ.update({**env, "AWS_DEFAULT_REGION": "us-east-1"})
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(endpoint, timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.25)
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def _bucket_timings(corpus: Path, work: Path, repeat: int) -> dict[str, Any]:
+    """Sequences/s of `Batches` over the Parquet shards read from a bucket (moto on loopback)
+    through the read cache, cold (every shard fetched and hashed) and warm, against local reads."""
+    if shutil.which("moto_server", path=str(Path(sys.executable).parent)) is None:
+        return {"bucket": "moto[server] not installed (pip install -e '.[test]')"}
+    import boto3
+
+    layout = Layout(work / "bucket_copy")
+    shutil.rmtree(layout.root, ignore_errors=True)
+    shutil.copytree(corpus, layout.root / "corpus" / "train")
+    files = sorted(p for p in (layout.root / "corpus" / "train").iterdir() if p.is_file())
+    cache = work / "read_cache"
+    with _s3_server() as endpoint:
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
+        uri = "s3://bench/run"
+        manifest = StageManifest(stage="corpus/train", outputs=[record(p, layout.root) for p in files])
+        Bucket(uri, layout).publish(manifest)
+
+        def read(where: str | Path, cold: bool) -> None:
+            if cold:
+                shutil.rmtree(cache, ignore_errors=True)
+            for _ in Batches(Sequences(where, xy=True, cache_dir=cache), 8, shuffle=False):
+                pass
+
+        n = len(Sequences(corpus))
+        local = n / median_time(lambda: read(corpus, False), repeat)[0]
+        cold = n / median_time(lambda: read(f"{uri}/corpus/train", True), repeat)[0]
+        warm = n / median_time(lambda: read(f"{uri}/corpus/train", False), repeat)[0]
+    mb = sum(p.stat().st_size for p in files) / 1e6
+    return {
+        "bucket_corpus_mb": round(mb, 1),
+        "bucket_cold_seq_s": round(cold),
+        "bucket_warm_seq_s": round(warm),
+        "bucket_local_seq_s": round(local),
+        "bucket_cold_vs_local": round(cold / local, 3),
+        "bucket_warm_vs_local": round(warm / local, 3),
     }

@@ -115,6 +115,16 @@ def _loader_rows(lo: dict[str, Any]) -> list[tuple[str, Any, str]]:
                 "",
             )
         )
+    if "bucket_cold_seq_s" in lo:
+        rows.append(
+            (
+                f"  Batches over parquet in a bucket ({lo['bucket_corpus_mb']} MB, moto S3 on loopback) seq/s: "
+                "cold cache / warm cache / local",
+                f"{lo['bucket_cold_seq_s']:,} / {lo['bucket_warm_seq_s']:,} / {lo['bucket_local_seq_s']:,} "
+                f"= {lo['bucket_cold_vs_local']}x / {lo['bucket_warm_vs_local']}x local",
+                "",
+            )
+        )
     if "dataloader_2_workers_bare_seq_s" in lo:
         rows.append(
             (
