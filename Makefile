@@ -25,8 +25,9 @@ run: instance
 dev: instance
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
-# Debian packages the tests drive for real (command:package), installed when missing.
-SYSTEM_DEPS := chromium:chromium pg_ctlcluster:postgresql
+# Debian packages the tests drive for real (command:package), or read (file:package: GLib's
+# translated messages are the language filter's multilingual test text), installed when missing.
+SYSTEM_DEPS := chromium:chromium pg_ctlcluster:postgresql /usr/share/locale/de/LC_MESSAGES/glib20.mo:libglib2.0-data
 
 system-deps:
 	scripts/system-deps $(SYSTEM_DEPS)

@@ -1,21 +1,26 @@
 """Hygiene on real files with planted cases: secrets of each kind, e-mails, public and
-private IPs, a minified file, a generated protobuf-style file, a data table; and the
-machine's own sources kept whole."""
+private IPs, phone numbers, a minified file, a generated protobuf-style file, a data table;
+and the machine's own sources kept whole (their version strings, dates and numeric
+literals are not phone numbers)."""
 
 from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
+import numpy
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import FilterSpec, HygieneSpec, SourceSpec
 from albor_pipeline.stages.hygiene.hygiene import clean_source, filter_reason, rescan
 from albor_pipeline.stages.ingest.ingest import ingest_source
-from albor_pipeline.text.secrets import SecretScanner
+from albor_pipeline.text.secrets import PHONE_RE, SecretScanner, candidate_lines
 
 from .support import STDLIB, STDLIB_PACKAGES
 
@@ -59,7 +64,8 @@ def _planted() -> str:
     head, _, tail = real.partition('"""Implementation of JSONDecoder')
     docstring = (
         '"""Implementation of JSONDecoder.\n\nQuestions: jane.doe@corp-mail.net or ops+json@example-co.org.\n'
-        'Mirror at 8.8.4.4 (fallback 2001:4860:4860::8888); lab boxes 10.0.0.7, 127.0.0.1, 192.0.2.10.\n"""\n'
+        "Mirror at 8.8.4.4 (fallback 2001:4860:4860::8888); lab boxes 10.0.0.7, 127.0.0.1, 192.0.2.10.\n"
+        'On call: +44 20 7946 0958.\n"""\n'
     )
     planted = "".join(line for line, _, _ in SECRETS) + PRIVATE_KEY_ASSIGN + SPLIT_SECRET
     return head + docstring + planted + '__version__ = "1.2.3.4"\n' + tail.split("\n", 1)[1]
@@ -81,6 +87,7 @@ def test_secrets_emails_and_public_ips_are_redacted_and_counted():
     assert "8.8.4.4" not in redacted and "2001:4860:4860::8888" not in redacted and found.counts["IP address"] == 2
     for kept in ("10.0.0.7", "127.0.0.1", "192.0.2.10", '__version__ = "1.2.3.4"'):
         assert kept in redacted  # private, loopback, documentation ranges and versions stay
+    assert "On call: <PHONE_NUMBER>." in redacted and found.counts["Phone number"] == 1
     # The documented limit: of a secret split across a concatenation, the short head survives.
     assert 'token = "ghp_Xy7Kq9Lm2Np4" + "<KEY>"' in redacted
     # Placeholders are ordinary text, and a second scan finds nothing.
@@ -132,17 +139,18 @@ def test_clean_source_accounts_for_every_document(tmp_path, mode):
     # json/__init__.py has a real one: __author__ = 'Bob Ippolito <bob@...>'
     if mode in ("redact", "drop"):
         assert ingested.summary.secrets["AWS Access Key"] >= 1 and ingested.summary.secrets["Private Key"] == 1
-        assert not {k for k in result.summary.findings if k not in ("E-mail", "IP address")}  # none left for hygiene
+        assert not {k for k in result.summary.findings if k not in ("E-mail", "IP address", "Phone number")}
     if mode == "redact":
         assert "<KEY>" in texts["planted.py"] and "Bob Ippolito <<EMAIL>>" in texts["__init__.py"]
         assert "<EMAIL>" in texts["planted.py"] and "<IP_ADDRESS>" in texts["planted.py"]
+        assert "<PHONE_NUMBER>" in texts["planted.py"] and result.summary.findings["Phone number"] == 1
         assert result.summary.redacted_documents == 2 and rescan(tmp_path / "out") == {}
     elif mode == "drop":  # planted.py at ingest (its secrets), __init__.py at hygiene (its e-mail)
         assert ingested.summary.skipped["secrets"] == 1 and result.summary.removed["secrets_or_pii"] == 1
         assert not {"planted.py", "__init__.py"} & set(texts)
     elif mode == "report":
         assert texts["planted.py"] == _planted() and result.summary.findings["AWS Access Key"] == 1
-        assert rescan(tmp_path / "out")["E-mail"] == 3
+        assert rescan(tmp_path / "out")["E-mail"] == 3 and rescan(tmp_path / "out")["Phone number"] == 1
     else:
         assert texts["planted.py"] == _planted() and result.summary.findings == {}
     assert json.dumps(result.summary.findings).find("AKIA") < 0  # counts only: no secret in the metadata
@@ -175,3 +183,69 @@ def test_a_batch_is_measured_as_each_text_alone():
     edges = ["", "\n", "a\n", "a\n\nb\n", "x\r\ny", "é 0x1F ٣٤\n" * 3, "\x0c\nz", "a" * 50 + "\n", "1 2 3", "Ⅻ_x"]
     for batch in (texts, edges, [*edges, *texts[:40]]):
         assert measure_batch(pa.array(batch), batch) == [measure(t) for t in batch]
+
+
+# Phone numbers as people write them, with the country code: (text, the number).
+PHONES = [
+    ("Call me at +1 650-253-0000 for details.", "+1 650-253-0000"),
+    ("New York office: +1 (212) 555-0100.", "+1 (212) 555-0100"),
+    ("London: (+44) 20 7946 0958", "(+44) 20 7946 0958"),
+    ("Bureau de Paris : +33 1 42 68 53 00", "+33 1 42 68 53 00"),
+    ("Berlin, Tel. +49 30 901820", "+49 30 901820"),
+    ("東京: +81 3-3580-3311", "+81 3-3580-3311"),
+    ("Mumbai +91 98765 43210, mobile", "+91 98765 43210"),
+    ("São Paulo: +55 11 98765-4321", "+55 11 98765-4321"),
+    ("Sydney +61 2 9374 4000", "+61 2 9374 4000"),
+    ("北京 +86 10 6552 9988", "+86 10 6552 9988"),
+    ("Москва: +7 495 123-45-67", "+7 495 123-45-67"),
+    ("Madrid +34 912 345 678.", "+34 912 345 678"),
+    ('<a href="tel:+41446681800">Zürich</a>', "+41446681800"),
+]
+# Strings of code that look like one to a regex (a "+" then 7+ digits) but are not.
+NOT_PHONES = [
+    '__version__ = "1.0.0+20130313144700"',  # a semver build tag
+    "total = offset+4915112345678",  # an operand
+    "x = 1e+1234567",  # an exponent
+    "limit = +2147483647",  # INT_MAX: no such number
+    "ratio = +12125550100.5",  # a float
+    "key = '+12125550100abc'",  # part of a longer token
+    "price = Decimal('+35236450.6')",  # a decimal (as in _pydecimal's doctests)
+    "z = (-1.00000000e+00+1.22464680e-16j)",  # numpy's repr of a complex number
+    "chars = list('-+0123456789.')",  # PyYAML's resolver
+]
+
+
+def test_phone_numbers_are_redacted_and_counted():
+    """Numbers from a dozen countries, in their own national formats after the country code:
+    each becomes <PHONE_NUMBER>, counted once; the batch path finds what the per-text path does."""
+    text = "\n".join(line for line, _ in PHONES) + "\n"
+    found = SecretScanner().scan(text)
+    redacted = found.redact(text)
+    assert found.counts == {"Phone number": len(PHONES)} and redacted.count("<PHONE_NUMBER>") == len(PHONES)
+    for line, number in PHONES:
+        assert line.replace(number, "<PHONE_NUMBER>") in redacted
+    batch = SecretScanner().scan(text, lines=candidate_lines(pa.array([text]))[0])
+    assert sorted(batch.spans) == sorted(found.spans)
+    assert SecretScanner().scan(redacted).counts == {}
+
+
+def test_phone_detection_leaves_versions_dates_and_numeric_literals_alone():
+    """Real files full of versions, dates, timestamps, IPs and numeric literals (numpy's
+    complex reprs, PyYAML's number resolver hold "+" and digit runs the pre-filter passes):
+    no phone number; nor in the strings of `NOT_PHONES`, each a pre-filter candidate."""
+    numpy_root, stdlib = Path(numpy.__file__).parent, STDLIB
+    files = [
+        numpy_root / "fft" / "_pocketfft.py",
+        numpy_root / "_core" / "function_base.py",
+        numpy_root / "lib" / "_type_check_impl.py",
+        Path(yaml.__file__).parent / "resolver.py",
+        *(stdlib / name for name in ("datetime.py", "_pydecimal.py", "ipaddress.py", "uuid.py", "platform.py")),
+        stdlib / "email" / "_parseaddr.py",
+    ]
+    texts = [path.read_text(encoding="utf-8") for path in files]
+    assert sum(len(PHONE_RE.findall(t)) for t in texts) >= 20  # the detector really looks at them
+    for text in texts:
+        assert "Phone number" not in SecretScanner().scan(text).counts
+    for line in NOT_PHONES:
+        assert PHONE_RE.search(line), line
+        assert SecretScanner().scan(line).counts == {}, line

@@ -74,6 +74,10 @@ def test_relative_path_resolves_against_spec_file(tmp_path):
             "automation.observe_cron: must be a 5-field cron string",
         ),
         (lambda r: r.update(automation={"sensor_interval_seconds": 1}), "automation.sensor_interval_seconds"),
+        (
+            lambda r: r["sources"][0].update(hygiene={"filters": {"languages": ["en"]}}),
+            "sources[0]: hygiene.filters.languages: for text sources (jsonl, csv, parquet) only",
+        ),
     ],
 )
 def test_bad_spec_names_the_key(tmp_path, mutate, message):

@@ -85,12 +85,14 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
             name=filtered_stage(src.name),
             group=GROUP,
             description=(
-                f"`{src.name}` after hygiene: secrets, e-mails and public IPs in every message replaced by "
-                "`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>` (or the conversation dropped, or only counted)."
+                f"`{src.name}` after hygiene: secrets, e-mails, public IPs and phone numbers in every message "
+                "replaced by `<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`, `<PHONE_NUMBER>` (or the conversation dropped, "
+                "or only counted)."
                 if src.kind is SourceKind.chat
                 else f"`{src.name}` after hygiene: documents failing the quality filters (long lines, low "
-                "alphanumeric share, auto-generated, data-heavy) removed and counted; secrets, e-mails and public "
-                "IPs replaced by `<KEY>`, `<EMAIL>`, `<IP_ADDRESS>` (or the document dropped, or only counted)."
+                "alphanumeric share, auto-generated, data-heavy, a language not listed) removed and counted; "
+                "secrets, e-mails, public IPs and phone numbers replaced by `<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`, "
+                "`<PHONE_NUMBER>` (or the document dropped, or only counted)."
             ),
             config=HygieneConfig,
             defaults=spec_defaults(HygieneConfig, src.hygiene),

@@ -9,16 +9,18 @@ pattern's match (or its captured value, where it also matched the name) widened 
 run of token characters around it, since detect-secrets reports a pattern's group (the
 GitHub prefix `ghp`) and some patterns stop short (Stripe's 24 of up to 99 characters,
 the JWT before its signature). E-mail addresses and public IP addresses (not private,
-loopback, link-local or documentation ranges) are found by regex. A line pre-filter
-sends only lines that could hold a secret (or an address) to the detectors: for a batch,
+loopback, link-local or documentation ranges) are found by regex; phone numbers written
+with their country code (`+44 20 7946 0958`) by libphonenumber (`phonenumbers`), on the
+runs of digits after a "+" that a regex finds. A line pre-filter sends only lines that
+could hold a secret (or an address, or a number) to the detectors: for a batch,
 one pass of Arrow's RE2 over every line of the column (`candidate_lines`), since Python's
 `re` tries each alternative at every position and scans code at ~20 MB/s. Each finding
-becomes a placeholder (`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`), which is ordinary text. A
-conversation is redacted message by message. Secrets are never logged: only counts, and
-file paths redacted the same way.
+becomes a placeholder (`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`, `<PHONE_NUMBER>`), which is
+ordinary text. A conversation is redacted message by message. Secrets are never logged:
+only counts, and file paths redacted the same way.
 
 Ingestion redacts secrets as it writes each document (a secret never reaches the data
-dir); hygiene redacts e-mails and IP addresses (`stages/hygiene/hygiene.py`).
+dir); hygiene redacts e-mails, IP addresses and phone numbers (`stages/hygiene/hygiene.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import phonenumbers
 import pyarrow as pa
 import pyarrow.compute as pc
 from detect_secrets.filters.heuristic import is_potential_uuid, is_sequential_string, is_templated_secret
@@ -61,13 +64,21 @@ from detect_secrets.plugins.twilio import TwilioKeyDetector
 from albor_pipeline.text.chat import conversation_json
 from albor_pipeline.text.lines import ColumnLines
 
-EMAIL, IP_ADDRESS, KEY = "<EMAIL>", "<IP_ADDRESS>", "<KEY>"
-PLACEHOLDERS = (EMAIL, IP_ADDRESS, KEY)
+EMAIL, IP_ADDRESS, KEY, PHONE = "<EMAIL>", "<IP_ADDRESS>", "<KEY>", "<PHONE_NUMBER>"
+PLACEHOLDERS = (EMAIL, IP_ADDRESS, KEY, PHONE)
 # Found around each "@" (a literal the regex engine skips to fast), not by a regex tried at every position.
 EMAIL_LOCAL = re.compile(r"[A-Za-z0-9._%+-]{1,64}\Z")
 EMAIL_DOMAIN = re.compile(r"[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,}\b")
 IPV4_RE = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
 IPV6_RE = re.compile(r"[0-9a-fA-F]{1,4}::?[0-9a-fA-F]{0,4}:[0-9a-fA-F:]{1,34}")
+# What could be a phone number with its country code: a "+", then 7 to 17 digits, each pair
+# apart by at most two of " ().-/" ("+1 (650) 253-0000", "+44 20 7946 0958"). Without a
+# region, libphonenumber finds only such numbers; national ones ("(650) 253-0000") stay.
+PHONE_RE = re.compile(r"\+[0-9](?:[ ().\-/]{0,2}[0-9]){6,16}")
+# What cannot come right before a number (it would be an operand: `x+4930901820`, a
+# version's `1.0+20130313144700`), and what after it means the run goes on (`.5`, `-12`).
+PHONE_OPERAND = "_.)]"
+PHONE_GOES_ON = re.compile(r"\w|[.\-/:][0-9]")
 # Dotted numbers that are not addresses: versions, and OIDs (2.5.29.17 in X.509 code).
 NOT_AN_ADDRESS = re.compile(r"version|release|\boid|ObjectIdentifier", re.IGNORECASE)
 PRIVATE_KEY_BLOCK = re.compile(
@@ -81,8 +92,8 @@ CANDIDATE = re.compile(
     r"|xox[abposr]-|hooks\.slack|eyJ|PRIVATE KEY|PuTTY-User|[rs]k_live_"
     r"|sk-|SG\.|npm_|pypi-|AccountKey=|-us\d|:AA|['\"][A-Za-z0-9+/=_.\-]{16,}['\"]"
 )
-# Lines that could hold an e-mail (a local-part character right before the "@") or an address.
-PII_CANDIDATE = "|".join([r"[A-Za-z0-9._%+-]@", IPV4_RE.pattern, IPV6_RE.pattern])
+# Lines that could hold an e-mail (a local-part character right before the "@"), an address or a phone number.
+PII_CANDIDATE = "|".join([r"[A-Za-z0-9._%+-]@", IPV4_RE.pattern, IPV6_RE.pattern, PHONE_RE.pattern])
 TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "_-")  # what a finding widens over
 EDGE = " \t\"'=:"  # delimiters a pattern may match around its token (Artifactory's)
 
@@ -234,7 +245,8 @@ class SecretScanner:
         return found
 
     def scan(self, text: str, secrets: bool = True, pii: bool = True, lines: Lines | None = None) -> Findings:
-        """What `text` holds: secrets (tokens, keys), PII (e-mail and public IP addresses), or both.
+        """What `text` holds: secrets (tokens, keys), PII (e-mail and public IP addresses, phone
+        numbers), or both.
         `lines`: where to look, from `candidate_lines` (else found here, line by line)."""
         found = Findings()
         if secrets:
@@ -300,7 +312,8 @@ def candidate_lines(texts: pa.Array | pa.ChunkedArray, secrets: bool = True, pii
 
 
 def _scan_pii(text: str, offset: int, found: Findings) -> None:
-    """E-mails and public IP addresses in `text`, which starts at `offset` of the scanned text."""
+    """E-mails, public IP addresses and phone numbers in `text`, which starts at `offset` of
+    the scanned text."""
     at = text.find("@")
     while at >= 0:
         local = EMAIL_LOCAL.search(text, max(0, at - 64), at)
@@ -314,6 +327,31 @@ def _scan_pii(text: str, offset: int, found: Findings) -> None:
             bounded = not _token_char(text, start - 1) and not _token_char(text, end)
             if bounded and _public_ip(match.group()) and not _not_an_address(text, start):
                 found.add(offset + start, offset + end, "IP address", IP_ADDRESS)
+    for match in PHONE_RE.finditer(text):
+        for start, end in _phone_numbers(text, match):
+            found.add(offset + start, offset + end, "Phone number", PHONE)
+
+
+def _phone_numbers(text: str, candidate: re.Match[str]) -> Iterator[tuple[int, int]]:
+    """The spans of the phone numbers libphonenumber finds in a `PHONE_RE` candidate (and the
+    "(" before it: "(+44) 20 ..."), valid for their country's numbering plan (lengths, prefixes),
+    that are no part of code's numbers (`_not_a_phone_number`)."""
+    start = candidate.start() - (text[candidate.start() - 1 : candidate.start()] == "(")
+    window = text[start : candidate.end()]
+    for number in phonenumbers.PhoneNumberMatcher(window, None, leniency=phonenumbers.Leniency.VALID):
+        begin, end = start + number.start, start + number.end
+        if not _not_a_phone_number(text, begin, end):
+            yield begin, end
+
+
+def _not_a_phone_number(text: str, begin: int, end: int) -> bool:
+    """A number in code: an operand (`x+4930901820`, a version's `1.0+20130313144700`), a run
+    that goes on (`+12125550100abc`, `+12125550100.5`), or a decimal (`Decimal('+35236450.6')`:
+    one "." its only separator; a number written with dots has one between every group)."""
+    before = text[begin - 1 : begin]
+    operand = before != "" and (before.isalnum() or before in PHONE_OPERAND)
+    separators = [c for c in text[begin + 1 : end] if not c.isdigit()]
+    return operand or bool(PHONE_GOES_ON.match(text, end)) or separators == ["."]
 
 
 def _placeholder(value: str) -> bool:

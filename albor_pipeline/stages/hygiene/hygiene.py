@@ -3,12 +3,14 @@
 Filters (thresholds from the StarCoder data card where it gives one) drop a document
 and count it by reason: a line longer than 1,000 characters, a mean line length over
 100, an alphanumeric fraction under 0.25, an auto-generated marker in the first lines,
-or mostly numeric literals and hex/base64 blobs (data, not code).
+or mostly numeric literals and hex/base64 blobs (data, not code); for a text source with
+`languages`, a language not listed (counted as `language:<code>`).
 
-E-mail and public IP addresses are replaced by placeholders (`text/secrets.py`); `drop`
-removes the document instead and `report` only counts. Secrets were already redacted by
-ingestion, which never writes one; under `report`, ingestion keeps them and hygiene
-counts them here. A conversation is redacted message by message.
+E-mails, public IP addresses and phone numbers are replaced by placeholders
+(`text/secrets.py`); `drop` removes the document instead and `report` only counts.
+Secrets were already redacted by ingestion, which never writes one; under `report`,
+ingestion keeps them and hygiene counts them here. A conversation is redacted message by
+message.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_
 from albor_pipeline.runtime.shards import Shard, iter_batches, shard_files
 from albor_pipeline.spec import DOCUMENT_KINDS, HygieneSpec, RedactMode, SourceKind
 from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
+from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, text_sha256
 from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
@@ -145,6 +148,7 @@ def clean_source(
     not depend on where the tasks ran. `conversations`: a chat source's canonical JSON.
     `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode)."""
     inputs = [str(p) for p in shard_files(ingested)]
+    check_languages(spec.filters.languages)
 
     def done(chunks: list[_Chunk]) -> str:
         removed = sum(sum(c.removed.values()) for c in chunks)

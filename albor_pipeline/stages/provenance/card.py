@@ -105,8 +105,9 @@ LICENCES = (
 )
 SETTINGS = (
     "Hygiene: per source, quality filters (long lines, low alphanumeric share, auto-generated and "
-    "data-heavy files) and secrets/PII redaction (detect-secrets' detectors, e-mails, public IPs -> "
-    "`<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`), counted in PROVENANCE.md; exact and MinHash near-duplicate "
+    "data-heavy files; for text sources that list them, languages) and secrets/PII redaction "
+    "(detect-secrets' detectors, e-mails, public IPs, phone numbers -> `<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`, "
+    "`<PHONE_NUMBER>`), counted in PROVENANCE.md; exact and MinHash near-duplicate "
     "deduplication (first source wins), strict UTF-8 and a content-hash holdout with near-duplicate "
     "clusters kept in one split. Train documents sharing a word n-gram with a listed benchmark are "
     "dropped (`decontaminate`); benchmarks not listed are not checked, and redaction misses what no "
