@@ -6,6 +6,7 @@ tests all start from a validated `PipelineSpec`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import site
@@ -252,16 +253,42 @@ class DecontaminateSpec(_Model):
         return self
 
 
+CHARS_PER_TOKEN = 4.1
+"""`mix.<split>.chars_per_token`'s default: the default build's train mix encodes at 4.07
+characters a token with its own tokenizer (docs/spec.md)."""
+MAX_EPOCHS = 4
+"""Copies of a source's unique documents past which repeating is worth much less than new
+data (Muennighoff et al., 2023, "Scaling Data-Constrained Language Models"): the mix and the
+corpus warn beyond it."""
+BUDGET_MARGIN = 0.05
+"""A `tokens` budget's mix holds this much more text than the estimate says, so that the
+corpus stage, counting with the trained tokenizer, can cut it at the budget when the mix
+encodes at up to 5 % more characters a token than estimated."""
+
+
 class MixUnit(str, Enum):
     rows = "rows"  # weights are shares of rows: the seed's `alimentar mix` counting
     chars = "chars"  # weights are shares of characters: long and short documents weigh by size
 
 
+MIX_SIZES = ("rows", "chars", "tokens")
+"""The ways to give a split's size: at most one of them (none: every input row)."""
+
+
 class SplitMixSpec(_Model):
-    """Weighted mix of one split. `weights` empty means equal weights over all sources."""
+    """Weighted mix of one split. `weights` empty means equal weights over all sources.
+
+    Its size is `rows`, or a budget: `chars`, or `tokens` planned as characters at
+    `chars_per_token` (the tokenizer is trained on this mix, so the mix cannot count with
+    it; the corpus stage counts exactly and cuts at the budget). Weights are shares of a
+    budget's characters; `unit` applies to a `rows` size."""
 
     seed: int = Field(42, ge=0)  # numpy's generator takes no negative seed
     rows: int | None = Field(None, gt=0)
+    chars: int | None = Field(None, gt=0)
+    tokens: int | None = Field(None, gt=0)
+    # The default: this project's BPE on the default build's train mix (docs/spec.md).
+    chars_per_token: float = Field(CHARS_PER_TOKEN, gt=0)
     weights: dict[str, float] = {}
     repeat: dict[str, float] = {}
     upsample: bool = True
@@ -274,6 +301,20 @@ class SplitMixSpec(_Model):
             if not weight > 0:
                 raise ValueError(f"{name}: must be > 0, got {weight}")
         return value
+
+    @model_validator(mode="after")
+    def _one_size(self) -> SplitMixSpec:
+        given = [k for k in MIX_SIZES if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one size (rows, chars or tokens), not {' and '.join(given)}")
+        return self
+
+    @property
+    def budget_chars(self) -> int | None:
+        """The characters a `chars` or `tokens` budget plans for (None for a `rows` size)."""
+        if self.tokens is not None:
+            return math.ceil(self.tokens * self.chars_per_token * (1 + BUDGET_MARGIN))
+        return self.chars
 
 
 class MixSpec(_Model):

@@ -250,13 +250,16 @@ def test_per_source_accounting_counts_repeats_tokens_and_epochs(pipeline):
     pq.write_table(table, tmp / "acct_src.parquet")
     apply_fim(tmp / "acct_src.parquet", FimSpec(rate=0.0), tmp / "acct_fim", StageIO(tmp), enabled=False)
     spec = CorpusSpec(seq_len=64, formats=["parquet"])
-    result = build_corpus(tmp / "acct_fim", tmp / "tok" / "tokenizer.json", spec, tmp / "acct_out", StageIO(tmp))
+    pool = {"a": 3, "b": 1}  # a's pool holds a third document the mix left out
+    tokenizer = tmp / "tok" / "tokenizer.json"
+    result = build_corpus(tmp / "acct_fim", tokenizer, spec, tmp / "acct_out", StageIO(tmp), pool=pool)
     tok = plain_tokenizer(Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json")))
     n = {t: len(tok.encode(t, add_special_tokens=False).ids) + 1 for t in (x, y, z)}  # + EOS
     a, b = result.summary.sources["a"], result.summary.sources["b"]
     assert (a.documents, a.unique_documents, a.max_repeat, a.mean_repeat) == (4, 2, 3, 2.0)
-    assert a.tokens == 3 * n[x] + n[y] and a.epochs == round(a.tokens / (n[x] + n[y]), 4)
+    assert a.tokens == 3 * n[x] + n[y] and (a.pool_documents, a.epochs) == (3, round(4 / 3, 4))
     assert (b.documents, b.unique_documents, b.max_repeat, b.epochs) == (2, 1, 2, 2.0)
+    assert result.summary.warnings == []  # no source past 4 epochs
     assert a.token_share + b.token_share == pytest.approx(1.0, abs=1e-5)
     assert a.tokens + b.tokens == result.summary.tokens
 

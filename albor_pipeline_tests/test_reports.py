@@ -39,12 +39,23 @@ def test_near_duplicates_round_trip() -> None:
 
 
 def test_mix_plan_keeps_its_column_names() -> None:
-    row = PlanRow.of(SourcePlan("a", 4, 10, "weight 1"))
+    row = PlanRow.of(SourcePlan("a", 4, 10, "weight 1", input_chars=400, output_chars=1000))
     written = MixSummary(plan=[row], warnings=[]).to_json()
     assert written["plan"] == [
-        {"source": "a", "rule": "weight 1", "input rows": 4, "output rows": 10, "multiplier": "2.50x"}
+        {
+            "source": "a",
+            "rule": "weight 1",
+            "input rows": 4,
+            "output rows": 10,
+            "multiplier": "2.50x",
+            "input chars": 400,
+            "output chars": 1000,
+        }
     ]
     assert MixSummary.model_validate(written).plan[0].output_rows == 10
+    # A summary written before characters and budgets were recorded still reads.
+    del written["budget"], written["plan"][0]["input chars"], written["plan"][0]["output chars"]
+    assert MixSummary.model_validate(written).plan[0].input_chars is None
 
 
 def _report(**extra: object) -> dict[str, object]:

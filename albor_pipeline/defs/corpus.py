@@ -12,14 +12,15 @@ from tokenizers import Tokenizer
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
-from albor_pipeline.runtime.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split
+from albor_pipeline.runtime.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Packing, PipelineSpec, RemainderPolicy
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
-from albor_pipeline.stages.corpus.corpus import build_corpus
+from albor_pipeline.stages.corpus.corpus import Budget, build_corpus
 from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
 from albor_pipeline.stages.corpus.report import CorpusSummary
+from albor_pipeline.stages.mix.report import MixSummary
 from albor_pipeline.stages.tokenizer.report import TokenizerSummary
 from albor_pipeline.text.vocab import EOS, PAD
 
@@ -44,8 +45,17 @@ class LongCorpusConfig(dg.Config):
     seq_len: int | None = None
 
 
-def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_chars: int = 0) -> StageOutput:
-    """Pretokenize fim/<split> into corpus/<out> with `settings`; the summary and metadata."""
+def pack(
+    ctx: StageContext,
+    split: str,
+    out: str,
+    settings: CorpusSpec,
+    min_chars: int = 0,
+    pool: dict[str, int] | None = None,
+    budget: Budget | None = None,
+) -> StageOutput:
+    """Pretokenize fim/<split> into corpus/<out> with `settings` (and the mix's pool and
+    budget, `_mix_facts`); the summary and metadata."""
     layout = ctx.layout
     result = build_corpus(
         layout.fim(split),
@@ -54,10 +64,14 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
         layout.corpus_dir(out),
         ctx.io,
         min_chars=min_chars,
+        pool=pool,
+        budget=budget,
     )
     summary = result.summary
     if not summary.sequences:
         ctx.log.warning(f"corpus/{out}: no full sequence ({summary.documents} documents, {summary.tokens} tokens)")
+    for warning in summary.warnings:
+        ctx.log.warning(f"corpus/{out}: {warning}")
     bytes_per_token = result.text_bytes / summary.tokens if summary.tokens else 0.0
     return StageOutput(
         artifacts=result.artifacts,
@@ -65,10 +79,12 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
         summary=summary,
         row_count=summary.sequences,
         metadata={
-            **summary.model_dump(exclude={"sources"}),
+            **summary.model_dump(exclude={"sources", "budget", "warnings"}),
             "sources": dg.MetadataValue.md(
                 markdown_table([{"source": k, **v} for k, v in summary.to_json()["sources"].items()])
             ),
+            **({f"budget_{k}": v for k, v in summary.budget.model_dump().items()} if summary.budget else {}),
+            "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in summary.warnings) or "none"),
             "bytes_per_token": round(bytes_per_token, 4),
             "encoder": result.encoder,
             "tokens_per_s": round(summary.tokens / result.seconds) if result.seconds else 0,
@@ -76,8 +92,21 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
     )
 
 
+def _mix_facts(layout: Layout, split: str) -> tuple[dict[str, int], Budget | None]:
+    """What corpus/<split> takes from the split's mix (its manifest, as it ran): each
+    source's documents in the split's pool, and its `tokens` budget."""
+    manifest = read_manifest(layout, mixed_stage(split))
+    summary = MixSummary.model_validate(manifest.summary)
+    mixed = summary.budget
+    if mixed is None or mixed.tokens is None or mixed.chars_per_token is None:
+        return summary.pool_rows(), None
+    return summary.pool_rows(), Budget(mixed.tokens, mixed.chars_per_token, mixed.chars)
+
+
 def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConfig) -> StageOutput:
-    return pack(ctx, split, split, resolve(spec.corpus, config, f"{corpus_stage(split)} run config"))
+    settings = resolve(spec.corpus, config, f"{corpus_stage(split)} run config")
+    pool, budget = _mix_facts(ctx.layout, split)
+    return pack(ctx, split, split, settings, pool=pool, budget=budget)
 
 
 def long_corpus(
@@ -168,7 +197,7 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
             config=CorpusConfig,
             defaults=spec_defaults(CorpusConfig, spec.corpus),
             work=partial(corpus, spec, split),
-            deps=(fim_stage(split), TOKENIZER),
+            deps=(fim_stage(split), TOKENIZER, mixed_stage(split)),  # the mix's pool and budget
             checks=_checks(spec),
         )
         for split in SPLITS

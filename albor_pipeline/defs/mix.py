@@ -13,7 +13,16 @@ from albor_pipeline.defs.stage import Stage, StageContext, resolve, schema_check
 from albor_pipeline.runtime.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, MixUnit, PipelineSpec, SourceKind
+from albor_pipeline.spec import (
+    CHAT_KINDS,
+    DOCUMENT_KINDS,
+    MIX_SIZES,
+    SPLITS,
+    MixUnit,
+    PipelineSpec,
+    SourceKind,
+    SplitMixSpec,
+)
 from albor_pipeline.stages.mix.mix import mix_documents
 from albor_pipeline.text.documents import DOC_SCHEMA
 
@@ -23,6 +32,9 @@ class MixConfig(dg.Config):
 
     seed: int | None = None
     rows: int | None = None
+    chars: int | None = None
+    tokens: int | None = None
+    chars_per_token: float | None = None
     weights: dict[str, float] | None = None
     repeat: dict[str, float] | None = None
     upsample: bool | None = None
@@ -49,8 +61,22 @@ CHAT_POOL = Pool(
 )
 
 
+def mix_settings(spec: PipelineSpec, pool: Pool, split: str, config: MixConfig) -> SplitMixSpec:
+    """The split's mix with the run's overrides: a size the run gives replaces the spec's
+    (rows, chars or tokens). A budget sizes the documents' mix only: the corpus stage cuts
+    at it; a chat mix keeps its rows."""
+    section = spec.mix.for_split(split)
+    given = [k for k in MIX_SIZES if getattr(config, k) is not None]
+    if given:
+        section = section.model_copy(update={k: None for k in MIX_SIZES if k not in given})
+    settings = resolve(section, config, f"{pool.stage(split)} run config")
+    if pool is DOCUMENT_POOL:
+        return settings
+    return settings.model_copy(update={"chars": None, "tokens": None})
+
+
 def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: MixConfig) -> StageOutput:
-    settings = resolve(spec.mix.for_split(split), config, f"{pool.stage(split)} run config")
+    settings = mix_settings(spec, pool, split, config)
     layout = ctx.layout
     order = [s.name for s in spec.sources_of(*pool.kinds)]
     result = mix_documents(
@@ -71,6 +97,7 @@ def mix(spec: PipelineSpec, pool: Pool, split: str, ctx: StageContext, config: M
         metadata={
             "sources": dg.MetadataValue.md(markdown_table(summary.to_json()["plan"])),
             "summary": ", ".join(f"{p.source} {p.multiplier}" for p in summary.plan),
+            "budget": summary.budget.estimate if summary.budget else "none (a rows size)",
             "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in summary.warnings) or "none"),
         },
     )
@@ -81,7 +108,8 @@ def _stages(spec: PipelineSpec, pool: Pool, splits: tuple[str, ...]) -> list[Sta
         Stage(
             name=pool.stage(split),
             group=pool.group,
-            description=f"Weighted mix of the {split} split's {pool.what}: `floor(N*w/sum(w))` rows per source, "
+            description=f"Weighted mix of the {split} split's {pool.what}: `floor(N*w/sum(w))` rows per source "
+            "(or its share of a `chars`/`tokens` budget's characters), "
             "whole copies plus a random remainder when upsampling, shuffled with the split's seed.",
             config=MixConfig,
             defaults=spec_defaults(MixConfig, spec.mix.for_split(split)),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from albor_pipeline.runtime.artifacts import (
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import Shard, row_groups
-from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy
+from albor_pipeline.spec import MAX_EPOCHS, CorpusSpec, ExportFormat, Packing, RemainderPolicy
 from albor_pipeline.stages.corpus.encode_task import (
     EncodeJob,
     GroupTokens,
@@ -39,8 +40,8 @@ from albor_pipeline.stages.corpus.encode_task import (
 from albor_pipeline.stages.corpus.exports import STREAMS, concat_streams, write_sidecars
 from albor_pipeline.stages.corpus.index import reader_index
 from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
-from albor_pipeline.stages.corpus.plan import PlanSummary, best_fit_plan, concat_plan
-from albor_pipeline.stages.corpus.report import CorpusSummary, SourceFacts
+from albor_pipeline.stages.corpus.plan import PlanSummary, best_fit_plan, budget_cut, concat_plan
+from albor_pipeline.stages.corpus.report import CorpusBudget, CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import pick_encoder
 from albor_pipeline.text.sequences import INDEX_FILE
 from albor_pipeline.text.vocab import BOS, EOS, PAD, token_dtype
@@ -67,26 +68,41 @@ class SourceAccounting:
         codes = mine[group.codes] if len(mine) else group.codes
         self._parts.append((codes, group.keys, group.lengths.astype(np.int64, copy=False)))
 
-    def summary(self) -> dict[str, SourceFacts]:
-        if not self._parts:
+    def summary(self, documents: int, pool: Mapping[str, int] | None) -> dict[str, SourceFacts]:
+        """The facts of the first `documents` documents (those a budget keeps), each source's
+        epochs against its documents in `pool` (the split's, from the mix)."""
+        if not self._parts or not documents:
             return {}
-        codes, keys, lengths = (np.concatenate(column) for column in zip(*self._parts))
+        codes, keys, lengths = (np.concatenate(column)[:documents] for column in zip(*self._parts))
         total = int(lengths.sum())
         out = {}
         for source, code in sorted(self._codes.items()):
             mine = codes == code
+            if not mine.any():
+                continue
             _, first, copies = np.unique(keys[mine], return_index=True, return_counts=True)
-            tokens, unique_tokens = int(lengths[mine].sum()), int(lengths[mine][first].sum())
+            tokens, docs = int(lengths[mine].sum()), int(mine.sum())
+            available = pool.get(source) if pool is not None else None
             out[source] = SourceFacts(
-                documents=int(mine.sum()),
+                documents=docs,
                 unique_documents=len(first),
                 max_repeat=int(copies.max()),
-                mean_repeat=round(int(mine.sum()) / len(first), 4),
+                mean_repeat=round(docs / len(first), 4),
                 tokens=tokens,
                 token_share=round(tokens / total, 6) if total else 0.0,
-                epochs=round(tokens / unique_tokens, 4),
+                pool_documents=available,
+                epochs=round(docs / available, 4) if available else None,
             )
         return out
+
+
+@dataclass(frozen=True)
+class Budget:
+    """`mix.<split>.tokens` as the corpus applies it, and how the mix planned it."""
+
+    tokens: int
+    chars_per_token: float  # the mix's estimate
+    mix_chars: int  # the characters the mix holds
 
 
 @dataclass
@@ -99,7 +115,15 @@ class CorpusResult:
 
 
 def build_corpus(
-    fim_path: Path, tokenizer_path: Path, spec: CorpusSpec, out_dir: Path, io: StageIO, *, min_chars: int = 0
+    fim_path: Path,
+    tokenizer_path: Path,
+    spec: CorpusSpec,
+    out_dir: Path,
+    io: StageIO,
+    *,
+    min_chars: int = 0,
+    pool: Mapping[str, int] | None = None,
+    budget: Budget | None = None,
 ) -> CorpusResult:
     """Pretokenize one split's FIM'd documents (a shard set or file) into `out_dir`.
 
@@ -110,13 +134,31 @@ def build_corpus(
     exports. The bytes never depend on where or in which order tasks ran.
 
     `min_chars`: only documents of at least this many characters (before FIM): the long subset.
+    `pool`: each source's documents in the split (the mix's input rows), for its epochs.
+    `budget`: keep the documents, in mix order, up to this many tokens (`plan.budget_cut`),
+    counted with the trained tokenizer; a cheap global step after the encoding tasks.
     """
     start = time.perf_counter()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer.from_file(str(tokenizer_path))
     with tempfile.TemporaryDirectory(prefix=".albor-tokens-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
         encoded = _encode_split(tok, tokenizer_path, fim_path, spec, Path(spool), io, start, min_chars)
-        return _pack_split(tok, encoded, spec, out_dir, Path(spool), io, start, min_chars)
+        if budget is None:
+            return _pack_split(tok, encoded, spec, out_dir, Path(spool), io, start, min_chars, pool)
+        kept = _cut(encoded, budget, spec, io)
+        result = _pack_split(tok, kept, spec, out_dir, Path(spool), io, start, min_chars, pool)
+    result.summary = _with_budget(result.summary, budget, int(encoded.lengths.sum()))
+    return result
+
+
+def _cut(encoded: _Encoded, budget: Budget, spec: CorpusSpec, io: StageIO) -> _Encoded:
+    """The documents a budget keeps (all of them when the mix holds fewer tokens)."""
+    cut = budget_cut(encoded.lengths, budget.tokens, spec.seq_len, spec.packing is Packing.best_fit)
+    if cut is None:
+        return encoded
+    if io.progress:
+        io.progress(f"corpus: the {budget.tokens:,}-token budget keeps {cut.documents:,} documents")
+    return encoded.keep(cut.documents, cut.tokens if spec.packing is Packing.concat else None)
 
 
 @dataclass
@@ -130,6 +172,11 @@ class _Encoded:
     accounting: SourceAccounting
     spooled: list[Spooled | None]
     encoder: str  # what the stage picked and why
+    limit: int | None = None  # a budget's cut of the stream (`concat`: whole sequences)
+
+    def keep(self, documents: int, limit: int | None) -> _Encoded:
+        """The first `documents` documents only (a budget's cut), their stream packed up to `limit`."""
+        return replace(self, lengths=self.lengths[:documents], limit=limit)
 
 
 def _encode_split(
@@ -171,7 +218,7 @@ def _save_plan(spool: Path, encoded: _Encoded, spec: CorpusSpec) -> PlanSummary:
         np.save(spool / "seq_first.npy", np.concatenate([[0], np.cumsum(segments.counts)]).astype(np.int64))
         return plan
     np.save(spool / "ends.npy", ends)
-    return concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad)
+    return concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad, encoded.limit)
 
 
 def _encode(
@@ -229,6 +276,7 @@ def _pack_split(
     io: StageIO,
     start: float,
     min_chars: int,
+    pool: Mapping[str, int] | None,
 ) -> CorpusResult:
     """The plan, then the shard map's packing tasks, while this process writes the exports
     into the spool; they join the shards in the committed set."""
@@ -237,10 +285,10 @@ def _pack_split(
     if eos is None or pad is None:
         raise ValueError(f"{EOS} and {PAD} must be tokens of the tokenizer")
     plan = _save_plan(spool, encoded, spec)
-    tokens, docs, formats = int(encoded.offsets[-1]), len(encoded.lengths), set(spec.formats)
+    tokens, docs, formats = int(encoded.lengths.sum()), len(encoded.lengths), set(spec.formats)
     spooled = [*encoded.spooled, *(io.offer(npy) for npy in sorted(spool.glob("*.npy")))]
-    dtype = token_dtype(vocab).name
-    job = PackJob(str(spool), spec.seq_len, pad, dtype, tokens, spec.packing)
+    dtype = token_dtype(vocab)
+    job = PackJob(str(spool), spec.seq_len, pad, dtype.name, encoded.limit or tokens, spec.packing)
     streams = [name for fmt, name, _ in STREAMS if fmt in formats]
     exports = spool / "exports"
     exports.mkdir()
@@ -259,7 +307,7 @@ def _pack_split(
     items = _shard_items(plan.sequences, spec, formats)
     stream: dict[str, str | int] = {}
     with ThreadPoolExecutor(1) as background:  # the exports are written here while tasks pack
-        streamed = background.submit(concat_streams, spool, encoded.tasks, streams, exports)
+        streamed = background.submit(concat_streams, spool, encoded.tasks, streams, exports, tokens * dtype.itemsize)
         packed = map_shards(pack_shard, job, items, out_dir, io.executor, spools=spooled, finish=finish)
     if io.progress and packed:
         io.progress(f"corpus: {plan.sequences:,} sequences in {len(packed)} shard(s)")
@@ -273,10 +321,43 @@ def _pack_split(
         **cut,
         cut_fraction=round(cut["cut_documents"] / docs, 6) if docs else 0.0,
         pad_fraction=round(cut["padded_tokens"] / (sequences * spec.seq_len), 6) if sequences else 0.0,
-        sources=encoded.accounting.summary(),
+        sources=(sources := encoded.accounting.summary(docs, pool)),
+        warnings=repeat_warnings(sources),
     )
     artifacts = _artifacts(out_dir, io.root, shards, formats, stream, docs, tokens)
     return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - start)
+
+
+def repeat_warnings(sources: Mapping[str, SourceFacts]) -> list[str]:
+    """A warning per source the corpus holds more than MAX_EPOCHS copies of."""
+    return [
+        f"{name}: {f.epochs:.2f} epochs of its documents; past {MAX_EPOCHS} repeated data is worth much less "
+        "than new data (Muennighoff et al., 2023)"
+        for name, f in sources.items()
+        if f.epochs is not None and f.epochs > MAX_EPOCHS
+    ]
+
+
+def _with_budget(summary: CorpusSummary, budget: Budget, mix_tokens: int) -> CorpusSummary:
+    """The summary with the budget's facts, and a warning when the mix fell short of it."""
+    packed = summary.tokens - summary.dropped_tokens
+    report = CorpusBudget(
+        tokens=budget.tokens,
+        packed_tokens=packed,
+        deviation=round(packed / budget.tokens - 1, 6),
+        mix_tokens=mix_tokens,
+        estimated_chars_per_token=budget.chars_per_token,
+        measured_chars_per_token=round(budget.mix_chars / mix_tokens, 4) if mix_tokens else 0.0,
+    )
+    warnings = list(summary.warnings)
+    if mix_tokens < budget.tokens:
+        warnings.insert(
+            0,
+            f"the mix holds {mix_tokens:,} tokens, {1 - mix_tokens / budget.tokens:.1%} short of the "
+            f"{budget.tokens:,}-token budget: it was planned at {budget.chars_per_token:g} chars/token and "
+            f"encodes at {report.measured_chars_per_token:g}: set mix.<split>.chars_per_token to that or more",
+        )
+    return summary.model_copy(update={"budget": report, "warnings": warnings})
 
 
 def _plan_counts(plan: PlanSummary, parquet: bool) -> dict[str, int]:

@@ -41,15 +41,15 @@ def megatron_index(lengths: np.ndarray, dtype: np.dtype) -> bytes:
     return header + lengths.astype(np.int32).tobytes() + pointers.tobytes() + doc_idx.tobytes()
 
 
-def concat_streams(spool: Path, tasks: int, names: list[str], into: Path) -> tuple[str, int]:
-    """The spooled ids end to end into each file `names` under `into` (the same bytes: one
-    SHA-256 and size, returned)."""
+def concat_streams(spool: Path, tasks: int, names: list[str], into: Path, limit: int) -> tuple[str, int]:
+    """The spooled ids end to end, their first `limit` bytes (the kept documents'), into each
+    file `names` under `into` (the same bytes: one SHA-256 and size, returned)."""
     digest, size = hashlib.sha256(), 0
     with ExitStack() as stack:
         outs = [stack.enter_context(open(stack.enter_context(atomic_path(into / n)), "wb")) for n in names]
         for task in range(tasks):
             with open(spool_tokens(spool, task), "rb") as src:
-                while chunk := src.read(1 << 22):
+                while size < limit and (chunk := src.read(min(1 << 22, limit - size))):
                     digest.update(chunk)
                     size += len(chunk)
                     for out in outs:

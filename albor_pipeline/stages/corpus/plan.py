@@ -39,16 +39,48 @@ class PlanSummary:
     dropped: int
 
 
-def concat_plan(ends: np.ndarray, seq_len: int, pad_remainder: bool) -> PlanSummary:
+def concat_plan(ends: np.ndarray, seq_len: int, pad_remainder: bool, limit: int | None = None) -> PlanSummary:
     """`concat` over documents ending at stream positions `ends`: cut every `seq_len` tokens;
-    the tail is one padded sequence (`pad_remainder`) or dropped."""
-    total = int(ends[-1]) if len(ends) else 0
+    the tail is one padded sequence (`pad_remainder`) or dropped. With `limit` (a budget's
+    cut, whole sequences), the stream past it is dropped."""
+    stream = int(ends[-1]) if len(ends) else 0
+    total = stream if limit is None else limit
     full, rest = divmod(total, seq_len)
     edges = np.arange(1, full + 1, dtype=np.int64) * seq_len
     at = np.searchsorted(ends, edges)  # the document holding each edge, or ending on it
     cut = len(np.unique(at[ends[at] != edges])) if full else 0
     padded = seq_len - rest if pad_remainder and rest else 0
-    return PlanSummary(full + (padded > 0), cut, padded, 0 if pad_remainder else rest)
+    return PlanSummary(full + (padded > 0), cut, padded, stream - total + (0 if pad_remainder else rest))
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where a token budget cuts a split: its first `documents` documents are kept and
+    `tokens` of their stream are packed."""
+
+    documents: int
+    tokens: int
+
+
+def budget_cut(lengths: np.ndarray, budget: int, seq_len: int, whole_documents: bool) -> Cut | None:
+    """The documents, in mix order, up to `budget` tokens; None when they hold fewer.
+
+    `concat` packs the budget rounded to whole sequences (the document holding the last
+    edge is cut there, like a dropped remainder); `best_fit` (`whole_documents`) keeps the
+    prefix of whole documents whose tokens come nearest the budget. Either lands within
+    half a sequence or one document of it, from the lengths alone: a cheap global step
+    after the per-shard encoding."""
+    ends = np.cumsum(lengths, dtype=np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    if total < budget:
+        return None
+    if whole_documents:
+        k = int(np.searchsorted(ends, budget))  # ends[k] >= budget
+        if k and budget - int(ends[k - 1]) < int(ends[k]) - budget:
+            return Cut(k, int(ends[k - 1]))
+        return Cut(k + 1, int(ends[k]))
+    tokens = min(max(round(budget / seq_len), 1), total // seq_len) * seq_len
+    return Cut(int(np.searchsorted(ends, tokens)) + 1, tokens) if tokens else Cut(0, 0)
 
 
 def concat_segments(ends: np.ndarray, lo: int, hi: int, seq_len: int) -> Segments:

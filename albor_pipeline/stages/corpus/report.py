@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.report import Report, table
-from albor_pipeline.spec import CorpusSpec
+from albor_pipeline.spec import MAX_EPOCHS, CorpusSpec
 
 
 class SourceFacts(Report):
@@ -20,7 +21,23 @@ class SourceFacts(Report):
     mean_repeat: float
     tokens: int
     token_share: float
-    epochs: float  # the source's tokens over the tokens of its unique documents
+    # The source's documents in the split's pool (the mix's input rows) and its epochs: the
+    # documents here over those, the copies of its unique data the corpus holds. None for a
+    # long subset (its pool is not counted) and in a summary written before they were.
+    pool_documents: int | None = None
+    epochs: float | None = None
+
+
+class CorpusBudget(Report):
+    """A split sized by `mix.<split>.tokens`: the budget, what was packed, and the mix's
+    characters-per-token estimate next to what the trained tokenizer gave."""
+
+    tokens: int
+    packed_tokens: int  # non-pad tokens in the Parquet sequences
+    deviation: float  # packed_tokens / tokens - 1
+    mix_tokens: int  # what the whole mix encodes to, before the cut
+    estimated_chars_per_token: float  # the mix's plan
+    measured_chars_per_token: float  # the mix's characters over mix_tokens (EOS, FIM sentinels in)
 
 
 class CorpusSummary(Report):
@@ -34,6 +51,8 @@ class CorpusSummary(Report):
     cut_fraction: float
     pad_fraction: float
     sources: dict[str, SourceFacts]
+    budget: CorpusBudget | None = None
+    warnings: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -45,29 +64,56 @@ class Corpus:
     summary: CorpusSummary
 
 
-SOURCE_FACTS = ("documents", "unique", "max repeat", "mean repeat", "tokens", "token share", "epochs")
+SOURCE_FACTS = (
+    "documents",
+    "unique",
+    "max repeat",
+    "mean repeat",
+    "tokens",
+    "token share",
+    "pool documents",
+    "epochs",
+)
+EPOCHS_TEXT = (
+    "Epochs: a source's documents in the corpus over its documents in the split's pool (the mix's input "
+    f"rows), the copies of its unique data the corpus holds; past {MAX_EPOCHS}, repeated data is worth much "
+    "less than new data (Muennighoff et al., 2023)."
+)
+
+
+def _blank(value: Any) -> Any:
+    return "" if value is None else value
 
 
 def provenance_section(corpora: Sequence[Corpus]) -> list[str]:
-    """`## Corpora` and `## Corpora by source`."""
+    """`## Corpora`, each budget and warning, and `## Corpora by source`."""
     if not corpora:
         return []
     header = ["split", "seq_len", "documents", "sequences", "tokens", "dropped", "padded", "docs cut", "pad fraction"]
     lines = ["## Corpora", "", *table(header, [_row(c.name, c.settings.seq_len, c.summary) for c in corpora])]
-    by_source = [
-        [c.name, name, f.documents, f.unique_documents, f.max_repeat, f.mean_repeat, f.tokens, f.token_share, f.epochs]
-        for c in corpora
-        for name, f in c.summary.sources.items()
-    ]
+    notes = [f"- {c.name}: {line}" for c in corpora for line in _budget_lines(c.summary) + c.summary.warnings]
+    lines += [*notes, ""] if notes else []
+    by_source = [[c.name, name, *_facts(f)] for c in corpora for name, f in c.summary.sources.items()]
     if by_source:
-        lines += [
-            "## Corpora by source",
-            "",
-            "Epochs: a source's tokens over the tokens of its unique documents.",
-            "",
-            *table(["split", "source", *SOURCE_FACTS], by_source),
-        ]
+        lines += ["## Corpora by source", "", EPOCHS_TEXT, "", *table(["split", "source", *SOURCE_FACTS], by_source)]
     return lines
+
+
+def _facts(f: SourceFacts) -> list[Any]:
+    facts = (f.documents, f.unique_documents, f.max_repeat, f.mean_repeat, f.tokens, f.token_share)
+    return [*facts, _blank(f.pool_documents), _blank(f.epochs)]
+
+
+def _budget_lines(s: CorpusSummary) -> list[str]:
+    """The budget in words: asked, packed, and the mix's estimate against the measurement."""
+    b = s.budget
+    if b is None:
+        return []
+    return [
+        f"budget {b.tokens:,} tokens, packed {b.packed_tokens:,} ({b.deviation:+.3%}), counted with the trained "
+        f"tokenizer; the mix was planned at {b.estimated_chars_per_token:g} chars/token and encodes at "
+        f"{b.measured_chars_per_token:g} ({b.mix_tokens:,} tokens before the cut)"
+    ]
 
 
 def _row(name: str, seq_len: int, s: CorpusSummary) -> list[Any]:
@@ -81,6 +127,37 @@ HF_SPLIT = {"train": "train", "val": "validation", "test": "test"}
 def hf_split(name: str) -> str:
     """The Hugging Face split of corpus `name` (`long_val` -> `validation`)."""
     return HF_SPLIT[name.removeprefix("long_")]
+
+
+TOKENS_PER_PARAMETER = 20  # Chinchilla's compute-optimal ratio (Hoffmann et al., 2022)
+
+
+def card_size(corpora: Sequence[Corpus]) -> list[str]:
+    """The card's `Size and epochs`: the model the train corpus supports at 20 tokens per
+    parameter, its budget, each source's tokens and epochs, and the warnings."""
+    train = next((c.summary for c in corpora if c.name == "train"), None)
+    if train is None:
+        return []
+    packed = train.tokens - train.dropped_tokens
+    lines = [
+        f"The train corpus packs {packed:,} tokens: at {TOKENS_PER_PARAMETER} tokens per parameter (Chinchilla, "
+        f"Hoffmann et al., 2022) it supports a model of about {_count(packed / TOKENS_PER_PARAMETER)} parameters.",
+        "",
+        *(f"- {line}" for line in _budget_lines(train) + train.warnings),
+    ]
+    rows = [
+        {"source": name, "tokens": f.tokens, "token share": f.token_share, "epochs": _blank(f.epochs)}
+        for name, f in train.sources.items()
+    ]
+    return [*lines, "", EPOCHS_TEXT, "", markdown_table(rows)] if rows else lines
+
+
+def _count(n: float) -> str:
+    """1.2M, 350K, 2.3B: a parameter count as people say it."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
 
 
 def card_corpora(corpora: Sequence[Corpus]) -> list[dict[str, Any]]:

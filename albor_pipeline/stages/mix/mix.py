@@ -26,8 +26,8 @@ from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
-from albor_pipeline.spec import MixUnit, SplitMixSpec
-from albor_pipeline.stages.mix.report import MixSummary, PlanRow
+from albor_pipeline.spec import MAX_EPOCHS, MixUnit, SplitMixSpec
+from albor_pipeline.stages.mix.report import MixBudget, MixSummary, PlanRow
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 
@@ -39,8 +39,11 @@ class MixError(ValueError):
 class SourcePlan:
     source: str
     input_rows: int
-    output_rows: int
-    rule: str  # "weight 0.4" or "repeat 10x"
+    output_rows: int  # a budget's: an estimate until `draw_chars` draws it
+    rule: str  # "weight 0.4", "weight 0.4 of chars" or "repeat 10x"
+    input_chars: int | None = None
+    target_chars: int | None = None  # a budget's share, drawn by characters (`draw_chars`)
+    output_chars: int | None = None  # once drawn
 
     @property
     def multiplier(self) -> float:
@@ -53,6 +56,17 @@ class MixResult:
     summary: MixSummary
 
 
+def _rules(mix: SplitMixSpec, order: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """(weights, repeats) per source: equal weights when neither is given; with only
+    repeats, every other source once."""
+    repeat = dict(mix.repeat)
+    if mix.weights:  # the spec guarantees every source has a weight or a repeat
+        return dict(mix.weights), repeat
+    if repeat:
+        return {}, {**{s: 1.0 for s in order if s not in repeat}, **repeat}
+    return {s: 1.0 for s in order}, repeat
+
+
 def plan_counts(
     counts: dict[str, int], mix: SplitMixSpec, order: list[str], chars: dict[str, int] | None = None
 ) -> tuple[list[SourcePlan], list[str]]:
@@ -60,50 +74,102 @@ def plan_counts(
 
     With `unit: chars` (needs each source's characters in `chars`), the target is N rows
     at the split's mean length, and source i gets the rows that carry w_i/sum(w) of those
-    characters at its own mean length.
+    characters at its own mean length. With a budget (`chars`, or `tokens` at
+    `chars_per_token`), source i gets w_i/sum(w) of the budget's characters less what the
+    `repeat` sources hold, drawn by characters (`draw_chars`).
     """
-    warnings: list[str] = []
-    repeat = dict(mix.repeat)
-    if mix.weights:  # the spec guarantees every source has a weight or a repeat
-        weights = dict(mix.weights)
-    elif repeat:
-        weights = {}
-        repeat.update({s: 1.0 for s in order if s not in repeat})
-    else:
-        weights = {s: 1.0 for s in order}
-    weighted = [s for s in order if s in weights and s not in repeat]
-    for s in weighted:
-        if counts.get(s, 0) == 0:
-            warnings.append(f"{s}: weight {weights[s]} but no rows in this split; left out")
-    weighted = [s for s in weighted if counts.get(s, 0) > 0]
+    weights, repeat = _rules(mix, order)
+    warnings = [
+        f"{s}: weight {weights[s]} but no rows in this split; left out"
+        for s in order
+        if s in weights and s not in repeat and counts.get(s, 0) == 0
+    ]
+    weighted = [s for s in order if s in weights and s not in repeat and counts.get(s, 0) > 0]
     total_w = sum(weights[s] for s in weighted)
-    n_target = mix.rows if mix.rows is not None else sum(counts.get(s, 0) for s in weighted)
-    by_chars = mix.unit == MixUnit.chars
-    chars_of, target_chars = chars or {}, 0.0
-    if by_chars:
-        if chars is None:
-            raise MixError("unit: chars needs the characters of each source")
-        weighted_rows = sum(counts[s] for s in weighted)
-        target_chars = n_target * sum(chars_of[s] for s in weighted) / weighted_rows if weighted_rows else 0
-    plans = []
-    for s in order:
-        count = counts.get(s, 0)
-        if s in repeat:
-            n, rule = round(count * repeat[s]), f"repeat {repeat[s]:g}x"
-        elif s in weighted and by_chars:
-            mean = chars_of[s] / count
-            n, rule = math.floor(target_chars * weights[s] / total_w / mean), f"weight {weights[s]:g} of chars"
-        elif s in weighted:
-            n, rule = math.floor(n_target * weights[s] / total_w), f"weight {weights[s]:g}"
-        else:
-            continue
-        if n > count and not mix.upsample:
-            warnings.append(f"{s}: wanted {n} rows but only {count} available and upsampling is off; capped")
-            n = count
-        plans.append(SourcePlan(s, count, n, rule))
+    budget = mix.budget_chars
+    if chars is None and (budget is not None or mix.unit == MixUnit.chars):
+        raise MixError("a mix by characters (unit: chars, or a chars/tokens size) needs the characters of each source")
+    chars_of = chars or {}
+    plans = [
+        SourcePlan(s, counts.get(s, 0), round(counts.get(s, 0) * repeat[s]), f"repeat {repeat[s]:g}x")
+        for s in order
+        if s in repeat
+    ]
+    if budget is not None:
+        held = sum(p.output_rows * _mean(chars_of, counts, p.source) for p in plans)
+        if held > budget:
+            warnings.append(f"the repeat sources alone hold about {held:,.0f} characters, past the budget's {budget:,}")
+        share = max(budget - held, 0.0)
+        for s in weighted:
+            target = math.floor(share * weights[s] / total_w)
+            estimate = round(target / _mean(chars_of, counts, s))
+            plans.append(
+                SourcePlan(s, counts[s], estimate, f"weight {weights[s]:g} of the budget", target_chars=target)
+            )
+    else:
+        plans += _row_plans(counts, mix, weighted, weights, chars_of)
+    plans.sort(key=lambda p: order.index(p.source))
+    for p in plans:
+        p.input_chars = chars_of.get(p.source, 0) if chars is not None else None
+        warnings += _cap(p, mix.upsample)
     if sum(p.output_rows for p in plans) == 0:
         raise MixError(f"mix draws 0 rows (input rows per source: {counts})")
     return plans, warnings
+
+
+def _mean(chars: dict[str, int], counts: dict[str, int], source: str) -> float:
+    return chars.get(source, 0) / counts[source] if counts.get(source) else 0.0
+
+
+def _row_plans(
+    counts: dict[str, int], mix: SplitMixSpec, weighted: list[str], weights: dict[str, float], chars: dict[str, int]
+) -> list[SourcePlan]:
+    """The weighted sources' rows for a `rows` size (or every input row), by rows or characters."""
+    total_w = sum(weights[s] for s in weighted)
+    n_target = mix.rows if mix.rows is not None else sum(counts[s] for s in weighted)
+    if mix.unit != MixUnit.chars:
+        return [
+            SourcePlan(s, counts[s], math.floor(n_target * weights[s] / total_w), f"weight {weights[s]:g}")
+            for s in weighted
+        ]
+    weighted_rows = sum(counts[s] for s in weighted)
+    target_chars = n_target * sum(chars[s] for s in weighted) / weighted_rows if weighted_rows else 0
+    return [
+        SourcePlan(
+            s,
+            counts[s],
+            math.floor(target_chars * weights[s] / total_w / _mean(chars, counts, s)),
+            f"weight {weights[s]:g} of chars",
+        )
+        for s in weighted
+    ]
+
+
+def _cap(plan: SourcePlan, upsample: bool) -> list[str]:
+    """Without upsampling, a source gives at most its rows (characters, for a budget)."""
+    if upsample:
+        return []
+    if plan.target_chars is not None and plan.input_chars is not None and plan.target_chars > plan.input_chars:
+        wanted, plan.target_chars, plan.output_rows = plan.target_chars, plan.input_chars, plan.input_rows
+        return [
+            f"{plan.source}: wanted {wanted} chars but only {plan.input_chars} available and upsampling is off; capped"
+        ]
+    if plan.output_rows > plan.input_rows:
+        wanted, plan.output_rows = plan.output_rows, plan.input_rows
+        return [
+            f"{plan.source}: wanted {wanted} rows but only {plan.input_rows} available and upsampling is off; capped"
+        ]
+    return []
+
+
+def repeat_warnings(plans: list[SourcePlan]) -> list[str]:
+    """A warning per source the mix holds more than MAX_EPOCHS copies of."""
+    return [
+        f"{p.source}: {p.multiplier:.2f} copies of its documents; past {MAX_EPOCHS} epochs repeated data "
+        "is worth much less than new data (Muennighoff et al., 2023)"
+        for p in plans
+        if p.multiplier > MAX_EPOCHS
+    ]
 
 
 def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
@@ -112,6 +178,30 @@ def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
     parts = [np.tile(np.arange(n_in, dtype=np.int64), copies)]
     if rest:
         parts.append(np.sort(rng.choice(n_in, size=rest, replace=False)))
+    return np.concatenate(parts)
+
+
+def draw_chars(lengths: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices into `lengths` (characters per document) holding about `target` characters:
+    whole copies, then a without-replacement remainder: in a random order, every document
+    that still fits the rest (first fit). A source falls short of its share by less than
+    any document it left out, so a budget lands on its characters whatever their sizes."""
+    total = int(lengths.sum())
+    copies, rest = divmod(target, total) if total else (0, 0)
+    parts = [np.tile(np.arange(len(lengths), dtype=np.int64), copies)]
+    if rest:
+        order = rng.permutation(len(lengths))
+        ends = np.cumsum(lengths[order])
+        k = int(np.searchsorted(ends, rest, side="right"))  # the prefix that fits whole
+        rest -= int(ends[k - 1]) if k else 0
+        shortest, taken = int(lengths.min()), list(order[:k])
+        for i in order[k:].tolist():
+            if rest < shortest:
+                break
+            if lengths[i] <= rest:
+                taken.append(i)
+                rest -= int(lengths[i])
+        parts.append(np.sort(np.array(taken, dtype=np.int64)))
     return np.concatenate(parts)
 
 
@@ -223,6 +313,24 @@ def _text_sizes(_: None, io: TaskIO, path: str) -> tuple[np.ndarray, np.ndarray]
     return nbytes.astype(np.int64), chars.astype(np.int64)
 
 
+def _draw(plans: list[SourcePlan], positions: dict[str, np.ndarray], lengths: np.ndarray, seed: int) -> np.ndarray:
+    """The split's row numbers each plan draws (by rows, or by characters for a budget),
+    shuffled together; each plan learns its output rows and characters."""
+    rng = np.random.default_rng(seed)
+    picked = []
+    for p in plans:
+        pos = positions.get(p.source, np.zeros(0, np.int64))
+        if p.target_chars is not None:
+            picked.append(pos[draw_chars(lengths[pos], p.target_chars, rng)])
+            p.output_rows = len(picked[-1])
+        elif p.output_rows:
+            picked.append(pos[draw_indices(p.input_rows, p.output_rows, rng)])
+        else:
+            picked.append(pos[:0])
+        p.output_chars = int(lengths[picked[-1]].sum())
+    return np.concatenate(picked)[rng.permutation(sum(len(p) for p in picked))]
+
+
 def mix_documents(
     split_path: Path,
     mix: SplitMixSpec,
@@ -249,17 +357,17 @@ def mix_documents(
     files = parquet_files(split_path)
     sizes = map_tasks(_text_sizes, None, [str(f) for f in files], out.parent, io.executor, inline_below=CHEAP)
     nbytes = np.concatenate([b for b, _ in sizes])
-    chars = None
-    if mix.unit == MixUnit.chars:
-        lengths = np.concatenate([c for _, c in sizes])
-        chars = {name: int(lengths[pos].sum()) for name, pos in positions.items()}
+    lengths = np.concatenate([c for _, c in sizes])
+    chars = {name: int(lengths[pos].sum()) for name, pos in positions.items()}
     plans, warnings = plan_counts(counts, mix, order, chars)
-    rng = np.random.default_rng(mix.seed)
-    picked = [positions[p.source][draw_indices(p.input_rows, p.output_rows, rng)] for p in plans if p.output_rows]
-    order_idx = np.concatenate(picked)[rng.permutation(sum(len(p) for p in picked))]
+    order_idx = _draw(plans, positions, lengths, mix.seed)
     bounds = shard_bounds(nbytes[order_idx], int(shard_mb * MB))
     shards = shuffle(split_path, order_idx, out, bounds, io.executor)
     if io.progress:
         io.progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
-    summary = MixSummary(plan=[PlanRow.of(p) for p in plans], warnings=warnings)
+    summary = MixSummary(
+        plan=[PlanRow.of(p) for p in plans],
+        warnings=warnings + repeat_warnings(plans),
+        budget=MixBudget.of(mix, sum(p.output_chars or 0 for p in plans)) if mix.budget_chars is not None else None,
+    )
     return MixResult([s.artifact(out, io.root) for s in shards], summary)

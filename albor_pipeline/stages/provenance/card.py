@@ -20,7 +20,7 @@ from albor_pipeline.stages.chat.base_eval import BASE_EVAL_SCHEMA
 from albor_pipeline.stages.chat.pack import PACKED_SCHEMA
 from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA
 from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
-from albor_pipeline.stages.corpus.report import card_corpora, hf_split
+from albor_pipeline.stages.corpus.report import card_corpora, card_size, hf_split
 from albor_pipeline.stages.ingest.report import card_sources
 from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.tokenizer.report import TokenizerSummary, card_tokenizer
@@ -139,6 +139,7 @@ def render_card(prov: dict[str, Any]) -> str:
     sections = [
         ("Sources and licences", [LICENCES, "", markdown_table(card_sources(built.sources, built.ingested()))]),
         ("Configs", [markdown_table(card_corpora(built.corpora())) or "No corpus built yet."]),
+        ("Size and epochs", card_size(built.corpora()) or ["No train corpus built yet."]),
         ("Tokenizer", [TOKENIZER_TEXT, "", markdown_table(card_tokenizer(built.summary(TOKENIZER, TokenizerSummary)))]),
         ("Settings", [SETTINGS, "", "```yaml", _yaml(_settings(built)), "```"]),
         ("Intended use", [INTENDED_USE]),
