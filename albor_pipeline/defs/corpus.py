@@ -65,9 +65,11 @@ def pack(ctx: StageContext, split: str, out: str, settings: CorpusSpec, min_char
         summary=summary,
         row_count=summary.sequences,
         metadata={
-            **summary.model_dump(exclude={"sources"}),
+            **summary.model_dump(exclude={"sources", "token_lengths"}),  # lengths: the stats asset's
             "sources": dg.MetadataValue.md(
-                markdown_table([{"source": k, **v} for k, v in summary.to_json()["sources"].items()])
+                markdown_table(
+                    [{"source": k, **v.model_dump(exclude={"token_lengths"})} for k, v in summary.sources.items()]
+                )
             ),
             "bytes_per_token": round(bytes_per_token, 4),
             "encoder": result.encoder,

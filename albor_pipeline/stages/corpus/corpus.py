@@ -24,6 +24,7 @@ from albor_pipeline.runtime.artifacts import (
     record,
     write_json,
 )
+from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import Shard, row_groups
@@ -49,7 +50,8 @@ PROGRESS_SECONDS = 5.0
 
 
 class SourceAccounting:
-    """Per source: documents, unique documents, repeats, tokens, token share and epochs.
+    """Per source: documents, unique documents, repeats, tokens, token share, epochs and the
+    distribution of its documents' tokens.
 
     The mix can repeat a source's documents many times while its share of tokens stays
     small; this says both. Epochs = the source's tokens / the tokens of its unique documents
@@ -67,9 +69,10 @@ class SourceAccounting:
         codes = mine[group.codes] if len(mine) else group.codes
         self._parts.append((codes, group.keys, group.lengths.astype(np.int64, copy=False)))
 
-    def summary(self) -> dict[str, SourceFacts]:
+    def summary(self) -> tuple[dict[str, SourceFacts], Distribution | None]:
+        """Each source's facts, and the distribution of every document's tokens."""
         if not self._parts:
-            return {}
+            return {}, None
         codes, keys, lengths = (np.concatenate(column) for column in zip(*self._parts))
         total = int(lengths.sum())
         out = {}
@@ -85,8 +88,9 @@ class SourceAccounting:
                 tokens=tokens,
                 token_share=round(tokens / total, 6) if total else 0.0,
                 epochs=round(tokens / unique_tokens, 4),
+                token_lengths=ValueCounts.of(lengths[mine]).distribution(),
             )
-        return out
+        return out, ValueCounts.of(lengths).distribution()
 
 
 @dataclass
@@ -266,6 +270,7 @@ def _pack_split(
     shards = list(shards_of(packed))
     sequences = sum(shard.rows for shard in shards)
     cut = _plan_counts(plan, ExportFormat.parquet in formats)
+    sources, token_lengths = encoded.accounting.summary()
     summary = CorpusSummary(
         documents=docs,
         sequences=sequences,
@@ -273,7 +278,8 @@ def _pack_split(
         **cut,
         cut_fraction=round(cut["cut_documents"] / docs, 6) if docs else 0.0,
         pad_fraction=round(cut["padded_tokens"] / (sequences * spec.seq_len), 6) if sequences else 0.0,
-        sources=encoded.accounting.summary(),
+        sources=sources,
+        token_lengths=token_lengths,
     )
     artifacts = _artifacts(out_dir, io.root, shards, formats, stream, docs, tokens)
     return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - start)

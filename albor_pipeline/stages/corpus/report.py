@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from albor_pipeline.runtime.distribution import Distribution
 from albor_pipeline.runtime.report import Report, table
 from albor_pipeline.spec import CorpusSpec
 
@@ -21,6 +22,7 @@ class SourceFacts(Report):
     tokens: int
     token_share: float
     epochs: float  # the source's tokens over the tokens of its unique documents
+    token_lengths: Distribution | None = None  # its documents' tokens (EOS, BOS and FIM sentinels included)
 
 
 class CorpusSummary(Report):
@@ -34,6 +36,7 @@ class CorpusSummary(Report):
     cut_fraction: float
     pad_fraction: float
     sources: dict[str, SourceFacts]
+    token_lengths: Distribution | None = None  # every document's tokens, as `SourceFacts.token_lengths`
 
 
 @dataclass(frozen=True)
