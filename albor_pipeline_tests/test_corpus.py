@@ -262,6 +262,13 @@ def test_per_source_accounting_counts_repeats_tokens_and_epochs(pipeline):
     assert result.summary.warnings == []  # no source past 4 epochs
     assert a.token_share + b.token_share == pytest.approx(1.0, abs=1e-5)
     assert a.tokens + b.tokens == result.summary.tokens
+    # Each document's tokens, as a distribution per source and in all (what the stats asset charts).
+    lengths = {"a": [n[x], n[y], n[x], n[x]], "b": [n[z], n[z]]}
+    for facts, mine in ((a, lengths["a"]), (b, lengths["b"]), (result.summary, lengths["a"] + lengths["b"])):
+        d = facts.token_lengths
+        assert (d.count, d.total, d.min, d.max) == (len(mine), sum(mine), min(mine), max(mine))
+        assert list(d.quantiles.values()) == pytest.approx(list(np.quantile(mine, [0.1, 0.5, 0.9, 0.99])), abs=0.005)
+        assert sum(d.bins) == len(mine)
 
 
 def _megatron_lengths(out: Path) -> np.ndarray:

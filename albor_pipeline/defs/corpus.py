@@ -79,9 +79,13 @@ def pack(
         summary=summary,
         row_count=summary.sequences,
         metadata={
-            **summary.model_dump(exclude={"sources", "budget", "warnings"}),
+            **summary.model_dump(
+                exclude={"sources", "budget", "warnings", "token_lengths"}
+            ),  # lengths: the stats asset's
             "sources": dg.MetadataValue.md(
-                markdown_table([{"source": k, **v} for k, v in summary.to_json()["sources"].items()])
+                markdown_table(
+                    [{"source": k, **v.model_dump(exclude={"token_lengths"})} for k, v in summary.sources.items()]
+                )
             ),
             **({f"budget_{k}": v for k, v in summary.budget.model_dump().items()} if summary.budget else {}),
             "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in summary.warnings) or "none"),

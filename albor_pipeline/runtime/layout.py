@@ -13,6 +13,7 @@ from pathlib import Path
 DOCUMENTS = "documents"
 CONVERSATIONS = "conversations"
 TOKENIZER = "tokenizer"
+STATS = "stats"
 PROVENANCE = "provenance"
 
 

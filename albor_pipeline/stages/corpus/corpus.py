@@ -25,6 +25,7 @@ from albor_pipeline.runtime.artifacts import (
     record,
     write_json,
 )
+from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import Shard, row_groups
@@ -50,7 +51,8 @@ PROGRESS_SECONDS = 5.0
 
 
 class SourceAccounting:
-    """Per source: documents, unique documents, repeats, tokens, token share and epochs.
+    """Per source: documents, unique documents, repeats, tokens, token share, epochs and the
+    distribution of its documents' tokens.
 
     The mix can repeat a source's documents many times while its share of tokens stays
     small; this says both. Epochs = the source's tokens / the tokens of its unique documents
@@ -68,11 +70,14 @@ class SourceAccounting:
         codes = mine[group.codes] if len(mine) else group.codes
         self._parts.append((codes, group.keys, group.lengths.astype(np.int64, copy=False)))
 
-    def summary(self, documents: int, pool: Mapping[str, int] | None) -> dict[str, SourceFacts]:
+    def summary(
+        self, documents: int, pool: Mapping[str, int] | None
+    ) -> tuple[dict[str, SourceFacts], Distribution | None]:
         """The facts of the first `documents` documents (those a budget keeps), each source's
-        epochs against its documents in `pool` (the split's, from the mix)."""
+        epochs against its documents in `pool` (the split's, from the mix), and the distribution
+        of those documents' tokens."""
         if not self._parts or not documents:
-            return {}
+            return {}, None
         codes, keys, lengths = (np.concatenate(column)[:documents] for column in zip(*self._parts))
         total = int(lengths.sum())
         out = {}
@@ -92,8 +97,9 @@ class SourceAccounting:
                 token_share=round(tokens / total, 6) if total else 0.0,
                 pool_documents=available,
                 epochs=round(docs / available, 4) if available else None,
+                token_lengths=ValueCounts.of(lengths[mine]).distribution(),
             )
-        return out
+        return out, ValueCounts.of(lengths).distribution()
 
 
 @dataclass(frozen=True)
@@ -314,6 +320,7 @@ def _pack_split(
     shards = list(shards_of(packed))
     sequences = sum(shard.rows for shard in shards)
     cut = _plan_counts(plan, ExportFormat.parquet in formats)
+    sources, token_lengths = encoded.accounting.summary(docs, pool)
     summary = CorpusSummary(
         documents=docs,
         sequences=sequences,
@@ -321,8 +328,9 @@ def _pack_split(
         **cut,
         cut_fraction=round(cut["cut_documents"] / docs, 6) if docs else 0.0,
         pad_fraction=round(cut["padded_tokens"] / (sequences * spec.seq_len), 6) if sequences else 0.0,
-        sources=(sources := encoded.accounting.summary(docs, pool)),
+        sources=sources,
         warnings=repeat_warnings(sources),
+        token_lengths=token_lengths,
     )
     artifacts = _artifacts(out_dir, io.root, shards, formats, stream, docs, tokens)
     return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - start)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from albor_pipeline.runtime.distribution import Distribution
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.report import Report, table
 from albor_pipeline.spec import MAX_EPOCHS, CorpusSpec
@@ -26,6 +27,7 @@ class SourceFacts(Report):
     # long subset (its pool is not counted) and in a summary written before they were.
     pool_documents: int | None = None
     epochs: float | None = None
+    token_lengths: Distribution | None = None  # its documents' tokens (EOS, BOS and FIM sentinels included)
 
 
 class CorpusBudget(Report):
@@ -53,6 +55,7 @@ class CorpusSummary(Report):
     sources: dict[str, SourceFacts]
     budget: CorpusBudget | None = None
     warnings: list[str] = []
+    token_lengths: Distribution | None = None  # every document's tokens, as `SourceFacts.token_lengths`
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
-from albor_pipeline.runtime.layout import TOKENIZER, eval_stage, filtered_stage, sft_stage
+from albor_pipeline.runtime.layout import STATS, TOKENIZER, eval_stage, filtered_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.spec import SPLITS, SftPacking, SourceKind
 from albor_pipeline.stages.chat.base_eval import BASE_EVAL_SCHEMA
@@ -23,6 +23,7 @@ from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
 from albor_pipeline.stages.corpus.report import card_corpora, card_size, hf_split
 from albor_pipeline.stages.ingest.report import card_sources
 from albor_pipeline.stages.provenance.provenance import Built
+from albor_pipeline.stages.stats.report import StatsSummary, card_charts
 from albor_pipeline.stages.tokenizer.report import TokenizerSummary, card_tokenizer
 
 
@@ -117,6 +118,11 @@ TOKENIZER_TEXT = (
     "ByteLevel BPE trained on the train mix. Bytes per token on the whole val text, against OpenAI's "
     "tokenizers (from their ranks on PyPI) and any baselines the spec lists; per source in PROVENANCE.md."
 )
+STATISTICS = (
+    "Per split and source, from `stats/stats.json` (every figure, with p10/p50/p90/p99 quantiles). "
+    "Lengths are of the split's mix, a repeated document counted each time; tokens as packed, with "
+    "`</s>` and any FIM sentinels."
+)
 INTENDED_USE = (
     "Pretraining and supervised fine-tuning of small code language models, and research on data "
     "pipelines. The text is other people's code and documentation under their licences (above); the "
@@ -141,6 +147,7 @@ def render_card(prov: dict[str, Any]) -> str:
         ("Configs", [markdown_table(card_corpora(built.corpora())) or "No corpus built yet."]),
         ("Size and epochs", card_size(built.corpora()) or ["No train corpus built yet."]),
         ("Tokenizer", [TOKENIZER_TEXT, "", markdown_table(card_tokenizer(built.summary(TOKENIZER, TokenizerSummary)))]),
+        ("Statistics", [STATISTICS, "", *card_charts(built.summary(STATS, StatsSummary))]),
         ("Settings", [SETTINGS, "", "```yaml", _yaml(_settings(built)), "```"]),
         ("Intended use", [INTENDED_USE]),
     ]

@@ -20,6 +20,7 @@ from albor_pipeline.runtime.bucket import IO_THREADS, Bucket
 from albor_pipeline.runtime.commit import BACKUP_SUFFIX, journal_finals
 from albor_pipeline.runtime.layout import (
     DOCUMENTS,
+    STATS,
     TOKENIZER,
     Layout,
     corpus_names,
@@ -58,6 +59,8 @@ from albor_pipeline.stages.ingest import report as ingest_report
 from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.stages.mix import report as mix_report
 from albor_pipeline.stages.mix.report import MixSummary
+from albor_pipeline.stages.stats import report as stats_report
+from albor_pipeline.stages.stats.report import StatsSummary
 from albor_pipeline.stages.tokenizer import report as tokenizer_report
 from albor_pipeline.stages.tokenizer.report import TokenizerSummary
 
@@ -199,6 +202,11 @@ def _chat(built: Built) -> list[str]:
     return chat_report.provenance_section(cleanup, sft, evals, base)
 
 
+def _stats(built: Built) -> list[str]:
+    summary = built.summary(STATS, StatsSummary)
+    return stats_report.provenance_section(summary) if summary else []
+
+
 def _artifacts(built: Built) -> list[str]:
     rows = [
         [f"`{a['path']}`", f"`{a['sha256']}`", a["bytes"], a["rows"] if a["rows"] is not None else "", a["stage"]]
@@ -227,6 +235,7 @@ SECTIONS: tuple[Callable[[Built], list[str]], ...] = (
     _tokenizer,
     _corpora,
     _chat,
+    _stats,
     _artifacts,
     _versions,
 )

@@ -1,0 +1,247 @@
+"""The statistics stage: what the other stages recorded, and the distributions that need data.
+
+Counts come from the stages' own summaries (hygiene's removals and findings, the holdout's
+duplicates, FIM's rows, the corpus's packing and its documents' token lengths). Only what no
+stage records is computed here, streamed a batch at a time: each document's length in
+characters and its FIM share per source (the FIM Parquet), and each sequence's fill (the
+corpus's `doc_lens`). Written as `stats/stats.json` plus PNG charts, committed as one set.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from albor_pipeline.runtime.artifacts import Artifact, record, write_bytes, write_json
+from albor_pipeline.runtime.distribution import Distribution, ValueCounts
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.shardmap import StageIO, output_set
+from albor_pipeline.runtime.shards import iter_batches
+from albor_pipeline.spec import SPLITS
+from albor_pipeline.stages.corpus.report import Corpus
+from albor_pipeline.stages.dedup.report import DocumentsSummary
+from albor_pipeline.stages.fim.report import FimSplit
+from albor_pipeline.stages.hygiene.report import HygieneRow
+from albor_pipeline.stages.ingest.report import IngestSummary
+from albor_pipeline.stages.stats.charts import render_charts
+from albor_pipeline.stages.stats.facts import (
+    FimFacts,
+    Funnel,
+    LengthFacts,
+    Redactions,
+    SequenceFacts,
+    SplitLengths,
+    Statistics,
+)
+from albor_pipeline.stages.stats.report import Chart, SplitFacts, StatsSummary
+from albor_pipeline.text.vocab import FIM_SENTINEL_CHARS
+
+BATCH_ROWS = 256  # documents read at once: the Parquet row groups' size
+STATS_JSON = "stats.json"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the upstream stages recorded, each summary through its stage's own model."""
+
+    document_sources: list[str]  # spec order
+    ingested: dict[str, IngestSummary]  # every source with hygiene
+    hygiene: list[HygieneRow]  # every source with hygiene (documents and conversations)
+    documents: DocumentsSummary
+    fim: list[FimSplit]
+    corpora: list[Corpus]  # the splits', then the long subsets'
+
+
+@dataclass
+class _Streamed:
+    """A source's documents in one split's FIM Parquet: characters before FIM, FIM rows."""
+
+    chars: ValueCounts = field(default_factory=ValueCounts)
+    rows: int = 0
+    fim: int = 0
+
+
+def stream_split(fim_dir: Path) -> dict[str, _Streamed]:
+    """Per source: each document's characters before FIM (the FIM'd text less its sentinels)."""
+    found: dict[str, _Streamed] = {}
+    for batch in iter_batches(fim_dir, ["text", "source", "fim_format"], batch_size=BATCH_ROWS):
+        fimmed = batch.column("fim_format").is_valid().to_numpy(zero_copy_only=False)
+        chars = pc.utf8_length(batch.column("text")).to_numpy().astype(np.int64) - FIM_SENTINEL_CHARS * fimmed
+        sources = batch.column("source").dictionary_encode()
+        codes = sources.indices.to_numpy()
+        for code, name in enumerate(sources.dictionary.to_pylist()):
+            mine = codes == code
+            into = found.setdefault(name, _Streamed())
+            into.chars.add(chars[mine])
+            into.rows += int(mine.sum())
+            into.fim += int(fimmed[mine].sum())
+    return found
+
+
+def sequence_fill(corpus_dir: Path) -> ValueCounts:
+    """Each sequence's non-pad tokens: the sum of its `doc_lens`."""
+    fill = ValueCounts()
+    for batch in iter_batches(corpus_dir, ["doc_lens"]):
+        lens = batch.column("doc_lens")
+        offsets = lens.offsets.to_numpy()
+        sums = np.concatenate([[0], np.cumsum(lens.flatten().to_numpy().astype(np.int64))])
+        fill.add(sums[offsets[1:] - offsets[0]] - sums[offsets[:-1] - offsets[0]])
+    return fill
+
+
+def _lengths(streamed: dict[str, _Streamed], corpus: Corpus | None, order: list[str]) -> SplitLengths:
+    """A split's length facts per source (in spec order) and for all of them."""
+    summary = corpus.summary if corpus is not None else None
+    every = _Streamed()
+    sources = {}
+    for name in (n for n in order if n in streamed):
+        s = streamed[name]
+        every.chars.merge(s.chars)
+        every.rows, every.fim = every.rows + s.rows, every.fim + s.fim
+        facts = summary.sources.get(name) if summary is not None else None
+        sources[name] = _length_facts(s, facts.token_lengths if facts is not None else None)
+    return SplitLengths(all=_length_facts(every, summary.token_lengths if summary else None), sources=sources)
+
+
+def _length_facts(s: _Streamed, tokens: Distribution | None) -> LengthFacts:
+    """The streamed characters with the token lengths the corpus recorded."""
+    return LengthFacts(documents=s.rows, fim_documents=s.fim, chars=s.chars.distribution(), tokens=tokens)
+
+
+def _funnel(recorded: Recorded) -> dict[str, Funnel]:
+    """Each document source's documents from ingest to the splits, as the stages counted them."""
+    hygiene = {row.source: row.summary for row in recorded.hygiene}
+    docs = recorded.documents
+    exact = Counter[str]()
+    for pair, n in docs.duplicates.items():  # "kept_source <- dropped_source"
+        exact[pair.split(" <- ")[1]] += n
+    near = docs.near_duplicates.removed if docs.near_duplicates else {}
+    decontaminated = docs.decontaminated.dropped if docs.decontaminated else {}
+    out = {}
+    for name in recorded.document_sources:
+        h, ingested = hygiene[name], recorded.ingested[name]
+        out[name] = Funnel(
+            skipped_at_ingest=ingested.skipped,
+            ingested=h.documents_in,
+            removed=h.removed,
+            kept=h.kept,
+            exact_duplicates=exact[name],
+            near_duplicates=near.get(name, 0),
+            decontaminated=decontaminated.get(name, 0),
+            splits={split: docs.rows[split].get(name, 0) for split in SPLITS if split in docs.rows},
+        )
+    return out
+
+
+def _fim(recorded: Recorded, streamed: dict[str, dict[str, _Streamed]], order: list[str]) -> dict[str, FimFacts]:
+    """Per split: FIM's own counts, and each source's share of FIM rows (from the stream)."""
+    out = {}
+    for f in recorded.fim:
+        per_source = streamed.get(f.split, {})
+        out[f.split] = FimFacts(
+            enabled=f.enabled,
+            rate=f.settings.rate if f.enabled else 0.0,
+            rows=f.summary.rows,
+            fim_rows=f.summary.transformed,
+            share=f.summary.observed_rate,
+            sources={n: round(s.fim / s.rows, 6) for n in order if (s := per_source.get(n)) and s.rows},
+        )
+    return out
+
+
+def _sequences(recorded: Recorded, layout: Layout) -> dict[str, SequenceFacts]:
+    """Per corpus: what packing recorded, and each sequence's fill (its `doc_lens`)."""
+    return {
+        c.name: SequenceFacts(
+            seq_len=c.settings.seq_len,
+            sequences=c.summary.sequences,
+            tokens=c.summary.tokens,
+            dropped_tokens=c.summary.dropped_tokens,
+            padded_tokens=c.summary.padded_tokens,
+            pad_fraction=c.summary.pad_fraction,
+            cut_fraction=c.summary.cut_fraction,
+            fill=sequence_fill(layout.corpus_dir(c.name)).distribution(),
+        )
+        for c in recorded.corpora
+    }
+
+
+def compute_statistics(recorded: Recorded, layout: Layout, io: StageIO) -> Statistics:
+    """Every figure of `stats.json`: the recorded counts, and the streamed distributions."""
+    order = recorded.document_sources
+    corpora = {c.name: c for c in recorded.corpora}
+    streamed = {}
+    for f in recorded.fim:
+        streamed[f.split] = stream_split(layout.fim(f.split))
+        if io.progress:
+            io.progress(f"stats: {f.split}: {sum(s.rows for s in streamed[f.split].values()):,} documents measured")
+    docs = recorded.documents
+    return Statistics(
+        lengths={split: _lengths(s, corpora.get(split), order) for split, s in streamed.items()},
+        funnel=_funnel(recorded),
+        redactions={
+            row.source: Redactions(
+                mode=row.redact.value, at_ingest=dict(row.secrets_at_ingest), hygiene=row.summary.findings
+            )
+            for row in recorded.hygiene
+        },
+        near_duplicate_clusters=(
+            {k: v for k, v in sorted(docs.near_duplicates.cluster_sizes.items(), key=lambda kv: int(kv[0]))}
+            if docs.near_duplicates
+            else None
+        ),
+        fim=_fim(recorded, streamed, order),
+        sequences=_sequences(recorded, layout),
+    )
+
+
+def headline(stats: Statistics, charts: list[Chart]) -> StatsSummary:
+    """The manifest's summary: per split the figures worth plotting across builds, the charts."""
+    funnels = stats.funnel.values()
+    ingested = sum(f.ingested for f in funnels)
+    splits = {}
+    for split, lengths in stats.lengths.items():
+        every, seqs = lengths.all, stats.sequences.get(split)
+        chars = every.chars.quantiles if every.chars else {}
+        tokens = every.tokens.quantiles if every.tokens else {}
+        splits[split] = SplitFacts(
+            documents=every.documents,
+            chars_p50=chars.get("p50"),
+            chars_p99=chars.get("p99"),
+            tokens_p50=tokens.get("p50"),
+            tokens_p99=tokens.get("p99"),
+            fim_share=stats.fim[split].share if split in stats.fim else 0.0,
+            pad_fraction=seqs.pad_fraction if seqs else 0.0,
+        )
+    return StatsSummary(
+        splits=splits,
+        hygiene_kept=round(sum(f.kept for f in funnels) / ingested, 6) if ingested else 1.0,
+        redactions=sum(sum(r.at_ingest.values()) + sum(r.hygiene.values()) for r in stats.redactions.values()),
+        near_duplicate_clusters=sum((stats.near_duplicate_clusters or {}).values()),
+        charts=charts,
+    )
+
+
+@dataclass
+class StatsResult:
+    artifacts: list[Artifact]
+    summary: StatsSummary
+    statistics: Statistics
+
+
+def build_stats(recorded: Recorded, layout: Layout, out_dir: Path, io: StageIO) -> StatsResult:
+    """`stats.json` and the charts into `out_dir`, committed as one set (a rerun: the same bytes)."""
+    stats = compute_statistics(recorded, layout, io)
+    charts = render_charts(stats)
+    with output_set(out_dir) as staging:
+        write_json(staging / STATS_JSON, stats.to_json())
+        for chart in charts:
+            write_bytes(staging / chart.name, chart.png)
+    root = io.root
+    artifacts = [record(out_dir / STATS_JSON, root), *(record(out_dir / c.name, root) for c in charts)]
+    listed = [Chart(path=(out_dir / c.name).relative_to(root).as_posix(), title=c.title) for c in charts]
+    return StatsResult(artifacts, headline(stats, listed), stats)
