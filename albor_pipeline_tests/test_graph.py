@@ -45,6 +45,7 @@ def test_default_definitions_load_with_expected_keys():
         "eval/python_mc",
         *(f"eval/{name}" for name in ("base_mc", "base_schema", "base_lm")),
         "tokenizer",
+        "stats",
         "provenance",
         *(f"{stage}/{s}" for stage in ("mixed", "fim", "corpus") for s in ("train", "val", "test")),
         *(f"corpus/long_{s}" for s in ("train", "val", "test")),
@@ -85,7 +86,8 @@ def test_every_stage_materializes_with_provenance_metadata(reference):
         e.asset_key.to_user_string(): e.step_materialization_data.materialization
         for e in result.get_asset_materialization_events()
     }
-    assert len(mats) == 2 + 2 + 1 + 9 + 3 + 1 + 1  # ingested, filtered, documents, mix/fim/corpus, long, tok, prov
+    # ingested, filtered, documents, mix/fim/corpus, long, tok, stats, prov
+    assert len(mats) == 2 + 2 + 1 + 9 + 3 + 1 + 1 + 1
     for key, mat in mats.items():
         meta = mat.metadata
         assert meta["dagster/row_count"].value > 0 or key.startswith("corpus/long_"), key

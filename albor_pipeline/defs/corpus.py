@@ -201,7 +201,8 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
             config=CorpusConfig,
             defaults=spec_defaults(CorpusConfig, spec.corpus),
             work=partial(corpus, spec, split),
-            deps=(fim_stage(split), TOKENIZER, mixed_stage(split)),  # the mix's pool and budget
+            deps=(fim_stage(split), TOKENIZER),
+            reads=(mixed_stage(split),),  # the mix's pool and budget, from its manifest
             checks=_checks(spec),
         )
         for split in SPLITS

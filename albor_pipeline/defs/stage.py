@@ -213,6 +213,9 @@ class Stage(Generic[C]):
     defaults: C  # the spec's values: the build job's launchpad shows them
     work: Callable[[StageContext, C], StageOutput]
     deps: tuple[str, ...] = ()  # upstream stages: verified, and recorded as inputs
+    # Upstream stages whose manifests (their summaries), not files, the work reads: asset
+    # deps for order and lineage, never re-hashed or fetched from a bucket.
+    reads: tuple[str, ...] = ()
     observes: tuple[str, ...] = ()  # upstream observable sources: lineage only
     checks: tuple[Check, ...] = ()
     kinds: tuple[str, ...] = ("parquet",)
@@ -333,7 +336,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT) -> dg.Definitions
 
     @dg.asset(
         key=ns.key(stage.name),
-        deps=[ns.key(d) for d in (*stage.observes, *stage.deps)],
+        deps=[ns.key(d) for d in (*stage.observes, *stage.deps, *stage.reads)],
         group_name=ns.name(stage.group),
         description=stage.description,
         code_version=CODE_VERSION,

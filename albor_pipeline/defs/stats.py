@@ -112,10 +112,12 @@ def stages(spec: PipelineSpec) -> list[Stage[NoConfig]]:
             config=NoConfig,
             defaults=NoConfig(),
             work=partial(stats, spec),
-            # The mixes and the tokenizer too: the figures describe them, and with every stage from
-            # hygiene to the corpora as a parent, a rebuild cascade reaches stats once, at its end
-            # (automation waits only while a direct parent is about to run).
-            deps=(*hygiene, DOCUMENTS, *mixed, TOKENIZER, *map(fim_stage, SPLITS), *map(corpus_stage, _corpora(spec))),
+            # Files it reads: the FIM'd splits and the corpora. Manifests it reads: every stage from
+            # hygiene on; the mixes and the tokenizer too, so that with every stage as a parent a
+            # rebuild cascade reaches stats once, at its end (automation waits only while a direct
+            # parent is about to run). Manifests only: never re-hashed or fetched from a bucket.
+            deps=(*map(fim_stage, SPLITS), *map(corpus_stage, _corpora(spec))),
+            reads=(*hygiene, DOCUMENTS, *mixed, TOKENIZER),
             kinds=("json", "matplotlib"),
         )
     ]
