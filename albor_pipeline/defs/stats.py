@@ -8,7 +8,6 @@ from functools import partial
 import dagster as dg
 
 from albor_pipeline.defs.stage import NoConfig, Stage, StageContext
-from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.layout import (
     DOCUMENTS,
     STATS,
@@ -23,20 +22,11 @@ from albor_pipeline.runtime.layout import (
 )
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, CorpusSpec, FimSpec, HygieneSpec, M, PipelineSpec
-from albor_pipeline.stages.corpus.report import Corpus, CorpusSummary
+from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec
 from albor_pipeline.stages.dedup.report import DocumentsSummary
-from albor_pipeline.stages.fim.report import FimSplit, FimSummary
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
-from albor_pipeline.stages.hygiene.report import HygieneRow, HygieneSummary
-from albor_pipeline.stages.ingest.report import IngestSummary
+from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.stats.stats import Recorded, build_stats
-
-
-def _settings(layout: Layout, stage: str, model: type[M]) -> M:
-    """The stage's recorded settings as the spec section `model` (keys it does not know left out)."""
-    config = read_manifest(layout, stage).config
-    return model.model_validate({k: v for k, v in config.items() if k in model.model_fields})
 
 
 def _corpora(spec: PipelineSpec) -> list[str]:
@@ -44,36 +34,15 @@ def _corpora(spec: PipelineSpec) -> list[str]:
 
 
 def recorded(spec: PipelineSpec, layout: Layout) -> Recorded:
-    """The upstream stages' summaries and settings, as their manifests hold them."""
-
-    def summary(stage: str, model: type[M]) -> M:
-        return model.model_validate(read_manifest(layout, stage).summary)
-
-    ingested = {s.name: summary(ingested_stage(s.name), IngestSummary) for s in spec.sources_of(*HYGIENE_KINDS)}
-    hygiene = [
-        HygieneRow(
-            s.name,
-            _settings(layout, filtered_stage(s.name), HygieneSpec).redact,
-            summary(filtered_stage(s.name), HygieneSummary),
-            ingested[s.name].secrets,
-        )
-        for s in spec.sources_of(*HYGIENE_KINDS)
-    ]
-    fim = [
-        FimSplit(
-            split,
-            read_manifest(layout, fim_stage(split)).config["enabled"],
-            _settings(layout, fim_stage(split), FimSpec),
-            summary(fim_stage(split), FimSummary),
-        )
-        for split in SPLITS
-    ]
-    corpora = [
-        Corpus(name, _settings(layout, corpus_stage(name), CorpusSpec), summary(corpus_stage(name), CorpusSummary))
-        for name in _corpora(spec)
-    ]
-    documents = [s.name for s in spec.sources_of(*DOCUMENT_KINDS)]
-    return Recorded(documents, ingested, hygiene, summary(DOCUMENTS, DocumentsSummary), fim, corpora)
+    """The upstream stages' summaries and settings, read as provenance reads them."""
+    hygiene = [stage(s.name) for s in spec.sources_of(*HYGIENE_KINDS) for stage in (ingested_stage, filtered_stage)]
+    fim = [fim_stage(split) for split in SPLITS]
+    stages = [*hygiene, DOCUMENTS, *fim, *map(corpus_stage, _corpora(spec))]
+    built = Built.recorded(layout, stages, spec.model_dump(mode="json"))
+    documents = built.summary(DOCUMENTS, DocumentsSummary)
+    assert documents is not None  # every stage named was read from its manifest
+    sources = [s.name for s in spec.sources_of(*DOCUMENT_KINDS)]
+    return Recorded(sources, built.ingested(), built.hygiene(), documents, built.fim(), built.corpora())
 
 
 def stats(spec: PipelineSpec, ctx: StageContext, config: NoConfig) -> StageOutput:

@@ -106,6 +106,11 @@ class Built:
     def of(cls, prov: dict[str, Any]) -> Built:
         return cls(prov["spec"], prov["stages"], prov["artifacts"], prov["versions"])
 
+    @classmethod
+    def recorded(cls, layout: Layout, stages: list[str], spec: dict[str, Any]) -> Built:
+        """`stages` as their manifests record them now (what provenance.json will hold)."""
+        return cls.of(build_provenance(layout, stages, spec, {}))
+
     @property
     def sources(self) -> list[dict[str, Any]]:
         return self.spec["sources"]
@@ -130,6 +135,23 @@ class Built:
     def ingested(self) -> dict[str, IngestSummary]:
         return {n: s for n in self.names() if (s := self.summary(ingested_stage(n), IngestSummary))}
 
+    def hygiene(self) -> list[HygieneRow]:
+        """Each filtered source's hygiene, with the secrets its ingestion already redacted."""
+        ingested, rows = self.ingested(), []
+        for name in self.names():
+            stage = filtered_stage(name)
+            if summary := self.summary(stage, HygieneSummary):
+                secrets = ingested[name].secrets if name in ingested else {}
+                rows.append(HygieneRow(name, self.settings(stage, HygieneSpec).redact, summary, secrets))
+        return rows
+
+    def fim(self) -> list[FimSplit]:
+        return [
+            FimSplit(split, self.config(stage)["enabled"], self.settings(stage, FimSpec), s)
+            for split in SPLITS
+            if (s := self.summary(stage := fim_stage(split), FimSummary))
+        ]
+
     def corpora(self) -> list[Corpus]:
         """The built corpora (`train`, ..., `long_train`, ...)."""
         return [
@@ -144,13 +166,7 @@ def _sources(built: Built) -> list[str]:
 
 
 def _hygiene(built: Built) -> list[str]:
-    ingested, rows = built.ingested(), []
-    for name in built.names():
-        stage = filtered_stage(name)
-        if summary := built.summary(stage, HygieneSummary):
-            secrets = ingested[name].secrets if name in ingested else {}
-            rows.append(HygieneRow(name, built.settings(stage, HygieneSpec).redact, summary, secrets))
-    return hygiene_report.provenance_section(rows)
+    return hygiene_report.provenance_section(built.hygiene())
 
 
 def _splits(built: Built) -> list[str]:
@@ -173,12 +189,7 @@ def _mix(built: Built) -> list[str]:
 
 
 def _fim(built: Built) -> list[str]:
-    splits = [
-        FimSplit(split, built.config(stage)["enabled"], built.settings(stage, FimSpec), s)
-        for split in SPLITS
-        if (s := built.summary(stage := fim_stage(split), FimSummary))
-    ]
-    return fim_report.provenance_section(splits)
+    return fim_report.provenance_section(built.fim())
 
 
 def _tokenizer(built: Built) -> list[str]:
