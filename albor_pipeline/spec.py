@@ -12,6 +12,7 @@ import re
 import site
 import string
 import sysconfig
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -260,6 +261,18 @@ MAX_EPOCHS = 4
 """Copies of a source's unique documents past which repeating is worth much less than new
 data (Muennighoff et al., 2023, "Scaling Data-Constrained Language Models"): the mix and the
 corpus warn beyond it."""
+
+
+def repeat_warnings(copies: Mapping[str, float | None], unit: str) -> list[str]:
+    """A warning per source whose `copies` (of its unique documents, in `unit`) pass MAX_EPOCHS."""
+    return [
+        f"{name}: {n:.2f} {unit} of its documents; past {MAX_EPOCHS} repeated data is worth much less "
+        "than new data (Muennighoff et al., 2023)"
+        for name, n in copies.items()
+        if n is not None and n > MAX_EPOCHS
+    ]
+
+
 BUDGET_MARGIN = 0.05
 """A `tokens` budget's mix holds this much more text than the estimate says, so that the
 corpus stage, counting with the trained tokenizer, can cut it at the budget when the mix

@@ -29,7 +29,7 @@ from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import Shard, row_groups
-from albor_pipeline.spec import MAX_EPOCHS, CorpusSpec, ExportFormat, Packing, RemainderPolicy
+from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy, repeat_warnings
 from albor_pipeline.stages.corpus.encode_task import (
     EncodeJob,
     GroupTokens,
@@ -329,21 +329,11 @@ def _pack_split(
         cut_fraction=round(cut["cut_documents"] / docs, 6) if docs else 0.0,
         pad_fraction=round(cut["padded_tokens"] / (sequences * spec.seq_len), 6) if sequences else 0.0,
         sources=sources,
-        warnings=repeat_warnings(sources),
+        warnings=repeat_warnings({name: f.epochs for name, f in sources.items()}, "epochs"),
         token_lengths=token_lengths,
     )
     artifacts = _artifacts(out_dir, io.root, shards, formats, stream, docs, tokens)
     return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - start)
-
-
-def repeat_warnings(sources: Mapping[str, SourceFacts]) -> list[str]:
-    """A warning per source the corpus holds more than MAX_EPOCHS copies of."""
-    return [
-        f"{name}: {f.epochs:.2f} epochs of its documents; past {MAX_EPOCHS} repeated data is worth much less "
-        "than new data (Muennighoff et al., 2023)"
-        for name, f in sources.items()
-        if f.epochs is not None and f.epochs > MAX_EPOCHS
-    ]
 
 
 def _with_budget(summary: CorpusSummary, budget: Budget, mix_tokens: int) -> CorpusSummary:

@@ -26,7 +26,7 @@ from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
-from albor_pipeline.spec import MAX_EPOCHS, MixUnit, SplitMixSpec
+from albor_pipeline.spec import MixUnit, SplitMixSpec, repeat_warnings
 from albor_pipeline.stages.mix.report import MixBudget, MixSummary, PlanRow
 from albor_pipeline.text.documents import DOC_SCHEMA
 
@@ -160,16 +160,6 @@ def _cap(plan: SourcePlan, upsample: bool) -> list[str]:
             f"{plan.source}: wanted {wanted} rows but only {plan.input_rows} available and upsampling is off; capped"
         ]
     return []
-
-
-def repeat_warnings(plans: list[SourcePlan]) -> list[str]:
-    """A warning per source the mix holds more than MAX_EPOCHS copies of."""
-    return [
-        f"{p.source}: {p.multiplier:.2f} copies of its documents; past {MAX_EPOCHS} epochs repeated data "
-        "is worth much less than new data (Muennighoff et al., 2023)"
-        for p in plans
-        if p.multiplier > MAX_EPOCHS
-    ]
 
 
 def draw_indices(n_in: int, n_out: int, rng: np.random.Generator) -> np.ndarray:
@@ -367,7 +357,7 @@ def mix_documents(
         io.progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
     summary = MixSummary(
         plan=[PlanRow.of(p) for p in plans],
-        warnings=warnings + repeat_warnings(plans),
+        warnings=warnings + repeat_warnings({p.source: p.multiplier for p in plans}, "copies"),
         budget=MixBudget.of(mix, sum(p.output_chars or 0 for p in plans)) if mix.budget_chars is not None else None,
     )
     return MixResult([s.artifact(out, io.root) for s in shards], summary)
