@@ -14,8 +14,8 @@ from albor_pipeline.spec import REPO_ROOT, BenchmarkSpec, DecontaminateSpec, Hol
 from albor_pipeline.stages.dedup.checks import check_no_contamination
 from albor_pipeline.stages.dedup.decontam import Decontaminator, load_benchmark
 from albor_pipeline.stages.dedup.documents import build_documents
-from albor_pipeline.stages.dedup.minhash import word_hashes
 from albor_pipeline.text.datafiles import IngestError
+from albor_pipeline.text.shingles import word_hashes
 
 from .support import STDLIB, write_docs
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.stages.dedup.minhash import MinHasher, P, _inverse, jaccard, shingles
+from albor_pipeline.stages.dedup.minhash import MinHasher, jaccard
 from albor_pipeline.stages.dedup.neardup import near_duplicates
+from albor_pipeline.text.shingles import P, _inverse, shingles
 
 from .support import STDLIB
 
@@ -93,7 +94,8 @@ def test_the_leak_check_reuses_the_stages_signatures_and_catches_a_wrong_file(tm
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
     from albor_pipeline.stages.dedup.checks import check_no_near_leak
     from albor_pipeline.stages.dedup.documents import SIGNATURES, build_documents, signature_file
-    from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
+    from albor_pipeline.stages.dedup.minhash import Signer
+    from albor_pipeline.text.shingles import word_hashes
 
     from .support import write_docs
 
@@ -135,7 +137,8 @@ def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
     to a size cap) never compared the copies, so both stayed and a check on the survivors,
     seeing smaller buckets, found them across splits."""
     from albor_pipeline.stages.dedup.lsh import bucket_pairs, min_agreement
-    from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
+    from albor_pipeline.stages.dedup.minhash import Signer
+    from albor_pipeline.text.shingles import word_hashes
 
     far = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
     copy = (STDLIB / "textwrap.py").read_text(encoding="utf-8")
@@ -202,7 +205,7 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
     from albor_pipeline.runtime import hashpart
     from albor_pipeline.runtime.executor import LocalExecutor
     from albor_pipeline.stages.dedup.lsh import band_keys, lsh_candidates
-    from albor_pipeline.stages.dedup.minhash import word_hashes
+    from albor_pipeline.text.shingles import word_hashes
 
     originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
     texts = [*originals, "", *(t.replace("def ", "def  ", 2) + "\n# copy\n" for t in originals[:10])]

@@ -20,8 +20,9 @@ from albor_pipeline.runtime.shards import iter_batches, parquet_files
 from albor_pipeline.spec import DecontaminateSpec
 from albor_pipeline.stages.dedup.decontam import contaminated
 from albor_pipeline.stages.dedup.lsh import LshJob
-from albor_pipeline.stages.dedup.minhash import Signer, word_hashes
+from albor_pipeline.stages.dedup.minhash import Signer
 from albor_pipeline.stages.dedup.neardup import NearDupIndex
+from albor_pipeline.text.shingles import word_hashes
 
 
 def _hashes(path: Path) -> set[str]:

@@ -1,7 +1,7 @@
 """Decontamination: train documents that share a long word n-gram with an eval item go.
 
 An item's text is its fields joined by newlines (a prompt and its reference solution form
-one stretch of code). N-grams are over `neardup.word_hashes` words: lowercased runs of
+one stretch of code). N-grams are over `text/shingles.word_hashes` words: lowercased runs of
 [a-z0-9_], so whitespace, punctuation and case changes do not hide a copy. An item with
 fewer than n words has no n-gram and cannot match; it is counted as `too_short`.
 """
@@ -18,8 +18,8 @@ from albor_pipeline.runtime.artifacts import Artifact, sha256_file
 from albor_pipeline.runtime.layout import benchmark_stage
 from albor_pipeline.runtime.shards import iter_batches
 from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec
-from albor_pipeline.stages.dedup.minhash import ngrams, word_hashes
 from albor_pipeline.text.datafiles import IngestError, data_file_texts
+from albor_pipeline.text.shingles import ngrams, word_hashes
 
 
 def benchmark_fingerprint(spec: BenchmarkSpec) -> Artifact:

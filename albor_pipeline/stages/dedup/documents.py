@@ -27,11 +27,12 @@ from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.lsh import LshJob
-from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer, word_hashes
+from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer
 from albor_pipeline.stages.dedup.neardup import NearDupIndex
 from albor_pipeline.stages.dedup.report import BenchmarkFacts, Decontaminated, DocumentsSummary, NearDuplicates
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
 from albor_pipeline.text.secrets import redact_path
+from albor_pipeline.text.shingles import word_hashes
 
 
 def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:

@@ -15,7 +15,8 @@ from albor_pipeline.runtime import hashpart
 from albor_pipeline.runtime.executor import Executor
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled
 from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
-from albor_pipeline.stages.dedup.minhash import MAX_HASH, P, mix64
+from albor_pipeline.stages.dedup.minhash import MAX_HASH
+from albor_pipeline.text.shingles import P, mix64
 
 U64 = np.uint64
 

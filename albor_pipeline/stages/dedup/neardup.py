@@ -15,7 +15,7 @@ from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import map_tasks
 from albor_pipeline.stages.dedup.lsh import LSH_RECORD, LshJob, lsh_candidates, min_agreement
-from albor_pipeline.stages.dedup.minhash import Signer, shingles, word_hashes
+from albor_pipeline.stages.dedup.minhash import Signer
 from albor_pipeline.stages.dedup.verify import (
     MIN_PAIR_BLOCK,
     PAIR_BLOCKS_PER_WORKER,
@@ -25,6 +25,7 @@ from albor_pipeline.stages.dedup.verify import (
     score_pairs,
     shingle_file,
 )
+from albor_pipeline.text.shingles import shingles, word_hashes
 
 U64 = np.uint64
 

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import TaskIO
-from albor_pipeline.stages.dedup.minhash import jaccard, shingles
+from albor_pipeline.stages.dedup.minhash import jaccard
+from albor_pipeline.text.shingles import shingles
 
 U64 = np.uint64
 
