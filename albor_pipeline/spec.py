@@ -254,6 +254,62 @@ class DecontaminateSpec(_Model):
         return self
 
 
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _digest(value: str, where: str) -> str:
+    """A SHA-256 in lowercase hex; `where` names it in the error."""
+    digest = value.strip().lower()
+    if not SHA256_HEX.fullmatch(digest):
+        raise ValueError(f"{where}: {value!r} is not a SHA-256 (64 hex digits)")
+    return digest
+
+
+def read_digests(path: Path) -> tuple[str, ...]:
+    """The SHA-256 digests of a removal list file: one per line, blank lines and `#` comments
+    skipped; a malformed line is an error naming the file and line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"sha256_file {path}: cannot be read ({exc})") from None
+    found = []
+    for lineno, line in enumerate(lines, 1):
+        value = line.split("#", 1)[0].strip()
+        if value:
+            found.append(_digest(value, f"{path}:{lineno}"))
+    return tuple(found)
+
+
+class RemovalSpec(_Model):
+    """Removal requests for one source: its documents whose `file` matches a glob of `paths`
+    (relative to the source root, `**` for any directories; a data file's path removes all its
+    rows), or whose text's SHA-256 is listed (`sha256`, or one per line in `sha256_file`), are
+    left out at ingestion, and their near-duplicates in every source by `documents`."""
+
+    paths: tuple[str, ...] = ()
+    sha256: tuple[str, ...] = ()
+    sha256_file: Path | None = None
+
+    @field_validator("paths")
+    @classmethod
+    def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if not path.strip() or path.startswith("/"):
+                raise ValueError(f"{path!r}: a path or glob relative to the source root")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _digests(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_digest(v, f"[{i}]") for i, v in enumerate(value))
+
+    @model_validator(mode="after")
+    def _file_digests(self) -> RemovalSpec:
+        if self.sha256_file is not None:
+            read_digests(self.sha256_file)
+        return self
+
+
 CHARS_PER_TOKEN = 4.1
 """`mix.<split>.chars_per_token`'s default: the default build's train mix encodes at 4.07
 characters a token with its own tokenizer (docs/spec.md)."""
@@ -558,6 +614,8 @@ class PipelineSpec(_Model):
     automation: AutomationSpec = AutomationSpec()
     locking: LockingSpec = LockingSpec()
     execution: ExecutionSpec = ExecutionSpec()
+    # Removal requests per source name (takedowns): left out at ingestion, near-duplicates too.
+    remove: dict[str, RemovalSpec] = {}
     # Per-source stages (ingested/, filtered/) write sets of Parquet shards holding up to
     # about this many MB of text each; one task reads and writes one shard. A data setting,
     # not an execution one: it decides the shard files, so changing it changes the bytes.
@@ -571,6 +629,9 @@ class PipelineSpec(_Model):
             raise ValueError(f"sources: duplicate name(s) {dupes}")
         if not self.sources_of(*DOCUMENT_KINDS):
             raise ValueError("sources: at least one code/jsonl/csv/parquet source (the tokenizer trains on documents)")
+        for name in self.remove:
+            if name not in names:
+                raise ValueError(f"remove.{name}: unknown source (known: {names})")
         mixed = [s.name for s in self.sources if s.kind not in EVAL_KINDS]  # eval sets are never mixed
         for split in SPLITS:
             mix = self.mix.for_split(split)
@@ -685,6 +746,13 @@ def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:
         }
     if tok:
         raw["tokenizer"] = tok
+    if isinstance(raw.get("remove"), dict):
+        raw["remove"] = {
+            name: {**entry, "sha256_file": _resolve_path(entry["sha256_file"], base_dir, f"remove.{name}.sha256_file")}
+            if isinstance(entry, dict) and entry.get("sha256_file") is not None
+            else entry
+            for name, entry in raw["remove"].items()
+        }
     try:
         return PipelineSpec.model_validate(raw)
     except ValidationError as err:

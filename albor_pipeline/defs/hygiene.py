@@ -17,6 +17,7 @@ from albor_pipeline.spec import HygieneSpec, PipelineSpec, RedactMode, SourceKin
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
 from albor_pipeline.text.documents import DOC_SCHEMA
+from albor_pipeline.text.removal import REMOVED, TOMBSTONE_SCHEMA
 
 GROUP = "hygiene"
 RESCAN_SAMPLE = 2000  # documents the no-secrets check re-scans
@@ -46,6 +47,7 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
         artifacts=result.artifacts,
         config=settings.model_dump(mode="json"),
         summary=summary,
+        row_count=summary.kept,
         metadata={
             "documents_in": summary.documents_in,
             "kept": summary.kept,
@@ -69,7 +71,7 @@ def _no_secrets_left(name: str, ctx: CheckContext) -> CheckOutcome:
     mode = HygieneSpec.model_validate(ctx.manifest.config).redact
     if mode in (RedactMode.report, RedactMode.off):
         return CheckOutcome(True, f"redact: {mode.value}: findings are kept by configuration", {"mode": mode.value})
-    independent = check_no_secrets(ctx.parquet_outputs, ctx.executor)
+    independent = check_no_secrets([p for p in ctx.parquet_outputs if p.name != REMOVED], ctx.executor)
     left = rescan(ctx.layout.filtered(name), RESCAN_SAMPLE)
     return CheckOutcome(
         independent.passed and not left,
@@ -99,7 +101,7 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
             work=partial(hygiene, src),
             deps=(ingested_stage(src.name),),
             checks=(
-                schema_check(DOC_SCHEMA),
+                schema_check(DOC_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),
                 Check(
                     "no_secrets_left",
                     "An independent scan of every document (its own token patterns, and text glued to a `<KEY>`) "

@@ -16,11 +16,13 @@ from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.runtime.watchdog import time_limit
-from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, SourceKind, SourceSpec
+from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, RemovalSpec, SourceKind, SourceSpec
 from albor_pipeline.stages.dedup.decontam import benchmark_fingerprint
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
+from albor_pipeline.stages.ingest.removal import resolve_removal
 from albor_pipeline.text.chat_formats import ChatFormat
 from albor_pipeline.text.documents import DOC_SCHEMA
+from albor_pipeline.text.removal import REMOVED, TOMBSTONE_SCHEMA
 from albor_pipeline.text.secrets import redact_path
 
 GROUP = "ingestion"
@@ -95,23 +97,33 @@ def _benchmark(ns: Namespace, bench: BenchmarkSpec) -> dg.SourceAsset:
     )
 
 
-def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestConfig) -> StageOutput:
+def ingest(
+    src: SourceSpec, shard_mb: float, remove: RemovalSpec | None, ngram: int, ctx: StageContext, config: IngestConfig
+) -> StageOutput:
+    """Ingest `src`, leaving out what its `remove` entry names (tombstones with near dedup's `ngram`)."""
     resolved = resolve(src, config, f"{ingested_stage(src.name)} run config")
     layout = ctx.layout
     source = source_fingerprint(resolved, layout.fingerprint_cache(src.name))
     out = layout.ingested(src.name)
     # Its lines may name a skipped file (the first per reason): redacted as every recorded path is.
     io = StageIO(layout.root, ctx.executor, lambda line: ctx.log.info(redact_path(line)))
-    result = ingest_source(resolved, out, io, shard_mb=shard_mb)
+    removal = resolve_removal(src.name, remove, ngram)
+    result = ingest_source(resolved, out, io, shard_mb=shard_mb, removal=removal)
     summary = result.summary
     skipped = markdown_table(
         [{"reason": k, "files": v, "first": redact_path(result.first.get(k, ""))} for k, v in summary.skipped.items()]
     )
     return StageOutput(
         artifacts=result.artifacts,
-        config={**resolved.model_dump(mode="json"), "shard_mb": shard_mb},
+        config={
+            **resolved.model_dump(mode="json"),
+            "shard_mb": shard_mb,
+            # The requests by their SHA-256 (their paths and digests stay out of every record).
+            **({"remove": {"rules_sha256": removal.rules_sha256, "ngram": ngram}} if removal else {}),
+        },
         summary=summary,
         inputs=[source],
+        row_count=summary.documents,
         metadata={
             "files": summary.files,
             "text_bytes": summary.text_bytes,
@@ -120,6 +132,11 @@ def ingest(src: SourceSpec, shard_mb: float, ctx: StageContext, config: IngestCo
             # Redacted before anything is written (dropped under hygiene.redact: drop); counts, never values.
             "secrets": dg.MetadataValue.json(summary.secrets),
             **({"cleanup": dg.MetadataValue.json(summary.cleanup)} if src.kind in CHAT_KINDS else {}),
+            **(
+                {"removed_on_request": summary.removal.removed, "removal_sha256": summary.removal.rules_sha256}
+                if summary.removal
+                else {}
+            ),
         },
     )
 
@@ -146,9 +163,9 @@ def stages(spec: PipelineSpec) -> list[Stage[IngestConfig]]:
             description=DESCRIPTIONS.get(src.kind, DESCRIPTIONS[SourceKind.code]).format(name=src.name),
             config=IngestConfig,
             defaults=spec_defaults(IngestConfig, src),
-            work=partial(ingest, src, spec.shard_mb),
+            work=partial(ingest, src, spec.shard_mb, spec.remove.get(src.name), spec.near_dedup.ngram),
             observes=(source_stage(src.name),),
-            checks=(schema_check(DOC_SCHEMA),),
+            checks=(schema_check(DOC_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),),
         )
         for src in spec.sources
     ]

@@ -11,7 +11,7 @@ every asset key, group, job and resource name.
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -366,11 +366,24 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT) -> dg.Definitions
     return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c, ns) for c in stage.checks])
 
 
-def schema_check(schema: pa.Schema) -> Check:
-    """Blocking: every Parquet file the stage wrote has the stage contract's schema."""
-    return Check(
-        "schema",
-        "Parquet schema matches the stage contract.",
-        lambda ctx: check_schema(ctx.parquet_outputs, schema),
-        blocking=True,
-    )
+def schema_check(schema: pa.Schema, others: Mapping[str, pa.Schema] | None = None) -> Check:
+    """Blocking: every Parquet file the stage wrote has the stage contract's schema, or the
+    schema `others` gives for its file name (a shard set's tombstones)."""
+
+    def run(ctx: CheckContext) -> CheckOutcome:
+        named = others or {}
+        files = ctx.parquet_outputs
+        main = check_schema([p for p in files if p.name not in named], schema)
+        extra = [check_schema(mine, s) for name, s in named.items() if (mine := [p for p in files if p.name == name])]
+        if not extra:
+            return main
+        return CheckOutcome(
+            main.passed and all(o.passed for o in extra),
+            "; ".join(o.description for o in (main, *extra)),
+            {
+                **main.metadata,
+                "mismatched": {k: v for o in (main, *extra) for k, v in o.metadata["mismatched"].items()},
+            },
+        )
+
+    return Check("schema", "Parquet schema matches the stage contract.", run, blocking=True)

@@ -31,6 +31,7 @@ from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
 from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, text_sha256
+from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
 from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
 
 HYGIENE_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources with a filtered/<name> stage
@@ -157,9 +158,12 @@ def clean_source(
             f"{sum(c.redacted for c in chunks):,} redacted ({len(chunks)}/{len(inputs)} shards)"
         )
 
-    chunks = map_shards(
-        _clean_shard, _CleanJob(spec, conversations, scan_secrets), inputs, out, io.executor, done, io.progress
-    )
+    job = _CleanJob(spec, conversations, scan_secrets)
+
+    def carry(staging: Path, _: list[_Chunk]) -> None:
+        carry_tombstones(ingested, staging)  # ingestion's removals, for `documents`
+
+    chunks = map_shards(_clean_shard, job, inputs, out, io.executor, done, io.progress, carry)
     total = _Chunk({})
     for chunk in chunks:
         total.add(chunk)
@@ -172,7 +176,9 @@ def clean_source(
         redacted_documents=total.redacted,
         examples=dict(sorted(total.examples.items())),
     )
-    return HygieneResult([shard.artifact(out, io.root) for shard in shards], summary)
+    return HygieneResult(
+        [*(shard.artifact(out, io.root) for shard in shards), *tombstone_artifacts(out, io.root)], summary
+    )
 
 
 def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from albor_pipeline.runtime.artifacts import Artifact
+from albor_pipeline.runtime.artifacts import Artifact, record
 from albor_pipeline.runtime.files import (
     Location,
     SourceListing,
@@ -38,13 +38,15 @@ from albor_pipeline.runtime.taskstore import session
 from albor_pipeline.runtime.watchdog import reading
 from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.licences import detect_licences
-from albor_pipeline.stages.ingest.report import IngestSummary
+from albor_pipeline.stages.ingest.removal import Removal
+from albor_pipeline.stages.ingest.report import IngestSummary, Removed
 from albor_pipeline.stages.ingest.tasks import generate, read_words
 from albor_pipeline.text.base_eval import parse_base_item
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_messages
 from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.text.removal import REMOVED, Tombstone, write_tombstones
 from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted
 
 BATCH_BYTES = 32 << 20
@@ -232,14 +234,16 @@ class _Part:
     shards: list[Shard]
     counts: Counts
     text_bytes: int
+    removed: list[Tombstone] = field(default_factory=list)  # left out on request (`removal`)
 
 
 @dataclass(frozen=True)
 class _IngestJob:
-    """What every ingestion task needs: the source and its shards' size."""
+    """What every ingestion task needs: the source, its shards' size and its removal requests."""
 
     src: SourceSpec
     max_bytes: int
+    removal: Removal | None = None
 
 
 def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str], str | None]) -> _Part:
@@ -252,22 +256,28 @@ def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str], str |
     counts = Counts()
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
     text_bytes = pending = 0
+    removed: list[Tombstone] = []
     with ShardWriter(io.directory, task, DOC_SCHEMA, job.max_bytes) as writer:
         for rel, text in _screened(src, iter_documents(src, files, counts), counts):
             encoded = text.encode("utf-8")
+            sha256 = hashlib.sha256(encoded).hexdigest()
+            if job.removal and (stone := job.removal.tombstone(src.name, rel, text, sha256)):
+                counts.skipped["removed"] += 1
+                removed.append(stone)
+                continue
             text_bytes += len(encoded)
             pending += len(encoded)
             cols["text"].append(text)
             cols["source"].append(src.name)
             cols["file"].append(rel)
-            cols["sha256"].append(hashlib.sha256(encoded).hexdigest())
+            cols["sha256"].append(sha256)
             if len(cols["text"]) >= BATCH_ROWS or pending >= BATCH_BYTES:
                 writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
                 cols = {name: [] for name in DOC_SCHEMA.names}
                 pending = 0
         if cols["text"]:
             writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
-    return _Part(writer.shards, counts, text_bytes)
+    return _Part(writer.shards, counts, text_bytes, removed)
 
 
 def _screened(src: SourceSpec, documents: Iterable[tuple[str, str]], counts: Counts) -> Iterator[tuple[str, str]]:
@@ -360,9 +370,12 @@ def ingest_source(
     io: StageIO,
     *,
     shard_mb: float = 32,
+    removal: Removal | None = None,
 ) -> IngestResult:
     """Write `src` as a shard set (directory `out`); raise on an empty source (nothing is
-    replaced). Tasks write their shards wherever they run (`io.executor`); the set commits whole."""
+    replaced). Tasks write their shards wherever they run (`io.executor`); the set commits whole.
+    With `removal`, the documents it names are left out and their tombstones written to
+    `out/removed.parquet`, in task order."""
     progress = io.progress
     listing = source_files(src)
     files = listing.files
@@ -380,8 +393,9 @@ def ingest_source(
         mb = sum(p.text_bytes for p in parts) / 1e6
         return f"{src.name}: {sum(s.rows for s in shards):,} documents in {len(shards)} shard(s), {mb:.1f} MB"
 
-    def not_empty(_: Path, parts: list[_Part]) -> None:
-        """An empty source is an error (before the commit: the previous set is kept)."""
+    def not_empty(staging: Path, parts: list[_Part]) -> None:
+        """An empty source is an error (before the commit: the previous set is kept); the
+        tombstones go beside the shards."""
         for part in parts:
             counts.add(part.counts)
         if not any(part.shards for part in parts):
@@ -390,8 +404,10 @@ def ingest_source(
                 f"source {src.name!r} produced 0 documents from {len(files)} file(s) under {src.path} ({reasons}); "
                 "the previous materialization, if any, is kept"
             )
+        if removal is not None:
+            write_tombstones(staging / REMOVED, (stone for part in parts for stone in part.removed))
 
-    job = _IngestJob(src, max_bytes)
+    job = _IngestJob(src, max_bytes, removal)
     parts = map_shards(_ingest_group, job, groups, out, io.executor, ingested, progress, not_empty)
     shards = list(shards_of(parts))
     text_bytes = sum(part.text_bytes for part in parts)
@@ -405,5 +421,9 @@ def ingest_source(
         cleanup=dict(sorted(counts.cleanup.items())),
         secrets=dict(sorted(counts.secrets.items())),
         licences=detect_licences(src.path),
+        removal=Removed(rules_sha256=removal.rules_sha256, removed=skipped["removed"]) if removal else None,
     )
-    return IngestResult([shard.artifact(out, io.root) for shard in shards], summary, listing.first)
+    artifacts = [shard.artifact(out, io.root) for shard in shards]
+    if removal is not None:
+        artifacts.append(record(out / REMOVED, io.root, skipped["removed"]))
+    return IngestResult(artifacts, summary, listing.first)

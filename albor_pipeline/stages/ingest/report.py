@@ -6,7 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import Field
+
 from albor_pipeline.runtime.report import Report, counts, table
+
+
+class Removed(Report):
+    """A source's removal requests as applied: the list's SHA-256 and how many documents it
+    left out (never which)."""
+
+    rules_sha256: str  # canonical JSON of the source's `remove:` entry, its sha256_file by its bytes' SHA-256
+    removed: int
 
 
 class IngestSummary(Report):
@@ -18,6 +28,7 @@ class IngestSummary(Report):
     cleanup: dict[str, int]  # chat: what cleaning changed, by action
     secrets: dict[str, int]  # redacted (or dropped) at ingest, by type: counts, never values
     licences: dict[str, int]  # licence -> packages (or 1 for a root LICENSE file)
+    removal: Removed | None = Field(None, exclude_if=lambda v: v is None)  # with a `remove:` entry
 
     @property
     def licence(self) -> str:
