@@ -6,6 +6,7 @@ from functools import partial
 
 import dagster as dg
 
+from albor_pipeline.defs.documents import removal_check
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.artifacts import StageManifest
 from albor_pipeline.runtime.checks import CheckOutcome
@@ -209,6 +210,7 @@ def _sft_stage(spec: PipelineSpec, split: str) -> Stage[SftConfig]:
                 blocking=True,
             ),
             Check("max_tokens", "No row is longer than `chat.max_tokens`.", _length),
+            *((removal_check(spec, CHAT_KINDS),) if spec.remove else ()),
         ),
     )
 

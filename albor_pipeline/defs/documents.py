@@ -25,15 +25,25 @@ from albor_pipeline.runtime.layout import (
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import CHAT_KINDS, DOCUMENT_KINDS, SPLITS, DecontaminateSpec, NearDedupSpec, PipelineSpec
+from albor_pipeline.spec import (
+    CHAT_KINDS,
+    DOCUMENT_KINDS,
+    SPLITS,
+    DecontaminateSpec,
+    NearDedupSpec,
+    PipelineSpec,
+    SourceKind,
+)
 from albor_pipeline.stages.dedup.checks import check_no_contamination, check_no_leak, check_no_near_leak
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.documents import build_documents, signature_file
+from albor_pipeline.stages.dedup.removal import check_no_removed
 from albor_pipeline.stages.dedup.report import Redaction
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
+from albor_pipeline.text.removal import REMOVED, Tombstone, read_tombstones
 
 
 class DedupSplitConfig(dg.Config):
@@ -56,6 +66,20 @@ def _reads(spec: PipelineSpec, name: str) -> tuple[str, Callable[[Layout, str], 
     if spec.source(name).kind in HYGIENE_KINDS:
         return filtered_stage(name), Layout.filtered
     return ingested_stage(name), Layout.ingested
+
+
+def removed_documents(spec: PipelineSpec, layout: Layout, names: list[str]) -> list[Tombstone] | None:
+    """The tombstones of the documents removed at ingestion of sources `names`, as the stage
+    after ingestion carries them; None when the spec requests no removal from them."""
+    requested = {n: _reads(spec, n)[1](layout, n) / REMOVED for n in names if n in spec.remove}
+    if not requested:
+        return None
+    missing = [n for n, path in requested.items() if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"remove: no tombstones for source(s) {missing}; materialize their ingested/ and filtered/ stages again"
+        )
+    return read_tombstones(requested.values())
 
 
 def _redaction(spec: PipelineSpec, layout: Layout, names: list[str]) -> dict[str, Redaction]:
@@ -84,13 +108,15 @@ def dedup_and_split(
     near = spec.near_dedup if stage == DOCUMENTS else None
     decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None
 
-    result = build_documents(sources, settings, OUT_DIRS[stage](layout), ctx.io, near=near, decon=decon)
+    tombstones = removed_documents(spec, layout, names)
+    out = OUT_DIRS[stage](layout)
+    result = build_documents(sources, settings, out, ctx.io, near=near, decon=decon, tombstones=tombstones)
     summary = result.summary
     if stage == CONVERSATIONS:
         summary = summary.model_copy(update={"redaction": _redaction(spec, layout, names)})
     table = [{"source": n, **{s: summary.rows[s].get(n, 0) for s in SPLITS}} for n in names]
     facts = summary.to_json()
-    near_found, decon_found = summary.near_duplicates, summary.decontaminated
+    near_found, decon_found, removal = summary.near_duplicates, summary.decontaminated, summary.removal
     return StageOutput(
         artifacts=[shard for shards in result.artifacts.values() for shard in shards],
         config={
@@ -110,6 +136,15 @@ def dedup_and_split(
             "decontaminated": dg.MetadataValue.json(facts["decontaminated"]),
             **{f"{s}_rows": sum(a.rows or 0 for a in result.artifacts[s]) for s in SPLITS},
             **({"redaction": dg.MetadataValue.json(facts["redaction"])} if summary.redaction else {}),
+            **(
+                {
+                    "removed_exact": sum(removal.exact.values()),
+                    "removed_near": sum(removal.near.values()),
+                    "removal": dg.MetadataValue.json(facts["removal"]),
+                }
+                if removal
+                else {}
+            ),
         },
     )
 
@@ -118,19 +153,48 @@ def _no_train_leak(stage: str, ctx: CheckContext) -> CheckOutcome:
     return check_no_leak(*(OUT_DIRS[stage](ctx.layout) / s for s in SPLITS))
 
 
-def _no_near_leak(ctx: CheckContext) -> CheckOutcome:
-    near = NearDedupSpec.model_validate(ctx.manifest.config["near_dedup"])
-    paths = {s: ctx.layout.documents(s) for s in SPLITS}
+def _stored(ctx: CheckContext) -> Callable[[Path], Path | None]:
+    """The stage's signatures of a split shard, when it recorded them."""
     recorded = {ctx.layout.root / a.path for a in ctx.manifest.outputs}
 
     def stored(shard: Path) -> Path | None:
-        """The stage's signatures of `shard`, when it recorded them."""
         path = shard.parent.parent / signature_file(f"{shard.parent.name}/{shard.name}")
         return path if path in recorded else None
 
+    return stored
+
+
+def _no_near_leak(ctx: CheckContext) -> CheckOutcome:
+    near = NearDedupSpec.model_validate(ctx.manifest.config["near_dedup"])
+    paths = {s: ctx.layout.documents(s) for s in SPLITS}
     return check_no_near_leak(
-        paths, near.ngram, near.num_perm, near.bands, near.threshold, ctx.executor, ctx.layout.root, stored
+        paths, near.ngram, near.num_perm, near.bands, near.threshold, ctx.executor, ctx.layout.root, _stored(ctx)
     )
+
+
+def _no_removed_split(stage: str, ctx: CheckContext) -> CheckOutcome:
+    """The tombstones the stage read (its recorded inputs), against its splits: exact copies,
+    and with near dedup near-duplicates, by the stage's rule and stored signatures."""
+    tombstones = read_tombstones(ctx.layout.root / a.path for a in ctx.manifest.inputs if Path(a.path).name == REMOVED)
+    recorded = ctx.manifest.config.get("near_dedup")
+    near = NearDedupSpec.model_validate(recorded) if recorded else None
+    splits = {s: OUT_DIRS[stage](ctx.layout) / s for s in SPLITS}
+    return check_no_removed(tombstones, splits, near if near and near.enabled else None, ctx.executor, _stored(ctx))
+
+
+def removal_check(spec: PipelineSpec, kinds: tuple[SourceKind, ...]) -> Check:
+    """Blocking, on a stage made from `documents` or `conversations` (the mix, SFT): none of its
+    Parquet rows is a document removed at ingestion of the sources of `kinds` (by SHA-256)."""
+    names = [s.name for s in spec.sources_of(*kinds)]
+
+    def run(ctx: CheckContext) -> CheckOutcome:
+        sets = {p.relative_to(ctx.layout.root).as_posix(): p for p in ctx.parquet_outputs}
+        return check_no_removed(removed_documents(spec, ctx.layout, names) or [], sets, executor=ctx.executor)
+
+    return Check("no_removed_documents", REMOVAL_CHECK, run, blocking=True)
+
+
+REMOVAL_CHECK = "No document removed on request (`remove:`) is in the outputs, by SHA-256"
 
 
 def _no_benchmark_ngrams(ctx: CheckContext) -> CheckOutcome:
@@ -183,4 +247,21 @@ def stages(spec: PipelineSpec) -> list[Stage[DedupSplitConfig]]:
     chats = [s.name for s in spec.sources_of(*CHAT_KINDS)]
     if chats:
         out.append(_stage(spec, CONVERSATIONS, chats, "chat", "conversations"))
+    if spec.remove:
+        near = " or a near-duplicate of one (near dedup's rule)" if spec.near_dedup.enabled else ""
+        out = [
+            replace(
+                stage,
+                checks=(
+                    *stage.checks,
+                    Check(
+                        "no_removed_documents",
+                        f"{REMOVAL_CHECK}{near if stage.name == DOCUMENTS else ''}.",
+                        partial(_no_removed_split, stage.name),
+                        True,
+                    ),
+                ),
+            )
+            for stage in out
+        ]
     return out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from albor_pipeline.defs.documents import removal_check
 from albor_pipeline.defs.stage import Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
@@ -115,7 +116,7 @@ def _stages(spec: PipelineSpec, pool: Pool, splits: tuple[str, ...]) -> list[Sta
             defaults=spec_defaults(MixConfig, spec.mix.for_split(split)),
             work=partial(mix, spec, pool, split),
             deps=(pool.upstream,),
-            checks=(schema_check(DOC_SCHEMA),),
+            checks=(schema_check(DOC_SCHEMA), *((removal_check(spec, pool.kinds),) if spec.remove else ())),
         )
         for split in splits
     ]

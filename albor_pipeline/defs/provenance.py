@@ -17,7 +17,8 @@ from albor_pipeline.stages.provenance.provenance import ProvenanceSummary, build
 
 def provenance(spec: PipelineSpec, stages: tuple[str, ...], ctx: StageContext, config: NoConfig) -> StageOutput:
     layout = ctx.layout
-    prov = build_provenance(layout, list(stages), spec.model_dump(mode="json"), library_versions())
+    # The removal requests stay out (they name what was removed); PROVENANCE.md gives their SHA-256.
+    prov = build_provenance(layout, list(stages), spec.model_dump(mode="json", exclude={"remove"}), library_versions())
     markdown = render_markdown(prov)
     write_json(layout.provenance_json, prov)
     write_bytes(layout.provenance_md, markdown.encode())

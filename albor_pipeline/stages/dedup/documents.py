@@ -10,7 +10,8 @@ import hashlib
 import tempfile
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +30,16 @@ from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.lsh import LshJob
 from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer
 from albor_pipeline.stages.dedup.neardup import NearDupIndex
-from albor_pipeline.stages.dedup.report import BenchmarkFacts, Decontaminated, DocumentsSummary, NearDuplicates
+from albor_pipeline.stages.dedup.removal import RemovalIndex, drop_removed
+from albor_pipeline.stages.dedup.report import (
+    BenchmarkFacts,
+    Decontaminated,
+    DocumentsSummary,
+    NearDuplicates,
+    Removals,
+)
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
+from albor_pipeline.text.removal import Tombstone
 from albor_pipeline.text.secrets import redact_path
 from albor_pipeline.text.shingles import word_hashes
 
@@ -59,6 +68,7 @@ class _ScanJob:
 
     signer: Signer | None
     decon: Decontaminator | None
+    removal: RemovalIndex | None = None
 
 
 SCAN_MIN_GROUPS = 8  # a local pool's start-up pays off from ~2k documents
@@ -82,27 +92,33 @@ class _GroupScan:
     shards: tuple[Shard, ...]
     hits: dict[int, list[str]]
     spooled: Spooled | None = None
+    removed: dict[int, tuple[str, str]] = field(default_factory=dict)  # removal requests' matches
 
 
 def _scan_group(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) -> _GroupScan:
     """Row group `group` of input `path` (its exact-unique `rows`): each document's words
-    hashed once for both its MinHash signature (saved as `<source>-<shard>-g<group>.npy`)
-    and its benchmark hits. A pure function of the group's bytes, for any executor."""
+    hashed once for its MinHash signature (saved as `<source>-<shard>-g<group>.npy`), its
+    benchmark hits and its match with a removed document. A pure function of the group's
+    bytes, for any executor."""
     path, group, rows = item
-    texts = pq.ParquetFile(io.local(path)).read_row_group(group, columns=["text"]).column(0)
-    sigs, hits = [], {}
+    hashing = job.signer is not None or job.decon is not None
+    table = pq.ParquetFile(io.local(path)).read_row_group(group, columns=["sha256", *(["text"] if hashing else [])])
+    sigs, hits, removed = [], {}, {}
     for k, row in enumerate(rows.tolist()):
-        words = word_hashes(texts[row].as_py())
-        if job.signer is not None:
-            sigs.append(job.signer.signature(words))
-        if job.decon and (found := job.decon.hits(words)):
+        words = word_hashes(table.column("text")[row].as_py()) if hashing else None
+        sig = job.signer.signature(words) if job.signer is not None and words is not None else None
+        if sig is not None:
+            sigs.append(sig)
+        if job.decon and words is not None and (found := job.decon.hits(words)):
             hits[k] = found
+        if job.removal and (hit := job.removal.match(table.column("sha256")[row].as_py(), sig, words)):
+            removed[k] = hit
     if not sigs:
-        return _GroupScan((), hits)
+        return _GroupScan((), hits, removed=removed)
     out = io.directory / f"{Path(path).parent.name}-{Path(path).stem}-g{group:05d}.npy"
     np.save(out, np.stack(sigs))
     shard = Shard.of(out, len(sigs), io.directory)
-    return _GroupScan((shard,), hits, io.node.spool(out))
+    return _GroupScan((shard,), hits, io.node.spool(out), removed)
 
 
 def _spool_group(lsh: LshJob, io: TaskIO, item: tuple[int, int, str]) -> tuple[np.ndarray, list[Spooled | None]]:
@@ -161,6 +177,7 @@ class _Scanned:
     decontaminated: Decontaminated | None
     items: list[_ScanItem]
     spooled: list[Spooled | None]
+    removal: Removals | None = None
 
 
 def _scan(
@@ -171,21 +188,26 @@ def _scan(
     spool: Path,
     progress: Progress | None,
     executor: Executor,
+    removal: RemovalIndex | None = None,
 ) -> _Scanned:
     """One pass over the exact-unique documents (words hashed once) for near-dup signatures
-    (spooled to `spool`) and benchmark n-grams, a task per row group on `executor`; then
-    near-dup clusters, then decontamination, updating the split `codes`."""
+    (spooled to `spool`), benchmark n-grams and removed documents' copies, a task per row group
+    on `executor`; then those copies go, then near-dup clusters of the rest, then
+    decontamination, updating the split `codes`."""
     items = _scan_items(inputs, codes)
     docs = items[-1].first + len(items[-1].rows) if items else 0
     firsts = np.array([it.first for it in items] + [docs], dtype=np.int64)
     where = _Locator(items, firsts)
     index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
     hits: dict[int, list[str]] = {}
-    job = _ScanJob(index.signer if index else None, decon)
+    job = _ScanJob(index.signer if index else None, decon, removal)
     groups = [(str(inputs[it.input][1]), it.group, it.rows) for it in items]
     scanned = map_tasks(_scan_group, job, groups, spool, executor, inline_below=SCAN_MIN_GROUPS, reuse=True)
     for item, group in zip(items, scanned):
         hits.update({item.first + k: names for k, names in group.hits.items()})
+    gone = {item.first + k: hit for item, group in zip(items, scanned) for k, hit in group.removed.items()}
+    names, file_of = [name for name, _ in inputs], partial(_file_of, inputs)
+    removals = drop_removed(gone, where.one, names, codes, DROPPED, file_of, len(removal.sha256)) if removal else None
     spooled: list[Spooled | None] = []
     if index:
         lsh = index.lsh(spool, docs)
@@ -194,6 +216,7 @@ def _scan(
         spooled = [sent for _, files in waves for sent in files]
         stacked = np.stack([o for o, _ in waves]) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
         index.find_candidates(lsh, stacked, firsts, executor, spooled)
+        index.pairs = [(a, b) for a, b in index.pairs if a not in gone and b not in gone]  # removed already
     near_report = None
     if index and near:
         near_report = _near_dedup(index, inputs, codes, where, near, spool.parent, progress, executor)
@@ -217,7 +240,7 @@ def _scan(
             dropped=dict(sorted(dropped.items())),
             examples=examples,
         )
-    return _Scanned(near_report, decon_report, items, spooled)
+    return _Scanned(near_report, decon_report, items, spooled, removals)
 
 
 SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
@@ -406,11 +429,14 @@ def build_documents(
     *,
     near: NearDedupSpec | None = None,
     decon: Decontaminator | None = None,
+    tombstones: list[Tombstone] | None = None,
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, Parquet shard) in order and write each split as a shard set
     under `out_dir` (shard i of a split holds input shard i's documents of it, written by a
     task on the shard map): exact duplicates first, then (with `near`) near-duplicate clusters,
-    then (with `decon`) train documents sharing an n-gram with a benchmark. Each global step
+    then (with `decon`) train documents sharing an n-gram with a benchmark; with `tombstones`
+    (documents removed at ingestion, `removal.py`), their exact copies and (with `near`)
+    near-duplicates are removed before near dedup. Each global step
     is hash-partitioned over tasks; this process holds a byte per document (its split)."""
     executor, progress = io.executor, io.progress
     exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, executor)
@@ -419,8 +445,10 @@ def build_documents(
     duplicates = Counter(f"{a} <- {b}" for a, b in zip(kept_by, dropped_from))
     codes = exact.codes
     near = near if near is not None and near.enabled else None
+    removal = RemovalIndex(tombstones, near) if tombstones is not None else None
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
-        scanned = _scan(inputs, codes, near, decon, Path(spool), progress, executor) if near or decon else None
+        scanning = near or decon or removal
+        scanned = _scan(inputs, codes, near, decon, Path(spool), progress, executor, removal) if scanning else None
         job = _SignatureJob(spool, near.num_perm) if near and scanned else None
         parts: list[list[tuple[int, int, np.ndarray]]] = [[] for _ in inputs]
         for it in scanned.items if job and scanned else []:
@@ -443,5 +471,6 @@ def build_documents(
         duplicates=dict(sorted(duplicates.items())),
         near_duplicates=scanned.near if scanned else None,
         decontaminated=scanned.decontaminated if scanned else None,
+        removal=scanned.removal if scanned else None,
     )
     return DocumentsResult(shards, summary)

@@ -37,6 +37,17 @@ class Decontaminated(Report):
     examples: list[tuple[str, str]]  # (file, benchmarks)
 
 
+class Removals(Report):
+    """Removal requests in `documents`: copies and near-duplicates of the documents removed at
+    ingestion, removed from every source (counts; examples name the removed document by its
+    SHA-256 only)."""
+
+    tombstones: int  # documents removed at ingestion, over the sources read
+    exact: dict[str, int]  # source -> exact copies removed
+    near: dict[str, int]  # source -> near-duplicates removed (verified Jaccard >= threshold)
+    examples: list[tuple[str, str]]  # (file, SHA-256 of the removed document it copies)
+
+
 class Redaction(Report):
     """A chat source's redaction, shown with the conversations (counts only)."""
 
@@ -51,6 +62,7 @@ class DocumentsSummary(Report):
     near_duplicates: NearDuplicates | None = None  # written `{}` when near dedup is off
     decontaminated: Decontaminated | None = None  # written `{}` without benchmarks
     redaction: dict[str, Redaction] = Field(default_factory=dict, exclude_if=lambda v: not v)  # chat sources
+    removal: Removals | None = Field(None, exclude_if=lambda v: v is None)  # with removal requests
 
     @field_validator("near_duplicates", "decontaminated", mode="before")
     @classmethod

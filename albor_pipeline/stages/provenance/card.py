@@ -149,6 +149,7 @@ def render_card(prov: dict[str, Any]) -> str:
         ("Tokenizer", [TOKENIZER_TEXT, "", markdown_table(card_tokenizer(built.summary(TOKENIZER, TokenizerSummary)))]),
         ("Statistics", [STATISTICS, "", *card_charts(built.summary(STATS, StatsSummary))]),
         ("Settings", [SETTINGS, "", "```yaml", _yaml(_settings(built)), "```"]),
+        *([("Removal requests", [applied.sentence()])] if (applied := built.removals()) else []),
         ("Intended use", [INTENDED_USE]),
     ]
     lines = ["---", _yaml(header), "---", "", "# Albor pipeline corpus", "", INTRO, ""]

@@ -59,6 +59,8 @@ from albor_pipeline.stages.ingest import report as ingest_report
 from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.stages.mix import report as mix_report
 from albor_pipeline.stages.mix.report import MixSummary
+from albor_pipeline.stages.provenance import removal
+from albor_pipeline.stages.provenance.removal import AppliedRemovals
 from albor_pipeline.stages.stats import report as stats_report
 from albor_pipeline.stages.stats.report import StatsSummary
 from albor_pipeline.stages.tokenizer import report as tokenizer_report
@@ -145,6 +147,13 @@ class Built:
                 rows.append(HygieneRow(name, self.settings(stage, HygieneSpec).redact, summary, secrets))
         return rows
 
+    def removals(self) -> AppliedRemovals | None:
+        """The removal requests the build applied (None: the spec had none)."""
+        documents = self.summary(DOCUMENTS, DocumentsSummary)
+        return AppliedRemovals.of(
+            self.ingested(), documents, self.config(DOCUMENTS).get("near_dedup") if documents else None
+        )
+
     def fim(self) -> list[FimSplit]:
         return [
             FimSplit(split, self.config(stage)["enabled"], self.settings(stage, FimSpec), s)
@@ -177,6 +186,10 @@ def _splits(built: Built) -> list[str]:
     holdout = built.settings(DOCUMENTS, HoldoutSpec)
     near_spec = NearDedupSpec.model_validate(near) if near else None
     return dedup_report.provenance_section(holdout, near_spec, summary, built.names())
+
+
+def _removals(built: Built) -> list[str]:
+    return removal.provenance_section(built.removals(), built.names())
 
 
 def _mix(built: Built) -> list[str]:
@@ -241,6 +254,7 @@ SECTIONS: tuple[Callable[[Built], list[str]], ...] = (
     _sources,
     _hygiene,
     _splits,
+    _removals,
     _mix,
     _fim,
     _tokenizer,
