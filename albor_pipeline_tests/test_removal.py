@@ -13,13 +13,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import parquet_files
-from albor_pipeline.spec import SPLITS, NearDedupSpec, SpecError, parse_spec
+from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec, SpecError, parse_spec
+from albor_pipeline.stages.dedup.documents import build_documents
 from albor_pipeline.stages.dedup.removal import check_no_removed
 from albor_pipeline.text.documents import text_sha256
-from albor_pipeline.text.removal import REMOVED, read_tombstones
+from albor_pipeline.text.removal import REMOVED, Tombstone, read_tombstones
 
-from .support import STDLIB, Build, build, tiny_spec
+from .support import STDLIB, Build, build, materialize_all, recorded_outputs, tiny_spec, write_docs
 
 REMOVED_FILE = "json/decoder.py"  # F: removed from source a on request
 
@@ -85,6 +87,11 @@ def test_a_removed_file_and_its_near_duplicate_are_gone_and_the_check_proves_it(
     for text in (provenance, card):
         assert "decoder.py" not in text and removed_sha not in text and near_sha not in text
     assert "remove" not in json.loads(layout.provenance_json.read_text())["spec"]  # the request's paths
+    # A rebuild reusing every task (the tombstones come back with the ingestion tasks' results)
+    # gives the same bytes.
+    before = recorded_outputs(done.out)
+    materialize_all(done.spec, done.out)
+    assert recorded_outputs(done.out) == before and "ingested/a/removed.parquet" in before
 
     # The same sources without the request: F is in the splits (its near-duplicate is b's, removed
     # by near dedup as F's), and the check, with the first build's tombstones, fails.
@@ -112,3 +119,22 @@ def test_removal_requests_are_checked_when_the_spec_loads(tmp_path: Path) -> Non
     (tmp_path / "takedowns.txt").write_text(f"# requests\n{'A' * 64}  # one\n")
     spec = parse_spec({**base, "remove": {"a": {"sha256_file": "takedowns.txt"}}}, tmp_path)
     assert spec.remove["a"].sha256_file == tmp_path / "takedowns.txt"  # relative to the spec
+
+
+def test_with_near_dedup_off_only_exact_copies_of_a_removed_document_go(tmp_path: Path) -> None:
+    """Without near dedup, `documents` removes the exact copies of a removed document in every
+    source and keeps its near-duplicates; the check then holds it to exact copies only."""
+    texts = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "json").glob("*.py"))]
+    removed = Tombstone.of("a", "json/decoder.py", texts[1], 5)
+    near = texts[1].replace("def ", "def  ", 2) + "\n# vendored\n"
+    inputs = [("a", write_docs(tmp_path / "a.parquet", texts)), ("b", write_docs(tmp_path / "b.parquet", [near]))]
+    holdout = HoldoutSpec(val_fraction=0.3, test_fraction=0.2)
+    off = NearDedupSpec(enabled=False)
+    result = build_documents(inputs, holdout, tmp_path / "d", StageIO(tmp_path), near=off, tombstones=[removed])
+    facts = result.summary.removal
+    assert facts is not None and (facts.exact, facts.near) == ({"a": 1}, {})
+    splits = {s: tmp_path / "d" / s for s in SPLITS}
+    found = _hashes(list(splits.values()))
+    assert removed.sha256 not in found and text_sha256(near) in found
+    assert check_no_removed([removed], splits).passed
+    assert not check_no_removed([removed], splits, NearDedupSpec()).passed  # the near rule sees b's copy
