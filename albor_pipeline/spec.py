@@ -229,6 +229,14 @@ class NearDedupSpec(_Model):
         return self
 
 
+class AuditSpec(_Model):
+    """What the document ledger keeps for a reviewer. Every stage records what it removed and
+    why (identity only); `keep_removed` also keeps each removed document's text, after
+    redaction (never a secret or PII), beside that record."""
+
+    keep_removed: bool = False
+
+
 class BenchmarkSpec(_Model):
     """An eval set to keep out of train: a JSONL (plain, .gz, .zst) or Parquet file and the
     fields whose text an item contributes (e.g. the prompt and the reference solution)."""
@@ -550,6 +558,7 @@ class PipelineSpec(_Model):
     holdout: HoldoutSpec = HoldoutSpec()
     near_dedup: NearDedupSpec = NearDedupSpec()
     decontaminate: DecontaminateSpec = DecontaminateSpec()
+    audit: AuditSpec = AuditSpec()
     mix: MixSpec = MixSpec()
     fim: FimSpec = FimSpec()
     tokenizer: TokenizerSpec = TokenizerSpec()

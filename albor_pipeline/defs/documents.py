@@ -84,7 +84,9 @@ def dedup_and_split(
     near = spec.near_dedup if stage == DOCUMENTS else None
     decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None
 
-    result = build_documents(sources, settings, OUT_DIRS[stage](layout), ctx.io, near=near, decon=decon)
+    out = OUT_DIRS[stage](layout)
+    keep = spec.audit.keep_removed
+    result = build_documents(sources, settings, out, ctx.io, near=near, decon=decon, keep_removed=keep)
     summary = result.summary
     if stage == CONVERSATIONS:
         summary = summary.model_copy(update={"redaction": _redaction(spec, layout, names)})
@@ -95,6 +97,7 @@ def dedup_and_split(
         artifacts=[shard for shards in result.artifacts.values() for shard in shards],
         config={
             **settings.model_dump(mode="json"),
+            "audit": spec.audit.model_dump(mode="json"),
             **({"near_dedup": near.model_dump(mode="json")} if near else {}),
             **({"decontaminate": spec.decontaminate.model_dump(mode="json")} if decon else {}),
         },

@@ -17,6 +17,7 @@ from albor_pipeline.spec import HygieneSpec, PipelineSpec, RedactMode, SourceKin
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
 from albor_pipeline.text.documents import DOC_SCHEMA
+from albor_pipeline.text.ledger import is_ledger
 
 GROUP = "hygiene"
 RESCAN_SAMPLE = 2000  # documents the no-secrets check re-scans
@@ -28,7 +29,7 @@ class HygieneConfig(dg.Config):
     redact: RedactMode | None = None
 
 
-def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageOutput:
+def hygiene(spec: PipelineSpec, src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageOutput:
     settings = resolve(src.hygiene, config, f"{filtered_stage(src.name)} run config")
     layout = ctx.layout
     # Ingestion redacted (or dropped) secrets iff its recorded mode says so; else they are scanned here.
@@ -40,16 +41,17 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
         ctx.io,
         conversations=src.kind is SourceKind.chat,
         scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
+        keep_removed=spec.audit.keep_removed,
     )
     summary = result.summary
     return StageOutput(
         artifacts=result.artifacts,
-        config=settings.model_dump(mode="json"),
+        config={**settings.model_dump(mode="json"), "audit": spec.audit.model_dump(mode="json")},
         summary=summary,
         metadata={
             "documents_in": summary.documents_in,
             "kept": summary.kept,
-            "shards": len(result.artifacts),
+            "shards": sum(not is_ledger(a.path) for a in result.artifacts),
             "removed_total": sum(summary.removed.values()),
             "removed": dg.MetadataValue.md(
                 markdown_table([{"reason": k, "documents": v} for k, v in summary.removed.items()]) or "none"
@@ -96,7 +98,7 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
             ),
             config=HygieneConfig,
             defaults=spec_defaults(HygieneConfig, src.hygiene),
-            work=partial(hygiene, src),
+            work=partial(hygiene, spec, src),
             deps=(ingested_stage(src.name),),
             checks=(
                 schema_check(DOC_SCHEMA),

@@ -31,6 +31,7 @@ from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer, word_hashes
 from albor_pipeline.stages.dedup.neardup import NearDupIndex
 from albor_pipeline.stages.dedup.report import BenchmarkFacts, Decontaminated, DocumentsSummary, NearDuplicates
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
+from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows
 from albor_pipeline.text.secrets import redact_path
 
 
@@ -47,7 +48,8 @@ def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:
 
 @dataclass
 class DocumentsResult:
-    artifacts: dict[str, list[Artifact]]  # split -> its shard set, a shard per input shard; SIGNATURES -> theirs
+    # split -> its shard set, a shard per input shard; LEDGER and SIGNATURES -> theirs
+    artifacts: dict[str, list[Artifact]]
     summary: DocumentsSummary
 
 
@@ -129,6 +131,28 @@ class _Locator:
         return i, row
 
 
+Fates = dict[int, dict[int, tuple[str, str]]]
+"""Per input, row -> (fate, detail) of each document the stage dropped: its ledger rows."""
+
+
+def _drop(codes: list[np.ndarray], fates: Fates, i: int, row: int, fate: str, detail: str) -> None:
+    """Drop input `i`'s document `row`, noting why for the ledger."""
+    codes[i][row] = DROPPED
+    fates.setdefault(i, {})[row] = (fate, detail)
+
+
+def _identities(inputs: list[tuple[str, Path]], wanted: dict[int, list[int]]) -> dict[tuple[int, int], str]:
+    """`sha256 (source:file)` of the (input, row) documents named, reading each input's two
+    columns once (the near-duplicate representatives a ledger names)."""
+    out = {}
+    for i, rows in wanted.items():
+        table = pq.read_table(inputs[i][1], columns=["file", "sha256"])
+        files, shas = table.column(0), table.column(1)
+        for row in rows:
+            out[(i, row)] = f"{shas[row].as_py()} ({inputs[i][0]}:{files[row].as_py()})"
+    return out
+
+
 def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
     """`source:file` of one document, read when a report names it (a few examples), redacted
     as every recorded path is."""
@@ -160,6 +184,7 @@ class _Scanned:
     decontaminated: Decontaminated | None
     items: list[_ScanItem]
     spooled: list[Spooled | None]
+    fates: Fates
 
 
 def _scan(
@@ -193,9 +218,9 @@ def _scan(
         spooled = [sent for _, files in waves for sent in files]
         stacked = np.stack([o for o, _ in waves]) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
         index.find_candidates(lsh, stacked, firsts, executor, spooled)
-    near_report = None
+    near_report, fates = None, {}
     if index and near:
-        near_report = _near_dedup(index, inputs, codes, where, near, spool.parent, progress, executor)
+        near_report, fates = _near_dedup(index, inputs, codes, where, near, spool.parent, progress, executor)
     decon_report = None
     if decon:
         dropped: Counter[str] = Counter()
@@ -205,7 +230,7 @@ def _scan(
             i, row = where.one(doc)
             if codes[i][row] != SPLIT_CODES["train"]:  # only train must not contain eval text
                 continue
-            codes[i][row] = DROPPED
+            _drop(codes, fates, i, row, "decontaminated", ", ".join(names))
             dropped[inputs[i][0]] += 1
             per_benchmark.update(names)
             if len(examples) < 5:
@@ -216,7 +241,7 @@ def _scan(
             dropped=dict(sorted(dropped.items())),
             examples=examples,
         )
-    return _Scanned(near_report, decon_report, items, spooled)
+    return _Scanned(near_report, decon_report, items, spooled, fates)
 
 
 SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
@@ -303,7 +328,7 @@ class _SplitShards:
     """Input shard i's documents as shard i of each split's set, in SPLITS order, then (with
     near dedup) their MinHash signatures, a file per split shard."""
 
-    shards: tuple[Shard, ...]  # named `<split>/part-….parquet`, then `minhash/<split>/part-….npy`
+    shards: tuple[Shard, ...]  # `<split>/part-….parquet`, `_ledger/part-….parquet`, then `minhash/<split>/part-….npy`
 
 
 @dataclass(frozen=True)
@@ -338,22 +363,45 @@ def _write_signatures(job: _SignatureJob, io: TaskIO, i: int, codes: np.ndarray,
     return out
 
 
-def _write_splits(job: _SignatureJob | None, io: TaskIO, item: tuple[int, str, np.ndarray, SigParts]) -> _SplitShards:
-    """Input shard `item` = (index, path, its documents' split codes, where its signatures
-    are) written as shard `index` of each split's set (possibly empty, so every split has a
-    shard per input shard): a pure function of the shard and its codes, so it runs on any
-    executor, on any node."""
-    i, path, codes, parts = item
+@dataclass(frozen=True)
+class _SplitItem:
+    """Input shard `index` (`path`): its documents' split codes, where the scan spooled their
+    signatures, and why each dropped one was dropped (its ledger)."""
+
+    index: int
+    path: str
+    codes: np.ndarray
+    parts: SigParts
+    fates: dict[int, tuple[str, str]]
+    keep_removed: bool
+
+
+def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _SplitShards:
+    """Input shard `item` written as shard `index` of each split's set (possibly empty, so
+    every split has a shard per input shard), with its ledger shard: a pure function of the
+    shard, its codes and fates, so it runs on any executor, on any node."""
+    i, codes = item.index, item.codes
+    ledger = LedgerRows()
     with ExitStack() as stack:
         sinks = [stack.enter_context(ParquetSink(io.directory / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS]
         start = 0
-        for batch in pq.ParquetFile(io.local(path)).iter_batches(batch_size=BATCH_ROWS):
+        for batch in pq.ParquetFile(io.local(item.path)).iter_batches(batch_size=BATCH_ROWS):
             mine = codes[start : start + batch.num_rows]
-            start += batch.num_rows
             for split, sink in zip(SPLITS, sinks):
                 sink.write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
+            dropped = np.flatnonzero(mine == DROPPED).tolist()
+            if dropped:
+                rows = batch.take(pa.array(dropped)).to_pydict()
+                for k, row in enumerate(dropped):
+                    fate, detail = item.fates.get(start + row, ("dropped", ""))
+                    text = rows["text"][k] if item.keep_removed else None
+                    ledger.add(rows["source"][k], rows["file"][k], rows["sha256"][k], fate, detail, text=text)
+            start += batch.num_rows
     written = [Shard.of(sink.path, sink.rows, io.directory) for sink in sinks]
-    signatures = _write_signatures(job, io, i, codes, parts) if job is not None else []
+    with ParquetSink(io.directory / LEDGER / shard_name(i), LEDGER_SCHEMA) as sink:
+        sink.write(ledger.batch())
+    written.append(Shard.of(sink.path, sink.rows, io.directory))
+    signatures = _write_signatures(job, io, i, codes, item.parts) if job is not None else []
     return _SplitShards((*written, *signatures))
 
 
@@ -366,22 +414,33 @@ def _near_dedup(
     spool_dir: Path,
     progress: Progress | None,
     executor: Executor,
-) -> NearDuplicates:
+) -> tuple[NearDuplicates, Fates]:
     """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
     or take their representative's split (cluster-aware holdout). The representative is the
-    first member in spec order, as in exact dedup. Returns the report."""
+    first member in spec order, as in exact dedup. Returns the report and the removed
+    members' ledger fates (their representative, and the best Jaccard that joined them)."""
     if progress:
         progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify_shards([str(p) for _, p in inputs], where, spool_dir, executor)
     removed: Counter[str] = Counter()
     sizes: Counter[int] = Counter()
-    for root, members in index.clusters.groups().items():
+    groups = index.clusters.groups()
+    jaccard: dict[int, float] = {}
+    for a, b, j in index.verified:
+        jaccard[a], jaccard[b] = max(jaccard.get(a, 0.0), j), max(jaccard.get(b, 0.0), j)
+    roots = {root: where.one(root) for root in groups} if spec.remove else {}
+    wanted: dict[int, list[int]] = {}
+    for i, row in roots.values():
+        wanted.setdefault(i, []).append(row)
+    names, fates = _identities(inputs, wanted), {}
+    for root, members in groups.items():
         sizes[len(members)] += 1
         ri, rrow = where.one(root)
         for member in members[1:]:
             i, row = where.one(member)
             if spec.remove:
-                codes[i][row] = DROPPED
+                similar = f"of {names[(ri, rrow)]}, Jaccard {jaccard.get(member, spec.threshold)}"
+                _drop(codes, fates, i, row, "near_duplicate", similar)
                 removed[inputs[i][0]] += 1
             else:
                 codes[i][row] = codes[ri][rrow]
@@ -394,7 +453,17 @@ def _near_dedup(
         examples=[
             (_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j) for a, b, j in index.verified[:5]
         ],
-    )
+    ), fates
+
+
+def _exact_fates(exact: ExactDedup, names: np.ndarray, fates: Fates) -> Fates:
+    """`fates` with every exact repeat's: the source whose copy (the first in spec order) stays."""
+    kept_in = names[exact.input_of(exact.repeats[:, 1])].tolist()
+    dropped_from = exact.input_of(exact.repeats[:, 0])
+    rows = exact.repeats[:, 0] - exact.firsts[dropped_from]
+    for i, row, source in zip(dropped_from.tolist(), rows.tolist(), kept_in):
+        fates.setdefault(i, {})[row] = ("duplicate", f"same SHA-256 as the copy kept in {source}")
+    return fates
 
 
 def build_documents(
@@ -405,12 +474,15 @@ def build_documents(
     *,
     near: NearDedupSpec | None = None,
     decon: Decontaminator | None = None,
+    keep_removed: bool = False,
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, Parquet shard) in order and write each split as a shard set
     under `out_dir` (shard i of a split holds input shard i's documents of it, written by a
     task on the shard map): exact duplicates first, then (with `near`) near-duplicate clusters,
     then (with `decon`) train documents sharing an n-gram with a benchmark. Each global step
-    is hash-partitioned over tasks; this process holds a byte per document (its split)."""
+    is hash-partitioned over tasks; this process holds a byte per document (its split). Each
+    split shard's ledger (`_ledger/part-…`) says why its input's other documents were dropped;
+    `keep_removed` keeps their text there."""
     executor, progress = io.executor, io.progress
     exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, executor)
     names = np.array([name for name, _ in inputs], dtype=object)
@@ -424,17 +496,23 @@ def build_documents(
         parts: list[list[tuple[int, int, np.ndarray]]] = [[] for _ in inputs]
         for it in scanned.items if job and scanned else []:
             parts[it.input].append((it.task, it.group_row, it.rows))
-        items = [(i, str(path), codes[i], tuple(parts[i])) for i, (_, path) in enumerate(inputs)]
-        subsets = [*SPLITS, *([f"{SIGNATURES}/{s}" for s in SPLITS] if job else [])]
+        fates = _exact_fates(exact, names, scanned.fates if scanned else {})
+        items = [
+            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.get(i, {}), keep_removed)
+            for i, (_, path) in enumerate(inputs)
+        ]
+        subsets = [*SPLITS, LEDGER, *([f"{SIGNATURES}/{s}" for s in SPLITS] if job else [])]
         spooled = scanned.spooled if scanned else []
         written = map_shards(_write_splits, job, items, out_dir, executor, spools=spooled, subsets=subsets)
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     shards: dict[str, list[Artifact]] = {s: [] for s in [*SPLITS, SIGNATURES]}
+    shards[LEDGER] = []
     for (name, _), split_shards in zip(inputs, written):
         for split, shard in zip(SPLITS, split_shards.shards):
             shards[split].append(shard.artifact(out_dir, io.root))
             rows[split][name] += shard.rows
-        shards[SIGNATURES] += [shard.artifact(out_dir, io.root) for shard in split_shards.shards[len(SPLITS) :]]
+        shards[LEDGER].append(split_shards.shards[len(SPLITS)].artifact(out_dir, io.root))
+        shards[SIGNATURES] += [shard.artifact(out_dir, io.root) for shard in split_shards.shards[len(SPLITS) + 1 :]]
     if progress:
         progress(f"documents: {len(inputs)} input shard(s) split")
     summary = DocumentsSummary(

@@ -31,7 +31,8 @@ from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
 from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, text_sha256
-from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
+from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows, is_ledger, ledger_name
+from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted, scanner
 
 HYGIENE_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources with a filtered/<name> stage
 EXAMPLES = 5  # file paths kept per reason
@@ -53,7 +54,8 @@ class _Chunk:
     removed: Counter[str] = field(default_factory=Counter)
     findings: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    shards: list[Shard] = field(default_factory=list)  # the output shard, once written
+    ledger: LedgerRows = field(default_factory=LedgerRows)  # the documents not passed on unchanged
+    shards: list[Shard] = field(default_factory=list)  # the output shard and its ledger, once written
 
     def note(self, reason: str, file: str) -> None:
         if len(self.examples[reason]) < EXAMPLES:
@@ -87,6 +89,7 @@ def _clean_chunk(path: str, groups: list[int], job: _CleanJob) -> _Chunk:
         chunk.documents_in += 1
         original = text
         reason = None if conversations else filter_reason(text, spec.filters, stats)
+        counts: dict[str, int] = {}
         if reason is None and spec.redact is not RedactMode.off:
             cleaned, counts = redacted(text, conversations, secrets=job.scan_secrets, lines=where)
             chunk.findings.update(counts)
@@ -96,15 +99,34 @@ def _clean_chunk(path: str, groups: list[int], job: _CleanJob) -> _Chunk:
                 text = cleaned
                 chunk.redacted += 1
                 chunk.note("redacted", file)
+        path = redact_path(file) if redact_files else file
         if reason is not None:
             chunk.removed[reason] += 1
             chunk.note(reason, file)
+            kept = _kept_text(text, job, conversations, where) if job.keep_removed else None
+            chunk.ledger.add(source, path, sha, "filtered", reason, text=kept)
             continue
+        out_sha = sha if text is original else text_sha256(text)
+        if counts and spec.redact is RedactMode.redact:
+            chunk.ledger.add(source, path, sha, "redacted", _counts(counts), out_sha)
         chunk.cols["text"].append(text)
         chunk.cols["source"].append(source)
-        chunk.cols["file"].append(redact_path(file) if redact_files else file)
-        chunk.cols["sha256"].append(sha if text is original else text_sha256(text))
+        chunk.cols["file"].append(path)
+        chunk.cols["sha256"].append(out_sha)
     return chunk
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """Redactions by type, as the ledger's detail (`email=2, ip=1`): counts, never the text."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+
+
+def _kept_text(text: str, job: _CleanJob, conversations: bool, lines: Lines | None) -> str | None:
+    """A removed document's text as `audit.keep_removed` keeps it: after redaction, so a
+    reviewer never reads a secret or PII (None under `redact: off`: then nothing is kept)."""
+    if job.spec.redact is RedactMode.off:
+        return None
+    return redacted(text, conversations, secrets=job.scan_secrets, lines=lines)[0]
 
 
 CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups: ~2k documents a chunk
@@ -115,6 +137,7 @@ class _CleanJob:
     spec: HygieneSpec
     conversations: bool
     scan_secrets: bool  # False when ingestion already redacted (or dropped) them
+    keep_removed: bool = False  # `audit.keep_removed`: removed documents' (redacted) text in the ledger
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
@@ -124,13 +147,18 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
     local = str(io.local(path))
     groups = pq.ParquetFile(local).num_row_groups
     total = _Chunk({})
-    with ParquetSink(io.directory / Path(path).name, DOC_SCHEMA) as sink:
+    name = Path(path).name
+    with (
+        ParquetSink(io.directory / name, DOC_SCHEMA) as sink,
+        ParquetSink(io.directory / ledger_name(name), LEDGER_SCHEMA) as ledger,
+    ):
         for start in range(0, groups, CHUNK_ROW_GROUPS):
             part = list(range(start, min(start + CHUNK_ROW_GROUPS, groups)))
             chunk = _clean_chunk(local, part, job)
             sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
+            ledger.write(chunk.ledger.batch())
             total.add(chunk)
-    total.shards = [Shard.of(sink.path, sink.rows)]
+    total.shards = [Shard.of(sink.path, sink.rows), Shard.of(ledger.path, ledger.rows, io.directory)]
     return total
 
 
@@ -142,11 +170,14 @@ def clean_source(
     *,
     conversations: bool = False,
     scan_secrets: bool = True,
+    keep_removed: bool = False,
 ) -> HygieneResult:
     """Filter and redact one source's shard set into the shard set `out`; every input is kept
     or counted. A task per shard on `io.executor`; the set commits whole, so the output does
     not depend on where the tasks ran. `conversations`: a chat source's canonical JSON.
-    `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode)."""
+    `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode).
+    Each output shard has its ledger shard (`text/ledger.py`): what was filtered (the rule) or
+    redacted (counts by type); `keep_removed` adds removed documents' redacted text."""
     inputs = [str(p) for p in shard_files(ingested)]
     check_languages(spec.filters.languages)
 
@@ -158,7 +189,14 @@ def clean_source(
         )
 
     chunks = map_shards(
-        _clean_shard, _CleanJob(spec, conversations, scan_secrets), inputs, out, io.executor, done, io.progress
+        _clean_shard,
+        _CleanJob(spec, conversations, scan_secrets, keep_removed),
+        inputs,
+        out,
+        io.executor,
+        done,
+        io.progress,
+        subsets=[LEDGER],
     )
     total = _Chunk({})
     for chunk in chunks:
@@ -166,7 +204,7 @@ def clean_source(
     shards = list(shards_of(chunks))
     summary = HygieneSummary(
         documents_in=total.documents_in,
-        kept=sum(shard.rows for shard in shards),
+        kept=sum(shard.rows for shard in shards if not is_ledger(shard.name)),
         removed=dict(sorted(total.removed.items())),
         findings=dict(sorted(total.findings.items())),
         redacted_documents=total.redacted,
