@@ -595,7 +595,9 @@ def test_corpus_shards_and_packing_chunks_change_files_not_sequences(pipeline, m
     monkeypatch.setattr(pack_module, "PACK_SEQUENCES", 2)
     chunked = build_corpus(fim, tok, spec(3), tmp / f"chunked_{packing}", StageIO(tmp))
     assert len([a for a in one.artifacts if Path(a.path).name.startswith("part-")]) == 1
-    assert len([a for a in sharded.artifacts if Path(a.path).name.startswith("part-")]) == -(-one.summary.sequences // 3)
+    assert len([a for a in sharded.artifacts if Path(a.path).name.startswith("part-")]) == -(
+        -one.summary.sequences // 3
+    )
     assert -(-one.summary.sequences // 3) > 5
     pieces = [a.sha256 for run in (one, sharded) for a in run.artifacts if a.path.endswith(PIECES)]
     assert len(pieces) == 2 and pieces[0] == pieces[1]  # the ledger is the plan's, whatever the shards

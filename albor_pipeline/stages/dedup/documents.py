@@ -218,7 +218,8 @@ def _scan(
         spooled = [sent for _, files in waves for sent in files]
         stacked = np.stack([o for o, _ in waves]) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
         index.find_candidates(lsh, stacked, firsts, executor, spooled)
-    near_report, fates = None, {}
+    near_report: NearDuplicates | None = None
+    fates: Fates = {}
     if index and near:
         near_report, fates = _near_dedup(index, inputs, codes, where, near, spool.parent, progress, executor)
     decon_report = None
@@ -432,7 +433,8 @@ def _near_dedup(
     wanted: dict[int, list[int]] = {}
     for i, row in roots.values():
         wanted.setdefault(i, []).append(row)
-    names, fates = _identities(inputs, wanted), {}
+    names = _identities(inputs, wanted)
+    fates: Fates = {}
     for root, members in groups.items():
         sizes[len(members)] += 1
         ri, rrow = where.one(root)
