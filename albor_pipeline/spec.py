@@ -230,11 +230,19 @@ class NearDedupSpec(_Model):
 
 
 class AuditSpec(_Model):
-    """What the document ledger keeps for a reviewer. Every stage records what it removed and
-    why (identity only); `keep_removed` also keeps each removed document's text, after
-    redaction (never a secret or PII), beside that record."""
+    """The document ledger (`albor trace`): every stage records what it removed or changed and
+    why (identity only), and the corpus where each document's pieces landed. `keep_removed`
+    also keeps each removed document's text, after redaction (never a secret or PII), beside
+    that record. `ledger: false` writes none of it (the bench's baseline)."""
 
+    ledger: bool = True
     keep_removed: bool = False
+
+    @model_validator(mode="after")
+    def _keep_needs_ledger(self) -> AuditSpec:
+        if self.keep_removed and not self.ledger:
+            raise ValueError("keep_removed needs the ledger (ledger: true)")
+        return self
 
 
 class BenchmarkSpec(_Model):

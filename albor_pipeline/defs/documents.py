@@ -85,8 +85,7 @@ def dedup_and_split(
     decon = Decontaminator(spec.decontaminate) if stage == DOCUMENTS and spec.decontaminate.benchmarks else None
 
     out = OUT_DIRS[stage](layout)
-    keep = spec.audit.keep_removed
-    result = build_documents(sources, settings, out, ctx.io, near=near, decon=decon, keep_removed=keep)
+    result = build_documents(sources, settings, out, ctx.io, near=near, decon=decon, audit=spec.audit)
     summary = result.summary
     if stage == CONVERSATIONS:
         summary = summary.model_copy(update={"redaction": _redaction(spec, layout, names)})

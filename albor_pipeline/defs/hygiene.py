@@ -41,7 +41,7 @@ def hygiene(spec: PipelineSpec, src: SourceSpec, ctx: StageContext, config: Hygi
         ctx.io,
         conversations=src.kind is SourceKind.chat,
         scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
-        keep_removed=spec.audit.keep_removed,
+        audit=spec.audit,
     )
     summary = result.summary
     return StageOutput(

@@ -131,6 +131,7 @@ def build_corpus(
     min_chars: int = 0,
     pool: Mapping[str, int] | None = None,
     budget: Budget | None = None,
+    ledger: bool = True,
 ) -> CorpusResult:
     """Pretokenize one split's FIM'd documents (a shard set or file) into `out_dir`.
 
@@ -144,6 +145,7 @@ def build_corpus(
     `pool`: each source's documents in the split (the mix's input rows), for its epochs.
     `budget`: keep the documents, in mix order, up to this many tokens (`plan.budget_cut`),
     counted with the trained tokenizer; a cheap global step after the encoding tasks.
+    `ledger`: write every sequence's document pieces (`lineage.PIECES`) for `albor trace`.
     """
     start = time.perf_counter()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -151,9 +153,9 @@ def build_corpus(
     with tempfile.TemporaryDirectory(prefix=".albor-tokens-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
         encoded = _encode_split(tok, tokenizer_path, fim_path, spec, Path(spool), io, start, min_chars)
         if budget is None:
-            return _pack_split(tok, encoded, spec, out_dir, Path(spool), io, start, min_chars, pool)
+            return _pack_split(tok, encoded, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger)
         kept = _cut(encoded, budget, spec, io)
-        result = _pack_split(tok, kept, spec, out_dir, Path(spool), io, start, min_chars, pool)
+        result = _pack_split(tok, kept, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger)
     result.summary = _with_budget(result.summary, budget, int(encoded.lengths.sum()))
     return result
 
@@ -299,6 +301,7 @@ def _pack_split(
     start: float,
     min_chars: int,
     pool: Mapping[str, int] | None,
+    ledger: bool = True,
 ) -> CorpusResult:
     """The plan, then the shard map's packing tasks, while this process writes the exports
     into the spool; they join the shards in the committed set."""
@@ -323,7 +326,8 @@ def _pack_split(
             path.rename(staging / path.name)
         shards = list(shards_of(packed))
         write_json(staging / INDEX_FILE, reader_index(spec, counts, special, shards, min_chars))
-        write_pieces(staging / PIECES, segments, encoded.lengths, encoded.rows)
+        if ledger:
+            write_pieces(staging / PIECES, segments, encoded.lengths, encoded.rows)
 
     nanogpt = {"vocab_size": vocab, "tokens": tokens, "eos_id": eos, "documents": docs, "seq_len": spec.seq_len}
     special = {"bos": tok.token_to_id(BOS), "eos": eos, "pad": pad}
@@ -404,4 +408,5 @@ def _artifacts(
                 Artifact(path=path, sha256=str(stream["sha256"]), bytes=int(stream["bytes"]), rows=rows),
                 record(out_dir / sidecar, root),
             ]
-    return [*artifacts, record(out_dir / INDEX_FILE, root), record(out_dir / PIECES, root)]
+    pieces = [record(out_dir / PIECES, root)] if (out_dir / PIECES).exists() else []
+    return [*artifacts, record(out_dir / INDEX_FILE, root), *pieces]

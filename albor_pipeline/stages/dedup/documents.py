@@ -24,14 +24,14 @@ from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.stage import Progress
-from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
+from albor_pipeline.spec import SPLITS, AuditSpec, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.lsh import LshJob
 from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer, word_hashes
 from albor_pipeline.stages.dedup.neardup import NearDupIndex
 from albor_pipeline.stages.dedup.report import BenchmarkFacts, Decontaminated, DocumentsSummary, NearDuplicates
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
-from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows
+from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows, is_ledger
 from albor_pipeline.text.secrets import redact_path
 
 
@@ -195,10 +195,12 @@ def _scan(
     spool: Path,
     progress: Progress | None,
     executor: Executor,
+    ledger: bool = True,
 ) -> _Scanned:
     """One pass over the exact-unique documents (words hashed once) for near-dup signatures
     (spooled to `spool`) and benchmark n-grams, a task per row group on `executor`; then
-    near-dup clusters, then decontamination, updating the split `codes`."""
+    near-dup clusters, then decontamination, updating the split `codes` (and, with the `ledger`,
+    noting why each dropped document was dropped)."""
     items = _scan_items(inputs, codes)
     docs = items[-1].first + len(items[-1].rows) if items else 0
     firsts = np.array([it.first for it in items] + [docs], dtype=np.int64)
@@ -221,7 +223,7 @@ def _scan(
     near_report: NearDuplicates | None = None
     fates: Fates = {}
     if index and near:
-        near_report, fates = _near_dedup(index, inputs, codes, where, near, spool.parent, progress, executor)
+        near_report, fates = _near_dedup(index, inputs, codes, where, near, spool.parent, progress, executor, ledger)
     decon_report = None
     if decon:
         dropped: Counter[str] = Counter()
@@ -374,7 +376,7 @@ class _SplitItem:
     codes: np.ndarray
     parts: SigParts
     fates: dict[int, tuple[str, str]]
-    keep_removed: bool
+    audit: AuditSpec
 
 
 def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _SplitShards:
@@ -390,18 +392,19 @@ def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _S
             mine = codes[start : start + batch.num_rows]
             for split, sink in zip(SPLITS, sinks):
                 sink.write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
-            dropped = np.flatnonzero(mine == DROPPED).tolist()
+            dropped = np.flatnonzero(mine == DROPPED).tolist() if item.audit.ledger else []
             if dropped:
                 rows = batch.take(pa.array(dropped)).to_pydict()
                 for k, row in enumerate(dropped):
                     fate, detail = item.fates.get(start + row, ("dropped", ""))
-                    text = rows["text"][k] if item.keep_removed else None
+                    text = rows["text"][k] if item.audit.keep_removed else None
                     ledger.add(rows["source"][k], rows["file"][k], rows["sha256"][k], fate, detail, text=text)
             start += batch.num_rows
     written = [Shard.of(sink.path, sink.rows, io.directory) for sink in sinks]
-    with ParquetSink(io.directory / LEDGER / shard_name(i), LEDGER_SCHEMA) as sink:
-        sink.write(ledger.batch())
-    written.append(Shard.of(sink.path, sink.rows, io.directory))
+    if item.audit.ledger:
+        with ParquetSink(io.directory / LEDGER / shard_name(i), LEDGER_SCHEMA) as sink:
+            sink.write(ledger.batch())
+        written.append(Shard.of(sink.path, sink.rows, io.directory))
     signatures = _write_signatures(job, io, i, codes, item.parts) if job is not None else []
     return _SplitShards((*written, *signatures))
 
@@ -415,6 +418,7 @@ def _near_dedup(
     spool_dir: Path,
     progress: Progress | None,
     executor: Executor,
+    ledger: bool = True,
 ) -> tuple[NearDuplicates, Fates]:
     """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
     or take their representative's split (cluster-aware holdout). The representative is the
@@ -429,7 +433,7 @@ def _near_dedup(
     jaccard: dict[int, float] = {}
     for a, b, j in index.verified:
         jaccard[a], jaccard[b] = max(jaccard.get(a, 0.0), j), max(jaccard.get(b, 0.0), j)
-    roots = {root: where.one(root) for root in groups} if spec.remove else {}
+    roots = {root: where.one(root) for root in groups} if spec.remove and ledger else {}
     wanted: dict[int, list[int]] = {}
     for i, row in roots.values():
         wanted.setdefault(i, []).append(row)
@@ -441,7 +445,7 @@ def _near_dedup(
         for member in members[1:]:
             i, row = where.one(member)
             if spec.remove:
-                similar = f"of {names[(ri, rrow)]}, Jaccard {jaccard.get(member, spec.threshold)}"
+                similar = f"of {names.get((ri, rrow), '?')}, Jaccard {jaccard.get(member, spec.threshold)}"
                 _drop(codes, fates, i, row, "near_duplicate", similar)
                 removed[inputs[i][0]] += 1
             else:
@@ -476,16 +480,16 @@ def build_documents(
     *,
     near: NearDedupSpec | None = None,
     decon: Decontaminator | None = None,
-    keep_removed: bool = False,
+    audit: AuditSpec | None = None,
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, Parquet shard) in order and write each split as a shard set
     under `out_dir` (shard i of a split holds input shard i's documents of it, written by a
     task on the shard map): exact duplicates first, then (with `near`) near-duplicate clusters,
     then (with `decon`) train documents sharing an n-gram with a benchmark. Each global step
     is hash-partitioned over tasks; this process holds a byte per document (its split). Each
-    split shard's ledger (`_ledger/part-…`) says why its input's other documents were dropped;
-    `keep_removed` keeps their text there."""
-    executor, progress = io.executor, io.progress
+    split shard's ledger (`_ledger/part-…`, unless `audit.ledger` is off) says why its input's
+    other documents were dropped; `audit.keep_removed` keeps their text there."""
+    executor, progress, audit = io.executor, io.progress, audit or AuditSpec()
     exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, executor)
     names = np.array([name for name, _ in inputs], dtype=object)
     kept_by, dropped_from = (names[exact.input_of(exact.repeats[:, k])].tolist() for k in (1, 0))
@@ -493,17 +497,22 @@ def build_documents(
     codes = exact.codes
     near = near if near is not None and near.enabled else None
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
-        scanned = _scan(inputs, codes, near, decon, Path(spool), progress, executor) if near or decon else None
+        scan = (inputs, codes, near, decon, Path(spool), progress, executor, audit.ledger)
+        scanned = _scan(*scan) if near or decon else None
         job = _SignatureJob(spool, near.num_perm) if near and scanned else None
         parts: list[list[tuple[int, int, np.ndarray]]] = [[] for _ in inputs]
         for it in scanned.items if job and scanned else []:
             parts[it.input].append((it.task, it.group_row, it.rows))
-        fates = _exact_fates(exact, names, scanned.fates if scanned else {})
+        fates = _exact_fates(exact, names, scanned.fates if scanned else {}) if audit.ledger else {}
         items = [
-            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.get(i, {}), keep_removed)
+            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.get(i, {}), audit)
             for i, (_, path) in enumerate(inputs)
         ]
-        subsets = [*SPLITS, LEDGER, *([f"{SIGNATURES}/{s}" for s in SPLITS] if job else [])]
+        subsets = [
+            *SPLITS,
+            *([LEDGER] if audit.ledger else []),
+            *([f"{SIGNATURES}/{s}" for s in SPLITS] if job else []),
+        ]
         spooled = scanned.spooled if scanned else []
         written = map_shards(_write_splits, job, items, out_dir, executor, spools=spooled, subsets=subsets)
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
@@ -513,8 +522,9 @@ def build_documents(
         for split, shard in zip(SPLITS, split_shards.shards):
             shards[split].append(shard.artifact(out_dir, io.root))
             rows[split][name] += shard.rows
-        shards[LEDGER].append(split_shards.shards[len(SPLITS)].artifact(out_dir, io.root))
-        shards[SIGNATURES] += [shard.artifact(out_dir, io.root) for shard in split_shards.shards[len(SPLITS) + 1 :]]
+        rest = split_shards.shards[len(SPLITS) :]
+        shards[LEDGER] += [s.artifact(out_dir, io.root) for s in rest if is_ledger(s.name)]
+        shards[SIGNATURES] += [s.artifact(out_dir, io.root) for s in rest if not is_ledger(s.name)]
     if progress:
         progress(f"documents: {len(inputs)} input shard(s) split")
     summary = DocumentsSummary(

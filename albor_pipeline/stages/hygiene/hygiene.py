@@ -16,6 +16,7 @@ message.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pyarrow.parquet as pq
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
 from albor_pipeline.runtime.shards import Shard, iter_batches, shard_files
-from albor_pipeline.spec import DOCUMENT_KINDS, HygieneSpec, RedactMode, SourceKind
+from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
 from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
 from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.report import HygieneSummary
@@ -103,11 +104,12 @@ def _clean_chunk(path: str, groups: list[int], job: _CleanJob) -> _Chunk:
         if reason is not None:
             chunk.removed[reason] += 1
             chunk.note(reason, file)
-            kept = _kept_text(text, job, conversations, where) if job.keep_removed else None
-            chunk.ledger.add(source, path, sha, "filtered", reason, text=kept)
+            if job.audit.ledger:
+                kept = _kept_text(text, job, conversations, where) if job.audit.keep_removed else None
+                chunk.ledger.add(source, path, sha, "filtered", reason, text=kept)
             continue
         out_sha = sha if text is original else text_sha256(text)
-        if counts and spec.redact is RedactMode.redact:
+        if counts and spec.redact is RedactMode.redact and job.audit.ledger:
             chunk.ledger.add(source, path, sha, "redacted", _counts(counts), out_sha)
         chunk.cols["text"].append(text)
         chunk.cols["source"].append(source)
@@ -137,7 +139,7 @@ class _CleanJob:
     spec: HygieneSpec
     conversations: bool
     scan_secrets: bool  # False when ingestion already redacted (or dropped) them
-    keep_removed: bool = False  # `audit.keep_removed`: removed documents' (redacted) text in the ledger
+    audit: AuditSpec = field(default_factory=AuditSpec)  # the ledger; removed documents' text in it
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
@@ -148,17 +150,20 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
     groups = pq.ParquetFile(local).num_row_groups
     total = _Chunk({})
     name = Path(path).name
-    with (
-        ParquetSink(io.directory / name, DOC_SCHEMA) as sink,
-        ParquetSink(io.directory / ledger_name(name), LEDGER_SCHEMA) as ledger,
-    ):
+    with ExitStack() as stack:
+        sink = stack.enter_context(ParquetSink(io.directory / name, DOC_SCHEMA))
+        ledger_path = io.directory / ledger_name(name)
+        ledger = stack.enter_context(ParquetSink(ledger_path, LEDGER_SCHEMA)) if job.audit.ledger else None
         for start in range(0, groups, CHUNK_ROW_GROUPS):
             part = list(range(start, min(start + CHUNK_ROW_GROUPS, groups)))
             chunk = _clean_chunk(local, part, job)
             sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
-            ledger.write(chunk.ledger.batch())
+            if ledger is not None:
+                ledger.write(chunk.ledger.batch())
             total.add(chunk)
-    total.shards = [Shard.of(sink.path, sink.rows), Shard.of(ledger.path, ledger.rows, io.directory)]
+    total.shards = [Shard.of(sink.path, sink.rows)]
+    if ledger is not None:
+        total.shards.append(Shard.of(ledger.path, ledger.rows, io.directory))
     return total
 
 
@@ -170,14 +175,15 @@ def clean_source(
     *,
     conversations: bool = False,
     scan_secrets: bool = True,
-    keep_removed: bool = False,
+    audit: AuditSpec | None = None,
 ) -> HygieneResult:
     """Filter and redact one source's shard set into the shard set `out`; every input is kept
     or counted. A task per shard on `io.executor`; the set commits whole, so the output does
     not depend on where the tasks ran. `conversations`: a chat source's canonical JSON.
     `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode).
     Each output shard has its ledger shard (`text/ledger.py`): what was filtered (the rule) or
-    redacted (counts by type); `keep_removed` adds removed documents' redacted text."""
+    redacted (counts by type), unless `audit.ledger` is off; `audit.keep_removed` adds removed
+    documents' redacted text."""
     inputs = [str(p) for p in shard_files(ingested)]
     check_languages(spec.filters.languages)
 
@@ -190,7 +196,7 @@ def clean_source(
 
     chunks = map_shards(
         _clean_shard,
-        _CleanJob(spec, conversations, scan_secrets, keep_removed),
+        _CleanJob(spec, conversations, scan_secrets, audit or AuditSpec()),
         inputs,
         out,
         io.executor,
