@@ -17,6 +17,7 @@ import yaml
 from albor_pipeline.runtime.artifacts import iter_manifests
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.text.ledger import is_ledger
+from bench.common import REPO
 from bench.graph import run_graph, shipped_spec
 
 ALBOR = str(Path(sys.executable).parent / "albor")
@@ -28,6 +29,9 @@ def bench_ledger(work: Path, repeat: int) -> dict[str, Any]:
     specs = {}
     for name, ledger in (("with", True), ("without", False)):
         spec = shipped_spec()
+        for src in spec["sources"]:  # the samples, read from the checkout wherever the spec is written
+            if not src["path"].startswith("{"):
+                src["path"] = str(REPO / "data" / src["path"])
         spec["audit"] = {"ledger": ledger}
         specs[name] = work / f"{name}.yaml"
         specs[name].write_text(yaml.safe_dump(spec))
