@@ -1,4 +1,4 @@
-"""`albor run | verify | summary | spec`: a thin front door; the Dagster CLI works too."""
+"""`albor run | verify | trace | summary | gc | spec | instance`: a thin front door; the Dagster CLI works too."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -23,6 +24,7 @@ from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
 from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
 from albor_pipeline.stages.provenance.provenance import VerifyReport, stale_stages, verify, verify_bucket
+from albor_pipeline.trace import Tracer, trace_lines
 
 
 def _use(args: argparse.Namespace) -> None:
@@ -287,6 +289,29 @@ def _collect_tasks(layout: Layout, manifests: Callable[[], list[StageManifest]],
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Where a file or document went, or where a sequence came from (`albor_pipeline/trace.py`)."""
+    _use(args)
+    spec, root = load_spec(), data_dir()
+    if isinstance(root, Path):
+        tracer = Tracer(spec, Layout(root))
+    else:
+        bucket = Bucket(root, Layout(work_dir(root)))
+        bucket.pull()
+        tracer = Tracer(spec, bucket.layout, bucket.fetch)
+    sequence = re.fullmatch(r"corpus/([\w.-]+):(\d+)", args.query)
+    try:
+        found: list[Any] = tracer.sequence(sequence[1], int(sequence[2])) if sequence else tracer.documents(args.query)
+    except (FileNotFoundError, IndexError) as exc:
+        print(f"albor trace: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([item.model_dump(mode="json") for item in found], indent=2))
+    else:
+        print("\n".join(trace_lines(found, args.query, "" if found or sequence else tracer.missing(args.query))))
+    return 0 if found else 1
+
+
 def cmd_spec(args: argparse.Namespace) -> int:
     _use(args)
     print(json.dumps(load_spec().model_dump(mode="json"), indent=2))
@@ -301,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         ("verify", cmd_verify, "re-hash every artifact the stages recorded; list stale stages"),
         ("summary", cmd_summary, "print what the last run produced"),
         ("gc", cmd_gc, "delete stored tasks, and a bucket's objects, that no manifest names"),
+        ("trace", cmd_trace, "where a file (path, glob or SHA-256) went, or where corpus/<split>:N came from"),
         ("spec", cmd_spec, "print the resolved, validated spec"),
         ("instance", cmd_instance, "write $DAGSTER_HOME/dagster.yaml (PostgreSQL when ALBOR_POSTGRES_URL is set)"),
     ):
@@ -308,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--spec", help="pipeline spec (default: $ALBOR_SPEC or data/pipeline.yaml)")
         p.add_argument("--data-dir", help="output root (default: $ALBOR_DATA_DIR or data/artifacts)")
         p.set_defaults(fn=fn)
+        if name == "trace":
+            p.add_argument("query", help="a source file path or glob ([source:]path), a SHA-256, or corpus/<split>:N")
+            p.add_argument("--json", action="store_true", help="print JSON for tools")
         if name == "verify":
             p.add_argument("--wait", action="store_true", help="wait for a run holding the data dir to finish")
         if name == "gc":

@@ -229,6 +229,22 @@ class NearDedupSpec(_Model):
         return self
 
 
+class AuditSpec(_Model):
+    """The document ledger (`albor trace`): every stage records what it removed or changed and
+    why (identity only), and the corpus where each document's pieces landed. `keep_removed`
+    also keeps each removed document's text, after redaction (never a secret or PII), beside
+    that record. `ledger: false` writes none of it (the bench's baseline)."""
+
+    ledger: bool = True
+    keep_removed: bool = False
+
+    @model_validator(mode="after")
+    def _keep_needs_ledger(self) -> AuditSpec:
+        if self.keep_removed and not self.ledger:
+            raise ValueError("keep_removed needs the ledger (ledger: true)")
+        return self
+
+
 class BenchmarkSpec(_Model):
     """An eval set to keep out of train: a JSONL (plain, .gz, .zst) or Parquet file and the
     fields whose text an item contributes (e.g. the prompt and the reference solution)."""
@@ -606,6 +622,7 @@ class PipelineSpec(_Model):
     holdout: HoldoutSpec = HoldoutSpec()
     near_dedup: NearDedupSpec = NearDedupSpec()
     decontaminate: DecontaminateSpec = DecontaminateSpec()
+    audit: AuditSpec = AuditSpec()
     mix: MixSpec = MixSpec()
     fim: FimSpec = FimSpec()
     tokenizer: TokenizerSpec = TokenizerSpec()

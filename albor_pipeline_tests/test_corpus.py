@@ -20,6 +20,7 @@ from albor_pipeline.stages.corpus import pack as pack_module
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_no_short_splits
 from albor_pipeline.stages.corpus.corpus import build_corpus
 from albor_pipeline.stages.corpus.exports import megatron_index
+from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.stages.corpus.plan import (
     Packed,
     PlanSummary,
@@ -360,7 +361,7 @@ def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pi
     tok = tmp / "tok" / "tokenizer.json"
     out = tmp / "d_kept"
     build_corpus(good, tok, CorpusSpec(seq_len=100), out, StageIO(tmp, LocalExecutor(2)))
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     # Garble the page header of row group 3's text: only the worker that reads it fails.
     data = bytearray(good.read_bytes())
     start = pq.ParquetFile(good).metadata.row_group(3).column(0).data_page_offset
@@ -371,7 +372,7 @@ def test_failed_encode_task_names_the_row_group_and_keeps_the_previous_corpus(pi
         match=r"encode_row_group failed on SpoolItem\(group=\('.*fim_bad_group.parquet', 3\), task=3\) \(local\)",
     ):
         build_corpus(bad, tok, CorpusSpec(seq_len=100), out, StageIO(tmp, LocalExecutor(2)))
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".d_kept")) == []
 
 
@@ -593,8 +594,13 @@ def test_corpus_shards_and_packing_chunks_change_files_not_sequences(pipeline, m
     sharded = build_corpus(fim, tok, spec(3), tmp / f"sharded_{packing}", StageIO(tmp, LocalExecutor(2)))
     monkeypatch.setattr(pack_module, "PACK_SEQUENCES", 2)
     chunked = build_corpus(fim, tok, spec(3), tmp / f"chunked_{packing}", StageIO(tmp))
-    assert len([a for a in one.artifacts if a.path.endswith(".parquet")]) == 1
-    assert len([a for a in sharded.artifacts if a.path.endswith(".parquet")]) == -(-one.summary.sequences // 3) > 5
+    assert len([a for a in one.artifacts if Path(a.path).name.startswith("part-")]) == 1
+    assert len([a for a in sharded.artifacts if Path(a.path).name.startswith("part-")]) == -(
+        -one.summary.sequences // 3
+    )
+    assert -(-one.summary.sequences // 3) > 5
+    pieces = [a.sha256 for run in (one, sharded) for a in run.artifacts if a.path.endswith(PIECES)]
+    assert len(pieces) == 2 and pieces[0] == pieces[1]  # the ledger is the plan's, whatever the shards
     assert _sequences(tmp / f"sharded_{packing}") == _sequences(tmp / f"one_{packing}")
     assert [(a.path, a.sha256) for a in chunked.artifacts] == [
         (a.path.replace("sharded", "chunked"), a.sha256) for a in sharded.artifacts

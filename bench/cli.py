@@ -24,15 +24,27 @@ from typing import Any
 from bench.common import REPO, default_corpora, median_record
 from bench.graph import run_before, run_graph
 from bench.hygiene import bench_hygiene
+from bench.lineage import bench_ledger
 from bench.loader import bench_loader
 from bench.rebuild import bench_rebuild
 from bench.report import table
 from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
 
-SECTIONS = ("stages", "hygiene", "e2e", "rebuild", "scaling", "loader", "scale")
+SECTIONS = ("stages", "hygiene", "e2e", "ledger", "rebuild", "scaling", "loader", "scale")
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
-RESULTS = ("stages", "hygiene", "end_to_end", "end_to_end_before", "profile", "rebuild", "scaling", "loader", "scale")
+RESULTS = (
+    "stages",
+    "hygiene",
+    "end_to_end",
+    "end_to_end_before",
+    "profile",
+    "ledger",
+    "rebuild",
+    "scaling",
+    "loader",
+    "scale",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,6 +100,9 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
         results["hygiene"] = bench_hygiene(corpora, work / "hygiene", repeat)
     if run["e2e"]:
         run_e2e(args, work, repeat, results)
+    if run["ledger"]:
+        print("ledger: the default graph with and without the document ledger ...", file=sys.stderr)
+        results["ledger"] = bench_ledger(work / "ledger", repeat)
     if run["rebuild"] and not args.quick:
         print("rebuild: one-file edits and a killed run's resume, default and seed-shaped specs ...", file=sys.stderr)
         results["rebuild"] = bench_rebuild(args.corpus, work / "rebuild")

@@ -37,6 +37,17 @@ def table(results: dict[str, Any]) -> str:
     if pr := results.get("profile"):
         rows.append((f"py-spy profile of the graph ({pr['samples']:,} samples, all processes)", "", ""))
         rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
+    if le := results.get("ledger"):
+        rows += [
+            (
+                "ledger: graph wall s with / without (default spec)",
+                f"{le['wall_with_ledger_s']} / {le['wall_without_ledger_s']}",
+                "",
+            ),
+            ("  ledger cost", f"{le['ledger_cost_pct']} %", "<= 10 %"),
+            ("  ledger size MB (share of all outputs)", f"{le['ledger_mb']} ({le['ledger_share_pct']} %)", ""),
+            ("  albor trace s: a file / a sequence", f"{le['trace_file_s']} / {le['trace_sequence_s']}", ""),
+        ]
     if rb := results.get("rebuild"):
         rows += _rebuild_rows(rb)
     if lo := results.get("loader"):

@@ -53,9 +53,11 @@ def pack(
     min_chars: int = 0,
     pool: dict[str, int] | None = None,
     budget: Budget | None = None,
+    ledger: bool = True,
 ) -> StageOutput:
     """Pretokenize fim/<split> into corpus/<out> with `settings` (and the mix's pool and
-    budget, `_mix_facts`); the summary and metadata."""
+    budget, `_mix_facts`; `ledger`: the pieces table `albor trace` reads); the summary and
+    metadata."""
     layout = ctx.layout
     result = build_corpus(
         layout.fim(split),
@@ -66,6 +68,7 @@ def pack(
         min_chars=min_chars,
         pool=pool,
         budget=budget,
+        ledger=ledger,
     )
     summary = result.summary
     if not summary.sequences:
@@ -75,7 +78,7 @@ def pack(
     bytes_per_token = result.text_bytes / summary.tokens if summary.tokens else 0.0
     return StageOutput(
         artifacts=result.artifacts,
-        config=settings.model_dump(mode="json"),
+        config={**settings.model_dump(mode="json"), "ledger": ledger},
         summary=summary,
         row_count=summary.sequences,
         metadata={
@@ -110,7 +113,7 @@ def _mix_facts(layout: Layout, split: str) -> tuple[dict[str, int], Budget | Non
 def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConfig) -> StageOutput:
     settings = resolve(spec.corpus, config, f"{corpus_stage(split)} run config")
     pool, budget = _mix_facts(ctx.layout, split)
-    return pack(ctx, split, split, settings, pool=pool, budget=budget)
+    return pack(ctx, split, split, settings, pool=pool, budget=budget, ledger=spec.audit.ledger)
 
 
 def long_corpus(
@@ -119,7 +122,7 @@ def long_corpus(
     where = f"{corpus_stage(long_split(split))} run config"
     settings = resolve(long, config, where)
     corpus_settings = spec.corpus.model_copy(update={"seq_len": settings.seq_len, "long": settings})
-    return pack(ctx, split, long_split(split), corpus_settings, min_chars=settings.min_chars)
+    return pack(ctx, split, long_split(split), corpus_settings, min_chars=settings.min_chars, ledger=spec.audit.ledger)
 
 
 def _special_ids(layout: Layout) -> dict[str, int]:

@@ -110,7 +110,9 @@ def dedup_and_split(
 
     tombstones = removed_documents(spec, layout, names)
     out = OUT_DIRS[stage](layout)
-    result = build_documents(sources, settings, out, ctx.io, near=near, decon=decon, tombstones=tombstones)
+    result = build_documents(
+        sources, settings, out, ctx.io, near=near, decon=decon, tombstones=tombstones, audit=spec.audit
+    )
     summary = result.summary
     if stage == CONVERSATIONS:
         summary = summary.model_copy(update={"redaction": _redaction(spec, layout, names)})
@@ -121,6 +123,7 @@ def dedup_and_split(
         artifacts=[shard for shards in result.artifacts.values() for shard in shards],
         config={
             **settings.model_dump(mode="json"),
+            "audit": spec.audit.model_dump(mode="json"),
             **({"near_dedup": near.model_dump(mode="json")} if near else {}),
             **({"decontaminate": spec.decontaminate.model_dump(mode="json")} if decon else {}),
         },

@@ -13,10 +13,11 @@ from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import filtered_stage, ingested_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import HygieneSpec, PipelineSpec, RedactMode, SourceKind, SourceSpec
+from albor_pipeline.spec import PipelineSpec, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
 from albor_pipeline.text.documents import DOC_SCHEMA
+from albor_pipeline.text.ledger import is_ledger
 from albor_pipeline.text.removal import REMOVED, TOMBSTONE_SCHEMA
 
 GROUP = "hygiene"
@@ -29,7 +30,7 @@ class HygieneConfig(dg.Config):
     redact: RedactMode | None = None
 
 
-def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageOutput:
+def hygiene(spec: PipelineSpec, src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageOutput:
     settings = resolve(src.hygiene, config, f"{filtered_stage(src.name)} run config")
     layout = ctx.layout
     # Ingestion redacted (or dropped) secrets iff its recorded mode says so; else they are scanned here.
@@ -41,17 +42,18 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
         ctx.io,
         conversations=src.kind is SourceKind.chat,
         scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
+        audit=spec.audit,
     )
     summary = result.summary
     return StageOutput(
         artifacts=result.artifacts,
-        config=settings.model_dump(mode="json"),
+        config={**settings.model_dump(mode="json"), "audit": spec.audit.model_dump(mode="json")},
         summary=summary,
         row_count=summary.kept,
         metadata={
             "documents_in": summary.documents_in,
             "kept": summary.kept,
-            "shards": len(result.artifacts),
+            "shards": sum(not is_ledger(a.path) for a in result.artifacts),
             "removed_total": sum(summary.removed.values()),
             "removed": dg.MetadataValue.md(
                 markdown_table([{"reason": k, "documents": v} for k, v in summary.removed.items()]) or "none"
@@ -68,7 +70,7 @@ def hygiene(src: SourceSpec, ctx: StageContext, config: HygieneConfig) -> StageO
 def _no_secrets_left(name: str, ctx: CheckContext) -> CheckOutcome:
     """Two scans: the check's own patterns over every document (blind spots of the redactor's
     detectors are not its own), and the redactor's detectors (e-mails, addresses) over a sample."""
-    mode = HygieneSpec.model_validate(ctx.manifest.config).redact
+    mode = RedactMode(ctx.manifest.config["redact"])
     if mode in (RedactMode.report, RedactMode.off):
         return CheckOutcome(True, f"redact: {mode.value}: findings are kept by configuration", {"mode": mode.value})
     independent = check_no_secrets([p for p in ctx.parquet_outputs if p.name != REMOVED], ctx.executor)
@@ -98,7 +100,7 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
             ),
             config=HygieneConfig,
             defaults=spec_defaults(HygieneConfig, src.hygiene),
-            work=partial(hygiene, src),
+            work=partial(hygiene, spec, src),
             deps=(ingested_stage(src.name),),
             checks=(
                 schema_check(DOC_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),

@@ -32,6 +32,7 @@ from albor_pipeline.runtime.stage import Inputs, StageOutput, run_stage
 from albor_pipeline.runtime.taskstore import reusing
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, apply_overrides
+from albor_pipeline.text.ledger import is_ledger
 
 CODE_VERSION = "1"
 LIBRARIES = (
@@ -190,8 +191,12 @@ class CheckContext:
 
     @property
     def parquet_outputs(self) -> list[Path]:
-        """The Parquet files the stage recorded."""
-        return [self.layout.root / a.path for a in self.manifest.outputs if a.path.endswith(".parquet")]
+        """The Parquet files of documents or sequences the stage recorded (not its ledger)."""
+        return [
+            self.layout.root / a.path
+            for a in self.manifest.outputs
+            if a.path.endswith(".parquet") and not is_ledger(a.path)
+        ]
 
 
 @dataclass(frozen=True)
@@ -275,7 +280,7 @@ def materialize_result(
     of them the task store may keep (then how many were reused is a field of its own).
     """
     outputs = manifest.outputs
-    rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs)
+    rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs if not is_ledger(a.path))
     # The one file, or the directory holding every output (a shard set, or a stage's splits).
     paths = [layout.root / a.path for a in outputs]
     where = os.path.commonpath(paths) if len(paths) > 1 else str(paths[0].parent if is_shard(paths[0]) else paths[0])

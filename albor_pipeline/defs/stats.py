@@ -26,6 +26,7 @@ from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec
 from albor_pipeline.stages.dedup.report import DocumentsSummary
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.provenance.provenance import Built
+from albor_pipeline.stages.stats.charts import funnel_table
 from albor_pipeline.stages.stats.stats import Recorded, build_stats
 
 
@@ -62,6 +63,8 @@ def stats(spec: PipelineSpec, ctx: StageContext, config: NoConfig) -> StageOutpu
                 for k, v in figures.items()
             },
             "charts": dg.MetadataValue.md(markdown_table([c.model_dump() for c in summary.charts])),
+            # Documents in, kept and removed by reason, per stage and source: `albor trace` names each one.
+            "funnel": dg.MetadataValue.md(markdown_table(funnel_table(result.statistics))),
         },
     )
 

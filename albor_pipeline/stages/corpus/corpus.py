@@ -40,8 +40,9 @@ from albor_pipeline.stages.corpus.encode_task import (
 )
 from albor_pipeline.stages.corpus.exports import STREAMS, concat_streams, write_sidecars
 from albor_pipeline.stages.corpus.index import reader_index
+from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces, write_pieces
 from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
-from albor_pipeline.stages.corpus.plan import PlanSummary, best_fit_plan, budget_cut, concat_plan
+from albor_pipeline.stages.corpus.plan import PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
 from albor_pipeline.stages.corpus.report import CorpusBudget, CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import pick_encoder
 from albor_pipeline.text.sequences import INDEX_FILE
@@ -130,6 +131,7 @@ def build_corpus(
     min_chars: int = 0,
     pool: Mapping[str, int] | None = None,
     budget: Budget | None = None,
+    ledger: bool = True,
 ) -> CorpusResult:
     """Pretokenize one split's FIM'd documents (a shard set or file) into `out_dir`.
 
@@ -143,6 +145,7 @@ def build_corpus(
     `pool`: each source's documents in the split (the mix's input rows), for its epochs.
     `budget`: keep the documents, in mix order, up to this many tokens (`plan.budget_cut`),
     counted with the trained tokenizer; a cheap global step after the encoding tasks.
+    `ledger`: write every sequence's document pieces (`lineage.PIECES`) for `albor trace`.
     """
     start = time.perf_counter()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -150,9 +153,9 @@ def build_corpus(
     with tempfile.TemporaryDirectory(prefix=".albor-tokens-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
         encoded = _encode_split(tok, tokenizer_path, fim_path, spec, Path(spool), io, start, min_chars)
         if budget is None:
-            return _pack_split(tok, encoded, spec, out_dir, Path(spool), io, start, min_chars, pool)
+            return _pack_split(tok, encoded, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger)
         kept = _cut(encoded, budget, spec, io)
-        result = _pack_split(tok, kept, spec, out_dir, Path(spool), io, start, min_chars, pool)
+        result = _pack_split(tok, kept, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger)
     result.summary = _with_budget(result.summary, budget, int(encoded.lengths.sum()))
     return result
 
@@ -178,11 +181,12 @@ class _Encoded:
     accounting: SourceAccounting
     spooled: list[Spooled | None]
     encoder: str  # what the stage picked and why
+    rows: np.ndarray  # int64: each document's row in the FIM split (the long subset skips some)
     limit: int | None = None  # a budget's cut of the stream (`concat`: whole sequences)
 
     def keep(self, documents: int, limit: int | None) -> _Encoded:
         """The first `documents` documents only (a budget's cut), their stream packed up to `limit`."""
-        return replace(self, lengths=self.lengths[:documents], limit=limit)
+        return replace(self, lengths=self.lengths[:documents], rows=self.rows[:documents], limit=limit)
 
 
 def _encode_split(
@@ -210,11 +214,24 @@ def _encode_split(
     offsets = np.concatenate([[0], np.cumsum([int(g.lengths.sum()) for g in encoded])]).astype(np.int64)
     text_bytes = sum(g.text_bytes for g in encoded)
     spooled = [g.spooled for g in encoded]
-    return _Encoded(lengths, offsets, len(groups), text_bytes, accounting, spooled, encoder_note)
+    rows = _split_rows(groups, encoded)
+    return _Encoded(lengths, offsets, len(groups), text_bytes, accounting, spooled, encoder_note, rows)
 
 
-def _save_plan(spool: Path, encoded: _Encoded, spec: CorpusSpec) -> PlanSummary:
-    """The plan's arrays into the spool, where the packing tasks read them."""
+def _split_rows(groups: list[RowGroup], encoded: list[GroupTokens]) -> np.ndarray:
+    """Each encoded document's row in the FIM split, from the row groups' sizes (footers)."""
+    sizes = [pq.ParquetFile(path).metadata.row_group(g).num_rows for path, g in groups]
+    bases = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    parts = [
+        bases[k] + (np.arange(len(g.lengths), dtype=np.int64) if g.rows is None else g.rows.astype(np.int64))
+        for k, g in enumerate(encoded)
+    ]
+    return np.concatenate([np.zeros(0, np.int64), *parts])
+
+
+def _save_plan(spool: Path, encoded: _Encoded, spec: CorpusSpec) -> tuple[PlanSummary, Segments]:
+    """The plan's arrays into the spool, where the packing tasks read them; and the plan's
+    segments, every sequence's document pieces (the corpus's ledger)."""
     lengths, ends = encoded.lengths, np.cumsum(encoded.lengths)
     np.save(spool / "offsets.npy", encoded.offsets)
     if spec.packing is Packing.best_fit:
@@ -222,9 +239,10 @@ def _save_plan(spool: Path, encoded: _Encoded, spec: CorpusSpec) -> PlanSummary:
         np.save(spool / "seg_starts.npy", segments.starts)
         np.save(spool / "seg_lens.npy", segments.lens)
         np.save(spool / "seq_first.npy", np.concatenate([[0], np.cumsum(segments.counts)]).astype(np.int64))
-        return plan
+        return plan, segments
     np.save(spool / "ends.npy", ends)
-    return concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad, encoded.limit)
+    plan = concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad, encoded.limit)
+    return plan, concat_pieces(lengths, plan.sequences, spec.seq_len, encoded.limit)
 
 
 def _encode(
@@ -283,6 +301,7 @@ def _pack_split(
     start: float,
     min_chars: int,
     pool: Mapping[str, int] | None,
+    ledger: bool = True,
 ) -> CorpusResult:
     """The plan, then the shard map's packing tasks, while this process writes the exports
     into the spool; they join the shards in the committed set."""
@@ -290,7 +309,7 @@ def _pack_split(
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
     if eos is None or pad is None:
         raise ValueError(f"{EOS} and {PAD} must be tokens of the tokenizer")
-    plan = _save_plan(spool, encoded, spec)
+    plan, segments = _save_plan(spool, encoded, spec)
     tokens, docs, formats = int(encoded.lengths.sum()), len(encoded.lengths), set(spec.formats)
     spooled = [*encoded.spooled, *(io.offer(npy) for npy in sorted(spool.glob("*.npy")))]
     dtype = token_dtype(vocab)
@@ -307,6 +326,8 @@ def _pack_split(
             path.rename(staging / path.name)
         shards = list(shards_of(packed))
         write_json(staging / INDEX_FILE, reader_index(spec, counts, special, shards, min_chars))
+        if ledger:
+            write_pieces(staging / PIECES, segments, encoded.lengths, encoded.rows)
 
     nanogpt = {"vocab_size": vocab, "tokens": tokens, "eos_id": eos, "documents": docs, "seq_len": spec.seq_len}
     special = {"bos": tok.token_to_id(BOS), "eos": eos, "pad": pad}
@@ -387,4 +408,5 @@ def _artifacts(
                 Artifact(path=path, sha256=str(stream["sha256"]), bytes=int(stream["bytes"]), rows=rows),
                 record(out_dir / sidecar, root),
             ]
-    return [*artifacts, record(out_dir / INDEX_FILE, root)]
+    pieces = [record(out_dir / PIECES, root)] if (out_dir / PIECES).exists() else []
+    return [*artifacts, record(out_dir / INDEX_FILE, root), *pieces]

@@ -89,6 +89,7 @@ class GroupTokens:
     codes: np.ndarray  # int32: each kept document's index into `sources`
     keys: np.ndarray  # each kept document's SHA-256 key (`documents.sha_keys`)
     text_bytes: int
+    rows: np.ndarray | None = None  # int32: each kept document's row in the row group (None: every row)
     spooled: Spooled | None = None  # its token file, when sent through the data dir's bucket
     shards: tuple[Shard, ...] = ()  # its token file, as the task store keeps it
 
@@ -119,11 +120,14 @@ class RowGroupEncoder:
         least `min_chars` characters."""
         path, index = group
         table = pq.ParquetFile(path).read_row_group(index, columns=[*READ_COLUMNS, "source", "sha256"])
+        rows = None
         if self.min_chars:
             # Characters before FIM: a FIM'd text carries the three sentinels on top.
             fim = pc.if_else(pc.is_null(table.column("fim_format")), 0, FIM_SENTINEL_CHARS)
             chars = pc.subtract(pc.utf8_length(table.column("text")), fim)
-            table = table.filter(pc.greater_equal(chars, self.min_chars))
+            long = pc.greater_equal(chars, self.min_chars)
+            rows = np.flatnonzero(long.to_numpy(zero_copy_only=False)).astype(np.int32)
+            table = table.filter(long)
         flat, lengths = encode_rows(table.select(READ_COLUMNS).to_pydict(), self.encoder, self.ids, self.bos)
         sources = pc.dictionary_encode(table.column("source").combine_chunks())
         return flat, GroupTokens(
@@ -132,6 +136,7 @@ class RowGroupEncoder:
             codes=sources.indices.to_numpy(zero_copy_only=False).astype(np.int32),
             keys=sha_keys(table.column("sha256").combine_chunks()),
             text_bytes=pc.sum(pc.binary_length(table.column("text"))).as_py() or 0,
+            rows=rows,
         )
 
 

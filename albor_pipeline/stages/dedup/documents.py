@@ -25,7 +25,7 @@ from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.stage import Progress
-from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec
+from albor_pipeline.spec import SPLITS, AuditSpec, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.lsh import LshJob
 from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer
@@ -39,6 +39,7 @@ from albor_pipeline.stages.dedup.report import (
     Removals,
 )
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
+from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows, is_ledger
 from albor_pipeline.text.removal import Tombstone
 from albor_pipeline.text.secrets import redact_path
 from albor_pipeline.text.shingles import word_hashes
@@ -57,7 +58,8 @@ def split_of(sha256_hex: str, holdout: HoldoutSpec) -> str:
 
 @dataclass
 class DocumentsResult:
-    artifacts: dict[str, list[Artifact]]  # split -> its shard set, a shard per input shard; SIGNATURES -> theirs
+    # split -> its shard set, a shard per input shard; LEDGER and SIGNATURES -> theirs
+    artifacts: dict[str, list[Artifact]]
     summary: DocumentsSummary
 
 
@@ -146,6 +148,28 @@ class _Locator:
         return i, row
 
 
+Fates = dict[int, dict[int, tuple[str, str]]]
+"""Per input, row -> (fate, detail) of each document the stage dropped: its ledger rows."""
+
+
+def _drop(codes: list[np.ndarray], fates: Fates, i: int, row: int, fate: str, detail: str) -> None:
+    """Drop input `i`'s document `row`, noting why for the ledger."""
+    codes[i][row] = DROPPED
+    fates.setdefault(i, {})[row] = (fate, detail)
+
+
+def _identities(inputs: list[tuple[str, Path]], wanted: dict[int, list[int]]) -> dict[tuple[int, int], str]:
+    """`sha256 (source:file)` of the (input, row) documents named, reading each input's two
+    columns once (the near-duplicate representatives a ledger names)."""
+    out = {}
+    for i, rows in wanted.items():
+        table = pq.read_table(inputs[i][1], columns=["file", "sha256"])
+        files, shas = table.column(0), table.column(1)
+        for row in rows:
+            out[(i, row)] = f"{shas[row].as_py()} ({inputs[i][0]}:{files[row].as_py()})"
+    return out
+
+
 def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
     """`source:file` of one document, read when a report names it (a few examples), redacted
     as every recorded path is."""
@@ -177,7 +201,8 @@ class _Scanned:
     decontaminated: Decontaminated | None
     items: list[_ScanItem]
     spooled: list[Spooled | None]
-    removal: Removals | None = None
+    removal: Removals | None
+    fates: Fates
 
 
 def _scan(
@@ -189,11 +214,13 @@ def _scan(
     progress: Progress | None,
     executor: Executor,
     removal: RemovalIndex | None = None,
+    ledger: bool = True,
 ) -> _Scanned:
     """One pass over the exact-unique documents (words hashed once) for near-dup signatures
     (spooled to `spool`), benchmark n-grams and removed documents' copies, a task per row group
     on `executor`; then those copies go, then near-dup clusters of the rest, then
-    decontamination, updating the split `codes`."""
+    decontamination, updating the split `codes` (and, with the `ledger`, noting why each
+    dropped document was dropped)."""
     items = _scan_items(inputs, codes)
     docs = items[-1].first + len(items[-1].rows) if items else 0
     firsts = np.array([it.first for it in items] + [docs], dtype=np.int64)
@@ -217,9 +244,17 @@ def _scan(
         stacked = np.stack([o for o, _ in waves]) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
         index.find_candidates(lsh, stacked, firsts, executor, spooled)
         index.pairs = [(a, b) for a, b in index.pairs if a not in gone and b not in gone]  # removed already
-    near_report = None
+    near_report: NearDuplicates | None = None
+    fates: Fates = {}
+    for doc, (how, sha256) in sorted(gone.items()) if ledger else ():
+        i, row = where.one(doc)
+        fates.setdefault(i, {})[row] = ("removed", f"{how} copy of a document removed by request (sha256 {sha256})")
     if index and near:
-        near_report = _near_dedup(index, inputs, codes, where, near, spool.parent, progress, executor)
+        near_report, near_fates = _near_dedup(
+            index, inputs, codes, where, near, spool.parent, progress, executor, ledger
+        )
+        for i, rows in near_fates.items():
+            fates.setdefault(i, {}).update(rows)
     decon_report = None
     if decon:
         dropped: Counter[str] = Counter()
@@ -229,7 +264,7 @@ def _scan(
             i, row = where.one(doc)
             if codes[i][row] != SPLIT_CODES["train"]:  # only train must not contain eval text
                 continue
-            codes[i][row] = DROPPED
+            _drop(codes, fates, i, row, "decontaminated", ", ".join(names))
             dropped[inputs[i][0]] += 1
             per_benchmark.update(names)
             if len(examples) < 5:
@@ -240,7 +275,7 @@ def _scan(
             dropped=dict(sorted(dropped.items())),
             examples=examples,
         )
-    return _Scanned(near_report, decon_report, items, spooled, removals)
+    return _Scanned(near_report, decon_report, items, spooled, removals, fates)
 
 
 SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
@@ -327,7 +362,7 @@ class _SplitShards:
     """Input shard i's documents as shard i of each split's set, in SPLITS order, then (with
     near dedup) their MinHash signatures, a file per split shard."""
 
-    shards: tuple[Shard, ...]  # named `<split>/part-….parquet`, then `minhash/<split>/part-….npy`
+    shards: tuple[Shard, ...]  # `<split>/part-….parquet`, `_ledger/part-….parquet`, then `minhash/<split>/part-….npy`
 
 
 @dataclass(frozen=True)
@@ -362,22 +397,46 @@ def _write_signatures(job: _SignatureJob, io: TaskIO, i: int, codes: np.ndarray,
     return out
 
 
-def _write_splits(job: _SignatureJob | None, io: TaskIO, item: tuple[int, str, np.ndarray, SigParts]) -> _SplitShards:
-    """Input shard `item` = (index, path, its documents' split codes, where its signatures
-    are) written as shard `index` of each split's set (possibly empty, so every split has a
-    shard per input shard): a pure function of the shard and its codes, so it runs on any
-    executor, on any node."""
-    i, path, codes, parts = item
+@dataclass(frozen=True)
+class _SplitItem:
+    """Input shard `index` (`path`): its documents' split codes, where the scan spooled their
+    signatures, and why each dropped one was dropped (its ledger)."""
+
+    index: int
+    path: str
+    codes: np.ndarray
+    parts: SigParts
+    fates: dict[int, tuple[str, str]]
+    audit: AuditSpec
+
+
+def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _SplitShards:
+    """Input shard `item` written as shard `index` of each split's set (possibly empty, so
+    every split has a shard per input shard), with its ledger shard: a pure function of the
+    shard, its codes and fates, so it runs on any executor, on any node."""
+    i, codes = item.index, item.codes
+    ledger = LedgerRows()
     with ExitStack() as stack:
         sinks = [stack.enter_context(ParquetSink(io.directory / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS]
         start = 0
-        for batch in pq.ParquetFile(io.local(path)).iter_batches(batch_size=BATCH_ROWS):
+        for batch in pq.ParquetFile(io.local(item.path)).iter_batches(batch_size=BATCH_ROWS):
             mine = codes[start : start + batch.num_rows]
-            start += batch.num_rows
             for split, sink in zip(SPLITS, sinks):
                 sink.write(batch.filter(pa.array(mine == SPLIT_CODES[split])))
+            dropped = np.flatnonzero(mine == DROPPED).tolist() if item.audit.ledger else []
+            if dropped:
+                rows = batch.take(pa.array(dropped)).to_pydict()
+                for k, row in enumerate(dropped):
+                    fate, detail = item.fates.get(start + row, ("dropped", ""))
+                    text = rows["text"][k] if item.audit.keep_removed else None
+                    ledger.add(rows["source"][k], rows["file"][k], rows["sha256"][k], fate, detail, text=text)
+            start += batch.num_rows
     written = [Shard.of(sink.path, sink.rows, io.directory) for sink in sinks]
-    signatures = _write_signatures(job, io, i, codes, parts) if job is not None else []
+    if item.audit.ledger:
+        with ParquetSink(io.directory / LEDGER / shard_name(i), LEDGER_SCHEMA) as sink:
+            sink.write(ledger.batch())
+        written.append(Shard.of(sink.path, sink.rows, io.directory))
+    signatures = _write_signatures(job, io, i, codes, item.parts) if job is not None else []
     return _SplitShards((*written, *signatures))
 
 
@@ -390,22 +449,35 @@ def _near_dedup(
     spool_dir: Path,
     progress: Progress | None,
     executor: Executor,
-) -> NearDuplicates:
+    ledger: bool = True,
+) -> tuple[NearDuplicates, Fates]:
     """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
     or take their representative's split (cluster-aware holdout). The representative is the
-    first member in spec order, as in exact dedup. Returns the report."""
+    first member in spec order, as in exact dedup. Returns the report and the removed
+    members' ledger fates (their representative, and the best Jaccard that joined them)."""
     if progress:
         progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify_shards([str(p) for _, p in inputs], where, spool_dir, executor)
     removed: Counter[str] = Counter()
     sizes: Counter[int] = Counter()
-    for root, members in index.clusters.groups().items():
+    groups = index.clusters.groups()
+    jaccard: dict[int, float] = {}
+    for a, b, j in index.verified:
+        jaccard[a], jaccard[b] = max(jaccard.get(a, 0.0), j), max(jaccard.get(b, 0.0), j)
+    roots = {root: where.one(root) for root in groups} if spec.remove and ledger else {}
+    wanted: dict[int, list[int]] = {}
+    for i, row in roots.values():
+        wanted.setdefault(i, []).append(row)
+    names = _identities(inputs, wanted)
+    fates: Fates = {}
+    for root, members in groups.items():
         sizes[len(members)] += 1
         ri, rrow = where.one(root)
         for member in members[1:]:
             i, row = where.one(member)
             if spec.remove:
-                codes[i][row] = DROPPED
+                similar = f"of {names.get((ri, rrow), '?')}, Jaccard {jaccard.get(member, spec.threshold)}"
+                _drop(codes, fates, i, row, "near_duplicate", similar)
                 removed[inputs[i][0]] += 1
             else:
                 codes[i][row] = codes[ri][rrow]
@@ -418,7 +490,17 @@ def _near_dedup(
         examples=[
             (_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j) for a, b, j in index.verified[:5]
         ],
-    )
+    ), fates
+
+
+def _exact_fates(exact: ExactDedup, names: np.ndarray, fates: Fates) -> Fates:
+    """`fates` with every exact repeat's: the source whose copy (the first in spec order) stays."""
+    kept_in = names[exact.input_of(exact.repeats[:, 1])].tolist()
+    dropped_from = exact.input_of(exact.repeats[:, 0])
+    rows = exact.repeats[:, 0] - exact.firsts[dropped_from]
+    for i, row, source in zip(dropped_from.tolist(), rows.tolist(), kept_in):
+        fates.setdefault(i, {})[row] = ("duplicate", f"same SHA-256 as the copy kept in {source}")
+    return fates
 
 
 def build_documents(
@@ -430,15 +512,18 @@ def build_documents(
     near: NearDedupSpec | None = None,
     decon: Decontaminator | None = None,
     tombstones: list[Tombstone] | None = None,
+    audit: AuditSpec | None = None,
 ) -> DocumentsResult:
     """Dedup `inputs` (source name, Parquet shard) in order and write each split as a shard set
     under `out_dir` (shard i of a split holds input shard i's documents of it, written by a
     task on the shard map): exact duplicates first, then (with `near`) near-duplicate clusters,
     then (with `decon`) train documents sharing an n-gram with a benchmark; with `tombstones`
     (documents removed at ingestion, `removal.py`), their exact copies and (with `near`)
-    near-duplicates are removed before near dedup. Each global step
-    is hash-partitioned over tasks; this process holds a byte per document (its split)."""
-    executor, progress = io.executor, io.progress
+    near-duplicates are removed before near dedup. Each global step is hash-partitioned over
+    tasks; this process holds a byte per document (its split). Each split shard's ledger
+    (`_ledger/part-…`, unless `audit.ledger` is off) says why its input's other documents were
+    dropped; `audit.keep_removed` keeps their text there."""
+    executor, progress, audit = io.executor, io.progress, audit or AuditSpec()
     exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, executor)
     names = np.array([name for name, _ in inputs], dtype=object)
     kept_by, dropped_from = (names[exact.input_of(exact.repeats[:, k])].tolist() for k in (1, 0))
@@ -448,22 +533,34 @@ def build_documents(
     removal = RemovalIndex(tombstones, near) if tombstones is not None else None
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
         scanning = near or decon or removal
-        scanned = _scan(inputs, codes, near, decon, Path(spool), progress, executor, removal) if scanning else None
+        scan = (inputs, codes, near, decon, Path(spool), progress, executor, removal, audit.ledger)
+        scanned = _scan(*scan) if scanning else None
         job = _SignatureJob(spool, near.num_perm) if near and scanned else None
         parts: list[list[tuple[int, int, np.ndarray]]] = [[] for _ in inputs]
         for it in scanned.items if job and scanned else []:
             parts[it.input].append((it.task, it.group_row, it.rows))
-        items = [(i, str(path), codes[i], tuple(parts[i])) for i, (_, path) in enumerate(inputs)]
-        subsets = [*SPLITS, *([f"{SIGNATURES}/{s}" for s in SPLITS] if job else [])]
+        fates = _exact_fates(exact, names, scanned.fates if scanned else {}) if audit.ledger else {}
+        items = [
+            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.get(i, {}), audit)
+            for i, (_, path) in enumerate(inputs)
+        ]
+        subsets = [
+            *SPLITS,
+            *([LEDGER] if audit.ledger else []),
+            *([f"{SIGNATURES}/{s}" for s in SPLITS] if job else []),
+        ]
         spooled = scanned.spooled if scanned else []
         written = map_shards(_write_splits, job, items, out_dir, executor, spools=spooled, subsets=subsets)
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     shards: dict[str, list[Artifact]] = {s: [] for s in [*SPLITS, SIGNATURES]}
+    shards[LEDGER] = []
     for (name, _), split_shards in zip(inputs, written):
         for split, shard in zip(SPLITS, split_shards.shards):
             shards[split].append(shard.artifact(out_dir, io.root))
             rows[split][name] += shard.rows
-        shards[SIGNATURES] += [shard.artifact(out_dir, io.root) for shard in split_shards.shards[len(SPLITS) :]]
+        rest = split_shards.shards[len(SPLITS) :]
+        shards[LEDGER] += [s.artifact(out_dir, io.root) for s in rest if is_ledger(s.name)]
+        shards[SIGNATURES] += [s.artifact(out_dir, io.root) for s in rest if not is_ledger(s.name)]
     if progress:
         progress(f"documents: {len(inputs)} input shard(s) split")
     summary = DocumentsSummary(

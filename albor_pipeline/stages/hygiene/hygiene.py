@@ -16,6 +16,7 @@ message.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,14 @@ import pyarrow.parquet as pq
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
 from albor_pipeline.runtime.shards import Shard, iter_batches, shard_files
-from albor_pipeline.spec import DOCUMENT_KINDS, HygieneSpec, RedactMode, SourceKind
+from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
 from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
 from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, text_sha256
+from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows, is_ledger, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
-from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
+from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted, scanner
 
 HYGIENE_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources with a filtered/<name> stage
 EXAMPLES = 5  # file paths kept per reason
@@ -54,7 +56,8 @@ class _Chunk:
     removed: Counter[str] = field(default_factory=Counter)
     findings: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    shards: list[Shard] = field(default_factory=list)  # the output shard, once written
+    ledger: LedgerRows = field(default_factory=LedgerRows)  # the documents not passed on unchanged
+    shards: list[Shard] = field(default_factory=list)  # the output shard and its ledger, once written
 
     def note(self, reason: str, file: str) -> None:
         if len(self.examples[reason]) < EXAMPLES:
@@ -88,6 +91,7 @@ def _clean_chunk(path: str, groups: list[int], job: _CleanJob) -> _Chunk:
         chunk.documents_in += 1
         original = text
         reason = None if conversations else filter_reason(text, spec.filters, stats)
+        counts: dict[str, int] = {}
         if reason is None and spec.redact is not RedactMode.off:
             cleaned, counts = redacted(text, conversations, secrets=job.scan_secrets, lines=where)
             chunk.findings.update(counts)
@@ -97,15 +101,35 @@ def _clean_chunk(path: str, groups: list[int], job: _CleanJob) -> _Chunk:
                 text = cleaned
                 chunk.redacted += 1
                 chunk.note("redacted", file)
+        path = redact_path(file) if redact_files else file
         if reason is not None:
             chunk.removed[reason] += 1
             chunk.note(reason, file)
+            if job.audit.ledger:
+                kept = _kept_text(text, job, conversations, where) if job.audit.keep_removed else None
+                chunk.ledger.add(source, path, sha, "filtered", reason, text=kept)
             continue
+        out_sha = sha if text is original else text_sha256(text)
+        if counts and spec.redact is RedactMode.redact and job.audit.ledger:
+            chunk.ledger.add(source, path, sha, "redacted", _counts(counts), out_sha)
         chunk.cols["text"].append(text)
         chunk.cols["source"].append(source)
-        chunk.cols["file"].append(redact_path(file) if redact_files else file)
-        chunk.cols["sha256"].append(sha if text is original else text_sha256(text))
+        chunk.cols["file"].append(path)
+        chunk.cols["sha256"].append(out_sha)
     return chunk
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """Redactions by type, as the ledger's detail (`email=2, ip=1`): counts, never the text."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+
+
+def _kept_text(text: str, job: _CleanJob, conversations: bool, lines: Lines | None) -> str | None:
+    """A removed document's text as `audit.keep_removed` keeps it: after redaction, so a
+    reviewer never reads a secret or PII (None under `redact: off`: then nothing is kept)."""
+    if job.spec.redact is RedactMode.off:
+        return None
+    return redacted(text, conversations, secrets=job.scan_secrets, lines=lines)[0]
 
 
 CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups: ~2k documents a chunk
@@ -116,6 +140,7 @@ class _CleanJob:
     spec: HygieneSpec
     conversations: bool
     scan_secrets: bool  # False when ingestion already redacted (or dropped) them
+    audit: AuditSpec = field(default_factory=AuditSpec)  # the ledger; removed documents' text in it
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
@@ -125,13 +150,21 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
     local = str(io.local(path))
     groups = pq.ParquetFile(local).num_row_groups
     total = _Chunk({})
-    with ParquetSink(io.directory / Path(path).name, DOC_SCHEMA) as sink:
+    name = Path(path).name
+    with ExitStack() as stack:
+        sink = stack.enter_context(ParquetSink(io.directory / name, DOC_SCHEMA))
+        ledger_path = io.directory / ledger_name(name)
+        ledger = stack.enter_context(ParquetSink(ledger_path, LEDGER_SCHEMA)) if job.audit.ledger else None
         for start in range(0, groups, CHUNK_ROW_GROUPS):
             part = list(range(start, min(start + CHUNK_ROW_GROUPS, groups)))
             chunk = _clean_chunk(local, part, job)
             sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
+            if ledger is not None:
+                ledger.write(chunk.ledger.batch())
             total.add(chunk)
     total.shards = [Shard.of(sink.path, sink.rows)]
+    if ledger is not None:
+        total.shards.append(Shard.of(ledger.path, ledger.rows, io.directory))
     return total
 
 
@@ -143,11 +176,15 @@ def clean_source(
     *,
     conversations: bool = False,
     scan_secrets: bool = True,
+    audit: AuditSpec | None = None,
 ) -> HygieneResult:
     """Filter and redact one source's shard set into the shard set `out`; every input is kept
     or counted. A task per shard on `io.executor`; the set commits whole, so the output does
     not depend on where the tasks ran. `conversations`: a chat source's canonical JSON.
-    `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode)."""
+    `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode).
+    Each output shard has its ledger shard (`text/ledger.py`): what was filtered (the rule) or
+    redacted (counts by type), unless `audit.ledger` is off; `audit.keep_removed` adds removed
+    documents' redacted text."""
     inputs = [str(p) for p in shard_files(ingested)]
     check_languages(spec.filters.languages)
 
@@ -158,19 +195,29 @@ def clean_source(
             f"{sum(c.redacted for c in chunks):,} redacted ({len(chunks)}/{len(inputs)} shards)"
         )
 
-    job = _CleanJob(spec, conversations, scan_secrets)
+    job = _CleanJob(spec, conversations, scan_secrets, audit or AuditSpec())
 
     def carry(staging: Path, _: list[_Chunk]) -> None:
         carry_tombstones(ingested, staging)  # ingestion's removals, for `documents`
 
-    chunks = map_shards(_clean_shard, job, inputs, out, io.executor, done, io.progress, carry)
+    chunks = map_shards(
+        _clean_shard,
+        job,
+        inputs,
+        out,
+        io.executor,
+        done,
+        io.progress,
+        carry,
+        subsets=[LEDGER] if job.audit.ledger else [],
+    )
     total = _Chunk({})
     for chunk in chunks:
         total.add(chunk)
     shards = list(shards_of(chunks))
     summary = HygieneSummary(
         documents_in=total.documents_in,
-        kept=sum(shard.rows for shard in shards),
+        kept=sum(shard.rows for shard in shards if not is_ledger(shard.name)),
         removed=dict(sorted(total.removed.items())),
         findings=dict(sorted(total.findings.items())),
         redacted_documents=total.redacted,

@@ -142,6 +142,11 @@ def _funnel_rows(stats: Statistics) -> list[tuple[str, str, Callable[[str], int]
     ]
 
 
+def funnel_table(stats: Statistics) -> list[dict[str, str | int]]:
+    """The funnel as a table, a row per step and a column per source (the asset's metadata)."""
+    return [{"step": label, **{n: count(n) for n in stats.funnel}} for label, _, count in _funnel_rows(stats)]
+
+
 def funnel_chart(stats: Statistics) -> Figure:
     """Per document source: documents at each step, removals by reason (log scale)."""
     rows = _funnel_rows(stats)

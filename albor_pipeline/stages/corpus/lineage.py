@@ -1,0 +1,63 @@
+"""The corpus's ledger: every document piece of every sequence, and the FIM row it came from.
+
+The plan already knows where each document lands (`plan.Segments`); this writes it down as
+one small Parquet table per corpus, `_ledger/pieces.parquet`, sorted by sequence, so
+`albor trace` answers "which documents make sequence N" by reading one row group and "where
+did this document go" by one column scan, without re-encoding anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from albor_pipeline.runtime.artifacts import PARQUET_OPTIONS, atomic_path
+from albor_pipeline.stages.corpus.plan import Segments, concat_segments
+from albor_pipeline.text.ledger import LEDGER
+
+PIECES = f"{LEDGER}/pieces.parquet"
+PIECES_SCHEMA = pa.schema(
+    [
+        ("sequence", pa.int64()),  # the corpus's sequence (Parquet row, in set order)
+        ("offset", pa.int32()),  # the piece's first token in the sequence
+        ("length", pa.int32()),  # its tokens (a document's last piece ends with its EOS)
+        ("row", pa.int64()),  # the document's row in the FIM split (its set order)
+        ("doc_offset", pa.int64()),  # the piece's first token in the document's tokens
+    ]
+)
+PIECE_ROW_GROUP = 65536
+
+
+def concat_pieces(lengths: np.ndarray, sequences: int, seq_len: int, limit: int | None) -> Segments:
+    """`concat`'s segments of the packed stream: its sequences cut every `seq_len` tokens, up to
+    the last packed token (a dropped remainder or a budget's cut leaves the rest out)."""
+    ends = np.cumsum(lengths, dtype=np.int64)
+    stream = int(ends[-1]) if len(ends) else 0
+    return concat_segments(ends, 0, min(sequences * seq_len, limit if limit is not None else stream), seq_len)
+
+
+def write_pieces(path: Path, segments: Segments, lengths: np.ndarray, rows: np.ndarray) -> int:
+    """Write `segments` (stream positions of documents of `lengths`, in order; document k is
+    FIM row `rows[k]`) as the pieces table at `path`; returns its rows."""
+    starts, lens, counts = segments.starts, segments.lens, segments.counts
+    before = np.cumsum(lens) - lens
+    first = np.cumsum(counts) - counts
+    doc_starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    doc = np.searchsorted(doc_starts, starts, side="right") - 1
+    table = pa.table(
+        [
+            np.repeat(np.arange(len(counts), dtype=np.int64), counts),
+            (before - np.repeat(before[first], counts)).astype(np.int32),
+            lens.astype(np.int32),
+            rows[doc].astype(np.int64),
+            (starts - doc_starts[doc]).astype(np.int64),
+        ],
+        schema=PIECES_SCHEMA,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, row_group_size=PIECE_ROW_GROUP, **PARQUET_OPTIONS)
+    return table.num_rows

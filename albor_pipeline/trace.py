@@ -1,0 +1,450 @@
+"""`albor trace`: follow a document from its source file to the token positions it lands in,
+or a training sequence back to the source lines it holds.
+
+It reads what the stages recorded, never re-running one: their outputs (which carry each
+kept document's source, file and SHA-256), their ledgers (`text/ledger.py`: what each stage
+removed or changed, and why) and the corpus's pieces table (`stages/corpus/lineage.py`).
+Only the documents it names are re-encoded, to map token offsets to the source's bytes and
+lines; the ids are checked against the corpus's own, so a trace that disagrees with the data
+fails loudly instead of pointing at the wrong lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from fnmatch import translate
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+from tokenizers import Tokenizer
+
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
+from albor_pipeline.runtime.layout import (
+    DOCUMENTS,
+    Layout,
+    corpus_names,
+    corpus_stage,
+    filtered_stage,
+    fim_stage,
+    ingested_stage,
+    mixed_stage,
+)
+from albor_pipeline.runtime.shards import is_shard
+from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec
+from albor_pipeline.stages.corpus.encode_task import RowGroupEncoder, encode_rows
+from albor_pipeline.stages.corpus.lineage import PIECES
+from albor_pipeline.text.encode import make_encoder
+from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.secrets import redact_path
+from albor_pipeline.text.vocab import id_bytes
+
+
+class Span(BaseModel):
+    """Part of a piece: bytes [start, end) of the document's text, and the lines they cover."""
+
+    part: str  # text, or the FIM segment: prefix, middle, suffix
+    start: int
+    end: int
+    first_line: int
+    last_line: int
+
+
+class Piece(BaseModel):
+    """Tokens [offset, offset + length) of sequence `sequence` of `corpus`, which are tokens
+    [doc_offset, ...) of the document (sentinels and EOS included)."""
+
+    corpus: str
+    sequence: int
+    offset: int
+    length: int
+    fim_row: int  # the copy's row in fim/<split> (the mix's row)
+    doc_offset: int
+    spans: list[Span]
+
+
+class Fate(BaseModel):
+    stage: str
+    fate: str
+    detail: str = ""
+
+
+class DocumentTrace(BaseModel):
+    """One document from ingest to the corpus."""
+
+    source: str
+    file: str
+    sha256: str  # as ingested
+    sha256_out: str  # after hygiene (differs when it was redacted)
+    fates: list[Fate]
+    split: str | None = None
+    mixed_rows: dict[str, list[int]] = {}  # split -> rows of the mix holding a copy
+    fim: dict[str, list[str]] = {}  # split -> each copy's FIM format ("none": untouched)
+    pieces: list[Piece] = []
+
+
+class SequencePiece(Piece):
+    source: str
+    file: str
+    sha256: str
+    fim_format: str
+
+
+@dataclass
+class _Sets:
+    """The recorded files of the stages a trace reads (fetched first from a bucket data dir)."""
+
+    layout: Layout
+    fetch: Callable[[list[Artifact]], object] | None = None
+
+    def outputs(self, stage: str) -> StageManifest | None:
+        try:
+            manifest = read_manifest(self.layout, stage)
+        except FileNotFoundError:
+            return None
+        if self.fetch is not None:
+            self.fetch(manifest.outputs)
+        return manifest
+
+    def files(self, stage: str, ledger: bool = False, under: str = "") -> list[Path]:
+        """The stage's recorded shards (or its ledger shards), in set order."""
+        manifest = self.outputs(stage)
+        if manifest is None:
+            return []
+        return [
+            self.layout.root / a.path
+            for a in manifest.outputs
+            if a.path.endswith(".parquet")
+            and is_ledger(a.path) == ledger
+            and a.path.startswith(under)
+            and (ledger or is_shard(Path(a.path)))
+        ]
+
+
+Where = tuple[str, Callable[[pa.ChunkedArray], pa.Array]]
+"""A filter: a column, and which of its values to select."""
+
+
+def _rows(files: list[Path], columns: list[str], where: Where) -> Iterator[dict[str, Any]]:
+    """The rows of `files` (a set, in order) that `where` selects, with their set row `_row`."""
+    key, select = where
+    base = 0
+    for path in files:
+        pfile = pq.ParquetFile(path)
+        for batch in pfile.iter_batches(batch_size=65536, columns=sorted({*columns, key})):
+            table = pa.Table.from_batches([batch])
+            mask = pc.fill_null(select(table.column(key)), False)
+            for k in np.flatnonzero(mask.to_numpy(zero_copy_only=False)).tolist():
+                yield {**{c: table.column(c)[k].as_py() for c in columns}, "_row": base + k}
+            base += batch.num_rows
+
+
+def _equals(column: str, value: Any) -> Where:
+    return column, lambda values: pc.equal(values, value)
+
+
+def _is_in(column: str, values: list[Any]) -> Where:
+    wanted = pa.array(values)
+    return column, lambda found: pc.is_in(found, value_set=wanted)
+
+
+class _Spans:
+    """Maps a FIM split row's tokens to bytes of its document's text, by encoding the row as
+    the corpus did (`RowGroupEncoder`'s ids, sentinels and EOS included) and each of its
+    segments alone (a segment's tokens are its bytes in order)."""
+
+    def __init__(self, tokenizer: Path, bos: bool) -> None:
+        tok = Tokenizer.from_file(str(tokenizer))
+        self.encoder = RowGroupEncoder(tok, make_encoder(tok, "hf"), bos)
+        self.sizes = np.array([len(b) for b in id_bytes(tok)], dtype=np.int64)
+
+    def tokens(self, row: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, int, np.ndarray]]]:
+        """(the row's ids as the corpus holds them, (part, first token, byte starts) per segment)."""
+        cols = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
+        ids, _ = _encode_row(self.encoder, {c: [row[c]] for c in cols})
+        fmt = row["fim_format"]
+        if fmt is None:
+            order = [("text", row["text"], 0)]
+        else:
+            p, m, s = row["fim_prefix"], row["fim_middle"], row["fim_suffix"]
+            at = {"prefix": 0, "middle": len(p.encode()), "suffix": len(p.encode()) + len(m.encode())}
+            parts = ("prefix", "suffix", "middle") if fmt == "psm" else ("suffix", "prefix", "middle")
+            order = [(part, {"prefix": p, "middle": m, "suffix": s}[part], at[part]) for part in parts]
+        segments, k = [], int(self.encoder.bos)
+        for part, text, base in order:
+            k += 0 if fmt is None else 1  # the segment's sentinel
+            seg_ids, _ = self.encoder.encoder.encode_flat([text])
+            starts = base + np.concatenate([[0], np.cumsum(self.sizes[seg_ids])])
+            segments.append((part, k, starts))
+            k += len(seg_ids)
+        return ids, segments
+
+    def spans(self, row: dict[str, Any], doc_offset: int, length: int) -> list[Span]:
+        """The byte and line spans of the document's tokens [doc_offset, doc_offset + length)."""
+        _, segments = self.tokens(row)
+        text = _original(row).encode()
+        out = []
+        for part, first, starts in segments:
+            lo, hi = max(doc_offset, first), min(doc_offset + length, first + len(starts) - 1)
+            if lo >= hi:
+                continue
+            a, b = int(starts[lo - first]), int(starts[hi - first])
+            out.append(Span(part=part, start=a, end=b, first_line=_line(text, a), last_line=_line(text, max(a, b - 1))))
+        return out
+
+
+def _encode_row(encoder: RowGroupEncoder, cols: dict[str, list[Any]]) -> tuple[np.ndarray, np.ndarray]:
+    return encode_rows(cols, encoder.encoder, encoder.ids, encoder.bos)
+
+
+def _original(row: dict[str, Any]) -> str:
+    """The document's text before FIM."""
+    if row["fim_format"] is None:
+        return str(row["text"])
+    return f"{row['fim_prefix']}{row['fim_middle']}{row['fim_suffix']}"
+
+
+def _line(text: bytes, at: int) -> int:
+    return text.count(b"\n", 0, at) + 1
+
+
+FIM_COLUMNS = ["text", "source", "file", "sha256", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class Tracer:
+    """Traces over one data dir's recorded stages (`fetch`: a bucket data dir's files)."""
+
+    def __init__(self, spec: PipelineSpec, layout: Layout, fetch: Callable[[list[Artifact]], object] | None = None):
+        self.spec, self.sets = spec, _Sets(layout, fetch)
+        self._spans: _Spans | None = None
+
+    def spans(self) -> _Spans:
+        if self._spans is None:
+            manifest = self.sets.outputs(corpus_stage(SPLITS[0]))
+            bos = bool(manifest.config.get("bos")) if manifest is not None else False
+            self.sets.outputs("tokenizer")
+            self._spans = _Spans(self.sets.layout.tokenizer_json, bos)
+        return self._spans
+
+    def documents(self, query: str) -> list[DocumentTrace]:
+        """Every ingested document `query` names: a SHA-256, or a file path or glob, optionally
+        `source:` first. An empty list: no source ingested such a document."""
+        source, _, pattern = query.rpartition(":") if ":" in query and not SHA256.fullmatch(query) else ("", "", query)
+        if SHA256.fullmatch(pattern):
+            where = _equals("sha256", pattern)
+        else:
+            regex = "^" + translate(pattern).replace(r"\Z", "$")  # RE2 (Arrow's) spells the end `$`
+            where = ("file", lambda files: pc.match_substring_regex(files, regex))
+        found = []
+        for src in self.spec.sources_of(*DOCUMENT_KINDS):
+            if source and src.name != source:
+                continue
+            for row in _rows(self.sets.files(ingested_stage(src.name)), ["file", "sha256"], where):
+                found.append(self.follow(src.name, row["file"], row["sha256"]))
+        return found
+
+    def missing(self, query: str) -> str:
+        """Why nothing matched `query`: no such file under any local source, or one exists but
+        ingest did not keep it (the stage's skip counts say by which reason)."""
+        pattern = query.rpartition(":")[2]
+        lines = []
+        for src in self.spec.sources_of(*DOCUMENT_KINDS):
+            root = Path(src.path)
+            if SHA256.fullmatch(pattern) or not root.is_dir() or not any(root.glob(pattern)):
+                continue
+            manifest = self.sets.outputs(ingested_stage(src.name))
+            skipped = manifest.summary.get("skipped", {}) if manifest is not None else {}
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "none"
+            lines.append(
+                f"a file under source {src.name}'s path, not ingested: outside its include/exclude globs, or "
+                f"skipped at ingest (its skips: {counts})"
+            )
+        return "; ".join(lines) or "not in the pipeline: no source ingested a matching document"
+
+    def follow(self, source: str, file: str, sha256: str) -> DocumentTrace:
+        """One ingested document through hygiene, dedup and holdout, the mix, FIM and the corpora."""
+        doc = DocumentTrace(
+            source=source,
+            file=file,
+            sha256=sha256,
+            sha256_out=sha256,
+            fates=[Fate(stage=ingested_stage(source), fate="kept")],
+        )
+        if not self._hygiene(doc) or not self._documents(doc):
+            return doc
+        for split in SPLITS:
+            rows = [
+                r["_row"]
+                for r in _rows(self.sets.files(mixed_stage(split)), ["sha256"], _equals("sha256", doc.sha256_out))
+            ]
+            if rows:
+                doc.mixed_rows[split] = rows
+        for split, rows in doc.mixed_rows.items():
+            fim = {
+                r["_row"]: r
+                for r in _rows(self.sets.files(fim_stage(split)), FIM_COLUMNS, _equals("sha256", doc.sha256_out))
+            }
+            doc.fim[split] = [fim[r]["fim_format"] or "none" for r in rows if r in fim]
+            for name in corpus_names((split,)):
+                doc.pieces += self._pieces(name, fim)
+        return doc
+
+    def _hygiene(self, doc: DocumentTrace) -> bool:
+        """Hygiene's fate of `doc`; False when it removed it."""
+        stage = filtered_stage(doc.source)
+        for row in _rows(
+            self.sets.files(stage, ledger=True), ["fate", "detail", "sha256_out"], _equals("sha256", doc.sha256)
+        ):
+            doc.fates.append(Fate(stage=stage, fate=row["fate"], detail=row["detail"]))
+            if row["fate"] != "redacted":
+                return False
+            doc.sha256_out = row["sha256_out"]
+            return True
+        doc.fates.append(Fate(stage=stage, fate="kept"))
+        return True
+
+    def _documents(self, doc: DocumentTrace) -> bool:
+        """Dedup's, holdout's and decontamination's fate of `doc`; False when it was dropped."""
+        cols = ["source", "file", "fate", "detail"]
+        rows = [
+            r
+            for r in _rows(self.sets.files(DOCUMENTS, ledger=True), cols, _equals("sha256", doc.sha256_out))
+            if r["source"] == doc.source
+        ]
+        mine = [r for r in rows if r["file"] in (doc.file, redact_path(doc.file))]
+        if mine:
+            doc.fates.append(Fate(stage=DOCUMENTS, fate=mine[0]["fate"], detail=mine[0]["detail"]))
+            return False
+        for split in SPLITS:
+            if any(
+                _rows(
+                    self.sets.files(DOCUMENTS, under=f"{DOCUMENTS}/{split}/"),
+                    ["sha256"],
+                    _equals("sha256", doc.sha256_out),
+                )
+            ):
+                doc.split = split
+                doc.fates.append(Fate(stage=DOCUMENTS, fate="kept", detail=f"split {split}"))
+                return True
+        doc.fates.append(Fate(stage=DOCUMENTS, fate="missing", detail="in no split and no ledger: rebuild the stage"))
+        return False
+
+    def _pieces(self, name: str, fim: dict[int, dict[str, Any]]) -> list[Piece]:
+        """The pieces of corpus `name` holding the FIM rows `fim`."""
+        path = self._pieces_file(name)
+        if path is None or not fim:
+            return []
+        cols = ["sequence", "offset", "length", "row", "doc_offset"]
+        return [
+            Piece(
+                corpus=name,
+                **{c: r[c] for c in cols if c != "row"},
+                fim_row=r["row"],
+                spans=self.spans().spans(fim[r["row"]], r["doc_offset"], r["length"]),
+            )
+            for r in _rows([path], cols, _is_in("row", sorted(fim)))
+        ]
+
+    def _pieces_file(self, name: str) -> Path | None:
+        manifest = self.sets.outputs(corpus_stage(name))
+        if manifest is None or not any(a.path.endswith(PIECES) for a in manifest.outputs):
+            return None
+        return self.sets.layout.corpus_dir(name) / PIECES
+
+    def sequence(self, name: str, number: int) -> list[SequencePiece]:
+        """Every document piece of sequence `number` of corpus `name`, with its source lines;
+        the re-encoded ids are checked against the sequence's."""
+        path = self._pieces_file(name)
+        if path is None:
+            raise FileNotFoundError(f"corpus/{name} is not materialized (or has no ledger): run the pipeline first")
+        cols = ["sequence", "offset", "length", "row", "doc_offset"]
+        pieces = list(_rows([path], cols, _equals("sequence", number)))
+        if not pieces:
+            raise IndexError(f"corpus/{name} has no sequence {number}")
+        split = name.removeprefix("long_")
+        fim = _take(self.sets.files(fim_stage(split)), FIM_COLUMNS, sorted({p["row"] for p in pieces}))
+        ids = self._sequence_ids(name, number)
+        out = []
+        for p in pieces:
+            row = fim[p["row"]]
+            doc_ids, _ = self.spans().tokens(row)
+            if not np.array_equal(
+                doc_ids[p["doc_offset"] : p["doc_offset"] + p["length"]], ids[p["offset"] : p["offset"] + p["length"]]
+            ):
+                raise ValueError(
+                    f"corpus/{name}:{number}: the ledger's piece at {p['offset']} disagrees with the tokens"
+                )
+            out.append(
+                SequencePiece(
+                    corpus=name,
+                    sequence=number,
+                    offset=p["offset"],
+                    length=p["length"],
+                    doc_offset=p["doc_offset"],
+                    spans=self.spans().spans(row, p["doc_offset"], p["length"]),
+                    source=row["source"],
+                    file=row["file"],
+                    sha256=row["sha256"],
+                    fim_row=p["row"],
+                    fim_format=row["fim_format"] or "none",
+                )
+            )
+        return out
+
+    def _sequence_ids(self, name: str, number: int) -> np.ndarray:
+        files = self.sets.files(corpus_stage(name))
+        return np.asarray(_take(files, ["input_ids"], [number])[number]["input_ids"], dtype=np.int64)
+
+
+def _take(files: list[Path], columns: list[str], rows: list[int]) -> dict[int, dict[str, Any]]:
+    """Rows `rows` (set order) of a shard set, by their shards' footers."""
+    out: dict[int, dict[str, Any]] = {}
+    base = 0
+    for path in files:
+        n = pq.ParquetFile(path).metadata.num_rows
+        mine = [r for r in rows if base <= r < base + n]
+        if mine:
+            table = pq.read_table(path, columns=columns).take(pa.array([r - base for r in mine]))
+            for r, values in zip(mine, table.to_pylist()):
+                out[r] = values
+        base += n
+    return out
+
+
+def _span_lines(spans: list[Span]) -> str:
+    return "; ".join(f"{s.part} bytes {s.start}-{s.end} (lines {s.first_line}-{s.last_line})" for s in spans)
+
+
+def trace_lines(found: list[DocumentTrace] | list[SequencePiece], query: str, missing: str = "") -> list[str]:
+    """`albor trace`'s readable answer (`missing`: what to say when nothing matched)."""
+    if not found:
+        return [f"{query}: {missing or 'not in the pipeline'}"]
+    lines: list[str] = []
+    for item in found:
+        if isinstance(item, SequencePiece):
+            lines.append(
+                f"corpus/{item.corpus}:{item.sequence} tokens {item.offset}-{item.offset + item.length}: "
+                f"{item.source}:{item.file} (sha256 {item.sha256}, FIM {item.fim_format}, "
+                f"fim/{item.corpus.removeprefix('long_')} row {item.fim_row}, "
+                f"its tokens {item.doc_offset}-{item.doc_offset + item.length}): {_span_lines(item.spans)}"
+            )
+            continue
+        lines.append(f"{item.source}:{item.file}  sha256 {item.sha256}")
+        lines += [f"  {f.stage}: {f.fate}" + (f" ({f.detail})" if f.detail else "") for f in item.fates]
+        for split, rows in item.mixed_rows.items():
+            formats = ", ".join(f"{k} {v}" for k, v in sorted(Counter(item.fim.get(split, [])).items()))
+            lines.append(f"  mixed/{split}: {len(rows)} cop{'y' if len(rows) == 1 else 'ies'} (FIM: {formats})")
+        for piece in item.pieces:
+            lines.append(
+                f"  corpus/{piece.corpus}:{piece.sequence} tokens {piece.offset}-{piece.offset + piece.length}: "
+                f"{_span_lines(piece.spans)}"
+            )
+    return lines
