@@ -43,6 +43,7 @@ from albor_pipeline.stages.corpus.encode_task import RowGroupEncoder, encode_row
 from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.text.encode import make_encoder
 from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.removal import REMOVED
 from albor_pipeline.text.secrets import redact_path
 from albor_pipeline.text.vocab import id_bytes
 
@@ -146,6 +147,11 @@ def _rows(files: list[Path], columns: list[str], where: Where) -> Iterator[dict[
             base += batch.num_rows
 
 
+def _glob_regex(pattern: str) -> str:
+    """A file glob as a regular expression for Arrow (RE2 spells the end `$`, not `\\Z`)."""
+    return "^" + translate(pattern).replace(r"\Z", "$")
+
+
 def _equals(column: str, value: Any) -> Where:
     return column, lambda values: pc.equal(values, value)
 
@@ -241,7 +247,7 @@ class Tracer:
         if SHA256.fullmatch(pattern):
             where = _equals("sha256", pattern)
         else:
-            regex = "^" + translate(pattern).replace(r"\Z", "$")  # RE2 (Arrow's) spells the end `$`
+            regex = _glob_regex(pattern)
             where = ("file", lambda files: pc.match_substring_regex(files, regex))
         found = []
         for src in self.spec.sources_of(*DOCUMENT_KINDS):
@@ -257,6 +263,9 @@ class Tracer:
         pattern = query.rpartition(":")[2]
         lines = []
         for src in self.spec.sources_of(*DOCUMENT_KINDS):
+            if self._removed(src.name, pattern):
+                lines.append(f"removed at ingested/{src.name} by a removal request (`remove:` in the spec)")
+                continue
             root = Path(src.path)
             if SHA256.fullmatch(pattern) or not root.is_dir() or not any(root.glob(pattern)):
                 continue
@@ -268,6 +277,17 @@ class Tracer:
                 f"skipped at ingest (its skips: {counts})"
             )
         return "; ".join(lines) or "not in the pipeline: no source ingested a matching document"
+
+    def _removed(self, source: str, pattern: str) -> bool:
+        """Whether a removal request took a document `pattern` names from `source` at ingest
+        (its tombstones: identity, never text)."""
+        manifest = self.sets.outputs(ingested_stage(source))
+        path = self.sets.layout.ingested(source) / REMOVED
+        if manifest is None or not any(a.path.endswith(f"/{REMOVED}") for a in manifest.outputs):
+            return False
+        column = "sha256" if SHA256.fullmatch(pattern) else "file"
+        regex = pattern if column == "sha256" else _glob_regex(pattern)
+        return any(_rows([path], [column], (column, lambda v: pc.match_substring_regex(v, regex))))
 
     def follow(self, source: str, file: str, sha256: str) -> DocumentTrace:
         """One ingested document through hygiene, dedup and holdout, the mix, FIM and the corpora."""

@@ -20,6 +20,7 @@ from albor_pipeline.stages.dedup.documents import build_documents
 from albor_pipeline.stages.dedup.removal import check_no_removed
 from albor_pipeline.text.documents import text_sha256
 from albor_pipeline.text.removal import REMOVED, Tombstone, read_tombstones
+from albor_pipeline.trace import Tracer
 
 from .support import STDLIB, Build, build, materialize_all, recorded_outputs, tiny_spec, write_docs
 
@@ -87,6 +88,15 @@ def test_a_removed_file_and_its_near_duplicate_are_gone_and_the_check_proves_it(
     for text in (provenance, card):
         assert "decoder.py" not in text and removed_sha not in text and near_sha not in text
     assert "remove" not in json.loads(layout.provenance_json.read_text())["spec"]  # the request's paths
+    # `albor trace` tells a removal from "not in the pipeline", and names why the copy left.
+    tracer = Tracer(done.spec, layout)
+    assert tracer.documents(f"a:{REMOVED_FILE}") == []
+    assert "removed at ingested/a by a removal request" in tracer.missing(f"a:{REMOVED_FILE}")
+    (copy,) = tracer.documents("b:vendored/jsondecode.py")
+    assert (
+        copy.fates[-1].fate == "removed"
+        and f"near copy of a document removed by request (sha256 {removed_sha})" in copy.fates[-1].detail
+    )
     # A rebuild reusing every task (the tombstones come back with the ingestion tasks' results)
     # gives the same bytes.
     before = recorded_outputs(done.out)
