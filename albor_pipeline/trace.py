@@ -107,26 +107,30 @@ class _Sets:
 
     def outputs(self, stage: str) -> StageManifest | None:
         try:
-            manifest = read_manifest(self.layout, stage)
+            return read_manifest(self.layout, stage)
         except FileNotFoundError:
             return None
-        if self.fetch is not None:
-            self.fetch(manifest.outputs)
-        return manifest
+
+    def select(self, stage: str, keep: Callable[[str], bool]) -> list[Path]:
+        """The stage's recorded files whose paths `keep` accepts, in set order (only those are
+        fetched from a bucket)."""
+        manifest = self.outputs(stage)
+        chosen = [a for a in manifest.outputs if keep(a.path)] if manifest is not None else []
+        if self.fetch is not None and chosen:
+            self.fetch(chosen)
+        return [self.layout.root / a.path for a in chosen]
 
     def files(self, stage: str, ledger: bool = False, under: str = "") -> list[Path]:
         """The stage's recorded shards (or its ledger shards), in set order."""
-        manifest = self.outputs(stage)
-        if manifest is None:
-            return []
-        return [
-            self.layout.root / a.path
-            for a in manifest.outputs
-            if a.path.endswith(".parquet")
-            and is_ledger(a.path) == ledger
-            and a.path.startswith(under)
-            and (ledger or is_shard(Path(a.path)))
-        ]
+        return self.select(
+            stage,
+            lambda path: (
+                path.endswith(".parquet")
+                and is_ledger(path) == ledger
+                and path.startswith(under)
+                and (ledger or is_shard(Path(path)))
+            ),
+        )
 
 
 Where = tuple[str, Callable[[pa.ChunkedArray], pa.Array]]
@@ -236,8 +240,8 @@ class Tracer:
         if self._spans is None:
             manifest = self.sets.outputs(corpus_stage(SPLITS[0]))
             bos = bool(manifest.config.get("bos")) if manifest is not None else False
-            self.sets.outputs("tokenizer")
-            self._spans = _Spans(self.sets.layout.tokenizer_json, bos)
+            (tokenizer,) = self.sets.select("tokenizer", lambda path: path.endswith("/tokenizer.json"))
+            self._spans = _Spans(tokenizer, bos)
         return self._spans
 
     def documents(self, query: str) -> list[DocumentTrace]:
@@ -281,13 +285,12 @@ class Tracer:
     def _removed(self, source: str, pattern: str) -> bool:
         """Whether a removal request took a document `pattern` names from `source` at ingest
         (its tombstones: identity, never text)."""
-        manifest = self.sets.outputs(ingested_stage(source))
-        path = self.sets.layout.ingested(source) / REMOVED
-        if manifest is None or not any(a.path.endswith(f"/{REMOVED}") for a in manifest.outputs):
+        found = self.sets.select(ingested_stage(source), lambda path: path.endswith(f"/{REMOVED}"))
+        if not found:
             return False
         column = "sha256" if SHA256.fullmatch(pattern) else "file"
         regex = pattern if column == "sha256" else _glob_regex(pattern)
-        return any(_rows([path], [column], (column, lambda v: pc.match_substring_regex(v, regex))))
+        return any(_rows(found, [column], (column, lambda v: pc.match_substring_regex(v, regex))))
 
     def follow(self, source: str, file: str, sha256: str) -> DocumentTrace:
         """One ingested document through hygiene, dedup and holdout, the mix, FIM and the corpora."""
@@ -374,10 +377,8 @@ class Tracer:
         ]
 
     def _pieces_file(self, name: str) -> Path | None:
-        manifest = self.sets.outputs(corpus_stage(name))
-        if manifest is None or not any(a.path.endswith(PIECES) for a in manifest.outputs):
-            return None
-        return self.sets.layout.corpus_dir(name) / PIECES
+        found = self.sets.select(corpus_stage(name), lambda path: path.endswith(PIECES))
+        return found[0] if found else None
 
     def sequence(self, name: str, number: int) -> list[SequencePiece]:
         """Every document piece of sequence `number` of corpus `name`, with its source lines;

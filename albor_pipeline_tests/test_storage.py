@@ -144,6 +144,14 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, reference, tmp_path, ma
     assert albor(["summary", "--data-dir", uri]) == 0
     assert "corpus/train:" in capsys.readouterr().out
 
+    # `albor trace` reads the bucket through a working copy of its own, and answers as locally.
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "tracing"))
+    argv = ["trace", "corpus/train:3", "--json", "--spec", str(tmp_path / "spec.yaml")]
+    assert albor([*argv, "--data-dir", uri]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert albor([*argv, "--data-dir", str(reference.out)]) == 0
+    assert remote and json.loads(capsys.readouterr().out) == remote
+
     # A fresh working copy (another machine): corpus/train alone, its inputs from the bucket.
     monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "fresh"))
     corpus_train = dg.AssetKey(["corpus", "train"])
