@@ -28,6 +28,7 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
 from albor_pipeline.runtime.layout import (
+    CONVERSATIONS,
     DOCUMENTS,
     Layout,
     corpus_names,
@@ -36,9 +37,10 @@ from albor_pipeline.runtime.layout import (
     fim_stage,
     ingested_stage,
     mixed_stage,
+    sft_stage,
 )
 from albor_pipeline.runtime.shards import is_shard
-from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec
+from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec, SourceKind
 from albor_pipeline.stages.corpus.encode_task import RowGroupEncoder, encode_rows
 from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.text.encode import make_encoder
@@ -89,6 +91,7 @@ class DocumentTrace(BaseModel):
     mixed_rows: dict[str, list[int]] = {}  # split -> rows of the mix holding a copy
     fim: dict[str, list[str]] = {}  # split -> each copy's FIM format ("none": untouched)
     pieces: list[Piece] = []
+    sft_rows: dict[str, list[int]] = {}  # a conversation: split -> the sft/<split> rows holding it
 
 
 class SequencePiece(Piece):
@@ -158,6 +161,21 @@ def _glob_regex(pattern: str) -> str:
 
 def _equals(column: str, value: Any) -> Where:
     return column, lambda values: pc.equal(values, value)
+
+
+def _holds(column: str, value: str) -> Where:
+    """Rows whose `column` is `value`, or (a packed SFT row's list) holds it."""
+
+    def select(values: pa.ChunkedArray) -> pa.Array:
+        if not pa.types.is_list(values.type):
+            return pc.equal(values, value)
+        lists = values.combine_chunks()
+        hit = np.zeros(len(lists), dtype=bool)
+        parents = pc.list_parent_indices(lists).to_numpy()
+        hit[parents[pc.equal(pc.list_flatten(lists), value).to_numpy(zero_copy_only=False)]] = True
+        return pa.array(hit)
+
+    return column, select
 
 
 def _is_in(column: str, values: list[Any]) -> Where:
@@ -254,12 +272,32 @@ class Tracer:
             regex = _glob_regex(pattern)
             where = ("file", lambda files: pc.match_substring_regex(files, regex))
         found = []
-        for src in self.spec.sources_of(*DOCUMENT_KINDS):
+        for src in self.spec.sources_of(*DOCUMENT_KINDS, SourceKind.chat):
             if source and src.name != source:
                 continue
             for row in _rows(self.sets.files(ingested_stage(src.name)), ["file", "sha256"], where):
-                found.append(self.follow(src.name, row["file"], row["sha256"]))
+                if src.kind is SourceKind.chat:
+                    found.append(self.follow_conversation(src.name, row["file"], row["sha256"]))
+                else:
+                    found.append(self.follow(src.name, row["file"], row["sha256"]))
         return found
+
+    def follow_conversation(self, source: str, file: str, sha256: str) -> DocumentTrace:
+        """A conversation through hygiene, dedup and holdout, into the SFT rows that hold it."""
+        doc = DocumentTrace(
+            source=source,
+            file=file,
+            sha256=sha256,
+            sha256_out=sha256,
+            fates=[Fate(stage=ingested_stage(source), fate="kept")],
+        )
+        if not self._hygiene(doc) or not self._documents(doc, CONVERSATIONS):
+            return doc
+        for split in SPLITS:
+            rows = [r["_row"] for r in _rows(self.sets.files(sft_stage(split)), [], _holds("sha256", doc.sha256_out))]
+            if rows:
+                doc.sft_rows[split] = rows
+        return doc
 
     def missing(self, query: str) -> str:
         """Why nothing matched `query`: no such file under any local source, or one exists but
@@ -334,30 +372,31 @@ class Tracer:
         doc.fates.append(Fate(stage=stage, fate="kept"))
         return True
 
-    def _documents(self, doc: DocumentTrace) -> bool:
-        """Dedup's, holdout's and decontamination's fate of `doc`; False when it was dropped."""
+    def _documents(self, doc: DocumentTrace, stage: str = DOCUMENTS) -> bool:
+        """Dedup's, holdout's and decontamination's fate of `doc` (in `stage`: documents or
+        conversations); False when it was dropped."""
         cols = ["source", "file", "fate", "detail"]
         rows = [
             r
-            for r in _rows(self.sets.files(DOCUMENTS, ledger=True), cols, _equals("sha256", doc.sha256_out))
+            for r in _rows(self.sets.files(stage, ledger=True), cols, _equals("sha256", doc.sha256_out))
             if r["source"] == doc.source
         ]
         mine = [r for r in rows if r["file"] in (doc.file, redact_path(doc.file))]
         if mine:
-            doc.fates.append(Fate(stage=DOCUMENTS, fate=mine[0]["fate"], detail=mine[0]["detail"]))
+            doc.fates.append(Fate(stage=stage, fate=mine[0]["fate"], detail=mine[0]["detail"]))
             return False
         for split in SPLITS:
             if any(
                 _rows(
-                    self.sets.files(DOCUMENTS, under=f"{DOCUMENTS}/{split}/"),
+                    self.sets.files(stage, under=f"{stage}/{split}/"),
                     ["sha256"],
                     _equals("sha256", doc.sha256_out),
                 )
             ):
                 doc.split = split
-                doc.fates.append(Fate(stage=DOCUMENTS, fate="kept", detail=f"split {split}"))
+                doc.fates.append(Fate(stage=stage, fate="kept", detail=f"split {split}"))
                 return True
-        doc.fates.append(Fate(stage=DOCUMENTS, fate="missing", detail="in no split and no ledger: rebuild the stage"))
+        doc.fates.append(Fate(stage=stage, fate="missing", detail="in no split and no ledger: rebuild the stage"))
         return False
 
     def _pieces(self, name: str, fim: dict[int, dict[str, Any]]) -> list[Piece]:
@@ -460,6 +499,8 @@ def trace_lines(found: list[DocumentTrace] | list[SequencePiece], query: str, mi
             continue
         lines.append(f"{item.source}:{item.file}  sha256 {item.sha256}")
         lines += [f"  {f.stage}: {f.fate}" + (f" ({f.detail})" if f.detail else "") for f in item.fates]
+        for split, rows in item.sft_rows.items():
+            lines.append(f"  sft/{split}: rows {', '.join(map(str, rows[:20]))}{' ...' if len(rows) > 20 else ''}")
         for split, rows in item.mixed_rows.items():
             formats = ", ".join(f"{k} {v}" for k, v in sorted(Counter(item.fim.get(split, [])).items()))
             lines.append(f"  mixed/{split}: {len(rows)} cop{'y' if len(rows) == 1 else 'ies'} (FIM: {formats})")

@@ -20,6 +20,8 @@ from albor_pipeline.trace import DocumentTrace, Tracer
 
 from .support import build, tiny_spec
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def _decode(table: list[bytes], ids: np.ndarray) -> bytes:
     return b"".join(table[int(i)] for i in ids)
@@ -110,3 +112,31 @@ def test_the_ledger_says_why_a_document_left(tiny_reference, tmp_path):
     kept = pq.read_table(built.out / "filtered" / "stdlib_json_email" / LEDGER).to_pylist()
     assert [r["text"].startswith("# Generated") for r in kept if r["fate"] == "filtered"] == [True]
     assert isinstance(generated, DocumentTrace)
+
+
+def test_a_conversation_traces_to_the_sft_rows_that_hold_it(tmp_path):
+    """A chat source's conversation: its hygiene and dedup verdicts, then the sft/<split> rows
+    holding it (the rows' own SHA-256 and messages say it is that conversation)."""
+    raw = tiny_spec()
+    chat = REPO / "data" / "samples" / "python_chat.jsonl"
+    raw["sources"].append({"name": "python_chat", "kind": "chat", "path": str(chat)})
+    built = build(tmp_path, raw)
+    tracer = Tracer(built.spec, Layout(built.out))
+    found = tracer.documents("python_chat:*")
+    ingested = {r["sha256"]: r["text"] for r in pq.read_table(built.out / "ingested" / "python_chat").to_pylist()}
+    assert len(found) == len(ingested) > 10
+    placed = [d for d in found if d.sft_rows]
+    assert placed and all(d.fates[-1].stage == "conversations" for d in found)
+    for doc in placed:
+        for split, rows in doc.sft_rows.items():
+            table = [
+                r
+                for p in sorted((built.out / "sft" / split).glob("part-*.parquet"))
+                for r in pq.read_table(p).to_pylist()
+            ]
+            for row in rows:
+                assert table[row]["sha256"] == doc.sha256_out
+                assert table[row]["messages"] == ingested[doc.sha256]  # no redaction in these samples
+    assert sum(len(r) for d in found for r in d.sft_rows.values()) == sum(
+        pq.read_metadata(p).num_rows for p in (built.out / "sft").rglob("part-*.parquet")
+    )
