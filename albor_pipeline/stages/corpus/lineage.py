@@ -45,17 +45,15 @@ def write_pieces(path: Path, segments: Segments, lengths: np.ndarray, rows: np.n
     starts, lens, counts = segments.starts, segments.lens, segments.counts
     before = np.cumsum(lens) - lens
     first = np.cumsum(counts) - counts
+    sequence = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    offset = before - np.repeat(before[first], counts)
+    real = lens > 0  # an empty stream's plan has one empty segment: no piece
+    starts, lens, sequence, offset = starts[real], lens[real], sequence[real], offset[real]
     doc_starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
     doc = np.searchsorted(doc_starts, starts, side="right") - 1
+    columns = [sequence, offset.astype(np.int32), lens.astype(np.int32), rows[doc], starts - doc_starts[doc]]
     table = pa.table(
-        [
-            np.repeat(np.arange(len(counts), dtype=np.int64), counts),
-            (before - np.repeat(before[first], counts)).astype(np.int32),
-            lens.astype(np.int32),
-            rows[doc].astype(np.int64),
-            (starts - doc_starts[doc]).astype(np.int64),
-        ],
-        schema=PIECES_SCHEMA,
+        [np.asarray(c).astype(f.type.to_pandas_dtype()) for c, f in zip(columns, PIECES_SCHEMA)], schema=PIECES_SCHEMA
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
