@@ -22,6 +22,7 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import DEFAULT_SPEC, load_spec
 from albor_pipeline.stages.dedup.documents import split_of
 from albor_pipeline.text.documents import text_sha256
+from albor_pipeline.text.ledger import is_ledger
 
 from .support import SHIPPED_SOURCES, STDLIB, materialize_all, small_spec_dict, write_spec
 
@@ -117,12 +118,16 @@ def test_every_stage_materializes_with_provenance_metadata(reference):
     assert (
         tasks["_key_shard"]["tasks"]
         == tasks["_write_splits"]["tasks"]
-        == len(mats["documents"].metadata["inputs"].value)
+        == len([p for p in mats["documents"].metadata["inputs"].value if not is_ledger(p)])
     )
     assert all(0 <= t["p50_s"] <= t["max_s"] <= t["total_s"] for t in tasks.values())
     assert sum(t["total_s"] for t in tasks.values()) > 0
     leak = next(c for c in checks if c.check_name == "no_near_leak")
-    shards = [a for a in read_manifest(Layout(out), "documents").outputs if a.path.endswith(".parquet")]
+    shards = [
+        a
+        for a in read_manifest(Layout(out), "documents").outputs
+        if a.path.endswith(".parquet") and not is_ledger(a.path)
+    ]
     assert leak.metadata["tasks"].value["_signatures"]["tasks"] == len(shards)
     assert leak.metadata["stored_signatures"].value == len(shards)  # the stage's, not recomputed
 
@@ -230,7 +235,7 @@ def test_changed_input_stops_the_stage_and_keeps_its_outputs(reference, tmp_path
     shutil.copytree(out, copy)
     fim = copy / "fim" / "train" / "part-00000-0000.parquet"
     pq.write_table(pq.read_table(fim), fim, compression="snappy")  # same rows, other bytes
-    corpus_before = {p.name: p.read_bytes() for p in (copy / "corpus" / "train").iterdir()}
+    corpus_before = {p.name: p.read_bytes() for p in (copy / "corpus" / "train").rglob("*") if p.is_file()}
     job = build_definitions(spec, copy).resolve_job_def(BUILD_JOB)
     result = job.execute_in_process(asset_selection=[dg.AssetKey(["corpus", "train"])], raise_on_error=False)
     assert not result.success
@@ -238,7 +243,7 @@ def test_changed_input_stops_the_stage_and_keeps_its_outputs(reference, tmp_path
     message = failure.step_failure_data.error.cause.message
     assert "input fim/train/part-00000-0000.parquet was changed since it was materialized" in message
     assert read_manifest(Layout(out), "fim/train").outputs[0].sha256 in message
-    assert {p.name: p.read_bytes() for p in (copy / "corpus" / "train").iterdir()} == corpus_before
+    assert {p.name: p.read_bytes() for p in (copy / "corpus" / "train").rglob("*") if p.is_file()} == corpus_before
     fim.unlink()
     result = job.execute_in_process(asset_selection=[dg.AssetKey(["corpus", "train"])], raise_on_error=False)
     failure = next(e for e in result.all_events if e.is_step_failure)
@@ -286,7 +291,7 @@ def test_non_default_settings_build_end_to_end(tmp_path):
     assert fim_train["spm"] == fim_train["transformed"] > 0
     assert read_manifest(Layout(out), "corpus/train").summary["padded_tokens"] > 0
     corpus = {Path(a.path).name for a in read_manifest(Layout(out), "corpus/train").outputs}
-    assert corpus == {"part-00000.parquet", "index.json"}
+    assert corpus == {"part-00000.parquet", "index.json", "pieces.parquet"}  # pieces: the ledger's
     ids = pq.read_table(out / "corpus/train/part-00000.parquet").column("input_ids").to_pylist()
     assert {len(s) for s in ids} == {128}
     assert albor(["verify", "--data-dir", str(out)]) == 0
