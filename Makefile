@@ -41,14 +41,21 @@ $(VENV)/.test-packages: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[dev,test]' $(TEST_PACKAGES)
 	touch $@
 
+# Two test processes (pytest-xdist): much of the suite's time is spent waiting on `dagster
+# dev`'s sensor ticks, server start-ups and subprocess runs. `--dist loadfile` gives each
+# process whole test files, so a module's servers start once and its Ray cluster (which
+# `ray stop --force` ends) is never shared with another process's tests.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: install system-deps $(VENV)/.test-packages
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 # The unit tests alone (about two minutes): no whole-graph build, no server, no browser.
 FAST := not graph and not server and not e2e and not slow
 
 test-fast: install $(VENV)/.test-packages
-	$(BIN)/python -m pytest -m "$(FAST)"
+	$(PYTEST) -m "$(FAST)"
 
 # The README's UI images, from the browser test (a real run in Debian's Chromium).
 screenshots: install system-deps

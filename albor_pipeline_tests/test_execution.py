@@ -81,7 +81,9 @@ ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 @pytest.fixture(scope="module")
 def ray_head():
     """A real Ray head on 127.0.0.1 with 2 CPUs (its own temp dir: socket paths stay short);
-    this process joins it, as a Dagster run with `execution.address` does."""
+    this process joins it, as a Dagster run with `execution.address` does. Its teardown's
+    `ray stop --force` ends every Ray process of the machine: `make test` (`--dist loadfile`)
+    runs this module's tests in one test process, so no other test's cluster is running."""
     temp = Path(f"/tmp/albor-ray-{os.getpid()}")
     port = free_port()
     ray_bin = str(Path(sys.executable).parent / "ray")
