@@ -649,6 +649,10 @@ class PipelineSpec(_Model):
         for name in self.remove:
             if name not in names:
                 raise ValueError(f"remove.{name}: unknown source (known: {names})")
+        if self.corpus.long and self.corpus.packing is Packing.best_fit and not self.audit.ledger:
+            # best_fit packs a long document's tail apart from its chunks: only the ledger's
+            # pieces table joins them for the long subset's min_chars check.
+            raise ValueError("corpus.long with packing: best_fit needs audit.ledger: true (its min_chars check)")
         mixed = [s.name for s in self.sources if s.kind not in EVAL_KINDS]  # eval sets are never mixed
         for split in SPLITS:
             mix = self.mix.for_split(split)

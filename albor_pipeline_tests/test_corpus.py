@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from albor_pipeline.runtime.executor import LocalExecutor, TaskError
+from albor_pipeline.runtime.executor import INLINE, LocalExecutor, TaskError
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import CorpusSpec, FimSpec
 from albor_pipeline.stages.corpus import pack as pack_module
-from albor_pipeline.stages.corpus.checks import check_doc_lens, check_no_short_splits
+from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits
 from albor_pipeline.stages.corpus.corpus import build_corpus
 from albor_pipeline.stages.corpus.exports import megatron_index
 from albor_pipeline.stages.corpus.lineage import PIECES
@@ -175,6 +175,40 @@ def _best_fit_packed(lengths: np.ndarray, seq_len: int, window: int, cuts: list[
         part = Segments(segments.starts[a:b], segments.lens[a:b], segments.counts[first:end])
         parts.append(fill(stream, 0, part, seq_len, pad_id=0))
     return _packed(parts, seq_len), plan
+
+
+def test_min_chars_joins_a_best_fit_document_s_pieces_by_the_pieces_table(pipeline, tmp_path):
+    """best_fit packs a long document's tail apart from its full chunks. Measured as runs up to
+    an EOS, the tails look like short documents; by the pieces table, each document is all of
+    its pieces, measured whole, on every backend; and a full corpus's short ones are counted."""
+    tmp, docs = pipeline
+    tok = tmp / "tok" / "tokenizer.json"
+    spec = CorpusSpec(seq_len=256, packing="best_fit", best_fit_window=8, shard_sequences=5)
+    build_corpus(tmp / "fim", tok, spec, tmp_path / "long", StageIO(tmp_path), min_chars=6000)
+    shards, pieces = sorted((tmp_path / "long").glob("part-*.parquet")), tmp_path / "long" / PIECES
+    assert len(shards) > 1 and not check_min_chars(shards, tok, 6000).passed  # the tails, measured alone
+    long = sorted(len(d) for d in docs if len(d) >= 6000)
+    expected = {"documents": len(long), "short": 0, "shortest_chars": long[0], "min_chars": 6000}
+    for executor in (None, LocalExecutor(2)):
+        outcome = check_min_chars(shards, tok, 6000, executor or INLINE, pieces)
+        assert outcome.passed and outcome.metadata == expected, outcome.description
+    build_corpus(tmp / "fim", tok, spec, tmp_path / "full", StageIO(tmp_path))
+    full = check_min_chars(
+        sorted((tmp_path / "full").glob("part-*.parquet")), tok, 6000, pieces=tmp_path / "full" / PIECES
+    )
+    lengths = [len(d) for d in docs]
+    short = sum(n < 6000 for n in lengths)
+    assert not full.passed and full.metadata == {
+        **expected,
+        "documents": len(docs),
+        "short": short,
+        "shortest_chars": min(lengths),
+    }
+    # A pieces table that does not match the sequences fails rather than measure wrong documents.
+    table = pq.read_table(pieces)
+    pq.write_table(table.slice(0, table.num_rows - 1), pieces)
+    broken = check_min_chars(shards, tok, 6000, pieces=pieces)
+    assert not broken.passed and "disagree" in broken.description
 
 
 def test_best_fit_packs_whole_documents_and_splits_only_long_ones():

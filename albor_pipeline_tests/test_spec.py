@@ -78,6 +78,10 @@ def test_relative_path_resolves_against_spec_file(tmp_path):
             lambda r: r["sources"][0].update(hygiene={"filters": {"languages": ["en"]}}),
             "sources[0]: hygiene.filters.languages: for text sources (jsonl, csv, parquet) only",
         ),
+        (
+            lambda r: r.update(corpus={"packing": "best_fit", "long": {"min_chars": 100}}, audit={"ledger": False}),
+            "corpus.long with packing: best_fit needs audit.ledger: true",
+        ),
     ],
 )
 def test_bad_spec_names_the_key(tmp_path, mutate, message):

@@ -18,6 +18,7 @@ from albor_pipeline.runtime.stage import StageOutput
 from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Packing, PipelineSpec, RemainderPolicy
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
 from albor_pipeline.stages.corpus.corpus import Budget, build_corpus
+from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
 from albor_pipeline.stages.corpus.report import CorpusSummary
 from albor_pipeline.stages.mix.report import MixSummary
@@ -145,8 +146,11 @@ def _sequences(ctx: CheckContext) -> CheckOutcome:
 
 
 def _min_chars(ctx: CheckContext) -> CheckOutcome:
+    """By the corpus's pieces table when it wrote one (`audit.ledger`, which `best_fit` needs)."""
     min_chars = ctx.manifest.config["long"]["min_chars"]
-    return check_min_chars(ctx.parquet_outputs, ctx.layout.tokenizer_json, min_chars, ctx.executor)
+    pieces = [ctx.layout.root / a.path for a in ctx.manifest.outputs if a.path.endswith(PIECES)]
+    tok = ctx.layout.tokenizer_json
+    return check_min_chars(ctx.parquet_outputs, tok, min_chars, ctx.executor, pieces[0] if pieces else None)
 
 
 def _unless_empty(check: Check) -> Check:

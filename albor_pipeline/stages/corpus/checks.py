@@ -175,12 +175,18 @@ def _shard_chars(node: Node, tokenizer_path: str, min_chars: int, path: Path) ->
 
 
 def check_min_chars(
-    paths: list[Path], tokenizer_path: Path, min_chars: int, executor: Executor = INLINE
+    paths: list[Path], tokenizer_path: Path, min_chars: int, executor: Executor = INLINE, pieces: Path | None = None
 ) -> CheckOutcome:
     """Length staging: every whole document in the sequences has at least `min_chars`
     characters before FIM, counted from its tokens' bytes (special tokens, i.e. FIM
-    sentinels and BOS/EOS, add none; literal special-token text does). A shard per task;
-    a document continued across shards is joined here from its pieces' characters."""
+    sentinels and BOS/EOS, add none; literal special-token text does). A shard per task.
+
+    With the corpus's pieces table (`lineage.PIECES`), a document is all the pieces it names
+    for one FIM row, wherever they landed: `best_fit` packs a long document's tail apart from
+    its full chunks. Without it, a document is a run of tokens up to an EOS, continued across
+    shards: right for `concat` only."""
+    if pieces is not None:
+        return _min_chars_by_pieces(paths, tokenizer_path, min_chars, executor, pieces)
     documents = short = 0
     lows: list[int] = []
     carry_chars = carry_tokens = 0  # the document continued from earlier shards
@@ -201,5 +207,61 @@ def check_min_chars(
         short == 0 and (documents > 0 or carry_tokens > 0),
         f"{short} of {documents} whole documents have fewer than {min_chars} characters (shortest {shortest})"
         + (f"; the last one continues past the final sequence ({carry_tokens} tokens seen)" if carry_tokens else ""),
+        {"documents": documents, "short": short, "shortest_chars": shortest or 0, "min_chars": min_chars},
+    )
+
+
+def _piece_chars(node: Node, tokenizer_path: str, path: Path) -> np.ndarray:
+    """(tokens, characters, ends in EOS) of each non-empty piece of a shard, in sequence
+    order: a (3, pieces) int64 array."""
+    tok = Tokenizer.from_file(str(node.local(tokenizer_path)))
+    chars, eos = token_chars(tok), tok.token_to_id(EOS)
+    parts = [np.zeros((3, 0), np.int64)]
+    for ids, pieces, counts in _packed_batches(path):
+        ends, _ = _piece_ends(pieces, counts, len(ids) // max(len(counts), 1))
+        total = np.concatenate([[0], np.cumsum(chars[ids], dtype=np.int64)])
+        real = pieces > 0
+        ends, lens = ends[real], pieces[real]
+        parts.append(np.stack([lens, total[ends + 1] - total[ends + 1 - lens], ids[ends] == eos]).astype(np.int64))
+    return np.concatenate(parts, axis=1)
+
+
+def _min_chars_by_pieces(
+    paths: list[Path], tokenizer_path: Path, min_chars: int, executor: Executor, pieces: Path
+) -> CheckOutcome:
+    """`check_min_chars` with each document's pieces from the pieces table: the shards give
+    each piece's characters and whether it ends in EOS, in the table's order (sequence, then
+    offset). A document's pieces must be its tokens in order, EOS only at its end; one whose
+    last piece lacks its EOS continues past the final sequence and is not whole."""
+    node = task_node(executor.node)
+    lens, chars, eos = np.concatenate(
+        [np.zeros((3, 0), np.int64), *per_shard(executor, partial(_piece_chars, node, str(tokenizer_path)), paths)],
+        axis=1,
+    )
+    table = pq.read_table(pieces, columns=["length", "row", "doc_offset"])
+    if not np.array_equal(lens, table.column("length").to_numpy()):
+        return CheckOutcome(
+            False,
+            f"the sequences' doc_lens disagree with {pieces.name} ({len(lens)} pieces vs {table.num_rows})",
+            {"min_chars": min_chars},
+        )
+    rows, offsets = table.column("row").to_numpy(), table.column("doc_offset").to_numpy()
+    order = np.lexsort((offsets, rows))
+    rows, offsets, lens, chars, eos = rows[order], offsets[order], lens[order], chars[order], eos[order].astype(bool)
+    first = np.concatenate([[True], rows[1:] != rows[:-1]]) if len(rows) else np.zeros(0, bool)
+    last = np.concatenate([first[1:], [True]]) if len(rows) else first
+    expected = np.where(first, 0, np.concatenate([[0], offsets[:-1] + lens[:-1]]))
+    broken = int(np.count_nonzero(offsets != expected)) + int(np.count_nonzero(eos & ~last))
+    per_doc = np.add.reduceat(chars, np.flatnonzero(first)) if len(rows) else chars
+    whole = eos[last]
+    measured = per_doc[whole]
+    documents, short = len(measured), int((measured < min_chars).sum())
+    shortest = int(measured.min()) if documents else None
+    open_docs = int(np.count_nonzero(~whole))
+    return CheckOutcome(
+        short == 0 and broken == 0 and (documents > 0 or open_docs > 0),
+        f"{short} of {documents} whole documents have fewer than {min_chars} characters (shortest {shortest})"
+        + (f"; {open_docs} continue past the final sequence" if open_docs else "")
+        + (f"; {broken} pieces out of their document's order or with an EOS inside it" if broken else ""),
         {"documents": documents, "short": short, "shortest_chars": shortest or 0, "min_chars": min_chars},
     )
