@@ -44,9 +44,11 @@ $(VENV)/.test-packages: $(VENV)/.installed
 # Two test processes (pytest-xdist): much of the suite's time is spent waiting on `dagster
 # dev`'s sensor ticks, server start-ups and subprocess runs. `--dist loadfile` gives each
 # process whole test files, so a module's servers start once and its Ray cluster (which
-# `ray stop --force` ends) is never shared with another process's tests.
+# `ray stop --force` ends) is never shared with another process's tests. Files go out in
+# their order (`--no-loadscope-reorder`), so the long `dagster dev` soak starts first
+# instead of last.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: install system-deps $(VENV)/.test-packages
 	$(PYTEST)
