@@ -64,6 +64,7 @@ def _summary(out: Path, stage: str) -> dict[str, Any]:
     return json.loads(Layout(out).manifest(stage).read_text())["summary"]
 
 
+@pytest.mark.graph
 def test_a_removed_file_and_its_near_duplicate_are_gone_and_the_check_proves_it(tmp_path: Path) -> None:
     a, b, near_text = _sources(tmp_path / "src")
     removed_sha, near_sha = text_sha256((a / REMOVED_FILE).read_text(encoding="utf-8")), text_sha256(near_text)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from tokenizers import Tokenizer
 
 from albor_pipeline.cli import main
@@ -114,6 +115,7 @@ def test_the_ledger_says_why_a_document_left(tiny_reference, tmp_path):
     assert isinstance(generated, DocumentTrace)
 
 
+@pytest.mark.graph
 def test_a_conversation_traces_to_the_sft_rows_that_hold_it(tmp_path):
     """A chat source's conversation: its hygiene and dedup verdicts, then the sft/<split> rows
     holding it (the rows' own SHA-256 and messages say it is that conversation)."""
