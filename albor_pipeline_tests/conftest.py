@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from albor_pipeline.runtime.executor import WorkerPool
+from albor_pipeline.runtime.executor import LocalExecutor, WorkerPool
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import FimSpec, PipelineSpec, TokenizerSpec, load_spec
 from albor_pipeline.stages.fim.fim import apply_fim
@@ -101,6 +101,21 @@ def run_pool() -> Iterator[Callable[[int], WorkerPool]]:
     yield _pool
     for pool in pools:
         pool.close()
+
+
+@pytest.fixture(scope="session")
+def _session_pool() -> Iterator[WorkerPool]:
+    pool = WorkerPool(2)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def local2(_session_pool: WorkerPool) -> LocalExecutor:
+    """Two local worker processes, shared by every test of the session (of each xdist
+    process) that only needs "a pool": spawning a pool per map costs a second or two. A
+    map that fails ends them and the next map starts new ones, as in a run."""
+    return LocalExecutor(2, pool=_session_pool)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from tokenizers import Tokenizer
 from albor_pipeline.dataset import IGNORE_INDEX, Batches, Sequences
 from albor_pipeline.runtime.artifacts import StageManifest, record, sha256_file
 from albor_pipeline.runtime.bucket import Bucket, BucketError
-from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import CorpusSpec
@@ -111,7 +110,7 @@ def test_chunk_views_are_slices_of_the_full_sequences(corpora, name):
         Sequences(corpora[name], chunk_len=SEQ_LEN // 3)
 
 
-def test_long_subset_holds_only_long_documents(pipeline, corpora, monkeypatch):
+def test_long_subset_holds_only_long_documents(pipeline, corpora, monkeypatch, local2):
     tmp, docs = pipeline
     tok = tmp / "tok" / "tokenizer.json"
     long = sorted(corpora["long"].glob("part-*.parquet"))
@@ -134,11 +133,11 @@ def test_long_subset_holds_only_long_documents(pipeline, corpora, monkeypatch):
     assert len(shards) > 1 and full.metadata == {**whole, "min_chars": 6000}
     last_ids = [pq.read_table(p, columns=["input_ids"]).column(0)[-1].as_py()[-1] for p in shards[:-1]]
     assert any(i != tokenizer.token_to_id(EOS) for i in last_ids)  # a document continues into the next shard
-    pooled = check_min_chars(shards, tok, 6000, LocalExecutor(2))
+    pooled = check_min_chars(shards, tok, 6000, local2)
     assert (pooled.passed, pooled.description, pooled.metadata) == (full.passed, full.description, full.metadata)
     monkeypatch.setattr(checks, "CHECK_BATCH", 7)  # a shard read in several batches: the same
     assert check_min_chars(shards, tok, 6000).metadata == full.metadata
-    assert check_min_chars(long, tok, 6000, LocalExecutor(2)).metadata == outcome.metadata
+    assert check_min_chars(long, tok, 6000, local2).metadata == outcome.metadata
     # Several shards (7 sequences each): random access crosses shard edges.
     assert len(long) > 1 and Sequences(corpora["long"])[7]["input_ids"].tolist() == _stored(corpora["long"])[0][7]
 
@@ -230,8 +229,9 @@ def test_resume_refuses_a_different_permutation(corpora):
 
 
 def _run_ranks(world_size: int, batch_size: int, ds: Sequences, state=None, steps=None, drop_last=False):
-    """Ranks stepping together (as data-parallel training does): the items each step serves,
-    and rank 0's state after the last step."""
+    """Ranks stepping together (as data-parallel training does): the items each step serves
+    (its batch's `index`, read from the order a batch reads: this checks which items, not
+    their bytes), and rank 0's state after the last step."""
     kw = {"seed": 3, "world_size": world_size, "drop_last": drop_last}
     ranks = [Batches(ds, batch_size, rank=r, **kw) for r in range(world_size)]
     for rank in ranks:
@@ -240,7 +240,7 @@ def _run_ranks(world_size: int, batch_size: int, ds: Sequences, state=None, step
             rank.load_state_dict(json.loads(json.dumps(state)))
     served = []
     for step in range(max(map(len, ranks)) if steps is None else steps):
-        served += [i for rank in ranks if step < len(rank) for i in rank[step]["index"].tolist()]
+        served += [i for r in ranks if step < len(r) for i in r.order()[step * batch_size : (step + 1) * batch_size]]
         for rank in ranks:
             if step < len(rank):
                 rank.position.batch += 1  # what iterating does, without reading the batch twice

@@ -15,7 +15,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import FilterSpec, HygieneSpec, SourceSpec
 from albor_pipeline.stages.hygiene.hygiene import clean_source, filter_reason, rescan
@@ -156,12 +155,12 @@ def test_clean_source_accounts_for_every_document(tmp_path, mode):
     assert json.dumps(result.summary.findings).find("AKIA") < 0  # counts only: no secret in the metadata
 
 
-def test_hygiene_output_is_independent_of_worker_processes(tmp_path):
+def test_hygiene_output_is_independent_of_worker_processes(tmp_path, local2):
     """Real stdlib code in several shards (a task each), inline vs two processes: byte-identical."""
     src = SourceSpec(name="s", kind="code", path=STDLIB, include=("*.py", *(f"{p}/**/*.py" for p in STDLIB_PACKAGES)))
     assert len(ingest_source(src, tmp_path / "in", StageIO(tmp_path), shard_mb=1).artifacts) >= 3
     one = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "one", StageIO(tmp_path))
-    two = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "two", StageIO(tmp_path, LocalExecutor(2)))
+    two = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "two", StageIO(tmp_path, local2))
     assert (
         [a.sha256 for a in one.artifacts] == [a.sha256 for a in two.artifacts]
         and one.summary.findings == two.summary.findings

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.runtime.files import fingerprint_files, list_source_files
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards, shard_files
@@ -174,13 +173,13 @@ def test_globs_and_fingerprint(tmp_path):
     assert (source_fingerprint(src).rows, source_fingerprint(src).bytes) == (2, 12)
 
 
-def test_a_source_becomes_bounded_shards_the_same_on_any_executor(tmp_path):
+def test_a_source_becomes_bounded_shards_the_same_on_any_executor(tmp_path, local2):
     """`shard_mb` bounds each shard; the shards, concatenated, are the unsharded documents
     in listing order, and a pool of two processes writes the very same files."""
     src = SourceSpec(name="s", kind="code", path=STDLIB / "email")
     whole = ingest_source(src, tmp_path / "whole", StageIO(tmp_path))
     small = ingest_source(src, tmp_path / "small", StageIO(tmp_path), shard_mb=0.05)
-    pooled = ingest_source(src, tmp_path / "pooled", StageIO(tmp_path, LocalExecutor(2)), shard_mb=0.05)
+    pooled = ingest_source(src, tmp_path / "pooled", StageIO(tmp_path, local2), shard_mb=0.05)
     assert len(whole.artifacts) == 1 and len(small.artifacts) > 5
     assert [(a.sha256, a.rows) for a in pooled.artifacts] == [(a.sha256, a.rows) for a in small.artifacts]
     assert read_shards(tmp_path / "small").equals(read_shards(tmp_path / "whole"))

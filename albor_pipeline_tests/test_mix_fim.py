@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from albor_pipeline.runtime.executor import INLINE, LocalExecutor
+from albor_pipeline.runtime.executor import INLINE
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards, shard_name
 from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
@@ -116,7 +116,7 @@ def test_documents_dedup_first_source_wins_and_splits_are_disjoint(tmp_path):
 
 
 @pytest.mark.parametrize("partition_bytes", [None, 24 * 8])
-def test_hash_partitioned_exact_dedup_equals_a_dict_of_every_hash(tmp_path, monkeypatch, partition_bytes):
+def test_hash_partitioned_exact_dedup_equals_a_dict_of_every_hash(tmp_path, monkeypatch, partition_bytes, local2):
     """`exact_dedup` (128-bit keys hash-partitioned over tasks) against the obvious dict loop,
     on real files ingested twice and a third package, in two orders; with one partition
     inline, and with partitions of 8 keys on two processes."""
@@ -126,7 +126,7 @@ def test_hash_partitioned_exact_dedup_equals_a_dict_of_every_hash(tmp_path, monk
     executor = INLINE
     if partition_bytes:
         monkeypatch.setattr(hashpart, "PARTITION_BYTES", partition_bytes)
-        executor = LocalExecutor(2)
+        executor = local2
     holdout = HoldoutSpec(val_fraction=0.2, test_fraction=0.1)
     shards = [_ingest_stdlib(tmp_path, n, p) for n, p in (("a", "email"), ("b", "json"), ("c", "email"))]
     for paths in (shards, shards[::-1]):
@@ -197,13 +197,13 @@ def _docs_file(tmp_path: Path, texts: list[str], sources: list[str]) -> Path:
     return path
 
 
-def test_mix_output_counts_and_determinism(tmp_path):
+def test_mix_output_counts_and_determinism(tmp_path, local2):
     texts = [f"doc {i}" for i in range(130)]
     sources = ["big"] * 100 + ["small"] * 30
     docs = _docs_file(tmp_path, texts, sources)
     mix = SplitMixSpec(seed=9, weights={"big": 0.5, "small": 0.5})
     r1 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m1", StageIO(tmp_path))
-    r2 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m2", StageIO(tmp_path, LocalExecutor(2)))
+    r2 = mix_documents(docs, mix, ["big", "small"], tmp_path / "m2", StageIO(tmp_path, local2))
     assert [a.sha256 for a in r1.artifacts] == [a.sha256 for a in r2.artifacts]
     rows = read_shards(tmp_path / "m1").to_pylist()
     assert Counter(r["source"] for r in rows) == {"big": 65, "small": 65}
@@ -225,7 +225,7 @@ def test_shard_bounds_cut_by_cumulative_bytes():
     assert shard_bounds(sizes, 10**6).tolist() == [0, 8]
 
 
-def test_external_shuffle_equals_in_memory_take(tmp_path):
+def test_external_shuffle_equals_in_memory_take(tmp_path, local2):
     """Scatter and gather tasks over 4 input shards into shards of 97 rows (rows of every
     input in every output shard, some twice) give exactly the in-memory take, on any executor."""
     docs = _docs_file(tmp_path, [f"doc {i} " * (i % 7 + 1) for i in range(1000)], ["s"] * 1000)
@@ -236,7 +236,7 @@ def test_external_shuffle_equals_in_memory_take(tmp_path):
         pq.write_table(table.slice(a, b - a), shards / shard_name(k))
     rng = np.random.default_rng(3)
     order = rng.permutation(np.concatenate([np.arange(1000), np.arange(1000), rng.choice(1000, 300, replace=False)]))
-    for name, executor in (("inline", INLINE), ("local2", LocalExecutor(2))):
+    for name, executor in (("inline", INLINE), ("local2", local2)):
         out = tmp_path / name
         out.mkdir()
         written = shuffle(shards, order, out, np.array([*range(0, 2300, 97), 2300]), executor)
@@ -292,20 +292,20 @@ def _fim_input(tmp_path: Path) -> Path:
     return _docs_file(tmp_path, texts, ["email"] * len(texts))
 
 
-def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path):
+def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path, local2):
     src = _fim_input(tmp_path)
     spec = FimSpec(rate=0.5, format="mixed", spm_rate=0.3, seed=42)
     regrouped = tmp_path / "regrouped.parquet"  # other row groups: other tasks
     pq.write_table(pq.read_table(src), regrouped, row_group_size=333)
     a = apply_fim(src, spec, tmp_path / "a", StageIO(tmp_path))
     b = apply_fim(regrouped, spec, tmp_path / "b", StageIO(tmp_path))
-    c = apply_fim(src, spec, tmp_path / "c", StageIO(tmp_path, LocalExecutor(2)))
+    c = apply_fim(src, spec, tmp_path / "c", StageIO(tmp_path, local2))
     assert [x.artifacts[0].sha256 for x in (a, b, c)] == [a.artifacts[0].sha256] * 3
     split = tmp_path / "split"  # other shards: other tasks, the same rows
     split.mkdir()
     for k, (lo, hi) in enumerate([(0, 1000), (1000, 2500), (2500, 2600), (2600, 4000)]):
         pq.write_table(pq.read_table(src).slice(lo, hi - lo), split / shard_name(k))
-    apply_fim(split, spec, tmp_path / "split_fim", StageIO(tmp_path, LocalExecutor(2)))
+    apply_fim(split, spec, tmp_path / "split_fim", StageIO(tmp_path, local2))
     assert read_shards(tmp_path / "split_fim").equals(read_shards(tmp_path / "a"))
     n = a.summary.rows
     sigma = (n * 0.25) ** 0.5

@@ -40,13 +40,12 @@ def test_planted_near_copies_are_found_and_distinct_files_are_not():
         assert abs(estimate - exact) < 0.15
 
 
-def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
+def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path, local2):
     """Real files in two sources, near-copies planted in the second: removed (first source
     wins), or with `remove: false` kept in their representative's split; the blocking check
     passes on both and fails on a hand-made cross-split pair."""
     import pyarrow.parquet as pq
 
-    from albor_pipeline.runtime.executor import LocalExecutor
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
     from albor_pipeline.stages.dedup.checks import check_no_near_leak
     from albor_pipeline.stages.dedup.documents import build_documents
@@ -81,7 +80,7 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path):
     leak = check_no_near_leak(paths, 5, 112, 14, 0.8)
     assert plain.summary.near_duplicates is None and not leak.passed and leak.metadata["crossing"] >= 1
     # Signatures a shard per task on two processes: the same verdict and counts.
-    pooled = check_no_near_leak(paths, 5, 112, 14, 0.8, LocalExecutor(2))
+    pooled = check_no_near_leak(paths, 5, 112, 14, 0.8, local2)
     assert (pooled.passed, pooled.metadata) == (leak.passed, leak.metadata)
 
 
@@ -163,13 +162,12 @@ def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
     assert index.clusters.groups() == {1: [1, 2]} and index.duplicates() == {2}
 
 
-def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, monkeypatch):
+def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, monkeypatch, local2):
     """Near-copy clusters of four (so later pairs of a cluster are skipped once it is joined)
     over three input shards: keys in many hash partitions and pairs scored in blocks of three
     on two processes give exactly the report of one serial pass, and of the in-memory index
     over the same texts."""
     from albor_pipeline.runtime import hashpart
-    from albor_pipeline.runtime.executor import LocalExecutor
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
     from albor_pipeline.stages.dedup import documents, neardup
 
@@ -186,7 +184,7 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     monkeypatch.setattr(neardup, "MIN_PAIR_BLOCK", 3)
     monkeypatch.setattr(hashpart, "PARTITION_BYTES", 24 * 8)  # keys and band keys in many partitions
     pooled = documents.build_documents(
-        inputs, HoldoutSpec(), tmp_path / "p", StageIO(tmp_path, LocalExecutor(2)), near=NearDedupSpec()
+        inputs, HoldoutSpec(), tmp_path / "p", StageIO(tmp_path, local2), near=NearDedupSpec()
     )
     found = serial.summary.near_duplicates
     assert found and pooled.summary.near_duplicates == found
@@ -198,12 +196,11 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # spools removed
 
 
-def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatch):
+def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatch, local2):
     """LSH candidates from signatures spooled by three tasks and bucketed in many hash
     partitions on two processes equal the in-memory index's (one partition) and a plain
     loop over every pair: share a band's key and agree in enough signature positions."""
     from albor_pipeline.runtime import hashpart
-    from albor_pipeline.runtime.executor import LocalExecutor
     from albor_pipeline.stages.dedup.lsh import band_keys, lsh_candidates
     from albor_pipeline.text.shingles import word_hashes
 
@@ -226,5 +223,5 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
     assert job.partitions > 8
     firsts = np.array([0, 7, 30, len(texts)])
     offsets = np.stack([job.spool_signatures(t, firsts[t], sigs[firsts[t] : firsts[t + 1]])[0] for t in range(3)])
-    pooled = lsh_candidates(job, offsets, firsts, LocalExecutor(2))
+    pooled = lsh_candidates(job, offsets, firsts, local2)
     assert [tuple(p) for p in pooled.tolist()] == serial

@@ -23,7 +23,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from detect_secrets.plugins.github_token import GitHubTokenDetector
 
-from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
@@ -170,7 +169,7 @@ def _code_dir(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def test_the_no_secrets_check_is_independent_of_the_redactor(tmp_path):
+def test_the_no_secrets_check_is_independent_of_the_redactor(tmp_path, local2):
     """Finding 1's check: an independent scan fails on what the old redactor left (`<KEY>_…`),
     on a token no detect-secrets pattern knows, and on a whole AWS key; it passes on real
     code after hygiene, and never shows a secret."""
@@ -193,7 +192,7 @@ def test_the_no_secrets_check_is_independent_of_the_redactor(tmp_path):
     src = SourceSpec(name="s", kind="code", path=STDLIB, include=tuple(f"{p}/**/*.py" for p in STDLIB_PACKAGES))
     ingest_source(src, tmp_path / "in", StageIO(tmp_path), shard_mb=1)
     result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", StageIO(tmp_path))
-    outcome = check_no_secrets(shard_files(tmp_path / "out"), LocalExecutor(2))
+    outcome = check_no_secrets(shard_files(tmp_path / "out"), local2)
     assert outcome.passed and outcome.metadata["documents"] == result.summary.kept >= 100, outcome.description
 
 

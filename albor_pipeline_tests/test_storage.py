@@ -19,7 +19,7 @@ from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.runtime import lock
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, iter_manifests, read_manifest, record
 from albor_pipeline.runtime.bucket import Bucket
-from albor_pipeline.runtime.executor import INLINE, LocalExecutor
+from albor_pipeline.runtime.executor import INLINE
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import LEASE_SECONDS, DataDirBusy, DataDirLost, bucket_lock
 from albor_pipeline.runtime.shardmap import StageIO
@@ -38,7 +38,7 @@ def _upload(client, bucket: str, root: Path, files: list[Path]) -> None:
         client.put_object(Bucket=bucket, Key=f"src/{path.relative_to(root).as_posix()}", Body=path.read_bytes())
 
 
-def test_a_code_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_path):
+def test_a_code_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_path, local2):
     """The email package uploaded as-is: listing (hidden and __pycache__ left out), reading,
     fingerprint and the Parquet file equal the local source's, inline and on 2 processes."""
     root = STDLIB / "email"
@@ -50,7 +50,7 @@ def test_a_code_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_
     local = SourceSpec(name="email", kind="code", path=root)
     remote = SourceSpec(name="email", kind="code", path="s3://albor-code/src")
     expected = ingest_source(local, tmp_path / "local", StageIO(tmp_path))
-    for name, executor in (("inline", INLINE), ("local2", LocalExecutor(2))):
+    for name, executor in (("inline", INLINE), ("local2", local2)):
         got = ingest_source(remote, tmp_path / name, StageIO(tmp_path, executor))
         assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in expected.artifacts], name
         assert got.summary.skipped == {**expected.summary.skipped, "not_utf8": 1}
