@@ -26,7 +26,7 @@ from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec
 from albor_pipeline.stages.dedup.report import DocumentsSummary
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.stages.stats.charts import funnel_table
+from albor_pipeline.stages.stats.facts import funnel_table
 from albor_pipeline.stages.stats.stats import Recorded, build_stats
 
 

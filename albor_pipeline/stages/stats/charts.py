@@ -20,7 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, PercentFormatter
 
-from albor_pipeline.stages.stats.facts import Statistics
+from albor_pipeline.stages.stats.facts import Statistics, funnel_rows
 
 STYLE: dict[str, Any] = {
     "font.family": "DejaVu Sans",
@@ -121,35 +121,9 @@ def lengths_chart(stats: Statistics, measure: str, unit: str) -> Figure:
     return fig
 
 
-def _funnel_rows(stats: Statistics) -> list[tuple[str, str, Callable[[str], int]]]:
-    """(label, kind, count of a source) of every funnel step any source has, in order."""
-    reasons_ingest = sorted({r for f in stats.funnel.values() for r in f.skipped_at_ingest})
-    reasons = sorted({r for f in stats.funnel.values() for r in f.removed})
-    splits = list(next(iter(stats.funnel.values())).splits) if stats.funnel else []
-    F = stats.funnel
-    return [
-        *(
-            (f"skipped at ingest: {r}", "removed", lambda n, r=r: F[n].skipped_at_ingest.get(r, 0))
-            for r in reasons_ingest
-        ),
-        ("ingested", "kept", lambda n: F[n].ingested),
-        *((f"filtered: {r}", "removed", lambda n, r=r: F[n].removed.get(r, 0)) for r in reasons),
-        ("kept by the filters", "kept", lambda n: F[n].kept),
-        ("exact duplicates", "removed", lambda n: F[n].exact_duplicates),
-        ("near duplicates", "removed", lambda n: F[n].near_duplicates),
-        ("decontaminated", "removed", lambda n: F[n].decontaminated),
-        *((f"→ {s}", "split", lambda n, s=s: F[n].splits.get(s, 0)) for s in splits),
-    ]
-
-
-def funnel_table(stats: Statistics) -> list[dict[str, str | int]]:
-    """The funnel as a table, a row per step and a column per source (the asset's metadata)."""
-    return [{"step": label, **{n: count(n) for n in stats.funnel}} for label, _, count in _funnel_rows(stats)]
-
-
 def funnel_chart(stats: Statistics) -> Figure:
     """Per document source: documents at each step, removals by reason (log scale)."""
-    rows = _funnel_rows(stats)
+    rows = funnel_rows(stats)
     sources = list(stats.funnel)
     color = {"removed": REMOVED, "kept": KEPT, "split": SPLIT}
     with _figure(WIDTH, 1.6 + 0.4 * len(rows)) as fig:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from albor_pipeline.runtime.distribution import Distribution
 from albor_pipeline.runtime.report import Report
 
@@ -70,3 +72,29 @@ class Statistics(Report):
     near_duplicate_clusters: dict[str, int] | None  # members -> clusters of that size; None: near dedup off
     fim: dict[str, FimFacts]
     sequences: dict[str, SequenceFacts]
+
+
+def funnel_rows(stats: Statistics) -> list[tuple[str, str, Callable[[str], int]]]:
+    """(label, kind, count of a source) of every funnel step any source has, in order."""
+    reasons_ingest = sorted({r for f in stats.funnel.values() for r in f.skipped_at_ingest})
+    reasons = sorted({r for f in stats.funnel.values() for r in f.removed})
+    splits = list(next(iter(stats.funnel.values())).splits) if stats.funnel else []
+    F = stats.funnel
+    return [
+        *(
+            (f"skipped at ingest: {r}", "removed", lambda n, r=r: F[n].skipped_at_ingest.get(r, 0))
+            for r in reasons_ingest
+        ),
+        ("ingested", "kept", lambda n: F[n].ingested),
+        *((f"filtered: {r}", "removed", lambda n, r=r: F[n].removed.get(r, 0)) for r in reasons),
+        ("kept by the filters", "kept", lambda n: F[n].kept),
+        ("exact duplicates", "removed", lambda n: F[n].exact_duplicates),
+        ("near duplicates", "removed", lambda n: F[n].near_duplicates),
+        ("decontaminated", "removed", lambda n: F[n].decontaminated),
+        *((f"→ {s}", "split", lambda n, s=s: F[n].splits.get(s, 0)) for s in splits),
+    ]
+
+
+def funnel_table(stats: Statistics) -> list[dict[str, str | int]]:
+    """The funnel as a table, a row per step and a column per source (the asset's metadata)."""
+    return [{"step": label, **{n: count(n) for n in stats.funnel}} for label, _, count in funnel_rows(stats)]

@@ -27,7 +27,6 @@ from albor_pipeline.stages.dedup.report import DocumentsSummary
 from albor_pipeline.stages.fim.report import FimSplit
 from albor_pipeline.stages.hygiene.report import HygieneRow
 from albor_pipeline.stages.ingest.report import IngestSummary
-from albor_pipeline.stages.stats.charts import render_charts
 from albor_pipeline.stages.stats.facts import (
     FimFacts,
     Funnel,
@@ -235,6 +234,8 @@ class StatsResult:
 
 def build_stats(recorded: Recorded, layout: Layout, out_dir: Path, io: StageIO) -> StatsResult:
     """`stats.json` and the charts into `out_dir`, committed as one set (a rerun: the same bytes)."""
+    from albor_pipeline.stages.stats.charts import render_charts  # matplotlib: only a stats run pays its import
+
     stats = compute_statistics(recorded, layout, io)
     charts = render_charts(stats)
     with output_set(out_dir) as staging:
