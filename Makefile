@@ -53,7 +53,7 @@ PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadsc
 test: install system-deps $(VENV)/.test-packages
 	$(PYTEST)
 
-# The unit tests alone (about two minutes): no whole-graph build, no server, no browser.
+# The unit tests alone (under two minutes): no whole-graph build, no server, no browser.
 FAST := not graph and not server and not e2e and not slow
 
 test-fast: install $(VENV)/.test-packages
