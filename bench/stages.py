@@ -17,7 +17,7 @@ import tiktoken
 from tiktoken_ext.openai_public import r50k_pat_str
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from albor_pipeline.runtime.executor import cpu_count
+from albor_pipeline.runtime.executor import LocalExecutor, WorkerPool, cpu_count
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import CorpusSpec, FimSpec, HoldoutSpec, SplitMixSpec, TokenizerSpec
 from albor_pipeline.stages.corpus.corpus import build_corpus
@@ -27,7 +27,7 @@ from albor_pipeline.stages.mix.mix import mix_documents
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer, iter_texts, train_bpe
 from albor_pipeline.text.encode import FAST_BYTELEVEL_PATTERN, GigatokenEncoder
 from albor_pipeline.text.vocab import SPECIALS, added_tokens, plain_tokenizer, token_to_bytes
-from bench.common import DATATROVE_MISSING, LOCAL, ingest_code, median_time
+from bench.common import DATATROVE_MISSING, ingest_code, median_time
 
 
 def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -> dict[str, Any]:
@@ -38,9 +38,16 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     res.update(_tokenizer_quality(work, bare_tok))
     tok_path = work / "tok" / "tokenizer.json"
     tok = Tokenizer.from_file(str(tok_path))
-    fim_texts = pq.read_table(work / "fim", columns=["text"]).column(0).to_pylist()
-    pretokenize, stage_s = _pretokenize(work, tok, fim_texts, repeat)
+    pool = WorkerPool(cpu_count())  # the run's workers, started by an earlier stage of a run
+    list(LocalExecutor(cpu_count(), pool=pool).map(abs, range(cpu_count())))
+    try:
+        small = _head_split(work / "fim", work / "fim_60mb", SMALL_SPLIT_BYTES)
+        res["pretokenize_60mb"] = _pretokenize(work, tok, small, repeat, pool)[0]
+        pretokenize, stage_s = _pretokenize(work, tok, work / "fim", repeat, pool)
+    finally:
+        pool.close()
     res.update(pretokenize)
+    fim_texts = pq.read_table(work / "fim", columns=["text"]).column(0).to_pylist()
     res["adversarial"] = bench_adversarial(corpora, tok, repeat)
     res.update(bench_datatrove(work, tok_path, fim_texts, stage_s, repeat))
     return res
@@ -121,10 +128,31 @@ def _tokenizer_quality(work: Path, bare_tok: Tokenizer) -> dict[str, Any]:
     return res
 
 
-def _pretokenize(work: Path, tok: Tokenizer, fim_texts: list[str], repeat: int) -> tuple[dict[str, Any], float]:
-    """The whole stage (read, encode, pack, write) vs bare encoders on the same documents; also
-    returns the stage's median seconds, for `bench_datatrove`."""
+SMALL_SPLIT_BYTES = 60_000_000  # issue 33's size: a split where fixed costs show
+
+
+def _head_split(fim: Path, out: Path, text_bytes: int) -> Path:
+    """The first row groups of the FIM'd split holding `text_bytes` of text, as shards of
+    their own (the stage's tasks are row groups, as on the whole split)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    total, k = 0, 0
+    for path in sorted(fim.glob("*.parquet")):
+        shard = pq.ParquetFile(path)
+        for g in range(shard.num_row_groups):
+            table = shard.read_row_group(g)
+            pq.write_table(table, out / f"part-{k:05d}-0000.parquet", row_group_size=max(1, len(table)))
+            total, k = total + sum(len(t.encode()) for t in table.column("text").to_pylist()), k + 1
+            if total >= text_bytes:
+                return out
+    return out
+
+
+def _pretokenize(work: Path, tok: Tokenizer, fim: Path, repeat: int, pool: WorkerPool) -> tuple[dict[str, Any], float]:
+    """The whole stage (read, encode, pack, write) on the run's started workers, as a run
+    runs it, vs bare encoders on the same documents; also the stage's median seconds."""
     tok_path = work / "tok" / "tokenizer.json"
+    fim_texts = pq.read_table(fim, columns=["text"]).column(0).to_pylist()
     fim_bytes = sum(len(t.encode()) for t in fim_texts)
     plain = plain_tokenizer(tok)
     # Bare tiktoken as a user would set it up: the same ranks, GPT-2's pattern as tiktoken ships
@@ -133,15 +161,16 @@ def _pretokenize(work: Path, tok: Tokenizer, fim_texts: list[str], repeat: int) 
     tiktoken_fast = bare_tiktoken(tok, FAST_BYTELEVEL_PATTERN)
     gigatoken_enc = gigatoken.Tokenizer.from_json(plain.to_str())
     threads = cpu_count()
+    executor = LocalExecutor(threads, pool=pool)
     hf_s, stage_s, tk_s, tkf_s, gt_s = [], [], [], [], []
+    out = work / "corpus"
     for _ in range(repeat):
         hf_s.append(median_time(lambda: plain.encode_batch_fast(fim_texts, add_special_tokens=False), 1)[0])
         tk_s.append(median_time(lambda: tiktoken_enc.encode_ordinary_batch(fim_texts, num_threads=threads), 1)[0])
         tkf_s.append(median_time(lambda: tiktoken_fast.encode_ordinary_batch(fim_texts, num_threads=threads), 1)[0])
         gt_s.append(median_time(lambda: gigatoken_enc.encode_batch(fim_texts, parallel=True), 1)[0])
-        sec, corpus = median_time(
-            lambda: build_corpus(work / "fim", tok_path, CorpusSpec(), work / "corpus", StageIO(work, LOCAL)), 1
-        )
+        shutil.rmtree(out, ignore_errors=True)  # a cold build's corpus
+        sec, corpus = median_time(lambda: build_corpus(fim, tok_path, CorpusSpec(), out, StageIO(work, executor)), 1)
         stage_s.append(sec)
     stage = statistics.median(stage_s)
     res: dict[str, Any] = {
@@ -155,7 +184,7 @@ def _pretokenize(work: Path, tok: Tokenizer, fim_texts: list[str], repeat: int) 
     res["pretokenize_vs_hf"] = round(statistics.median(hf_s) / stage, 2)
     res["pretokenize_vs_tiktoken"] = round(statistics.median(tk_s) / stage, 2)
     res["pretokenize_vs_tiktoken_fast_pattern"] = round(statistics.median(tkf_s) / stage, 2)
-    res["pretokenize_vs_gigatoken"] = round(statistics.median(gt_s) / stage, 2)
+    res["pretokenize_vs_gigatoken"] = round(statistics.median(gt_s) / stage, 3)
     return res, stage
 
 
