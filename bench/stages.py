@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import gigatoken
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import tiktoken
 from tiktoken_ext.openai_public import r50k_pat_str
@@ -42,13 +43,13 @@ def bench_stages(corpora: list[Path], work: Path, repeat: int, tok_chars: int) -
     list(LocalExecutor(cpu_count(), pool=pool).map(abs, range(cpu_count())))
     try:
         small = _head_split(work / "fim", work / "fim_60mb", SMALL_SPLIT_BYTES)
-        res["pretokenize_60mb"] = _pretokenize(work, tok, small, repeat, pool)[0]
+        res["pretokenize_60mb"] = _pretokenize(work, tok, small, _texts(small), repeat, pool)[0]
         full = _head_split(work / "fim", work / "fim_250mb", FULL_SPLIT_BYTES)
-        pretokenize, stage_s = _pretokenize(work, tok, full, repeat, pool)
+        fim_texts = _texts(full)
+        pretokenize, stage_s = _pretokenize(work, tok, full, fim_texts, repeat, pool)
     finally:
         pool.close()
     res.update(pretokenize)
-    fim_texts = pq.read_table(full, columns=["text"]).column(0).to_pylist()
     res["adversarial"] = bench_adversarial(corpora, tok, repeat)
     res.update(bench_datatrove(work, tok_path, fim_texts, stage_s, repeat))
     return res
@@ -146,17 +147,23 @@ def _head_split(fim: Path, out: Path, text_bytes: int) -> Path:
         for g in range(shard.num_row_groups):
             table = shard.read_row_group(g)
             pq.write_table(table, out / f"part-{k:05d}-0000.parquet", row_group_size=max(1, len(table)))
-            total, k = total + sum(len(t.encode()) for t in table.column("text").to_pylist()), k + 1
+            total, k = total + (pc.sum(pc.binary_length(table.column("text"))).as_py() or 0), k + 1
             if total >= text_bytes:
                 return out
     return out
 
 
-def _pretokenize(work: Path, tok: Tokenizer, fim: Path, repeat: int, pool: WorkerPool) -> tuple[dict[str, Any], float]:
-    """The whole stage (read, encode, pack, write) on the run's started workers, as a run
-    runs it, vs bare encoders on the same documents; also the stage's median seconds."""
+def _texts(fim: Path) -> list[str]:
+    return pq.read_table(fim, columns=["text"]).column(0).to_pylist()
+
+
+def _pretokenize(
+    work: Path, tok: Tokenizer, fim: Path, fim_texts: list[str], repeat: int, pool: WorkerPool
+) -> tuple[dict[str, Any], float]:
+    """The whole stage (read, encode, pack, write) of split `fim` (whose texts are `fim_texts`)
+    on the run's started workers, as a run runs it, vs bare encoders on the same documents;
+    also the stage's median seconds."""
     tok_path = work / "tok" / "tokenizer.json"
-    fim_texts = pq.read_table(fim, columns=["text"]).column(0).to_pylist()
     fim_bytes = sum(len(t.encode()) for t in fim_texts)
     plain = plain_tokenizer(tok)
     # Bare tiktoken as a user would set it up: the same ranks, GPT-2's pattern as tiktoken ships
@@ -192,14 +199,14 @@ def _pretokenize(work: Path, tok: Tokenizer, fim: Path, repeat: int, pool: Worke
     return res, stage
 
 
+HF_BATCH = 2048
+
+
 def _hf_batches(tok: Tokenizer, texts: list[str]) -> None:
     """HF's `encode_batch_fast` a slice at a time: its `Encoding` objects take ~200 bytes a
     token, so one call over the whole split would hold ~12 GB at 230 MB of text."""
     for i in range(0, len(texts), HF_BATCH):
         tok.encode_batch_fast(texts[i : i + HF_BATCH], add_special_tokens=False)
-
-
-HF_BATCH = 2048
 
 
 def bare_tiktoken(tok: Tokenizer, pattern: str) -> tiktoken.Encoding:
