@@ -54,6 +54,7 @@ def table(results: dict[str, Any]) -> str:
         rows += _loader_rows(lo)
     if sc2 := results.get("scale"):
         rows += _scale_rows(sc2)
+    rows += _cost_targets(results)
     lines = ["| figure | value | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
@@ -289,4 +290,61 @@ def _rebuild_rows(rb: dict[str, Any]) -> list[tuple[str, Any, str]]:
                 "<= 0.3",
             ),
         ]
+    return rows
+
+
+SMALL_SPLIT_STEPS = ("mixed__val", "mixed__test", "fim__val", "fim__test", "corpus__val", "corpus__test")
+"""The default spec's 500-row val and 200-row test steps: no fixed waste means each under a second."""
+
+
+def _task_s(tasks: dict[str, Any], asset: str, fn: str) -> float:
+    """Task-seconds of task function `fn` summed over the assets (or checks) starting `asset`."""
+    return sum(t["total_s"] for key, t in tasks.items() if key.startswith(asset) and key.endswith(f" {fn}"))
+
+
+def _cost_targets(results: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """Issue 33's cost targets, each figure beside its target: the default graph against the
+    `--before` commit in the same run, and the per-MB costs of the scale section."""
+    rows: list[tuple[str, Any, str]] = []
+    e, b = results.get("end_to_end"), results.get("end_to_end_before")
+    if e and b:
+        rows.append(
+            (f"cost: default graph wall, now / {b['commit'][:10]}", round(e["wall_s"] / b["wall_s"], 2), "<= 0.5")
+        )
+        for step in SMALL_SPLIT_STEPS:
+            if step in e["steps_s"]:
+                rows.append((f"cost: step {step} s (before {b['steps_s'].get(step, '-')})", e["steps_s"][step], "<= 1"))
+        now, before = _task_s(e["tasks"], "filtered", "_clean_shard"), _task_s(b["tasks"], "filtered", "_clean_shard")
+        if now and before:
+            rows.append(
+                (
+                    "cost: hygiene task-s per core, before / now",
+                    f"{before:.2f} / {now:.2f} = {before / now:.2f}x",
+                    ">= 3x",
+                )
+            )
+        check = "documents_no_near_leak"
+        if check in e["steps_s"] and check in b["steps_s"]:
+            ratio = round(e["steps_s"][check] / b["steps_s"][check], 3)
+            rows.append(
+                (
+                    f"cost: near-dup leak check s, now / before ({e['steps_s'][check]} / {b['steps_s'][check]})",
+                    ratio,
+                    "<= 0.2",
+                )
+            )
+    if sc := results.get("scale"):
+        one, two = sc["1x_local"], sc["2x_local"]
+        rows.append(
+            (
+                "cost: task-s per MB of sources (1x / 2x, local)",
+                f"{one['task_s'] / one['source_mb']:.3f} / {two['task_s'] / two['source_mb']:.3f}",
+                "<= 0.2",
+            )
+        )
+        own = [r["stages_s"] - r["task_s"] / sc["workers"] for r in (one, two)]
+        serial = (own[1] - own[0]) / (two["source_mb"] - one["source_mb"])
+        rows.append(
+            (f"cost: the run's own s per MB (({own[1]:.1f} - {own[0]:.1f}) s / MB added)", f"{serial:.4f}", "<= 0.005")
+        )
     return rows

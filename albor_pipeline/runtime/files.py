@@ -12,9 +12,9 @@ import re
 import stat
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
@@ -61,7 +61,7 @@ def skip_reason(exc: OSError) -> str:
     return "symlink_loop" if exc.errno == errno.ELOOP else "unreadable"
 
 
-def _regular(mode: int, path: Path) -> None:
+def _regular(mode: int, path: str | Path) -> None:
     if not stat.S_ISREG(mode):
         raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
 
@@ -228,12 +228,14 @@ def _add_file(found: _Found, path: str, rel: str, follow_symlinks: bool, root_re
     except UnicodeEncodeError:  # os.walk's surrogate escapes: named with its bytes escaped
         found.skip("not_utf8_name", path)
         return
-    if not follow_symlinks and os.path.islink(path) and not _inside(path, root_real):
-        found.skip("outside_root", path)
-        return
     try:
-        st = os.stat(path)
-        _regular(st.st_mode, Path(path))
+        st = os.lstat(path)  # one call for most files: a symlink alone is stat'ed again
+        if stat.S_ISLNK(st.st_mode):
+            if not follow_symlinks and not _inside(path, root_real):
+                found.skip("outside_root", path)
+                return
+            st = os.stat(path)
+        _regular(st.st_mode, path)
     except OSError as exc:
         found.skip(skip_reason(exc), path)
         return
@@ -296,13 +298,38 @@ def fingerprint_files(root: Location, files: list[str], cache_path: Path | None 
     return digest.hexdigest(), total
 
 
-def file_digests(root: Location, files: list[str], cache_path: Path | None = None) -> tuple[dict[str, str], int]:
+Hashes = tuple[dict[str, str], dict[str, str]]
+"""({relative path: SHA-256}, {relative path: the reason ingestion skips it}) of files hashed."""
+
+
+def hash_files(root: Location, files: Sequence[str]) -> Hashes:
+    """Each file's SHA-256 (read whole), or why it could not be read."""
+    hashed: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    for rel in files:
+        path = join(root, rel)
+        try:
+            with reading(path), open_binary(path) as fh:
+                hashed[rel] = hashlib.file_digest(fh, "sha256").hexdigest()
+        except OSError as exc:  # ingestion skips it for this reason too
+            failed[rel] = skip_reason(exc)
+    return hashed, failed
+
+
+def file_digests(
+    root: Location,
+    files: list[str],
+    cache_path: Path | None = None,
+    hasher: Callable[[list[str]], Hashes] | None = None,
+) -> tuple[dict[str, str], int]:
     """({relative path: SHA-256, or the reason ingestion skips it}, total bytes).
 
     Per-file hashes are cached by (size, mtime, ctime, inode), as git's index does: an
     unchanged tree is not re-read, touching a file keeps the fingerprint, and an edit whose
     mtime is restored (`rsync -t`, an archive) still changes ctime. A file changed in the
     last RACY_NS is hashed but not cached, since an edit in the same clock tick looks alike.
+    `hasher` hashes the files the cache does not hold (default: `hash_files` here; ingestion
+    spreads them over its workers).
     """
     cache: dict[str, list] = {}
     if cache_path is not None and cache_path.exists():
@@ -310,26 +337,29 @@ def file_digests(root: Location, files: list[str], cache_path: Path | None = Non
             cache = json.loads(cache_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             cache = {}
-    new_cache: dict[str, list] = {}
+    keys: dict[str, list[int]] = {}
     digests: dict[str, str] = {}
-    total = 0
+    misses: list[str] = []
     for rel in files:
-        path = join(root, rel)
         try:
-            key = _stat(path)
-            hit = cache.get(rel)
-            if hit and hit[:-1] == key:
-                file_hash = hit[-1]
-            else:
-                with reading(path), open_binary(path) as fh:
-                    file_hash = hashlib.file_digest(fh, "sha256").hexdigest()
+            keys[rel] = _stat(join(root, rel))
         except OSError as exc:  # ingestion skips it for this reason too
             digests[rel] = skip_reason(exc)
             continue
-        total += key[0]
-        if time.time_ns() - max(key[1], key[2]) >= RACY_NS:
-            new_cache[rel] = [*key, file_hash]
-        digests[rel] = file_hash
+        hit = cache.get(rel)
+        if hit and hit[:-1] == keys[rel]:
+            digests[rel] = hit[-1]
+        else:
+            misses.append(rel)
+    hashed, failed = (hasher or partial(hash_files, root))(misses) if misses else ({}, {})
+    digests.update(failed)
+    digests.update(hashed)
+    now = time.time_ns()
+    new_cache = {
+        rel: [*key, digests[rel]]
+        for rel, key in keys.items()
+        if rel not in failed and now - max(key[1], key[2]) >= RACY_NS
+    }
     if cache_path is not None and new_cache != cache:
         write_json(cache_path, new_cache)
-    return digests, total
+    return {rel: digests[rel] for rel in files}, sum(key[0] for rel, key in keys.items() if rel not in failed)
