@@ -176,19 +176,34 @@ def step_groups(step_s: dict[str, float]) -> dict[str, float]:
 
 
 def run_before(rev: str, work: Path, repeat: int, profile: bool) -> dict[str, Any]:
-    """The same graph and spec on the code of `rev` (a git worktree), for before/after
-    figures from one bench run: the spec is this checkout's, so only the code differs."""
+    """The graph on the code of `rev` (a git worktree) and on this checkout, both on `rev`'s
+    shipped spec and samples (a spec both can read), for before/after figures from one bench
+    run where only the code differs; this checkout's run is under `now`."""
     tree = work / "before_code"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True)
     try:
         commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
-        runs = [run_graph(REPO / "data" / "pipeline.yaml", work / "e2e_before", code=tree) for _ in range(repeat)]
-        res: dict[str, Any] = {"commit": commit.stdout.strip(), **median_record(runs)}
+        spec = tree / "data" / "pipeline.yaml"
+        runs = [run_graph(spec, work / "e2e_before", code=tree) for _ in range(repeat)]
+        now = [run_graph(_as_now(spec), work / "e2e_before_now") for _ in range(repeat)]
+        res: dict[str, Any] = {"commit": commit.stdout.strip(), **median_record(runs), "now": median_record(now)}
         if profile:
-            res["profile"] = run_graph(REPO / "data" / "pipeline.yaml", work / "e2e_before", True, code=tree)
+            res["profile"] = run_graph(spec, work / "e2e_before", True, code=tree)
         return res
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+def _as_now(spec: Path) -> Path:
+    """An earlier spec with the keys renamed since spelled as this checkout reads them (beside
+    it, so its relative paths hold): `tokenizer.gpt2_ranks` is now `openai_ranks.gpt2`."""
+    raw = yaml.safe_load(spec.read_text())
+    tok = raw.get("tokenizer", {})
+    if "gpt2_ranks" in tok:
+        tok["openai_ranks"] = {"gpt2": tok.pop("gpt2_ranks")}
+    out = spec.with_name("pipeline.now.yaml")
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
 
 
 def profile_summary(raw: Path, top: int = 12) -> dict[str, Any]:
