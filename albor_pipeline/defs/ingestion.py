@@ -103,7 +103,6 @@ def ingest(
     """Ingest `src`, leaving out what its `remove` entry names (tombstones with near dedup's `ngram`)."""
     resolved = resolve(src, config, f"{ingested_stage(src.name)} run config")
     layout = ctx.layout
-    source = source_fingerprint(resolved, layout.fingerprint_cache(src.name))
     out = layout.ingested(src.name)
     # Its lines may name a skipped file (the first per reason): redacted as every recorded path is.
     io = StageIO(layout.root, ctx.executor, lambda line: ctx.log.info(redact_path(line)))
@@ -122,7 +121,7 @@ def ingest(
             **({"remove": {"rules_sha256": removal.rules_sha256, "ngram": ngram}} if removal else {}),
         },
         summary=summary,
-        inputs=[source],
+        inputs=[result.source],
         row_count=summary.documents,
         metadata={
             "files": summary.files,

@@ -291,11 +291,16 @@ RACY_NS = 2_000_000_000  # a file changed this recently may change again unseen 
 
 def fingerprint_files(root: Location, files: list[str], cache_path: Path | None = None) -> tuple[str, int]:
     """(SHA-256 over (relative path, file SHA-256) pairs, total bytes): a content fingerprint."""
-    digest = hashlib.sha256()
     digests, total = file_digests(root, files, cache_path)
+    return fingerprint_of(files, digests), total
+
+
+def fingerprint_of(files: list[str], digests: dict[str, str]) -> str:
+    """`fingerprint_files`' SHA-256 from the files' digests (`file_digests`)."""
+    digest = hashlib.sha256()
     for rel in files:
         digest.update(f"{rel}\0{digests[rel]}\n".encode())
-    return digest.hexdigest(), total
+    return digest.hexdigest()
 
 
 Hashes = tuple[dict[str, str], dict[str, str]]

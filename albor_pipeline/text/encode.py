@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.executor import cpu_count
-from albor_pipeline.text.vocab import added_tokens, plain_tokenizer
+from albor_pipeline.text.vocab import added_tokens, plain_json, plain_tokenizer
 
 # The regex HF's ByteLevel pre-tokenizer applies (GPT-2's), as written in HF and GPT-2.
 BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -106,7 +106,7 @@ class GigatokenEncoder:
 
     def __init__(self, tok: Tokenizer, threads: int | None = None) -> None:
         self._tok = tok
-        self._gt = gigatoken.Tokenizer.from_json(plain_tokenizer(tok).to_str())
+        self._gt = gigatoken.Tokenizer.from_json(plain_json(tok))
         self._parallel = (threads or cpu_count()) > 1
         self._hf: HFEncoder | None = None  # built on first need: the plain copy costs start-up
 

@@ -64,9 +64,14 @@ def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
     HF tokenizers split added tokens out of raw text even with add_special_tokens=False;
     without the added-token table, `</s>` in a document is just bytes.
     """
+    return Tokenizer.from_str(plain_json(tok))
+
+
+def plain_json(tok: Tokenizer) -> str:
+    """`plain_tokenizer(tok)`'s tokenizer.json, without building it (gigatoken loads this)."""
     data = json.loads(tok.to_str())
     data["added_tokens"] = []
-    return Tokenizer.from_str(json.dumps(data))
+    return json.dumps(data)
 
 
 def token_dtype(vocab_size: int, signed: bool = False) -> np.dtype:

@@ -26,6 +26,7 @@ from albor_pipeline.runtime.files import (
     SourceListing,
     file_digests,
     fingerprint_files,
+    fingerprint_of,
     hash_files,
     join,
     list_source_files,
@@ -64,6 +65,7 @@ class IngestResult:
     artifacts: list[Artifact]  # the shard set, in order
     summary: IngestSummary
     first: dict[str, str]  # reason -> where the listing first skipped for it (the log's, not the manifest's)
+    source: Artifact  # the files it read, as `source_fingerprint` describes them
 
 
 @dataclass
@@ -373,16 +375,20 @@ def _hash_on(io: StageIO, root: Location, files: list[str]) -> Hashes:
     return hashed, failed
 
 
-def _tasks(src: SourceSpec, groups: list[list[str]], io: StageIO) -> list[tuple[int, list[str], str | None]]:
-    """Ingestion's task items; when the run reuses tasks, each names its files' content (their
-    hashes as the source's observation cached them, so an unchanged file is not re-read; the
-    others hashed on the workers)."""
-    if session() is None:
-        return [(i, files, None) for i, files in enumerate(groups)]
-    files = [rel for group in groups for rel in group]
+def _source(src: SourceSpec, files: list[str], io: StageIO) -> tuple[Artifact, dict[str, str]]:
+    """The source as `source_fingerprint` describes it, and its files' digests: the ones the
+    fingerprint cache does not hold (a cold build: all) hashed on the stage's workers."""
     root = source_root(src.path)
     cache = Layout(io.root).fingerprint_cache(src.name)
-    digests, _ = file_digests(root, files, cache, partial(_hash_on, io, root))
+    digests, total = file_digests(root, files, cache, partial(_hash_on, io, root))
+    fingerprint = fingerprint_of(files, digests)
+    return Artifact(path=source_stage(src.name), sha256=fingerprint, bytes=total, rows=len(files)), digests
+
+
+def _tasks(groups: list[list[str]], digests: dict[str, str]) -> list[tuple[int, list[str], str | None]]:
+    """Ingestion's task items; when the run reuses tasks, each names its files' content."""
+    if session() is None:
+        return [(i, files, None) for i, files in enumerate(groups)]
     tasks: list[tuple[int, list[str], str | None]] = []
     for i, group in enumerate(groups):
         content = "".join(f"{rel}\0{digests[rel]}\n" for rel in group)
@@ -410,7 +416,8 @@ def ingest_source(
         if progress:
             progress(f"{src.name}: skipped {listing.skipped[reason]} as {reason}, the first at {where}")
     max_bytes = int(shard_mb * MB)
-    groups = _tasks(src, file_groups(src, listing, max_bytes), io)
+    source, digests = _source(src, files, io)
+    groups = _tasks(file_groups(src, listing, max_bytes), digests)
 
     def ingested(parts: list[_Part]) -> str | None:
         if not parts[-1].shards:
@@ -452,4 +459,4 @@ def ingest_source(
     artifacts = [shard.artifact(out, io.root) for shard in shards]
     if removal is not None:
         artifacts.append(record(out / REMOVED, io.root, skipped["removed"]))
-    return IngestResult(artifacts, summary, listing.first)
+    return IngestResult(artifacts, summary, listing.first, source)
