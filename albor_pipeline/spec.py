@@ -502,7 +502,9 @@ class CorpusSpec(_Model):
     seq_len: int = Field(2048, gt=1, le=MAX_SEQ_LEN)
     remainder: RemainderPolicy = RemainderPolicy.drop
     formats: tuple[ExportFormat, ...] = (ExportFormat.parquet,)
-    shard_sequences: int = Field(50_000, gt=0)
+    # Sequences per Parquet shard, a packing task each: 4,096 at seq_len 2048 is 32 MB of ids (MosaicML
+    # streaming cuts 64 MB), so even a split of ~60 MB of text packs on two workers at once.
+    shard_sequences: int = Field(4_096, gt=0)
     encoder: str = Field("auto", pattern="^(auto|hf|gigatoken)$")
     bos: bool = False  # prepend <s> to every document (nanochat); </s> after every document always
     packing: Packing = Packing.concat

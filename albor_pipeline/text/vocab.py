@@ -64,12 +64,13 @@ def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
     HF tokenizers split added tokens out of raw text even with add_special_tokens=False;
     without the added-token table, `</s>` in a document is just bytes.
     """
-    return Tokenizer.from_str(plain_json(tok))
+    return Tokenizer.from_str(plain_json(tok.to_str()))
 
 
-def plain_json(tok: Tokenizer) -> str:
-    """`plain_tokenizer(tok)`'s tokenizer.json, without building it (gigatoken loads this)."""
-    data = json.loads(tok.to_str())
+def plain_json(tokenizer_json: str) -> str:
+    """`plain_tokenizer`'s tokenizer.json from a tokenizer's, without building it (gigatoken
+    loads this)."""
+    data = json.loads(tokenizer_json)
     data["added_tokens"] = []
     return json.dumps(data)
 
