@@ -32,8 +32,8 @@ def table(results: dict[str, Any]) -> str:
             ("scaling 2x/1x: pretokenize wall", sc["pretokenize_wall_ratio"], "~2.0"),
             ("scaling 2x/1x: pretokenize peak RSS", sc["pretokenize_rss_ratio"], "<= 1.3"),
         ]
-    if b := results.get("end_to_end_before"):
-        rows += _before_rows(b, b["now"])
+    if (b := results.get("end_to_end_before")) and (now := b.get("now")):  # older results lack "now"
+        rows += _before_rows(b, now)
     if pr := results.get("profile"):
         rows.append((f"py-spy profile of the graph ({pr['samples']:,} samples, all processes)", "", ""))
         rows += [(f"  {m}", f"{pct} %", "") for m, pct in pr["by_module_pct"].items()]
@@ -307,8 +307,8 @@ def _cost_targets(results: dict[str, Any]) -> list[tuple[str, Any, str]]:
     `--before` commit in the same run, and the per-MB costs of the scale section."""
     rows: list[tuple[str, Any, str]] = []
     b = results.get("end_to_end_before")
-    if b:
-        e = b["now"]  # this checkout on the same (the earlier commit's) spec
+    e = b.get("now") if b else None  # this checkout on the same (the earlier commit's) spec
+    if b and e:
         for step in SMALL_SPLIT_STEPS:
             if step in e["steps_s"]:
                 rows.append((f"cost: step {step} s (before {b['steps_s'].get(step, '-')})", e["steps_s"][step], "<= 1"))
