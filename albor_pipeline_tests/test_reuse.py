@@ -115,6 +115,19 @@ def _reuse(result: dg.ExecuteInProcessResult) -> dict[str, tuple[int, int]]:
     return found
 
 
+def _check_reuse(result: dg.ExecuteInProcessResult) -> dict[str, tuple[int, int]]:
+    """(tasks, reused) of each task function of every check with per-shard tasks, keyed
+    "asset check function"."""
+    found = {}
+    for evaluation in result.get_asset_check_evaluations():
+        tasks = evaluation.metadata["tasks"].value if "tasks" in evaluation.metadata else {}
+        assert isinstance(tasks, dict)
+        for fn, t in tasks.items():
+            key = f"{evaluation.asset_key.to_user_string()} {evaluation.check_name} {fn}"
+            found[key] = (int(t["tasks"]), int(t["reused"]))
+    return found
+
+
 def _sources(tmp_path: Path) -> dict[str, Any]:
     """A tiny spec over copies of two stdlib packages, in shards of about 50 kB: many tasks."""
     for package in ("json", "email"):
@@ -129,12 +142,20 @@ def _sources(tmp_path: Path) -> dict[str, Any]:
 @pytest.mark.graph
 def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_build(tmp_path: Path) -> None:
     spec = load_spec(write_spec(tmp_path / "spec.yaml", _sources(tmp_path)))
-    first = _reuse(materialize_all(spec, tmp_path / "out"))
+    built = materialize_all(spec, tmp_path / "out")
+    first, first_checks = _reuse(built), _check_reuse(built)
     assert first["ingested/stdlib_async _ingest_group"][0] >= 4 and all(r == 0 for _, r in first.values())
     edited = tmp_path / "src" / "email" / "charset.py"
     text = edited.read_text()
     edited.write_text(text.replace("the", "THE", 1))  # the same size: no shard boundary moves
-    again = _reuse(materialize_all(spec, tmp_path / "out"))
+    rebuilt = materialize_all(spec, tmp_path / "out")
+    again, checks = _reuse(rebuilt), _check_reuse(rebuilt)
+    # A check's per-shard tasks too: the secrets re-scan of the edited source reads its one
+    # changed hygiene shard again, and of the other source none.
+    leaks = "filtered/stdlib_async no_secrets_left _shard_leaks"
+    assert first_checks[leaks][0] >= 4 and checks[leaks] == (first_checks[leaks][0], first_checks[leaks][0] - 1)
+    other = "filtered/stdlib_json_email no_secrets_left _shard_leaks"
+    assert checks[other] == (first_checks[other][0], first_checks[other][0])
     # The edited file's ingest task, its hygiene task and the scan of its row group alone ran.
     for key in ("ingested/stdlib_async _ingest_group", "filtered/stdlib_async _clean_shard", "documents _scan_group"):
         tasks, reused = again[key]

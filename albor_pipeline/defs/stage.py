@@ -29,7 +29,7 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
 from albor_pipeline.runtime.stage import Inputs, StageOutput, run_stage
-from albor_pipeline.runtime.taskstore import reusing
+from albor_pipeline.runtime.taskstore import check_refs, reusing
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, apply_overrides
 from albor_pipeline.text.ledger import is_ledger
@@ -330,7 +330,11 @@ def _check_definition(stage: Stage[Any], check: Check, ns: Namespace) -> dg.Asse
         mark = TASKS.mark()
         # A check reads the stage's outputs and, at times, its inputs (the corpus's tokenizer).
         executor = execution.executor(context.log.info, store.node({"in": manifest.inputs, "out": manifest.outputs}))
-        outcome = check.run(CheckContext(store.layout, manifest, executor))
+        # Its per-shard tasks are reused as the stage's are: a rebuild checks the changed shards.
+        with reusing(execution.task_store(store.layout), check_refs(stage.name, check.name)) as reuse:
+            outcome = check.run(CheckContext(store.layout, manifest, executor))
+        if reuse is not None:
+            reuse.store.refer(reuse.stage, reuse.keys)
         return _check_result(outcome, TASKS.since(mark))
 
     return _check

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from albor_pipeline.runtime.executor import Executor, for_items
-from albor_pipeline.runtime.nodes import OnNode, task_node
+from albor_pipeline.runtime.executor import Executor
+from albor_pipeline.runtime.shardmap import NAMED_BY_JOB, TaskIO, map_tasks
+from albor_pipeline.runtime.shards import Shard
 
 T = TypeVar("T")
 
@@ -40,8 +42,26 @@ def check_schema(paths: list[Path], expected: pa.Schema) -> CheckOutcome:
     )
 
 
+@dataclass(frozen=True)
+class _Checked(Generic[T]):
+    """A check's task result; it writes no file."""
+
+    value: T
+    shards: tuple[Shard, ...] = ()
+
+
+def _check_shard(fn: Callable[[Path], T], io: TaskIO, path: str) -> _Checked[T]:
+    return _Checked(fn(io.local(path)))
+
+
+setattr(_check_shard, NAMED_BY_JOB, True)  # its tasks are named by `fn` (the task log, the bench)
+
+
 def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path]) -> list[T]:
     """`fn` of each shard of `paths`, a task each on `executor` (inline for one shard), on
-    the shard's copy wherever the task runs."""
-    executor = for_items(executor, len(paths), 2)
-    return list(executor.map(OnNode(task_node(executor.node), fn), paths))
+    the shard's copy wherever the task runs. Reused as a stage's tasks are, by `fn` (a
+    function of this package, or a `partial` of one) and the shard's bytes: a rebuild checks
+    again only the shards that changed."""
+    with tempfile.TemporaryDirectory(prefix="albor-check-") as directory:  # the tasks write nothing
+        checked = map_tasks(_check_shard, fn, [str(p) for p in paths], Path(directory), executor, reuse=True)
+    return [c.value for c in checked]

@@ -211,7 +211,9 @@ class _Timed(Generic[T, R]):
 
 
 def task_name(fn: Callable[..., Any]) -> str:
-    return str(getattr(getattr(fn, "func", fn), "__name__", fn))  # a partial names its function
+    while hasattr(fn, "func"):  # a partial (or a shard map's task) names its function
+        fn = fn.func
+    return str(getattr(fn, "__name__", fn))
 
 
 class TaskLog:

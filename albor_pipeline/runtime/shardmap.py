@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from albor_pipeline.runtime.artifacts import naming_write_errors, staged_dir
 from albor_pipeline.runtime.commit import fault
@@ -40,6 +40,8 @@ class ShardResult(Protocol):
     @property
     def shards(self) -> Sequence[Shard]: ...
 
+
+NAMED_BY_JOB = "named_by_job"  # a step's attribute: its tasks are named by their job (a function)
 
 J = TypeVar("J")
 I = TypeVar("I")  # noqa: E741 - an item
@@ -76,9 +78,10 @@ class _Task(Generic[J, I, T]):
     subsets: tuple[str, ...] | None = None  # a shard set's task: ships what it wrote
 
     @property
-    def func(self) -> Callable[[J, TaskIO, I], T]:
-        """The function a task log and an error name (`executor.task_name`)."""
-        return self.step
+    def func(self) -> Callable[..., Any]:
+        """The function a task log and an error name (`executor.task_name`): the step, or its
+        job when the step only applies it (`NAMED_BY_JOB`, a check's per-shard function)."""
+        return cast(Callable[..., Any], self.job) if getattr(self.step, NAMED_BY_JOB, False) else self.step
 
     def __call__(self, item: I) -> Outcome:
         run = (lambda: self.step(self.job, self.io, item)) if self.subsets is None else (lambda: self._write(item))
@@ -119,7 +122,7 @@ def _run(
     for outcome in executor.map(task, items):
         result = cast(T, outcome.result)
         if outcome.reused:
-            TASKS.reuse(task_name(task.step))
+            TASKS.reuse(task_name(task))
         if reuse is not None:
             reuse.record([outcome])
         fault("task-done", reuse.stage if reuse is not None else "")

@@ -25,6 +25,7 @@ stage manifest names (`albor gc`).
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import os
@@ -37,9 +38,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from enum import Enum
-from functools import cache
+from functools import cache, partial
 from importlib import metadata
 from pathlib import Path
+from types import FunctionType
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -115,6 +117,13 @@ def _describe(value: Any, root: str) -> Any:
         return _describe_path(str(value), root)
     if isinstance(value, BaseModel):
         return _describe(value.model_dump(mode="json"), root)
+    if isinstance(value, partial):
+        args, keywords = _describe(value.args, root), _describe(value.keywords, root)
+        return {"partial": _describe(value.func, root), "args": args, "keywords": keywords}
+    if isinstance(value, FunctionType):  # this package's code is in CODE_VERSION; a closure's state is not
+        if not value.__module__.startswith(f"{__package__.split('.')[0]}.") or "<" in value.__qualname__:
+            raise NotReusable(f"{value.__qualname__} is not a function of this package")
+        return {"function": f"{value.__module__}.{value.__qualname__}"}
     if callable(getattr(value, "task_identity", None)):  # an object saying what a task using it depends on
         return {type(value).__qualname__: _describe(value.task_identity(), root)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -247,11 +256,14 @@ class TaskStore:
         write_json(Path(self.directory) / REFS / f"{stage.replace('/', '__')}.json", sorted(set(keys)))
 
     def referenced(self, stages: Iterable[str]) -> set[str]:
-        """The identities the current outputs of `stages` were made of."""
+        """The identities the current outputs of `stages` were made of, and their checks'."""
         keys: set[str] = set()
+        refs = Path(self.directory) / REFS
         for stage in stages:
-            with suppress(OSError, ValueError):
-                keys.update(json.loads((Path(self.directory) / REFS / f"{stage.replace('/', '__')}.json").read_text()))
+            name = stage.replace("/", "__")
+            for path in [refs / f"{name}.json", *refs.glob(f"{glob.escape(check_refs(name, ''))}*.json")]:
+                with suppress(OSError, ValueError):
+                    keys.update(json.loads(path.read_text()))
         return keys
 
     def entries(self) -> list[tuple[Path, float, int]]:
@@ -360,6 +372,11 @@ def reusing(store: TaskStore | None, stage: str = "") -> Iterator[Session | None
         yield _SESSION.get()
     finally:
         _SESSION.reset(token)
+
+
+def check_refs(stage: str, check: str) -> str:
+    """The name a stage's check refers to its tasks by (`refer`): kept while the stage is."""
+    return f"{stage}#check#{check}"
 
 
 def session() -> Session | None:

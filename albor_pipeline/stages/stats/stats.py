@@ -3,8 +3,9 @@
 Counts come from the stages' own summaries (hygiene's removals and findings, the holdout's
 duplicates, FIM's rows, the corpus's packing and its documents' token lengths). Only what no
 stage records is computed here, streamed a batch at a time: each document's length in
-characters and its FIM share per source (the FIM Parquet), and each sequence's fill (the
-corpus's `doc_lens`). Written as `stats/stats.json` plus PNG charts, committed as one set.
+characters and its FIM share per source (the FIM Parquet, a reusable task per shard on the
+stage's workers: a rebuild re-reads only the shards that changed), and each sequence's fill
+(the corpus's `doc_lens`). Written as `stats/stats.json` plus PNG charts, committed as one set.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import pyarrow.compute as pc
 from albor_pipeline.runtime.artifacts import Artifact, record, write_bytes, write_json
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.shardmap import StageIO, output_set
-from albor_pipeline.runtime.shards import iter_batches
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks, output_set
+from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import SPLITS
 from albor_pipeline.stages.corpus.report import Corpus
 from albor_pipeline.stages.dedup.report import DocumentsSummary
@@ -64,10 +65,11 @@ class _Streamed:
     fim: int = 0
 
 
-def stream_split(fim_dir: Path) -> dict[str, _Streamed]:
-    """Per source: each document's characters before FIM (the FIM'd text less its sentinels)."""
+def stream_split(fim_path: Path) -> dict[str, _Streamed]:
+    """Per source: each document's characters before FIM (the FIM'd text less its sentinels),
+    of a FIM shard set or one of its shards."""
     found: dict[str, _Streamed] = {}
-    for batch in iter_batches(fim_dir, ["text", "source", "fim_format"], batch_size=BATCH_ROWS):
+    for batch in iter_batches(fim_path, ["text", "source", "fim_format"], batch_size=BATCH_ROWS):
         fimmed = batch.column("fim_format").is_valid().to_numpy(zero_copy_only=False)
         chars = pc.utf8_length(batch.column("text")).to_numpy().astype(np.int64) - FIM_SENTINEL_CHARS * fimmed
         sources = batch.column("source").dictionary_encode()
@@ -79,6 +81,36 @@ def stream_split(fim_dir: Path) -> dict[str, _Streamed]:
             into.rows += int(mine.sum())
             into.fim += int(fimmed[mine].sum())
     return found
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """A measuring task's result: a FIM shard's documents per source; it writes no file."""
+
+    sources: dict[str, _Streamed]
+    shards: tuple[Shard, ...] = ()
+
+
+def _measure_shard(job: None, io: TaskIO, path: str) -> _Measured:
+    """`stream_split` of one FIM shard: a task, reused while the shard's bytes stay the same."""
+    return _Measured(stream_split(io.local(path)))
+
+
+def measure_splits(fim_dirs: dict[str, Path], directory: Path, io: StageIO) -> dict[str, dict[str, _Streamed]]:
+    """`stream_split` of every split's FIM shard set, a task per shard on the stage's workers,
+    merged per split and source (exact counts: the same whatever order the shards come in)."""
+    items = [(split, str(f)) for split, d in fim_dirs.items() for f in parquet_files(d)]
+    measured = map_tasks(_measure_shard, None, [f for _, f in items], directory, io.executor, reuse=True)
+    out: dict[str, dict[str, _Streamed]] = {split: {} for split in fim_dirs}
+    for (split, _), shard in zip(items, measured, strict=True):
+        for name, s in shard.sources.items():
+            into = out[split].setdefault(name, _Streamed())
+            into.chars.merge(s.chars)
+            into.rows, into.fim = into.rows + s.rows, into.fim + s.fim
+    for split, found in out.items():
+        if io.progress:
+            io.progress(f"stats: {split}: {sum(s.rows for s in found.values()):,} documents measured")
+    return out
 
 
 def sequence_fill(corpus_dir: Path) -> ValueCounts:
@@ -169,15 +201,12 @@ def _sequences(recorded: Recorded, layout: Layout) -> dict[str, SequenceFacts]:
     }
 
 
-def compute_statistics(recorded: Recorded, layout: Layout, io: StageIO) -> Statistics:
-    """Every figure of `stats.json`: the recorded counts, and the streamed distributions."""
+def compute_statistics(recorded: Recorded, layout: Layout, directory: Path, io: StageIO) -> Statistics:
+    """Every figure of `stats.json`: the recorded counts, and the streamed distributions
+    (measured by tasks working in `directory`)."""
     order = recorded.document_sources
     corpora = {c.name: c for c in recorded.corpora}
-    streamed = {}
-    for f in recorded.fim:
-        streamed[f.split] = stream_split(layout.fim(f.split))
-        if io.progress:
-            io.progress(f"stats: {f.split}: {sum(s.rows for s in streamed[f.split].values()):,} documents measured")
+    streamed = measure_splits({f.split: layout.fim(f.split) for f in recorded.fim}, directory, io)
     docs = recorded.documents
     return Statistics(
         lengths={split: _lengths(s, corpora.get(split), order) for split, s in streamed.items()},
@@ -236,9 +265,9 @@ def build_stats(recorded: Recorded, layout: Layout, out_dir: Path, io: StageIO) 
     """`stats.json` and the charts into `out_dir`, committed as one set (a rerun: the same bytes)."""
     from albor_pipeline.stages.stats.charts import render_charts  # matplotlib: only a stats run pays its import
 
-    stats = compute_statistics(recorded, layout, io)
-    charts = render_charts(stats)
     with output_set(out_dir) as staging:
+        stats = compute_statistics(recorded, layout, staging, io)
+        charts = render_charts(stats)
         write_json(staging / STATS_JSON, stats.to_json())
         for chart in charts:
             write_bytes(staging / chart.name, chart.png)
