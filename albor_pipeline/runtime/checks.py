@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +61,8 @@ def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path]) ->
     the shard's copy wherever the task runs. Reused as a stage's tasks are, by `fn` (a
     function of this package, or a `partial` of one) and the shard's bytes: a rebuild checks
     again only the shards that changed."""
-    with tempfile.TemporaryDirectory(prefix="albor-check-") as directory:  # the tasks write nothing
-        checked = map_tasks(_check_shard, fn, [str(p) for p in paths], Path(directory), executor, reuse=True)
+    # The tasks write nothing: their directory is nominal, the shards' own (in the data dir,
+    # where a node without the run's working copy maps it).
+    directory = paths[0].parent if paths else Path()
+    checked = map_tasks(_check_shard, fn, [str(p) for p in paths], directory, executor, reuse=True)
     return [c.value for c in checked]
