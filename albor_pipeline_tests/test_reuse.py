@@ -14,7 +14,8 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, sha256_file
+from albor_pipeline.definitions import pipeline_stages
+from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.runtime.executor import INLINE, TASKS
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import TaskIO, map_shards
@@ -160,8 +161,9 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
     for key in ("ingested/stdlib_async _ingest_group", "filtered/stdlib_async _clean_shard", "documents _scan_group"):
         tasks, reused = again[key]
         assert (tasks, reused) == (first[key][0], tasks - 1), key
-    for key in ("ingested/stdlib_json_email _ingest_group", "filtered/stdlib_json_email _clean_shard"):
-        assert again[key] == (first[key][0], first[key][0]), key  # the other source: all reused
+    key = "ingested/stdlib_json_email _ingest_group"
+    assert again[key] == (first[key][0], first[key][0])  # the other source: all reused
+    assert "filtered/stdlib_json_email" in _kept(rebuilt)  # and its hygiene, the same bytes in, kept whole
     cold = tmp_path / "cold"
     materialize_all(spec, cold)
     assert recorded_outputs(tmp_path / "out") == recorded_outputs(cold)
@@ -211,3 +213,38 @@ def test_albor_gc_and_a_run_keep_the_store_under_the_spec_s_cap(tmp_path: Path) 
     assert 0 < sum(size for _, _, size in store.entries()) <= cap
     materialize_all(load_spec(capped), tmp_path / "out")  # a run trims after every stage
     assert 0 < sum(size for _, _, size in store.entries()) <= cap
+
+
+def _kept(result: dg.ExecuteInProcessResult) -> set[str]:
+    """The stages of a run that kept their outputs (their inputs, settings and code unchanged)."""
+    return {
+        e.asset_key.to_user_string()
+        for e in result.get_asset_materialization_events()
+        if "unchanged" in e.materialization.metadata
+    }
+
+
+@pytest.mark.graph
+def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(tmp_path: Path) -> None:
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", tiny_spec()))
+    out, layout = tmp_path / "out", Layout(tmp_path / "out")
+    assert not _kept(materialize_all(spec, out))
+    cold = recorded_outputs(out)
+    # Nothing changed: every stage that reads no source keeps its outputs; ingestion lists its
+    # source again (its tasks are reused) and writes the same bytes.
+    reads_sources = {s.name for s in pipeline_stages(spec) if s.observes}
+    assert (
+        reads_sources and _kept(materialize_all(spec, out)) == {s.name for s in pipeline_stages(spec)} - reads_sources
+    )
+    assert recorded_outputs(out) == cold
+    # An output changed behind the pipeline's back: its stage runs and writes the recorded bytes
+    # again, so the stages below it, their inputs' manifests the same bytes, keep theirs.
+    shard = next(a for a in read_manifest(layout, "fim/val").outputs if a.path.endswith(".parquet"))
+    (out / shard.path).write_bytes(b"not parquet")
+    again = _kept(materialize_all(spec, out))
+    assert "fim/val" not in again and {"corpus/val", "fim/train", "tokenizer"} <= again
+    assert recorded_outputs(out) == cold
+    # A changed setting (a run config) reruns its stage, and what its new bytes feed.
+    changed = materialize_all(spec, out, run_config={"ops": {"fim__train": {"config": {"rate": 0.25}}}})
+    again = _kept(changed)
+    assert "fim/train" not in again and "corpus/train" not in again and {"fim/val", "corpus/val"} <= again

@@ -45,7 +45,7 @@ def build_definitions(
     stages = pipeline_stages(spec)
     return dg.Definitions.merge(
         ingestion.source_definitions(spec, ns),
-        *(stage_definitions(stage, ns) for stage in stages),
+        *(stage_definitions(stage, ns, spec) for stage in stages),
         automation_definitions(spec, stages, ingestion.observed(spec), ns),
         dg.Definitions(
             resources={

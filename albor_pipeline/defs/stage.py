@@ -28,7 +28,7 @@ from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
-from albor_pipeline.runtime.stage import Inputs, StageOutput, run_stage
+from albor_pipeline.runtime.stage import Inputs, Settings, StageOutput, run_stage
 from albor_pipeline.runtime.taskstore import check_refs, reusing
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, apply_overrides
@@ -340,8 +340,25 @@ def _check_definition(stage: Stage[Any], check: Check, ns: Namespace) -> dg.Asse
     return _check
 
 
-def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT) -> dg.Definitions:
-    """The asset of `stage` (config typed by its static class) and its checks, in namespace `ns`."""
+def _kept_result(context: dg.AssetExecutionContext, layout: Layout, manifest: StageManifest) -> dg.MaterializeResult:
+    """A stage that kept its outputs: the metadata of the materialization that made them (its
+    tasks aside: none ran now), or what the manifest says when the instance has none."""
+    latest = context.instance.get_latest_materialization_event(context.asset_key)
+    made = latest.asset_materialization if latest else None
+    result = materialize_result(layout, manifest, StageOutput(manifest.outputs, manifest.config))
+    meta = dict(result.metadata or {})
+    if made is not None and (made.tags or {}).get(DATA_VERSION_TAG) == manifest.data_version:
+        meta = {k: v for k, v in made.metadata.items() if k not in ("tasks", "tasks_reused")}
+    meta["unchanged"] = dg.MetadataValue.text("inputs, settings and code unchanged: the current outputs stand")
+    return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
+
+
+def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: BaseModel | None = None) -> dg.Definitions:
+    """The asset of `stage` (config typed by its static class) and its checks, in namespace `ns`.
+
+    With the pipeline's `spec`, a stage that reads no source (it observes none) keeps its
+    outputs when its settings, its upstream manifests and the code are those they were made
+    under (`runtime.stage.run_stage`): materializing a selection reruns only what changed."""
 
     @dg.asset(
         key=ns.key(stage.name),
@@ -364,9 +381,14 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT) -> dg.Definitions
             executor = execution.executor(context.log.info, store.node(inputs))
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
+        keeps = spec is not None and not stage.observes and store.fetch() is None
+        settings = Settings({"spec": spec, "config": config}, stage.reads) if keeps else None
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
         with limit, reusing(execution.task_store(layout), stage.name) as reuse:
-            manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch())
+            manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch(), settings)
+        if out is None:
+            context.log.info(f"{stage.name}: inputs, settings and code unchanged: its outputs are kept")
+            return _kept_result(context, layout, manifest)
         tasks, reusable = TASKS.since(mark), reuse is not None and bool(reuse.keys)
         if reusable:
             context.log.info(f"{stage.name}: {_reuse_line(tasks)}")

@@ -15,8 +15,10 @@ import queue
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -70,6 +72,30 @@ _UMASK = _current_umask()
 def sha256_file(path: Path) -> str:
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+RACY_NS = 2 * 10**9
+"""A file changed this recently may change again within the file system's clock tick and keep
+its times: it is hashed afresh each time (git's "racily clean" entries)."""
+
+
+@lru_cache(maxsize=1 << 16)
+def _digest_at(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    return sha256_file(Path(path))
+
+
+def file_sha256(path: Path | str) -> str:
+    """A file's SHA-256, hashed once in this process while its size, times and inode stay what
+    they were (what git's index trusts): a run's stages re-verify the files they share (an
+    upstream's outputs, read by several stages, provenance and the checks) at the cost of a stat."""
+    st = os.stat(path)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS:
+        return sha256_file(Path(path))
+    return _digest_at(str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 # Every temp file or directory this package creates is hidden (leading dot) and ends in
@@ -198,9 +224,14 @@ def _problem(root: Path, art: Artifact) -> str | None:
     path = root / art.path
     if not path.is_file():
         return "is missing"
-    if path.stat().st_size != art.bytes or sha256_file(path) != art.sha256:
+    if path.stat().st_size != art.bytes or file_sha256(path) != art.sha256:
         return "was changed"
     return None
+
+
+def recorded_intact(root: Path, artifacts: list[Artifact]) -> bool:
+    """Whether every file under `root` still has its recorded size and SHA-256."""
+    return not any(_problem(root, art) for art in artifacts)
 
 
 def check_recorded(

@@ -181,6 +181,10 @@ class Layout:
         """Per-shard tasks' outputs kept for reuse (`runtime/taskstore.py`)."""
         return self.root / "cache" / "tasks"
 
+    def stage_identity(self, stage: str) -> Path:
+        """The identity a stage's current outputs were made under (`runtime/stage.py`)."""
+        return self.root / "cache" / "stages" / f"{stage.replace('/', '__')}.json"
+
     def fingerprint_cache(self, source: str) -> Path:
         """Per-file hashes of a source, cached by (size, mtime)."""
         return self.root / "cache" / "fingerprints" / f"{source}.json"

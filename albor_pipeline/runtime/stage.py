@@ -7,6 +7,7 @@ and "what it wrote" mean the same thing everywhere: lineage in the manifests,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,13 +18,16 @@ from albor_pipeline.runtime.artifacts import (
     check_recorded,
     json_bytes,
     read_manifest,
+    recorded_intact,
     reserved_write,
+    sha256_bytes,
+    write_json,
 )
 from albor_pipeline.runtime.commit import Journal, journaled, recover_journal
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.memory import release_memory
 from albor_pipeline.runtime.report import Report
-from albor_pipeline.runtime.taskstore import session
+from albor_pipeline.runtime.taskstore import NotReusable, identity, session
 
 Progress = Callable[[str], None]
 """Receives human progress lines (rows, MB, rate) from long stages."""
@@ -61,24 +65,84 @@ def verified_inputs(layout: Layout, stages: Sequence[str], fetch: Fetch | None =
     return {stage: check_recorded(layout.root, read_manifest(layout, stage).outputs, fetch) for stage in stages}
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What a stage's work depends on besides its upstream stages' outputs: its settings (any
+    value, the files it names by content, as a task's job) and the manifests of the stages
+    whose summaries it reads (`reads`). A stage whose identity (this, its upstream manifests and
+    the code) is the one its current outputs were made under keeps them (`run_stage`)."""
+
+    settings: Any
+    reads: Sequence[str] = ()
+
+
+def stage_identity(layout: Layout, stage: str, upstream: Sequence[str], settings: Settings) -> str | None:
+    """The stage's identity now: the code, its settings, and what it reads of every manifest it
+    builds on; None when it has none (an upstream stage never ran, a setting with no stable
+    description)."""
+    manifests = {}
+    for name in (*upstream, *settings.reads):
+        try:
+            manifests[name] = _as_read(read_manifest(layout, name))
+        except FileNotFoundError:
+            return None
+    try:
+        # The data dir's place too: provenance names it.
+        parts = {"stage": stage, "root": str(layout.root), "settings": settings.settings, "manifests": manifests}
+        return identity(parts, str(layout.root))
+    except NotReusable:
+        return None
+
+
+def _as_read(manifest: StageManifest) -> str:
+    """What a stage reads of an upstream stage's manifest: its outputs, settings and summary,
+    not its own inputs (an upstream edit that left the stage's outputs as they were changes
+    those alone, and must not rerun what the stage feeds)."""
+    return sha256_bytes(json_bytes(manifest.model_dump(mode="json", exclude={"inputs"})))
+
+
+def kept_manifest(layout: Layout, stage: str, key: str | None) -> StageManifest | None:
+    """The stage's current manifest when it was made under identity `key` and every output it
+    records is still there with its bytes: a rerun would write the same files."""
+    if key is None:
+        return None
+    try:
+        record = json.loads(layout.stage_identity(stage).read_text())
+        data = layout.manifest(stage).read_bytes()
+    except (OSError, ValueError):
+        return None
+    if record != {"identity": key, "manifest": sha256_bytes(data)}:
+        return None
+    manifest = StageManifest.model_validate_json(data)
+    return manifest if recorded_intact(layout.root, manifest.outputs) else None
+
+
 def run_stage(
     layout: Layout,
     stage: str,
     upstream: Sequence[str],
     work: Callable[[Inputs], StageOutput],
     fetch: Fetch | None = None,
-) -> tuple[StageManifest, StageOutput]:
+    settings: Settings | None = None,
+) -> tuple[StageManifest, StageOutput | None]:
     """Verify `upstream`'s files, run `work` on them, then record the stage's manifest.
 
     The manifest's disk space is taken before the work and the manifest is written only
     after the work succeeded. Every output the work puts in place is journaled, so the
     outputs commit with the manifest: a failed or killed stage leaves its previous files
     and record (`runtime/commit.py`), and a stage whose outputs were committed is recorded.
+
+    With `settings` (a stage that reads nothing but its upstream stages and them), a stage
+    whose identity is unchanged since its outputs were made keeps them: its manifest comes
+    back with no `StageOutput`, nothing is written, and the work does not run.
     """
     journal = Journal.open(stage, layout.journal(stage), layout.root, layout.manifest(stage))
+    key = stage_identity(layout, stage, upstream, settings) if settings is not None else None
     try:
+        inputs = verified_inputs(layout, upstream, fetch)  # kept or not, a changed input is an error
+        if (kept := kept_manifest(layout, stage, key)) is not None:
+            return kept, None
         with reserved_write(layout.manifest(stage), MANIFEST_ROOM) as record:
-            inputs = verified_inputs(layout, upstream, fetch)
             with journaled(journal):
                 out = work(inputs)
             manifest = StageManifest(
@@ -100,6 +164,8 @@ def run_stage(
     finally:
         release_memory()  # what the stage freed, back to the system before the next one
     journal.finish()
+    if key is not None:  # after the commit: a kill before this only costs a rerun
+        write_json(layout.stage_identity(stage), {"identity": key, "manifest": sha256_bytes(data)})
     if (reuse := session()) is not None:
         reuse.store.refer(stage, reuse.keys)
         reuse.store.trim()

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from enum import Enum
-from functools import cache, partial
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from types import FunctionType
@@ -47,7 +47,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from pydantic import BaseModel
 
-from albor_pipeline.runtime.artifacts import sha256_file, write_json
+from albor_pipeline.runtime.artifacts import file_sha256, write_json
 from albor_pipeline.runtime.commit import TEMP_SUFFIX
 from albor_pipeline.runtime.shards import Shard
 
@@ -139,6 +139,14 @@ def _describe(value: Any, root: str) -> Any:
     raise NotReusable(f"a {type(value).__name__} has no stable description")
 
 
+def identity(parts: dict[str, Any], root: str) -> str:
+    """SHA-256 over this code (`CODE_VERSION`) and `parts`, every file they name (under the
+    data dir `root` or elsewhere) by its content; NotReusable when a part has no stable
+    description. A task's identity, and a whole stage's (`runtime/stage.py`)."""
+    described = {"code": CODE_VERSION, **{name: _describe(value, root) for name, value in parts.items()}}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
 def _describe_field(field: dataclasses.Field[Any], value: Any, root: str) -> Any:
     """A job field as its metadata says (`NOT_IDENTITY`, `BY_CONTENTS`), else as any value."""
     rule = field.metadata.get("identity")
@@ -146,7 +154,7 @@ def _describe_field(field: dataclasses.Field[Any], value: Any, root: str) -> Any
         return None
     if rule == BY_CONTENTS["identity"]:
         files = sorted(f for f in Path(value).iterdir() if f.is_file())  # its subdirectories are outputs
-        return {f.name: _file_digest(str(f), *_stat(str(f))) for f in files}
+        return {f.name: file_sha256(f) for f in files}
     return _describe(value, root)
 
 
@@ -157,19 +165,7 @@ def _describe_path(text: str, root: str) -> Any:
     if not os.path.isabs(text) or not os.path.isfile(text):
         return text
     name = os.path.relpath(text, root) if text.startswith(root + os.sep) else text
-    return {"file": name, "sha256": _file_digest(text, *_stat(text))}
-
-
-def _stat(path: str) -> tuple[int, int, int, int]:
-    """What says a file is unchanged since it was hashed (git's index keeps the same)."""
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
-
-
-@cache
-def _file_digest(path: str, *_stat_key: int) -> str:
-    """A file's SHA-256, once per (path, size, mtime, ctime, inode) in this process."""
-    return sha256_file(Path(path))
+    return {"file": name, "sha256": file_sha256(text)}
 
 
 class Outcome(NamedTuple):
@@ -194,13 +190,8 @@ class TaskStore:
 
     def key(self, step: Callable[..., Any], job: Any, item: Any) -> str:
         """The task's identity; NotReusable when it has none."""
-        described = {
-            "code": CODE_VERSION,
-            "step": f"{step.__module__}.{getattr(step, '__qualname__', repr(step))}",
-            "job": _describe(job, self.root),
-            "item": _describe(item, self.root),
-        }
-        return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+        step_name = f"{step.__module__}.{getattr(step, '__qualname__', repr(step))}"
+        return identity({"step": step_name, "job": job, "item": item}, self.root)
 
     def entry(self, key: str) -> Path:
         """Where the outputs of the task `key` are kept."""
@@ -218,7 +209,7 @@ class TaskStore:
             _drop(entry)
             return None
         stored = [(entry / FILES / shard.name, shard) for shard in result.shards]
-        if not all(path.is_file() and sha256_file(path) == shard.sha256 for path, shard in stored):
+        if not all(path.is_file() and file_sha256(path) == shard.sha256 for path, shard in stored):
             _drop(entry)
             return None
         for path, shard in stored:
