@@ -232,7 +232,7 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     cold = recorded_outputs(out)
     # Nothing changed: every stage that reads no source keeps its outputs; ingestion lists its
     # source again (its tasks are reused) and writes the same bytes.
-    reads_sources = {s.name for s in pipeline_stages(spec) if s.observes}
+    reads_sources = {s.name for s in pipeline_stages(spec) if s.reads_sources}
     assert (
         reads_sources and _kept(materialize_all(spec, out)) == {s.name for s in pipeline_stages(spec)} - reads_sources
     )

@@ -25,7 +25,7 @@ from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome, check_schema
 from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
-from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
 from albor_pipeline.runtime.stage import Inputs, Settings, StageOutput, run_stage
@@ -230,6 +230,12 @@ class Stage(Generic[C]):
     def key(self) -> dg.AssetKey:
         return asset_key(self.name)
 
+    @property
+    def reads_sources(self) -> bool:
+        """Whether its work lists and reads a source's files (ingestion): what it reads then is
+        known only by reading them. An observed benchmark is a file the spec names."""
+        return any(o.startswith(source_stage("")) for o in self.observes)
+
 
 def spec_defaults(config: type[C], section: BaseModel, **values: Any) -> C:
     """`config` holding the spec section's values (JSON form) for the fields it has."""
@@ -356,7 +362,7 @@ def _kept_result(context: dg.AssetExecutionContext, layout: Layout, manifest: St
 def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: BaseModel | None = None) -> dg.Definitions:
     """The asset of `stage` (config typed by its static class) and its checks, in namespace `ns`.
 
-    With the pipeline's `spec`, a stage that reads no source (it observes none) keeps its
+    With the pipeline's `spec`, a stage that reads no source's files keeps its
     outputs when its settings, its upstream manifests and the code are those they were made
     under (`runtime.stage.run_stage`): materializing a selection reruns only what changed."""
 
@@ -381,7 +387,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: BaseModel |
             executor = execution.executor(context.log.info, store.node(inputs))
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
-        keeps = spec is not None and not stage.observes and store.fetch() is None
+        keeps = spec is not None and not stage.reads_sources and store.fetch() is None
         settings = Settings({"spec": spec, "config": config}, stage.reads) if keeps else None
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
         with limit, reusing(execution.task_store(layout), stage.name) as reuse:

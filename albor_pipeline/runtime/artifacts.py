@@ -74,9 +74,10 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-RACY_NS = 2 * 10**9
-"""A file changed this recently may change again within the file system's clock tick and keep
-its times: it is hashed afresh each time (git's "racily clean" entries)."""
+RACY_NS = 100_000_000
+"""A file changed this recently (10 of the kernel's coarsest clock ticks) may change again
+within its file system's tick and keep its times: it is hashed afresh each time (git's
+"racily clean" entries). A digest taken later stands until the file's times move."""
 
 
 @lru_cache(maxsize=1 << 16)
