@@ -274,6 +274,11 @@ def _rebuild_rows(rb: dict[str, Any]) -> list[tuple[str, Any, str]]:
     for spec, r in rb.items():
         rows += [
             (f"rebuild ({spec} spec): cold build wall s", r["cold_wall_s"], ""),
+            *(
+                [("  nothing changed, all materialized: wall s / ratio", f"{u['wall_s']} / {u['ratio']}", "")]
+                if (u := r.get("unchanged"))
+                else []
+            ),
             (
                 "  one-file edit, tokenizer kept: wall s / ratio",
                 f"{r['kept']['wall_s']} / {r['kept']['ratio']}",
