@@ -33,11 +33,15 @@ from .support import ALBOR, STDLIB, materialize_all, small_spec_dict, tiny_spec,
 
 
 def artifact_bytes(root: Path) -> dict[str, str]:
-    """SHA-256 of every non-hidden file under `root` (artifacts, manifests, caches)."""
+    """SHA-256 of every non-hidden file under `root` (artifacts, manifests, caches) but the
+    records of the identities stages were made under: a stage that runs again (here: in a copy
+    of the data dir, elsewhere) and commits writes its record anew, whole."""
     return {
         p.relative_to(root).as_posix(): sha256_file(p)
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        if p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        and not p.is_relative_to(Layout(root).stage_identity("x").parent)
     }
 
 

@@ -226,7 +226,7 @@ def _kept(result: dg.ExecuteInProcessResult) -> set[str]:
 
 @pytest.mark.graph
 def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(tmp_path: Path) -> None:
-    spec = load_spec(write_spec(tmp_path / "spec.yaml", tiny_spec()))
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", _sources(tmp_path)))
     out, layout = tmp_path / "out", Layout(tmp_path / "out")
     assert not _kept(materialize_all(spec, out))
     cold = recorded_outputs(out)
@@ -244,6 +244,13 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     again = _kept(materialize_all(spec, out))
     assert "fim/val" not in again and {"corpus/val", "fim/train", "tokenizer"} <= again
     assert recorded_outputs(out) == cold
+    # A file ingestion skips (too short) changes no document, only the source's fingerprint
+    # among the ingested stage's inputs and its count of skips (hygiene and the stats' funnel
+    # read it): what reads documents keeps its outputs; stats and provenance, which lists
+    # every stage's lineage, run.
+    (tmp_path / "src" / "json" / "skipped.py").write_text("x = 1\n")
+    again = _kept(materialize_all(spec, out))
+    assert not {"provenance", "stats"} & again and {"documents", "fim/train", "tokenizer"} <= again
     # A changed setting (a run config) reruns its stage, and what its new bytes feed.
     changed = materialize_all(spec, out, run_config={"ops": {"fim__train": {"config": {"rate": 0.25}}}})
     again = _kept(changed)

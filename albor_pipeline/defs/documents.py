@@ -215,6 +215,10 @@ def _stage(spec: PipelineSpec, stage: str, names: list[str], group: str, what: s
         defaults=spec_defaults(DedupSplitConfig, spec.holdout),
         work=partial(dedup_and_split, spec, stage, names),
         deps=tuple(_reads(spec, n)[0] for n in names),
+        # The conversations' redaction counts: what ingestion redacted, from its manifest.
+        reads=tuple(
+            ingested_stage(n) for n in names if stage == CONVERSATIONS and spec.source(n).kind in HYGIENE_KINDS
+        ),
         checks=(
             schema_check(DOC_SCHEMA),
             Check(

@@ -43,5 +43,6 @@ def provenance_stage(spec: PipelineSpec, upstream: tuple[str, ...]) -> Stage[NoC
         defaults=NoConfig(),
         work=partial(provenance, spec, upstream),
         deps=upstream,
+        lineage=True,
         kinds=("json",),
     )

@@ -222,6 +222,7 @@ class Stage(Generic[C]):
     # deps for order and lineage, never re-hashed or fetched from a bucket.
     reads: tuple[str, ...] = ()
     observes: tuple[str, ...] = ()  # upstream observable sources: lineage only
+    lineage: bool = False  # its work reads its upstream manifests whole, their inputs too (provenance)
     checks: tuple[Check, ...] = ()
     kinds: tuple[str, ...] = ("parquet",)
     automated: bool = True
@@ -353,8 +354,9 @@ def _kept_result(context: dg.AssetExecutionContext, layout: Layout, manifest: St
     made = latest.asset_materialization if latest else None
     result = materialize_result(layout, manifest, StageOutput(manifest.outputs, manifest.config))
     meta = dict(result.metadata or {})
-    if made is not None and (made.tags or {}).get(DATA_VERSION_TAG) == manifest.data_version:
+    if latest is not None and made is not None and (made.tags or {}).get(DATA_VERSION_TAG) == manifest.data_version:
         meta = {k: v for k, v in made.metadata.items() if k not in ("tasks", "tasks_reused")}
+        meta["made_by_run"] = dg.MetadataValue.text(latest.run_id)  # its timings and counts are that run's
     meta["unchanged"] = dg.MetadataValue.text("inputs, settings and code unchanged: the current outputs stand")
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
 
@@ -388,7 +390,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: BaseModel |
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
         keeps = spec is not None and not stage.reads_sources and store.fetch() is None
-        settings = Settings({"spec": spec, "config": config}, stage.reads) if keeps else None
+        settings = Settings({"spec": spec, "config": config}, stage.reads, stage.lineage) if keeps else None
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
         with limit, reusing(execution.task_store(layout), stage.name) as reuse:
             manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch(), settings)

@@ -78,10 +78,13 @@ RACY_NS = 100_000_000
 """A file changed this recently (10 of the kernel's coarsest clock ticks) may change again
 within its file system's tick and keep its times: it is hashed afresh each time (git's
 "racily clean" entries). A digest taken later stands until the file's times move."""
+COARSE_RACY_NS = 3_000_000_000
+"""The same on a file system that keeps whole seconds or coarser (FAT's 2 s, some network
+mounts): a time with no fraction of a second is taken to be one."""
 
 
 @lru_cache(maxsize=1 << 16)
-def _digest_at(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+def _digest_at(path: str, device: int, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
     return sha256_file(Path(path))
 
 
@@ -90,9 +93,10 @@ def file_sha256(path: Path | str) -> str:
     they were (what git's index trusts): a run's stages re-verify the files they share (an
     upstream's outputs, read by several stages, provenance and the checks) at the cost of a stat."""
     st = os.stat(path)
-    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS:
+    newest = max(st.st_mtime_ns, st.st_ctime_ns)
+    if time.time_ns() - newest < (RACY_NS if newest % 1_000_000_000 else COARSE_RACY_NS):
         return sha256_file(Path(path))
-    return _digest_at(str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    return _digest_at(str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def sha256_bytes(data: bytes) -> str:

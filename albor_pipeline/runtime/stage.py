@@ -74,6 +74,7 @@ class Settings:
 
     settings: Any
     reads: Sequence[str] = ()
+    lineage: bool = False  # the work reads upstream manifests whole, their inputs too (provenance)
 
 
 def stage_identity(layout: Layout, stage: str, upstream: Sequence[str], settings: Settings) -> str | None:
@@ -83,7 +84,10 @@ def stage_identity(layout: Layout, stage: str, upstream: Sequence[str], settings
     manifests = {}
     for name in (*upstream, *settings.reads):
         try:
-            manifests[name] = _as_read(read_manifest(layout, name))
+            manifest = read_manifest(layout, name)
+            manifests[name] = (
+                sha256_bytes(json_bytes(manifest.model_dump(mode="json"))) if settings.lineage else _as_read(manifest)
+            )
         except FileNotFoundError:
             return None
     try:
@@ -94,11 +98,11 @@ def stage_identity(layout: Layout, stage: str, upstream: Sequence[str], settings
         return None
 
 
-def _as_read(manifest: StageManifest) -> str:
+def _as_read(manifest: StageManifest, lineage: bool = False) -> str:
     """What a stage reads of an upstream stage's manifest: its outputs, settings and summary,
     not its own inputs (an upstream edit that left the stage's outputs as they were changes
-    those alone, and must not rerun what the stage feeds)."""
-    return sha256_bytes(json_bytes(manifest.model_dump(mode="json", exclude={"inputs"})))
+    those alone, and must not rerun what the stage feeds); all of it with `lineage`."""
+    return sha256_bytes(json_bytes(manifest.model_dump(mode="json", exclude=None if lineage else {"inputs"})))
 
 
 def kept_manifest(layout: Layout, stage: str, key: str | None) -> StageManifest | None:
@@ -164,7 +168,9 @@ def run_stage(
     finally:
         release_memory()  # what the stage freed, back to the system before the next one
     journal.finish()
-    if key is not None:  # after the commit: a kill before this only costs a rerun
+    # After the commit (a kill before this only costs a rerun), and only when a file the spec
+    # names did not change while the stage read it.
+    if key is not None and settings is not None and stage_identity(layout, stage, upstream, settings) == key:
         write_json(layout.stage_identity(stage), {"identity": key, "manifest": sha256_bytes(data)})
     if (reuse := session()) is not None:
         reuse.store.refer(stage, reuse.keys)

@@ -54,7 +54,20 @@ from albor_pipeline.runtime.shards import Shard
 RESULT = "result.pickle"
 REFS = "refs"  # beside the entries: per stage, the identities its current outputs were made of
 FILES = "files"
-LIBRARIES = ("pyarrow", "numpy", "gigatoken", "tokenizers", "tiktoken", "polars", "detect-secrets")
+# Beside the package's own dependencies: torch (the tokenizer writes token_bytes.pt when it is
+# installed), matplotlib (the charts), and the package's own version (provenance names it).
+LIBRARIES = (
+    "pyarrow",
+    "numpy",
+    "gigatoken",
+    "tokenizers",
+    "tiktoken",
+    "polars",
+    "detect-secrets",
+    "torch",
+    "matplotlib",
+    "albor-pipeline",
+)
 
 
 class Stored(Protocol):
