@@ -348,16 +348,18 @@ def _check_definition(stage: Stage[Any], check: Check, ns: Namespace) -> dg.Asse
 
 
 def _kept_result(context: dg.AssetExecutionContext, layout: Layout, manifest: StageManifest) -> dg.MaterializeResult:
-    """A stage that kept its outputs: the metadata of the materialization that made them (its
-    tasks aside: none ran now), or what the manifest says when the instance has none."""
+    """A stage that kept its outputs: first what says so, then the metadata of the
+    materialization that made them (its tasks aside: none ran now), or what the manifest says
+    when the instance has none."""
     latest = context.instance.get_latest_materialization_event(context.asset_key)
     made = latest.asset_materialization if latest else None
-    result = materialize_result(layout, manifest, StageOutput(manifest.outputs, manifest.config))
-    meta = dict(result.metadata or {})
+    meta: dict[str, Any] = {"unchanged": "kept: nothing its outputs depend on changed"}
     if latest is not None and made is not None and (made.tags or {}).get(DATA_VERSION_TAG) == manifest.data_version:
-        meta = {k: v for k, v in made.metadata.items() if k not in ("tasks", "tasks_reused")}
-        meta["made_by_run"] = dg.MetadataValue.text(latest.run_id)  # its timings and counts are that run's
-    meta["unchanged"] = dg.MetadataValue.text("inputs, settings and code unchanged: the current outputs stand")
+        meta["made_by_run"] = latest.run_id  # the timings and counts below are that run's
+        meta.update((k, v) for k, v in made.metadata.items() if k not in ("tasks", "tasks_reused"))
+    else:
+        result = materialize_result(layout, manifest, StageOutput(manifest.outputs, manifest.config))
+        meta.update(result.metadata or {})
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
 
 
