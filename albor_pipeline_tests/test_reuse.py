@@ -226,7 +226,8 @@ def _kept(result: dg.ExecuteInProcessResult) -> set[str]:
 
 @pytest.mark.graph
 def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(tmp_path: Path) -> None:
-    spec = load_spec(write_spec(tmp_path / "spec.yaml", _sources(tmp_path)))
+    raw = _sources(tmp_path)
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
     out, layout = tmp_path / "out", Layout(tmp_path / "out")
     assert not _kept(materialize_all(spec, out))
     cold = recorded_outputs(out)
@@ -237,6 +238,9 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
         reads_sources and _kept(materialize_all(spec, out)) == {s.name for s in pipeline_stages(spec)} - reads_sources
     )
     assert recorded_outputs(out) == cold
+    # How stages run (workers, backend) is no part of what they write: still kept.
+    two = load_spec(write_spec(tmp_path / "two.yaml", {**raw, "execution": {"workers": 2}}))
+    assert _kept(materialize_all(two, out)) == {s.name for s in pipeline_stages(spec)} - reads_sources
     # An output changed behind the pipeline's back: its stage runs and writes the recorded bytes
     # again, so the stages below it, their inputs' manifests the same bytes, keep theirs.
     shard = next(a for a in read_manifest(layout, "fim/val").outputs if a.path.endswith(".parquet"))

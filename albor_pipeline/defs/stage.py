@@ -31,7 +31,7 @@ from albor_pipeline.runtime.shards import is_shard
 from albor_pipeline.runtime.stage import Inputs, Settings, StageOutput, run_stage
 from albor_pipeline.runtime.taskstore import check_refs, reusing
 from albor_pipeline.runtime.watchdog import time_limit
-from albor_pipeline.spec import M, apply_overrides
+from albor_pipeline.spec import M, PipelineSpec, apply_overrides
 from albor_pipeline.text.ledger import is_ledger
 
 CODE_VERSION = "1"
@@ -363,7 +363,12 @@ def _kept_result(context: dg.AssetExecutionContext, layout: Layout, manifest: St
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
 
 
-def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: BaseModel | None = None) -> dg.Definitions:
+RUNNING_ONLY = {"execution", "automation", "locking"}
+"""Spec sections that decide how and when stages run, never what they write (the outputs are
+the same bytes on any worker count or backend): no part of a stage's identity."""
+
+
+def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpec | None = None) -> dg.Definitions:
     """The asset of `stage` (config typed by its static class) and its checks, in namespace `ns`.
 
     With the pipeline's `spec`, a stage that reads no source's files keeps its
@@ -392,7 +397,8 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: BaseModel |
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
         keeps = spec is not None and not stage.reads_sources and store.fetch() is None
-        settings = Settings({"spec": spec, "config": config}, stage.reads, stage.lineage) if keeps else None
+        described = {"spec": spec.model_dump(mode="json", exclude=RUNNING_ONLY) if spec else None, "config": config}
+        settings = Settings(described, stage.reads, stage.lineage) if keeps else None
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
         with limit, reusing(execution.task_store(layout), stage.name) as reuse:
             manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch(), settings)
