@@ -241,6 +241,9 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     # How stages run (workers, backend) is no part of what they write: still kept.
     two = load_spec(write_spec(tmp_path / "two.yaml", {**raw, "execution": {"workers": 2}}))
     assert _kept(materialize_all(two, out)) == {s.name for s in pipeline_stages(spec)} - reads_sources
+    off = load_spec(write_spec(tmp_path / "off.yaml", {**raw, "execution": {"workers": 1, "reuse": False}}))
+    assert not _kept(materialize_all(off, out))  # reuse off: every stage does its work
+    assert recorded_outputs(out) == cold
     # An output changed behind the pipeline's back: its stage runs and writes the recorded bytes
     # again, so the stages below it, their inputs' manifests the same bytes, keep theirs.
     shard = next(a for a in read_manifest(layout, "fim/val").outputs if a.path.endswith(".parquet"))

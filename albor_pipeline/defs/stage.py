@@ -396,7 +396,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpe
             executor = execution.executor(context.log.info, store.node(inputs))
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
-        keeps = spec is not None and not stage.reads_sources and store.fetch() is None
+        keeps = spec is not None and execution.spec.reuse and not stage.reads_sources and store.fetch() is None
         described = {"spec": spec.model_dump(mode="json", exclude=RUNNING_ONLY) if spec else None, "config": config}
         settings = Settings(described, stage.reads, stage.lineage) if keeps else None
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
