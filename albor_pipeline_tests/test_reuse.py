@@ -3,6 +3,7 @@ run resumes from its finished tasks, and either way the outputs are a cold build
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -227,6 +228,11 @@ def _kept(result: dg.ExecuteInProcessResult) -> set[str]:
 @pytest.mark.graph
 def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(tmp_path: Path) -> None:
     raw = _sources(tmp_path)
+    notes = tmp_path / "notes.jsonl"  # a data file source: its path is a file the spec names
+    notes.write_text(
+        "".join(json.dumps({"text": f"note {i}: " + "words and more words " * 8}) + "\n" for i in range(30))
+    )
+    raw["sources"].append({"name": "notes", "kind": "jsonl", "path": str(notes)})
     spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
     out, layout = tmp_path / "out", Layout(tmp_path / "out")
     assert not _kept(materialize_all(spec, out))
@@ -258,6 +264,10 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     (tmp_path / "src" / "json" / "skipped.py").write_text("x = 1\n")
     again = _kept(materialize_all(spec, out))
     assert not {"provenance", "stats"} & again and {"documents", "fim/train", "tokenizer"} <= again
+    # A line added to the data file that hygiene drops: the source is read by its ingestion
+    # alone (not in the other stages' identity by content), so what the edit never reaches keeps.
+    notes.write_text(notes.read_text() + json.dumps({"text": "x"}) + "\n")
+    assert {"fim/train", "tokenizer", "corpus/train"} <= _kept(materialize_all(spec, out))
     # A changed setting (a run config) reruns its stage, and what its new bytes feed.
     changed = materialize_all(spec, out, run_config={"ops": {"fim__train": {"config": {"rate": 0.25}}}})
     again = _kept(changed)

@@ -29,7 +29,7 @@ from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
 from albor_pipeline.runtime.stage import Inputs, Settings, StageOutput, run_stage
-from albor_pipeline.runtime.taskstore import check_refs, reusing
+from albor_pipeline.runtime.taskstore import Verbatim, check_refs, reusing
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, PipelineSpec, apply_overrides
 from albor_pipeline.text.ledger import is_ledger
@@ -368,6 +368,21 @@ RUNNING_ONLY = {"execution", "automation", "locking"}
 the same bytes on any worker count or backend): no part of a stage's identity."""
 
 
+def _keep_settings(
+    stage: Stage[Any], spec: PipelineSpec | None, config: dg.Config, execution: Execution, store: ArtifactStore
+) -> Settings | None:
+    """What decides whether the stage keeps its outputs (`runtime.stage.run_stage`); None when it
+    always runs: it reads a source's files, reuse is off, or the data dir is a bucket. The spec
+    but `RUNNING_ONLY`, the files it names by content, but the sources' paths as written (only
+    ingestion reads their files; an edit of one reaches the other stages through its outputs)."""
+    if spec is None or not execution.spec.reuse or stage.reads_sources or store.fetch() is not None:
+        return None
+    dumped = spec.model_dump(mode="json", exclude=RUNNING_ONLY)
+    for source in dumped["sources"]:
+        source["path"] = Verbatim(source["path"])
+    return Settings({"spec": dumped, "config": config}, stage.reads, stage.lineage)
+
+
 def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpec | None = None) -> dg.Definitions:
     """The asset of `stage` (config typed by its static class) and its checks, in namespace `ns`.
 
@@ -396,9 +411,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpe
             executor = execution.executor(context.log.info, store.node(inputs))
             return stage.work(StageContext(layout, inputs, context.log, executor), config)
 
-        keeps = spec is not None and execution.spec.reuse and not stage.reads_sources and store.fetch() is None
-        described = {"spec": spec.model_dump(mode="json", exclude=RUNNING_ONLY) if spec else None, "config": config}
-        settings = Settings(described, stage.reads, stage.lineage) if keeps else None
+        settings = _keep_settings(stage, spec, config, execution, store)
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)
         with limit, reusing(execution.task_store(layout), stage.name) as reuse:
             manifest, out = run_stage(layout, stage.name, stage.deps, work, store.fetch(), settings)

@@ -83,6 +83,11 @@ BY_CONTENTS = {"identity": "contents"}
 """A job field naming a directory the task reads whole: its files by content, wherever it is."""
 
 
+class Verbatim(str):
+    """A string that enters an identity as it is, even where it names a file: a source's
+    path, whose files a stage reads through its ingestion's outputs, not itself."""
+
+
 class NotReusable(ValueError):
     """The task's identity cannot be told (it reads this run's temporary files, or holds a
     value with no stable description): the task runs."""
@@ -126,6 +131,8 @@ def _describe(value: Any, root: str) -> Any:
         return value
     if isinstance(value, Enum):
         return _describe(value.value, root)
+    if isinstance(value, Verbatim):
+        return str(value)
     if isinstance(value, (str, Path)):
         return _describe_path(str(value), root)
     if isinstance(value, BaseModel):
