@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ from albor_pipeline.definitions import pipeline_stages
 from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.runtime.executor import INLINE, TASKS
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.shardmap import TaskIO, map_shards
+from albor_pipeline.runtime.nodes import IN_PLACE
+from albor_pipeline.runtime.shardmap import CodeChanged, TaskIO, _Task, map_shards
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.taskstore import TaskStore, reusing
 from albor_pipeline.spec import load_spec
@@ -272,3 +273,15 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     changed = materialize_all(spec, out, run_config={"ops": {"fim__train": {"config": {"rate": 0.25}}}})
     again = _kept(changed)
     assert "fim/train" not in again and "corpus/train" not in again and {"fim/val", "corpus/val"} <= again
+
+
+def test_a_task_whose_worker_runs_other_code_than_the_run_fails(tmp_path: Path) -> None:
+    """A worker spawned after the package's files were edited imports other code than the
+    run's process took its identities from: its task refuses to run instead of mixing them."""
+    source = tmp_path / "in.txt"
+    source.write_text("a line\n")
+    io = TaskIO(str(tmp_path), IN_PLACE)
+    task = _Task(_upper, _Upper("!"), io, ())
+    assert task((0, str(source))).result.shards[0].rows == 1  # the same code: it runs
+    with pytest.raises(CodeChanged, match="changed on disk during the run"):
+        _Task(_upper, _Upper("!"), replace(io, code="0" * 64), ())((0, str(source)))

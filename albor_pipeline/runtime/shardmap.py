@@ -26,12 +26,16 @@ from albor_pipeline.runtime.executor import INLINE, TASKS, Executor, for_items, 
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
-from albor_pipeline.runtime.taskstore import Outcome, TaskStore, run_task, session
+from albor_pipeline.runtime.taskstore import CODE_VERSION, Outcome, TaskStore, run_task, session
 
 INLINE_BELOW = 2
 """Fewer items than this run inline on a local pool: starting spawned interpreters that
 import this package costs more than one shard's work. A step whose items are cheaper (FIM,
 the mix's waves: about a second a shard) passes a higher `inline_below`."""
+
+
+class CodeChanged(RuntimeError):
+    """A task's worker runs other code than the run's process (the package was edited mid-run)."""
 
 
 class ShardResult(Protocol):
@@ -56,6 +60,7 @@ class TaskIO:
     staging: str  # the run's staging directory (a task writes its shards there)
     node: Node
     store: TaskStore | None = None  # where a shard set's tasks are kept for reuse (None: never)
+    code: str = CODE_VERSION  # the code the run's process imported (a task checks its own against it)
 
     @property
     def directory(self) -> Path:
@@ -84,6 +89,11 @@ class _Task(Generic[J, I, T]):
         return cast(Callable[..., Any], self.job) if getattr(self.step, NAMED_BY_JOB, False) else self.step
 
     def __call__(self, item: I) -> Outcome:
+        if self.io.code != CODE_VERSION:  # a worker started after the package's files were edited
+            raise CodeChanged(
+                "albor_pipeline's code changed on disk during the run: this worker imported other code "
+                "than the run's process, and a build must not mix them; run again"
+            )
         run = (lambda: self.step(self.job, self.io, item)) if self.subsets is None else (lambda: self._write(item))
         return run_task(self.io.store, self.step, self.job, item, self.io.directory, run)
 
