@@ -84,10 +84,7 @@ def stage_identity(layout: Layout, stage: str, upstream: Sequence[str], settings
     manifests = {}
     for name in (*upstream, *settings.reads):
         try:
-            manifest = read_manifest(layout, name)
-            manifests[name] = (
-                sha256_bytes(json_bytes(manifest.model_dump(mode="json"))) if settings.lineage else _as_read(manifest)
-            )
+            manifests[name] = _as_read(read_manifest(layout, name), settings.lineage)
         except FileNotFoundError:
             return None
     try:
