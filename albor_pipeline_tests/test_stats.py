@@ -24,7 +24,8 @@ from albor_pipeline.runtime.layout import STATS, Layout, filtered_stage
 from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS
 from albor_pipeline.stages.hygiene.report import HygieneSummary
-from albor_pipeline.stages.stats.facts import Statistics
+from albor_pipeline.stages.stats.charts import render
+from albor_pipeline.stages.stats.facts import CHARTS, Statistics, chart_input
 from albor_pipeline.stages.stats.report import StatsSummary
 
 from .support import STDLIB
@@ -156,6 +157,21 @@ def test_charts_are_pngs_linked_from_the_card_and_provenance_and_plotted(referen
     assert isinstance(metadata["train_tokens_p50"], dg.FloatMetadataValue)
     assert metadata["train_tokens_p50"].value == summary.splits["train"].tokens_p50 > 0
     assert isinstance(metadata["redactions"], dg.IntMetadataValue) and metadata["redactions"].value > 0
+
+
+def test_each_chart_is_drawn_from_the_figures_it_declares(reference):
+    # A chart's task is reused while its declared figures stay the same: drawn from them
+    # alone, every chart is the one drawn from all the figures, and a figure it does not read
+    # leaves its input as is.
+    stats, _ = _stats(reference.out)
+    for chart in CHARTS:
+        mine = chart_input(stats, chart)
+        assert render(chart.name, mine) == render(chart.name, stats), chart.name
+        for name in set(Statistics.model_fields) - set(chart.reads):
+            assert getattr(mine, name) in ({}, None), (chart.name, name)
+    moved = stats.model_copy(update={"near_duplicate_clusters": {"2": 1}})
+    changed = {c.name for c in CHARTS if chart_input(moved, c) != chart_input(stats, c)}
+    assert changed == {"near_duplicates.png"}
 
 
 def test_a_rerun_writes_the_same_bytes(reference, tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,13 +39,6 @@ DPI = 120
 WIDTH = 11.0  # inches, every chart: one scale in the card, where each is shown at the page's width
 PALETTE = tuple(f"C{i}" for i in range(10))  # matplotlib's default colours (tab10), a source each
 REMOVED, KEPT, SPLIT, PAD = "#c0392b", "#2c6fad", "#2e8b57", "#c8c8c8"
-
-
-@dataclass(frozen=True)
-class RenderedChart:
-    name: str  # the file name in the stats dir
-    title: str
-    png: bytes
 
 
 @contextmanager
@@ -261,25 +253,18 @@ def sequences_chart(stats: Statistics) -> Figure:
     return fig
 
 
-CHARTS: tuple[tuple[str, str, Callable[[Statistics], Figure]], ...] = (
-    (
-        "lengths_chars.png",
-        "Document length in characters per split and source",
-        lambda s: lengths_chart(s, "chars", "characters"),
-    ),
-    (
-        "lengths_tokens.png",
-        "Document length in tokens per split and source",
-        lambda s: lengths_chart(s, "tokens", "tokens"),
-    ),
-    ("funnel.png", "Filter funnel per document source, removals by reason", funnel_chart),
-    ("redactions.png", "Secrets and PII found, by source and type", redactions_chart),
-    ("near_duplicates.png", "Near-duplicate clusters by size", near_duplicates_chart),
-    ("fim.png", "Fill-in-the-Middle share per split and source", fim_chart),
-    ("sequences.png", "Sequence fill and padding per corpus", sequences_chart),
-)
-"""Every chart: its file, its title (the card's line) and how it is drawn."""
+DRAW: dict[str, Callable[[Statistics], Figure]] = {
+    "lengths_chars.png": lambda s: lengths_chart(s, "chars", "characters"),
+    "lengths_tokens.png": lambda s: lengths_chart(s, "tokens", "tokens"),
+    "funnel.png": funnel_chart,
+    "redactions.png": redactions_chart,
+    "near_duplicates.png": near_duplicates_chart,
+    "fim.png": fim_chart,
+    "sequences.png": sequences_chart,
+}
+"""How each chart of `facts.CHARTS` is drawn, by its file name."""
 
 
-def render_charts(stats: Statistics) -> list[RenderedChart]:
-    return [RenderedChart(name, title, png_bytes(draw(stats))) for name, title, draw in CHARTS]
+def render(name: str, stats: Statistics) -> bytes:
+    """The chart `name` of `stats` as PNG bytes."""
+    return png_bytes(DRAW[name](stats))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from albor_pipeline.runtime.distribution import Distribution
 from albor_pipeline.runtime.report import Report
@@ -98,3 +99,34 @@ def funnel_rows(stats: Statistics) -> list[tuple[str, str, Callable[[str], int]]
 def funnel_table(stats: Statistics) -> list[dict[str, str | int]]:
     """The funnel as a table, a row per step and a column per source (the asset's metadata)."""
     return [{"step": label, **{n: count(n) for n in stats.funnel}} for label, _, count in funnel_rows(stats)]
+
+
+class ChartSpec(NamedTuple):
+    """A chart of the card: its file in the stats dir, its title (the card's line), and the
+    fields of `Statistics` it draws from."""
+
+    name: str
+    title: str
+    reads: tuple[str, ...]
+
+
+COLOURS = ("funnel", "redactions")  # the sources' names, whose order gives each its colour
+CHARTS = (
+    ChartSpec("lengths_chars.png", "Document length in characters per split and source", ("lengths", *COLOURS)),
+    ChartSpec("lengths_tokens.png", "Document length in tokens per split and source", ("lengths", *COLOURS)),
+    ChartSpec("funnel.png", "Filter funnel per document source, removals by reason", ("funnel",)),
+    ChartSpec("redactions.png", "Secrets and PII found, by source and type", COLOURS),
+    ChartSpec("near_duplicates.png", "Near-duplicate clusters by size", ("near_duplicate_clusters",)),
+    ChartSpec("fim.png", "Fill-in-the-Middle share per split and source", ("fim", *COLOURS)),
+    ChartSpec("sequences.png", "Sequence fill and padding per corpus", ("sequences",)),
+)
+"""Every chart, in the card's order (`stats/charts.py` draws each by its name)."""
+
+
+def chart_input(stats: Statistics, chart: ChartSpec) -> Statistics:
+    """What `chart` draws: `stats` with every field it does not read emptied, so the task that
+    draws it is reused while its own figures stay the same."""
+    unread: dict[str, Any] = {
+        f: None if f == "near_duplicate_clusters" else {} for f in Statistics.model_fields if f not in chart.reads
+    }
+    return stats.model_copy(update=unread)

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from albor_pipeline.runtime.artifacts import Artifact, record, write_bytes, write_json
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks, output_set
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import SPLITS
 from albor_pipeline.stages.corpus.report import Corpus
@@ -29,6 +29,7 @@ from albor_pipeline.stages.fim.report import FimSplit
 from albor_pipeline.stages.hygiene.report import HygieneRow
 from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.stages.stats.facts import (
+    CHARTS,
     FimFacts,
     Funnel,
     LengthFacts,
@@ -36,6 +37,7 @@ from albor_pipeline.stages.stats.facts import (
     SequenceFacts,
     SplitLengths,
     Statistics,
+    chart_input,
 )
 from albor_pipeline.stages.stats.report import Chart, SplitFacts, StatsSummary
 from albor_pipeline.text.vocab import FIM_SENTINEL_CHARS
@@ -261,17 +263,38 @@ class StatsResult:
     statistics: Statistics
 
 
+@dataclass(frozen=True)
+class _Drawn:
+    """A chart task's result: the PNG it wrote."""
+
+    shards: tuple[Shard, ...]
+
+
+def _draw_chart(job: None, io: TaskIO, item: tuple[str, str]) -> _Drawn:
+    """One chart's PNG: a task on the stage's workers, reused while the figures it draws
+    (`chart_input`, as JSON: its keys' order is the charts' order too) stay the same;
+    matplotlib is imported only where a chart is drawn."""
+    from albor_pipeline.stages.stats.charts import render
+
+    name, figures = item
+    path = io.directory / name
+    write_bytes(path, render(name, Statistics.model_validate_json(figures)))
+    return _Drawn((Shard.of(path, 0),))
+
+
 def build_stats(recorded: Recorded, layout: Layout, out_dir: Path, io: StageIO) -> StatsResult:
     """`stats.json` and the charts into `out_dir`, committed as one set (a rerun: the same bytes)."""
-    from albor_pipeline.stages.stats.charts import render_charts  # matplotlib: only a stats run pays its import
-
-    with output_set(out_dir) as staging:
-        stats = compute_statistics(recorded, layout, staging, io)
-        charts = render_charts(stats)
-        write_json(staging / STATS_JSON, stats.to_json())
-        for chart in charts:
-            write_bytes(staging / chart.name, chart.png)
+    stats = compute_statistics(recorded, layout, out_dir.parent, io)
+    items = [(chart.name, chart_input(stats, chart).model_dump_json()) for chart in CHARTS]
+    map_shards(
+        _draw_chart,
+        None,
+        items,
+        out_dir,
+        io.executor,
+        finish=lambda staging, _: write_json(staging / STATS_JSON, stats.to_json()),
+    )
     root = io.root
-    artifacts = [record(out_dir / STATS_JSON, root), *(record(out_dir / c.name, root) for c in charts)]
-    listed = [Chart(path=(out_dir / c.name).relative_to(root).as_posix(), title=c.title) for c in charts]
+    artifacts = [record(out_dir / STATS_JSON, root), *(record(out_dir / c.name, root) for c in CHARTS)]
+    listed = [Chart(path=(out_dir / c.name).relative_to(root).as_posix(), title=c.title) for c in CHARTS]
     return StatsResult(artifacts, headline(stats, listed), stats)
