@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from albor_pipeline.runtime.executor import INLINE, LocalExecutor, TaskError
+from albor_pipeline.runtime.executor import INLINE, TASKS, LocalExecutor, TaskError
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
+from albor_pipeline.runtime.taskstore import TaskStore, reusing
 from albor_pipeline.spec import CorpusSpec, FimSpec
 from albor_pipeline.stages.corpus import pack as pack_module
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits
@@ -655,3 +657,37 @@ def test_corpus_shards_and_packing_chunks_change_files_not_sequences(pipeline, m
         sharded.summary.cut_documents,
     )
     assert not list(tmp.glob(".albor-tokens-*"))  # the spool is gone
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_a_rebuild_repacks_only_the_shards_whose_sequences_changed(pipeline, packing, tmp_path):
+    """A packing task's identity is the slice of the token spool it packs, not the spool: the
+    last document edited, only the shards holding its sequences are packed again, and the
+    corpus is a cold build's."""
+    tmp, _ = pipeline
+    tok = tmp / "tok" / "tokenizer.json"
+    table = pq.read_table(tmp / "fim")
+    spec = CorpusSpec(seq_len=64, remainder="pad", packing=packing, best_fit_window=16, shard_sequences=50)
+    store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
+
+    def build(rows: pa.Table, out: Path, reuse: bool = True) -> tuple[dict[str, str], int, int]:
+        fim = tmp_path / f"{out.name}.parquet"
+        pq.write_table(rows, fim, row_group_size=7)
+        mark = TASKS.mark()
+        with reusing(store if reuse else None, "corpus"):
+            result = build_corpus(fim, tok, spec, out, StageIO(tmp_path / "data"))
+        seen = TASKS.since(mark)["pack_shard"]
+        return {Path(a.path).name: a.sha256 for a in result.artifacts}, int(seen["tasks"]), int(seen["reused"])
+
+    out = tmp_path / "data" / "corpus"
+    first, shards, reused = build(table, out)
+    assert shards > 5 and reused == 0
+    texts = table.column("text").to_pylist()
+    edited = table.set_column(
+        table.schema.get_field_index("text"), "text", pa.array([*texts[:-1], texts[-1] + " and more words here"])
+    )
+    again, tasks, reused = build(edited, out)
+    changed = {name for name, sha in again.items() if name.startswith("part-") and first.get(name) != sha}
+    assert 0 < len(changed) < shards and tasks - reused == len(changed)
+    cold, _, _ = build(edited, tmp_path / "data" / "cold", reuse=False)
+    assert cold == again

@@ -13,6 +13,7 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.definitions import pipeline_stages
@@ -148,11 +149,24 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
     built = materialize_all(spec, tmp_path / "out")
     first, first_checks = _reuse(built), _check_reuse(built)
     assert first["ingested/stdlib_async _ingest_group"][0] >= 4 and all(r == 0 for _, r in first.values())
-    edited = tmp_path / "src" / "email" / "charset.py"
+    before = _outputs(tmp_path / "out")
+    # A file of the train mix, so the edit reaches every stage down to the train corpus.
+    mixed = pq.read_table(tmp_path / "out" / "mixed" / "train", columns=["source", "file"]).to_pylist()
+    drawn = sorted({tmp_path / "src" / row["file"] for row in mixed if row["source"] == "stdlib_async"})
+    edited = next(path for path in drawn if " the " in path.read_text())
     text = edited.read_text()
-    edited.write_text(text.replace("the", "THE", 1))  # the same size: no shard boundary moves
+    edited.write_text(text.replace(" the ", " THE ", 1))  # the same size: no shard boundary moves
     rebuilt = materialize_all(spec, tmp_path / "out")
     again, checks = _reuse(rebuilt), _check_reuse(rebuilt)
+    changed = {path for path, sha in _outputs(tmp_path / "out").items() if before.get(path) != sha}
+    # A corpus shard is repacked only when its sequences changed (a task reads its slice of
+    # the token spool, not the whole spool); a chart is drawn again only when its figures did.
+    for corpus in ("corpus/train", "corpus/long_train"):
+        tasks, reused = again.get(f"{corpus} pack_shard", (0, 0))
+        assert tasks - reused == sum(p.startswith(f"{corpus}/part-") for p in changed), (corpus, again)
+    tasks, reused = again["stats _draw_chart"]
+    assert tasks == 7 and 0 < tasks - reused < 7
+    assert tasks - reused >= sum(p.endswith(".png") for p in changed)
     # A check's per-shard tasks too: the secrets re-scan of the edited source reads its one
     # changed hygiene shard again, and of the other source none.
     leaks = "filtered/stdlib_async no_secrets_left _shard_leaks"
@@ -215,6 +229,11 @@ def test_albor_gc_and_a_run_keep_the_store_under_the_spec_s_cap(tmp_path: Path) 
     assert 0 < sum(size for _, _, size in store.entries()) <= cap
     materialize_all(load_spec(capped), tmp_path / "out")  # a run trims after every stage
     assert 0 < sum(size for _, _, size in store.entries()) <= cap
+
+
+def _outputs(data_dir: Path) -> dict[str, str]:
+    """Every committed output of a data dir: its path and SHA-256, as the manifests record them."""
+    return {a.path: a.sha256 for m in iter_manifests(Layout(data_dir)) for a in m.outputs}
 
 
 def _kept(result: dg.ExecuteInProcessResult) -> set[str]:

@@ -342,6 +342,7 @@ def _check_definition(stage: Stage[Any], check: Check, ns: Namespace) -> dg.Asse
             outcome = check.run(CheckContext(store.layout, manifest, executor))
         if reuse is not None:
             reuse.store.refer(reuse.stage, reuse.keys)
+            reuse.store.trim()  # as after a stage: the store stays under its cap whatever ran last
         return _check_result(outcome, TASKS.since(mark))
 
     return _check

@@ -46,6 +46,11 @@ class ShardResult(Protocol):
 
 
 NAMED_BY_JOB = "named_by_job"  # a step's attribute: its tasks are named by their job (a function)
+READS = "task_reads"
+"""A step's attribute: `reads(job, io, item)`, what its task reads, described in full; the
+task's identity instead of its job and item. A task that reads a slice of a large spool
+(a corpus shard's tokens) is then reused while its slice stays the same, wherever the
+slice sits in the spool."""
 
 J = TypeVar("J")
 I = TypeVar("I")  # noqa: E741 - an item
@@ -95,7 +100,10 @@ class _Task(Generic[J, I, T]):
                 "than the run's process, and a build must not mix them; run again"
             )
         run = (lambda: self.step(self.job, self.io, item)) if self.subsets is None else (lambda: self._write(item))
-        return run_task(self.io.store, self.step, self.job, item, self.io.directory, run)
+        reads = getattr(self.step, READS, None)
+        if reads is None or self.io.store is None:
+            return run_task(self.io.store, self.step, self.job, item, self.io.directory, run)
+        return run_task(self.io.store, self.step, None, reads(self.job, self.io, item), self.io.directory, run)
 
     def _write(self, item: I) -> ShardResult:
         """A shard set's task: the step, then its shards made reachable by the run."""

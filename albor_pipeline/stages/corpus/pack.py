@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +13,8 @@ import pyarrow as pa
 from albor_pipeline.runtime.artifacts import (
     ParquetSink,
 )
-from albor_pipeline.runtime.shardmap import TaskIO
+from albor_pipeline.runtime.shardmap import READS, TaskIO
 from albor_pipeline.runtime.shards import Shard
-from albor_pipeline.runtime.taskstore import BY_CONTENTS
 from albor_pipeline.spec import Packing
 from albor_pipeline.stages.corpus.encode_task import (
     spool_tokens,
@@ -42,9 +43,10 @@ def sequences_batch(packed: Packed) -> pa.RecordBatch:
 @dataclass(frozen=True)
 class PackJob:
     """The plan a packing task reads from the token spool: token files, document ends
-    (`concat`) or explicit segments (`best_fit`)."""
+    (`concat`) or explicit segments (`best_fit`). A task's identity is what it reads of
+    them (`pack_reads`), not the job."""
 
-    spool: str = field(metadata=BY_CONTENTS)  # the plan and token files: what a task reads
+    spool: str  # the plan and token files
     seq_len: int
     pad_id: int
     dtype: str
@@ -85,6 +87,15 @@ class PackedShard:
     shards: tuple[Shard, ...]  # the one shard the task wrote
 
 
+def _chunks(job: PackJob, io: TaskIO, first: int, end: int) -> Iterator[tuple[Segments, int, np.ndarray]]:
+    """Sequences [first, end), `PACK_SEQUENCES` at a time: their segments, the stream position
+    their tokens start at, and those tokens."""
+    for lo in range(first, end, PACK_SEQUENCES):
+        segments = job.segments(io, lo, min(lo + PACK_SEQUENCES, end))
+        base = int(segments.starts.min())
+        yield segments, base, job.read(io, base, int((segments.starts + segments.lens).max()))
+
+
 def pack_shard(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> PackedShard:
     """Write corpus shard `part-NNNNN.parquet` holding sequences [first, end) of the plan:
     a task per shard, so no sequence passes through the stage's own process."""
@@ -92,9 +103,21 @@ def pack_shard(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> PackedSh
     path = io.directory / f"part-{shard:05d}.parquet"
     # No dictionary: ~32k distinct ids per row group make it cost time and bytes (+23 %).
     with ParquetSink(path, SEQ_SCHEMA, ROW_GROUP_SEQUENCES, use_dictionary=False) as sink:
-        for lo in range(first, end, PACK_SEQUENCES):
-            segments = job.segments(io, lo, min(lo + PACK_SEQUENCES, end))
-            base = int(segments.starts.min())
-            stream = job.read(io, base, int((segments.starts + segments.lens).max()))
+        for segments, base, stream in _chunks(job, io, first, end):
             sink.write(sequences_batch(fill(stream, base, segments, job.seq_len, job.pad_id)))
     return PackedShard((Shard.of(path, sink.rows),))
+
+
+def pack_reads(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> dict[str, object]:
+    """What a packing task writes its shard from (its identity): the shard's name, the padding,
+    and its sequences' pieces and tokens, positions taken from where they start in the stream.
+    Not the whole spool: a rebuild repacks only the shards whose sequences changed."""
+    shard, first, end = item
+    digest = hashlib.sha256()
+    for segments, base, stream in _chunks(job, io, first, end):
+        for part in (segments.starts - base, segments.lens, segments.counts, stream):
+            digest.update(np.int64(len(part)).tobytes() + np.ascontiguousarray(part).tobytes())
+    return {"shard": shard, "seq_len": job.seq_len, "pad_id": job.pad_id, "sequences": digest.hexdigest()}
+
+
+setattr(pack_shard, READS, pack_reads)
