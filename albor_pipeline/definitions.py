@@ -9,6 +9,7 @@ definitions (`defs`), not when this module is imported.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from types import ModuleType
@@ -16,7 +17,7 @@ from types import ModuleType
 import dagster as dg
 
 from albor_pipeline.defs.pipeline import STAGE_MODULES, build_definitions, check_data_dirs, pipeline_stages
-from albor_pipeline.spec import REPO_ROOT, load_spec
+from albor_pipeline.spec import REPO_ROOT, PipelineSpec, data_dir, load_spec
 
 __all__ = ["STAGE_MODULES", "build_definitions", "defs", "load_pipelines", "pipeline_stages"]
 
@@ -39,7 +40,22 @@ def load_pipelines(folder: Path | str) -> dg.Definitions:
     return loaded
 
 
+_BUILT: dict[str, dg.Definitions] = {}
+
+
+def _pipeline(spec: PipelineSpec) -> dg.Definitions:
+    """The definitions of `spec` into `ALBOR_DATA_DIR`, built once per spec and data dir in a
+    process: Dagster loads the code location several times in one run (a run's process does
+    five times), and every load of the same spec gives the same definitions. An edited spec
+    is another key, so it is built afresh."""
+    key = json.dumps([spec.model_dump(mode="json"), str(data_dir())], sort_keys=True)
+    if key not in _BUILT:
+        _BUILT.clear()
+        _BUILT[key] = build_definitions(spec)
+    return _BUILT[key]
+
+
 @dg.definitions
 def defs() -> dg.Definitions:
     folder = os.environ.get(PIPELINES_ENV)
-    return load_pipelines(folder) if folder else build_definitions(load_spec())
+    return load_pipelines(folder) if folder else _pipeline(load_spec())

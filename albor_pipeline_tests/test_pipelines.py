@@ -122,6 +122,23 @@ def test_the_code_location_loads_the_folder_in_albor_pipelines(deployment: Path,
     monkeypatch.delenv(PIPELINES_ENV)
     default = defs()  # no selection: the one spec, unprefixed, as `make run` builds it
     assert "documents" in keys(default) and set(default.resources or {}) == {"store", "execution"}
+    assert defs() is default  # loaded again (a run's process loads it five times): built once
+
+
+def test_an_edited_spec_or_data_dir_gives_new_definitions(tmp_path: Path, monkeypatch) -> None:
+    raw = small_spec_dict()
+    monkeypatch.setenv("ALBOR_SPEC", str(write_spec(tmp_path / "pipeline.yaml", raw)))
+    monkeypatch.setenv("ALBOR_DATA_DIR", str(tmp_path / "a"))
+    first = defs()
+    name = raw["sources"][0]["name"]
+    assert defs() is first and f"ingested/{name}" in keys(first)
+    raw["sources"][0]["name"] = "renamed"
+    write_spec(tmp_path / "pipeline.yaml", raw)
+    edited = defs()
+    assert "ingested/renamed" in keys(edited) and f"ingested/{name}" not in keys(edited)
+    monkeypatch.setenv("ALBOR_DATA_DIR", str(tmp_path / "b"))
+    moved = defs()
+    assert moved is not edited and (moved.resources or {})["store"].data_dir == str(tmp_path / "b")
 
 
 def test_one_file_may_declare_several_pipelines(deployment: Path) -> None:
