@@ -174,7 +174,9 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
     other = "filtered/stdlib_json_email no_secrets_left _shard_leaks"
     assert checks[other] == (first_checks[other][0], first_checks[other][0])
     # The edited file's ingest task, its hygiene task and the scan of its row group alone ran.
-    for key in ("ingested/stdlib_async _ingest_group", "filtered/stdlib_async _clean_shard", "documents _scan_group"):
+    # So did its split writing, and the mix's measuring of the one train shard that changed.
+    steps = ("_ingest_group", "_clean_shard", "_scan_group", "_write_splits", "_text_sizes")
+    for key in (f"{stage} {step}" for stage, step in zip(STAGES, steps, strict=True)):
         tasks, reused = again[key]
         assert (tasks, reused) == (first[key][0], tasks - 1), key
     key = "ingested/stdlib_json_email _ingest_group"
@@ -229,6 +231,9 @@ def test_albor_gc_and_a_run_keep_the_store_under_the_spec_s_cap(tmp_path: Path) 
     assert 0 < sum(size for _, _, size in store.entries()) <= cap
     materialize_all(load_spec(capped), tmp_path / "out")  # a run trims after every stage
     assert 0 < sum(size for _, _, size in store.entries()) <= cap
+
+
+STAGES = ("ingested/stdlib_async", "filtered/stdlib_async", "documents", "documents", "mixed/train")
 
 
 def _outputs(data_dir: Path) -> dict[str, str]:

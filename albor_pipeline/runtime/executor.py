@@ -259,10 +259,14 @@ class TaskError(RuntimeError):
     """A per-shard task failed unexpectedly; the message names the task, its item and the backend."""
 
 
+DESCRIBED_CHARS = 300  # of an item in an error: enough to name it (a path, a chart), not its data
+
+
 def _describe(item: object) -> str:
     if isinstance(item, (list, tuple)) and len(item) > 3:
         return f"[{item[0]!r}, ... {len(item)} items]"
-    return repr(item)
+    text = repr(item)
+    return text if len(text) <= DESCRIBED_CHARS else f"{text[:DESCRIBED_CHARS]}... ({len(text):,} characters)"
 
 
 def _windowed(

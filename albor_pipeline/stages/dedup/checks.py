@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from albor_pipeline.runtime.checks import CheckOutcome, per_shard
 from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
-from albor_pipeline.runtime.shards import iter_batches, parquet_files
+from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import DecontaminateSpec
 from albor_pipeline.stages.dedup.decontam import contaminated
 from albor_pipeline.stages.dedup.lsh import LshJob
@@ -46,35 +47,48 @@ def check_no_leak(train: Path, *held_out: Path) -> CheckOutcome:
 SAMPLED = 8  # documents per shard whose stored signatures the check recomputes
 
 
+@dataclass(frozen=True)
+class _Sampled:
+    """How many of a shard's `SAMPLED` recomputed signatures disagree with its stored ones."""
+
+    wrong: int
+    shards: tuple[Shard, ...] = ()  # the task writes no file
+
+
+def _sample_stored(signer: Signer, io: TaskIO, item: tuple[str, str]) -> _Sampled:
+    """A shard's stored signatures (its stage's `minhash/…npy`) against `SAMPLED` of its
+    documents' recomputed ones (the file's rows must be the shard's documents): a task,
+    reused while both files' bytes stay the same."""
+    path, stored = item
+    signatures = np.load(io.local(stored), mmap_mode="r")
+    rows = pq.ParquetFile(io.local(path)).metadata.num_rows
+    if len(signatures) != rows:
+        return _Sampled(1)
+    sample = np.unique(np.linspace(0, rows - 1, SAMPLED).astype(np.int64)) if rows else np.zeros(0, np.int64)
+    start = 0
+    for batch in iter_batches(io.local(path), ["text"]):  # a batch at a time; only the sample hashed
+        for k in sample[(sample >= start) & (sample < start + batch.num_rows)].tolist():
+            if not np.array_equal(signer.signature(word_hashes(batch.column(0)[k - start].as_py())), signatures[k]):
+                return _Sampled(1)
+        start += batch.num_rows
+    return _Sampled(0)
+
+
 def _signatures(
     job: tuple[Signer, LshJob], io: TaskIO, item: tuple[int, int, Path, Path | None]
-) -> tuple[np.ndarray, list[Spooled | None], int]:
+) -> tuple[np.ndarray, list[Spooled | None]]:
     """Shard `item` = (task, its first document, path, its stored signatures or None): its
-    documents' MinHash signatures spooled for LSH, a per-shard task; returns the partition
-    offsets, the spool files and how many of `SAMPLED` recomputed signatures disagree with
-    the stored ones (the stored file's rows must be the shard's documents)."""
+    documents' MinHash signatures (the stored ones, else computed) spooled for LSH, a
+    per-shard task; returns the partition offsets and the spool files."""
     (signer, lsh), node = job, io.node
     task, first, path, stored = item
     if stored is None:
         batches = iter_batches(io.local(path), ["text"])
         sigs = [signer.signature(word_hashes(t)) for b in batches for t in b.column(0).to_pylist()]
         stacked = np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64)
-        wrong = 0
     else:
         stacked = np.load(io.local(stored))
-        rows = pq.ParquetFile(io.local(path)).metadata.num_rows
-        sample = np.unique(np.linspace(0, rows - 1, SAMPLED).astype(np.int64)) if rows else np.zeros(0, np.int64)
-        wrong = int(len(stacked) != rows)
-        start = 0
-        for batch in iter_batches(io.local(path), ["text"]):  # a batch at a time; only the sample hashed
-            mine = sample[(sample >= start) & (sample < start + batch.num_rows)]
-            for k in [] if wrong else mine.tolist():
-                sig = signer.signature(word_hashes(batch.column(0)[k - start].as_py()))
-                wrong = int(not np.array_equal(sig, stacked[k]))
-                if wrong:
-                    break
-            start += batch.num_rows
-    return (*lsh.spool_signatures(task, first, stacked, node), wrong)
+    return lsh.spool_signatures(task, first, stacked, node)
 
 
 def check_no_near_leak(
@@ -105,15 +119,17 @@ def check_no_near_leak(
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
         lsh = index.lsh(spool, int(firsts[-1]))
         items = [(k, int(firsts[k]), f, stored(f)) for k, (_, f) in enumerate(shards)]
+        stored_pairs = [(str(f), str(sigs)) for _, _, f, sigs in items if sigs is not None]
+        sampled = map_tasks(_sample_stored, index.signer, stored_pairs, Path(spool), executor, reuse=True)
         signed = map_tasks(_signatures, (index.signer, lsh), items, Path(spool), executor)
-        stacked = np.stack([o for o, _, _ in signed]) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
-        index.find_candidates(lsh, stacked, firsts, executor, [s for _, sent, _ in signed for s in sent])
+        stacked = np.stack([o for o, _ in signed]) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
+        index.find_candidates(lsh, stacked, firsts, executor, [s for _, sent in signed for s in sent])
     candidates = len(index.pairs)
     pairs = np.array(index.pairs, dtype=np.int64).reshape(-1, 2)
     sides = shard_split[locate(pairs.ravel())[:, 0]].reshape(-1, 2)
     index.pairs = [p for p, (x, y) in zip(index.pairs, sides) if x != y]  # within a split is no leak
     index.verify_shards([str(f) for _, f in shards], locate, spool_dir, executor)
-    wrong = sum(w for _, _, w in signed)
+    wrong = sum(s.wrong for s in sampled)
     return CheckOutcome(
         not index.verified and not wrong,
         f"{len(index.verified)} near-duplicate pairs across splits (of {candidates} LSH candidates, "

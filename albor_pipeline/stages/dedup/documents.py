@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime import hashpart
-from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink
+from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, file_sha256
 from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks
+from albor_pipeline.runtime.shardmap import READS, StageIO, TaskIO, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.spec import SPLITS, AuditSpec, HoldoutSpec, NearDedupSpec
@@ -438,6 +438,17 @@ def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _S
         written.append(Shard.of(sink.path, sink.rows, io.directory))
     signatures = _write_signatures(job, io, i, codes, item.parts) if job is not None else []
     return _SplitShards((*written, *signatures))
+
+
+def _split_reads(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> dict[str, object]:
+    """What a split-writing task writes from (its identity): its input shard and its
+    documents' codes and fates (the item), and with near dedup the scan's signature files it
+    copies rows of, by content (they sit in this run's spool)."""
+    sigs = [file_sha256(io.local(hashpart.spool_file(job.spool, "sigs", t))) for t, _, _ in item.parts] if job else []
+    return {"item": item, "num_perm": job.num_perm if job else None, "signatures": sigs}
+
+
+setattr(_write_splits, READS, _split_reads)
 
 
 def _near_dedup(

@@ -80,11 +80,11 @@ class NearDupIndex:
             items = [(int(f), files[f], loc[loc[:, 0] == f, 1]) for f in used]
             spans = np.zeros((len(docs), 3), dtype=np.int64)  # (spool file, start, end) per doc
             spooled = []
-            shingled = map_tasks(shingle_file, self.ngram, items, Path(spool), executor)
-            for (f, _, _), (offsets, sent) in zip(items, shingled):
-                spooled.append(sent)
+            shingled = map_tasks(shingle_file, self.ngram, items, Path(spool), executor, reuse=True)
+            for (f, _, _), done in zip(items, shingled):
+                spooled.append(done.spooled)
                 mine = np.flatnonzero(loc[:, 0] == f)
-                spans[mine] = np.stack([np.full(len(mine), f), offsets[:-1], offsets[1:]], axis=1)
+                spans[mine] = np.stack([np.full(len(mine), f), done.offsets[:-1], done.offsets[1:]], axis=1)
             size = max(MIN_PAIR_BLOCK, -(-len(pairs) // (PAIR_BLOCKS_PER_WORKER * executor.workers)))
             blocks = []
             for start in range(0, len(pairs), size):

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import TaskIO
+from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.stages.dedup.minhash import jaccard
 from albor_pipeline.text.shingles import shingles
 
@@ -64,16 +65,26 @@ def score_pairs(pairs: np.ndarray, shingles_of: Callable[[int], np.ndarray], thr
     return scores
 
 
-def shingle_file(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> tuple[np.ndarray, Spooled | None]:
+@dataclass(frozen=True)
+class Shingled:
+    """A shingling task's spool file, and its documents' offsets in it."""
+
+    offsets: np.ndarray
+    spooled: Spooled | None
+    shards: tuple[Shard, ...]  # the spool file: the task store keeps it
+
+
+def shingle_file(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> Shingled:
     """The shingles of rows `rows` of Parquet file f (candidate documents), concatenated into
     the spool file f in the wave's directory; returns their offsets in it and the file. A
-    pure function of the file."""
+    pure function of the file and the rows: a task reused while they stay the same."""
     f, path, rows = item
     texts = pq.read_table(io.local(path), columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
     sets = [shingles(text, ngram) for text in texts]
     spooled = io.directory / f"{f:05d}.npy"
     np.save(spooled, np.concatenate([np.zeros(0, U64), *sets]))
-    return np.cumsum([0, *map(len, sets)]), io.node.spool(spooled)
+    shard = Shard.of(spooled, len(sets))
+    return Shingled(np.cumsum([0, *map(len, sets)]), io.node.spool(spooled), (shard,))
 
 
 PAIR_BLOCKS_PER_WORKER = 4  # pair blocks per worker: an even spread, and few tasks

@@ -295,12 +295,22 @@ def shard_bounds(sizes: np.ndarray, max_bytes: int) -> np.ndarray:
     return np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [len(sizes)]]).astype(np.int64)
 
 
-def _text_sizes(_: None, io: TaskIO, path: str) -> tuple[np.ndarray, np.ndarray]:
-    """(UTF-8 bytes, characters) of every document of one shard."""
+@dataclass(frozen=True)
+class _Sizes:
+    """A shard's documents' UTF-8 bytes and characters; the task writes no file."""
+
+    nbytes: np.ndarray
+    chars: np.ndarray
+    shards: tuple[Shard, ...] = ()
+
+
+def _text_sizes(_: None, io: TaskIO, path: str) -> _Sizes:
+    """(UTF-8 bytes, characters) of every document of one shard: a task, reused while the
+    shard's bytes stay the same."""
     text = pq.read_table(io.local(path), columns=["text"]).column(0)
     nbytes = pc.binary_length(text).to_numpy(zero_copy_only=False)
     chars = pc.utf8_length(text).to_numpy(zero_copy_only=False)
-    return nbytes.astype(np.int64), chars.astype(np.int64)
+    return _Sizes(nbytes.astype(np.int64), chars.astype(np.int64))
 
 
 def _draw(plans: list[SourcePlan], positions: dict[str, np.ndarray], lengths: np.ndarray, seed: int) -> np.ndarray:
@@ -345,9 +355,10 @@ def mix_documents(
     }
     counts = {name: len(pos) for name, pos in positions.items()}
     files = parquet_files(split_path)
-    sizes = map_tasks(_text_sizes, None, [str(f) for f in files], out.parent, io.executor, inline_below=CHEAP)
-    nbytes = np.concatenate([b for b, _ in sizes])
-    lengths = np.concatenate([c for _, c in sizes])
+    items = [str(f) for f in files]
+    sizes = map_tasks(_text_sizes, None, items, out.parent, io.executor, inline_below=CHEAP, reuse=True)
+    nbytes = np.concatenate([s.nbytes for s in sizes])
+    lengths = np.concatenate([s.chars for s in sizes])
     chars = {name: int(lengths[pos].sum()) for name, pos in positions.items()}
     plans, warnings = plan_counts(counts, mix, order, chars)
     order_idx = _draw(plans, positions, lengths, mix.seed)
