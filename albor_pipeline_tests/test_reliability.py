@@ -70,6 +70,8 @@ def test_full_disk_fails_naming_stage_and_file_and_keeps_earlier_artifacts(small
     with open(small_disk / "filler", "wb") as fh:
         os.posix_fallocate(fh.fileno(), 0, st.f_bavail * st.f_frsize - left)
 
+    # Every stage does its work (none reuses the copied build's tasks), so the run must write.
+    spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"reuse": False})})
     result = materialize_all(spec, out, raise_on_error=False)
 
     assert not result.success

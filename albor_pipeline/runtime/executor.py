@@ -67,11 +67,20 @@ class InlineExecutor:
         return _windowed(self.name, lambda timed, item: timed(item), lambda done: done, fn, items, 1, self.progress)
 
 
+PRELOADED = ["albor_pipeline.runtime.shardmap"]
+"""What the fork server imports once, before it forks workers: the libraries every task uses."""
+
+
 class WorkerPool:
     """A run's local worker processes: started by its first parallel map and kept for every
-    later one, since a spawned interpreter importing this package costs a second or two and
-    a graph runs dozens of maps. A failed map ends them (a worker may be hung) and the next
-    map starts new ones; `close` ends them when the run does."""
+    later one, since a fresh interpreter importing this package costs a second or two and a
+    graph runs dozens of maps. A failed map ends them (a worker may be hung) and the next
+    map starts new ones; `close` ends them when the run does.
+
+    Workers are forked by a fork server (`multiprocessing`'s forkserver: one single-threaded
+    process, so no forked threads or locks) that imported the libraries once: a spawned
+    worker would import them itself and, first, the run's own main script (Dagster's
+    command line), about a second of a 2-core machine per worker and per pool."""
 
     starts = 0  # pools started in this process: what one pool per run saves is countable
 
@@ -83,9 +92,9 @@ class WorkerPool:
     def get(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    self.workers, mp_context=get_context("spawn"), initializer=_exit_with, initargs=(os.getpid(),)
-                )
+                context = get_context("forkserver")
+                context.set_forkserver_preload(PRELOADED)
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_exit_with)
                 WorkerPool.starts += 1
             return self._pool
 
@@ -107,8 +116,8 @@ class WorkerPool:
 
 
 class LocalExecutor:
-    """`workers` spawned processes on this machine (spawn: no forked threads or locks): the
-    run's `pool` when it has one, else a pool of this map's own."""
+    """`workers` worker processes on this machine (`WorkerPool`): the run's `pool` when it
+    has one, else a pool of this map's own."""
 
     name = "local"
     node: Node | None = None
@@ -142,9 +151,10 @@ def _in_worker(timed: _Timed[T, R], item: T) -> tuple[float, R]:
         release_memory()
 
 
-def _exit_with(parent: int, every: float = 1.0) -> None:
-    """A pool worker's watch: exit once the run that started it is gone (a SIGKILLed run
-    cannot stop its workers itself)."""
+def _exit_with(every: float = 1.0) -> None:
+    """A pool worker's watch: exit once the process that started it is gone (a SIGKILLed run
+    cannot stop its workers itself; its fork server exits with it)."""
+    parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -349,7 +359,7 @@ def remote_only(executor: Executor) -> Executor:
 
 def for_items(executor: Executor, items: int, minimum: int) -> Executor:
     """`executor`, or inline for fewer than `minimum` items on a local pool, whose start-up
-    (spawned interpreters importing this package) would cost more than it saves."""
+    (worker processes shipped the tasks and their data) would cost more than it saves."""
     if executor.name == LocalExecutor.name and items < minimum:
         return InlineExecutor(executor.progress)
     return executor

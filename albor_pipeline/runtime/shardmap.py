@@ -29,8 +29,8 @@ from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.runtime.taskstore import CODE_VERSION, Outcome, TaskStore, run_task, session
 
 INLINE_BELOW = 2
-"""Fewer items than this run inline on a local pool: starting spawned interpreters that
-import this package costs more than one shard's work. A step whose items are cheaper (FIM,
+"""Fewer items than this run inline on a local pool: starting and feeding worker processes
+costs more than one shard's work. A step whose items are cheaper (FIM,
 the mix's waves: about a second a shard) passes a higher `inline_below`."""
 
 
