@@ -4,6 +4,11 @@ ends it and the next map starts a new one, and the outputs are the bytes of an i
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +30,41 @@ def test_maps_share_the_pool_and_a_failed_map_ends_it() -> None:
     assert list(executor.map(math.sqrt, [25.0])) == [5.0]  # a fresh pool after the failure
     assert WorkerPool.starts == before + 2
     pool.close()
+
+
+def _worker_pid(_: int) -> int:
+    time.sleep(0.2)  # both workers take one
+    return os.getpid()
+
+
+def test_a_killed_run_s_workers_exit() -> None:
+    # A run SIGKILLed mid-map cannot stop its workers: they watch the process that started
+    # them (the fork server, which ends with the run) and exit on their own.
+    code = (
+        "import sys, time\n"
+        "from albor_pipeline.runtime.executor import LocalExecutor, WorkerPool\n"
+        "from albor_pipeline_tests.test_worker_pool import _worker_pid\n"
+        "print(*sorted(set(LocalExecutor(2, pool=WorkerPool(2)).map(_worker_pid, range(8)))), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert run.stdout is not None
+    workers = [int(pid) for pid in run.stdout.readline().split()]
+    assert len(workers) == 2 and run.pid not in workers
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 10
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, workers))
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (an exited one nobody reaped yet is a zombie, `Z`)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 @pytest.mark.graph
