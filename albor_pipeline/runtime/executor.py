@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -94,7 +95,9 @@ class WorkerPool:
             if self._pool is None:
                 context = get_context("forkserver")
                 context.set_forkserver_preload(PRELOADED)
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_exit_with)
+                self._pool = ProcessPoolExecutor(
+                    self.workers, mp_context=context, initializer=_exit_with, initargs=(os.getpid(),)
+                )
                 WorkerPool.starts += 1
             return self._pool
 
@@ -151,17 +154,38 @@ def _in_worker(timed: _Timed[T, R], item: T) -> tuple[float, R]:
         release_memory()
 
 
-def _exit_with(every: float = 1.0) -> None:
-    """A pool worker's watch: exit once the process that started it is gone (a SIGKILLed run
-    cannot stop its workers itself; its fork server exits with it)."""
-    parent = os.getppid()
+def _exit_with(run: int, every: float = 1.0) -> None:
+    """A pool worker's watch: exit once the run that started it is gone (a SIGKILLed run
+    cannot stop its workers itself, and the fork server stays up while its workers do)."""
+    started = _start_time(run)
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while _start_time(run) == started if started is not None else _exists(run):
             time.sleep(every)
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-run", daemon=True).start()
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (`/proc/<pid>/stat`'s 22nd field: a reused pid differs), or
+    None when it has exited (gone, or a zombie nobody reaped) or there is no `/proc`."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _exists(pid: int) -> bool:
+    """Whether process `pid` exists, where there is no `/proc` to tell a zombie or a reused pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class RayExecutor:
