@@ -18,6 +18,7 @@ import pytest
 
 from albor_pipeline.definitions import pipeline_stages
 from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, read_manifest, sha256_file
+from albor_pipeline.runtime.checks import KeptOutcome, kept_outcome
 from albor_pipeline.runtime.executor import INLINE, TASKS
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.nodes import IN_PLACE
@@ -168,11 +169,11 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
     assert tasks == 7 and 0 < tasks - reused < 7
     assert tasks - reused >= sum(p.endswith(".png") for p in changed)
     # A check's per-shard tasks too: the secrets re-scan of the edited source reads its one
-    # changed hygiene shard again, and of the other source none.
+    # changed hygiene shard again; the other source's, its stage kept, keeps its outcome.
     leaks = "filtered/stdlib_async no_secrets_left _shard_leaks"
     assert first_checks[leaks][0] >= 4 and checks[leaks] == (first_checks[leaks][0], first_checks[leaks][0] - 1)
-    other = "filtered/stdlib_json_email no_secrets_left _shard_leaks"
-    assert checks[other] == (first_checks[other][0], first_checks[other][0])
+    assert ("filtered/stdlib_json_email", "no_secrets_left") in _kept_checks(rebuilt)
+    assert ("filtered/stdlib_async", "no_secrets_left") not in _kept_checks(rebuilt)
     # The edited file's ingest task, its hygiene task and the scan of its row group alone ran.
     # So did its split writing, and the mix's measuring of the one train shard that changed.
     steps = ("_ingest_group", "_clean_shard", "_scan_group", "_write_splits", "_text_sizes")
@@ -241,6 +242,20 @@ def _outputs(data_dir: Path) -> dict[str, str]:
     return {a.path: a.sha256 for m in iter_manifests(Layout(data_dir)) for a in m.outputs}
 
 
+def _kept_checks(result: dg.ExecuteInProcessResult) -> set[tuple[str, str]]:
+    """The (stage, check) of a run whose outcomes were kept (what they check unchanged)."""
+    return {k for k, e in _evaluations(result).items() if "unchanged" in e.metadata}
+
+
+def _outcomes(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str], tuple[bool, str | None]]:
+    """(passed, description) of every check of a run, by (stage, check)."""
+    return {k: (e.passed, e.description) for k, e in _evaluations(result).items()}
+
+
+def _evaluations(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
+    return {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
+
+
 def _kept(result: dg.ExecuteInProcessResult) -> set[str]:
     """The stages of a run that kept their outputs (their inputs, settings and code unchanged)."""
     return {
@@ -260,25 +275,32 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     raw["sources"].append({"name": "notes", "kind": "jsonl", "path": str(notes)})
     spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
     out, layout = tmp_path / "out", Layout(tmp_path / "out")
-    assert not _kept(materialize_all(spec, out))
-    cold = recorded_outputs(out)
+    built = materialize_all(spec, out)
+    assert not _kept(built) and not _kept_checks(built)
+    cold, outcomes = recorded_outputs(out), _outcomes(built)
     # Nothing changed: every stage that reads no source keeps its outputs; ingestion lists its
-    # source again (its tasks are reused) and writes the same bytes.
+    # source again (its tasks are reused) and writes the same bytes. Every check keeps its
+    # outcome: what it reads (its stage's files, the manifests, the spec) is the same.
     reads_sources = {s.name for s in pipeline_stages(spec) if s.reads_sources}
-    assert (
-        reads_sources and _kept(materialize_all(spec, out)) == {s.name for s in pipeline_stages(spec)} - reads_sources
-    )
+    rerun = materialize_all(spec, out)
+    assert reads_sources and _kept(rerun) == {s.name for s in pipeline_stages(spec)} - reads_sources
+    assert _kept_checks(rerun) == set(outcomes) and _outcomes(rerun) == outcomes
     assert recorded_outputs(out) == cold
     # How stages run (workers, backend) is no part of what they write: still kept.
     two = load_spec(write_spec(tmp_path / "two.yaml", {**raw, "execution": {"workers": 2}}))
     assert _kept(materialize_all(two, out)) == {s.name for s in pipeline_stages(spec)} - reads_sources
     off = load_spec(write_spec(tmp_path / "off.yaml", {**raw, "execution": {"workers": 1, "reuse": False}}))
-    assert not _kept(materialize_all(off, out))  # reuse off: every stage does its work
+    checked = materialize_all(off, out)
+    assert not _kept(checked) and not _kept_checks(checked)  # reuse off: every stage and check does its work
     assert recorded_outputs(out) == cold
     # An output changed behind the pipeline's back: its stage runs and writes the recorded bytes
-    # again, so the stages below it, their inputs' manifests the same bytes, keep theirs.
+    # again, so the stages below it, their inputs' manifests the same bytes, keep theirs. Until
+    # then, its checks' outcomes are not kept either: they would check the changed file.
     shard = next(a for a in read_manifest(layout, "fim/val").outputs if a.path.endswith(".parquet"))
+    kept = KeptOutcome.model_validate_json(layout.check_outcome("fim/val", "schema").read_bytes())
+    assert kept_outcome(layout, "fim/val", "schema", kept.identity) is not None
     (out / shard.path).write_bytes(b"not parquet")
+    assert kept_outcome(layout, "fim/val", "schema", kept.identity) is None
     again = _kept(materialize_all(spec, out))
     assert "fim/val" not in again and {"corpus/val", "fim/train", "tokenizer"} <= again
     assert recorded_outputs(out) == cold
@@ -295,8 +317,9 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     assert {"fim/train", "tokenizer", "corpus/train"} <= _kept(materialize_all(spec, out))
     # A changed setting (a run config) reruns its stage, and what its new bytes feed.
     changed = materialize_all(spec, out, run_config={"ops": {"fim__train": {"config": {"rate": 0.25}}}})
-    again = _kept(changed)
+    again, checks = _kept(changed), {stage for stage, _ in _kept_checks(changed)}
     assert "fim/train" not in again and "corpus/train" not in again and {"fim/val", "corpus/val"} <= again
+    assert not {"fim/train", "corpus/train"} & checks and {"fim/val", "corpus/val"} <= checks
 
 
 def test_a_task_whose_worker_runs_other_code_than_the_run_fails(tmp_path: Path) -> None:

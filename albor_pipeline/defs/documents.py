@@ -194,7 +194,8 @@ def removal_check(spec: PipelineSpec, kinds: tuple[SourceKind, ...]) -> Check:
         sets = {p.relative_to(ctx.layout.root).as_posix(): p for p in ctx.parquet_outputs}
         return check_no_removed(removed_documents(spec, ctx.layout, names) or [], sets, executor=ctx.executor)
 
-    return Check("no_removed_documents", REMOVAL_CHECK, run, blocking=True)
+    tombstones = tuple(_reads(spec, n)[0] for n in names if n in spec.remove)  # whose outputs hold them
+    return Check("no_removed_documents", REMOVAL_CHECK, run, blocking=True, reads=tombstones)
 
 
 REMOVAL_CHECK = "No document removed on request (`remove:`) is in the outputs, by SHA-256"

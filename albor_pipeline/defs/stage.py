@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
-from albor_pipeline.runtime.checks import CheckOutcome, check_schema
+from albor_pipeline.runtime.checks import CheckOutcome, check_identity, check_schema, keep_outcome, kept_outcome
 from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
 from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO
@@ -207,6 +207,9 @@ class Check:
     description: str
     run: Callable[[CheckContext], CheckOutcome]
     blocking: bool = False
+    # Stages whose files the check reads beyond its stage's own and those its stage builds on
+    # (the removal check's tombstones): with them, its identity says when its outcome is kept.
+    reads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -313,8 +316,15 @@ def _reuse_line(tasks: dict[str, dict[str, float]]) -> str:
     return f"{ran} task(s) ran, {sum(int(t['reused']) for t in tasks.values())} reused from the task store"
 
 
-def _check_result(outcome: CheckOutcome, tasks: dict[str, dict[str, float]]) -> dg.AssetCheckResult:
-    metadata = {**outcome.metadata, **({"tasks": tasks} if tasks else {})}
+KEPT_CHECK = "kept: its stage's outputs and inputs, the manifests it reads, the spec and the code are unchanged"
+
+
+def _check_result(outcome: CheckOutcome, tasks: dict[str, dict[str, float]], kept: bool = False) -> dg.AssetCheckResult:
+    metadata = {
+        **({"unchanged": KEPT_CHECK} if kept else {}),
+        **outcome.metadata,
+        **({"tasks": tasks} if tasks else {}),
+    }
     return dg.AssetCheckResult(
         passed=outcome.passed,
         description=outcome.description,
@@ -322,7 +332,20 @@ def _check_result(outcome: CheckOutcome, tasks: dict[str, dict[str, float]]) -> 
     )
 
 
-def _check_definition(stage: Stage[Any], check: Check, ns: Namespace) -> dg.AssetChecksDefinition:
+def _check_key(
+    stage: Stage[Any], check: Check, spec: PipelineSpec | None, execution: Execution, store: ArtifactStore
+) -> str | None:
+    """The check's identity (`runtime.checks.check_identity`): None when its outcome is never
+    kept (as for a stage: no spec, reuse off, or a data dir in a bucket)."""
+    if spec is None or not execution.spec.reuse or store.fetch() is not None:
+        return None
+    reads = (*stage.deps, *stage.reads, *check.reads)
+    return check_identity(store.layout, stage.name, check.name, reads, {"spec": _spec_identity(spec)})
+
+
+def _check_definition(
+    stage: Stage[Any], check: Check, ns: Namespace, spec: PipelineSpec | None = None
+) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=ns.key(stage.name),
         name=check.name,
@@ -332,6 +355,10 @@ def _check_definition(stage: Stage[Any], check: Check, ns: Namespace) -> dg.Asse
     )
     def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         store, execution = ns.resources(context)
+        key = _check_key(stage, check, spec, execution, store)
+        if (kept := kept_outcome(store.layout, stage.name, check.name, key)) is not None:
+            context.log.info(f"{stage.name}: {check.name}: what it checks is unchanged: its outcome is kept")
+            return _check_result(kept, {}, kept=True)
         manifest = read_manifest(store.layout, stage.name)
         store.ensure(manifest.outputs)
         mark = TASKS.mark()
@@ -343,6 +370,8 @@ def _check_definition(stage: Stage[Any], check: Check, ns: Namespace) -> dg.Asse
         if reuse is not None:
             reuse.store.refer(reuse.stage, reuse.keys)
             reuse.store.trim()  # as after a stage: the store stays under its cap whatever ran last
+        if key is not None and key == _check_key(stage, check, spec, execution, store):  # nothing moved meanwhile
+            keep_outcome(store.layout, stage.name, check.name, key, outcome)
         return _check_result(outcome, TASKS.since(mark))
 
     return _check
@@ -378,10 +407,16 @@ def _keep_settings(
     ingestion reads their files; an edit of one reaches the other stages through its outputs)."""
     if spec is None or not execution.spec.reuse or stage.reads_sources or store.fetch() is not None:
         return None
+    return Settings({"spec": _spec_identity(spec), "config": config}, stage.reads, stage.lineage)
+
+
+def _spec_identity(spec: PipelineSpec) -> dict[str, Any]:
+    """The spec as a stage's or a check's identity takes it: but `RUNNING_ONLY`, the sources'
+    paths as written (only ingestion reads their files)."""
     dumped = spec.model_dump(mode="json", exclude=RUNNING_ONLY)
     for source in dumped["sources"]:
         source["path"] = Verbatim(source["path"])
-    return Settings({"spec": dumped, "config": config}, stage.reads, stage.lineage)
+    return dumped
 
 
 def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpec | None = None) -> dg.Definitions:
@@ -424,7 +459,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpe
             context.log.info(f"{stage.name}: {_reuse_line(tasks)}")
         return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks, reusable)
 
-    return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c, ns) for c in stage.checks])
+    return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c, ns, spec) for c in stage.checks])
 
 
 def schema_check(schema: pa.Schema, others: Mapping[str, pa.Schema] | None = None) -> Check:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel
 
+from albor_pipeline.runtime.artifacts import read_manifest, recorded_intact, sha256_bytes, write_json
 from albor_pipeline.runtime.executor import Executor
+from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import NAMED_BY_JOB, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.taskstore import NotReusable, identity
 
 T = TypeVar("T")
 
@@ -22,6 +26,50 @@ class CheckOutcome:
     passed: bool
     description: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class KeptOutcome(BaseModel):
+    """A check's outcome as it was taken, and the identity it was taken under."""
+
+    identity: str
+    passed: bool
+    description: str
+    metadata: dict[str, Any]
+
+
+def check_identity(layout: Layout, stage: str, check: str, reads: Sequence[str], settings: Any) -> str | None:
+    """A check's identity: the code, `settings` (the spec, its files by content), its stage's
+    manifest whole (outputs, inputs, settings) and every manifest in `reads` whole (the stages
+    the stage builds on, and any other whose files the check reads); None when one of them is
+    missing or a setting has no stable description."""
+    try:
+        manifests = {name: sha256_bytes(layout.manifest(name).read_bytes()) for name in (stage, *reads)}
+        return identity({"check": f"{stage}#{check}", "settings": settings, "manifests": manifests}, str(layout.root))
+    except (FileNotFoundError, NotReusable):
+        return None
+
+
+def kept_outcome(layout: Layout, stage: str, check: str, key: str | None) -> CheckOutcome | None:
+    """The check's last outcome, when it was taken under identity `key` and the files its
+    stage recorded (outputs and inputs) still have their bytes: checking again would find
+    the same."""
+    if key is None:
+        return None
+    try:
+        kept = KeptOutcome.model_validate_json(layout.check_outcome(stage, check).read_bytes())
+        manifest = read_manifest(layout, stage)
+    except (OSError, ValueError):
+        return None
+    files = [*manifest.outputs, *(a for a in manifest.inputs if not a.path.startswith(source_stage("")))]
+    if kept.identity != key or not recorded_intact(layout.root, files):  # a source is a fingerprint, not a file
+        return None
+    return CheckOutcome(kept.passed, kept.description, kept.metadata)
+
+
+def keep_outcome(layout: Layout, stage: str, check: str, key: str, outcome: CheckOutcome) -> None:
+    """Record the outcome a check took under identity `key` (beside the data, whole or not at all)."""
+    kept = KeptOutcome(identity=key, passed=outcome.passed, description=outcome.description, metadata=outcome.metadata)
+    write_json(layout.check_outcome(stage, check), kept.model_dump(mode="json"))
 
 
 def check_schema(paths: list[Path], expected: pa.Schema) -> CheckOutcome:

@@ -185,6 +185,11 @@ class Layout:
         """The identity a stage's current outputs were made under (`runtime/stage.py`)."""
         return self.root / "cache" / "stages" / f"{stage.replace('/', '__')}.json"
 
+    def check_outcome(self, stage: str, check: str) -> Path:
+        """The last outcome of a stage's check and the identity it was taken under
+        (`runtime/checks.py`)."""
+        return self.root / "cache" / "checks" / f"{stage.replace('/', '__')}#{check}.json"
+
     def fingerprint_cache(self, source: str) -> Path:
         """Per-file hashes of a source, cached by (size, mtime)."""
         return self.root / "cache" / "fingerprints" / f"{source}.json"
