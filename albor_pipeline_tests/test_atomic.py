@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from albor_pipeline.runtime import artifacts
 from albor_pipeline.runtime.artifacts import BackgroundWrites
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import data_dir_lock
@@ -133,3 +137,44 @@ def test_background_writes_keep_order_and_hand_back_the_first_error():
             failing.submit(i)
         failing.close()
     assert written == [0, 1, 2]
+
+
+def test_a_file_is_hashed_again_only_when_it_changed_even_across_runs(tmp_path, monkeypatch):
+    """The digests a run took are saved with the data dir (`save_digests`) and trusted by the
+    next run while a file keeps its size, times and inode (git's index rule): a same-size edit
+    (a new ctime) or a replaced file (a new inode) is hashed again."""
+    root = tmp_path / "data"
+    stdlib = Path(json.__file__).parent
+    files = {name: root / name for name in ("decoder.py", "encoder.py", "scanner.py")}
+    for name, path in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes((stdlib / name).read_bytes())
+    old = time.time_ns() - 10**10  # written seconds ago: out of the racy window
+    for path in files.values():
+        os.utime(path, ns=(old, old))
+    time.sleep(0.2)  # the ctime too
+    truth = {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in files.items()}
+    assert {name: artifacts.file_sha256(p) for name, p in files.items()} == truth
+    record = Layout(root).digests
+    artifacts.save_digests(record, root)
+    artifacts._DIGESTS.clear()  # the next run's process
+    hashed: list[Path] = []
+    monkeypatch.setattr(artifacts, "sha256_file", lambda p: hashed.append(Path(p)) or _sha(Path(p)))
+    artifacts.load_digests(record)
+    edited = files["encoder.py"]
+    edited.write_bytes(edited.read_bytes().replace(b"import", b"IMPORT", 1))  # the same size
+    os.utime(edited, ns=(old, old))  # its mtime put back: its ctime still moved
+    replaced = files["scanner.py"]
+    copy = tmp_path / "copy"
+    copy.write_bytes(replaced.read_bytes())
+    os.utime(copy, ns=(old, old))
+    copy.replace(replaced)  # the same bytes and times, another inode
+    time.sleep(0.2)
+    found = {name: artifacts.file_sha256(p) for name, p in files.items()}
+    assert found["encoder.py"] == _sha(edited) != truth["encoder.py"]
+    assert found["decoder.py"] == truth["decoder.py"] and found["scanner.py"] == truth["scanner.py"]
+    assert sorted(p.name for p in hashed) == ["encoder.py", "scanner.py"]  # decoder.py: a stat
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -34,14 +34,18 @@ from .support import ALBOR, STDLIB, materialize_all, small_spec_dict, tiny_spec,
 
 def artifact_bytes(root: Path) -> dict[str, str]:
     """SHA-256 of every non-hidden file under `root` (artifacts, manifests, caches) but the
-    records of the identities stages were made under: a stage that runs again (here: in a copy
-    of the data dir, elsewhere) and commits writes its record anew, whole."""
+    records runs keep of what they did: the identities stages were made under and checks took
+    their outcomes under (a stage that runs again, here in a copy of the data dir, elsewhere,
+    writes its record anew, whole), and the files' digests (a copy's files have new inodes)."""
+    layout = Layout(root)
+    records = (layout.stage_identity("x").parent, layout.check_outcome("x", "y").parent)
     return {
         p.relative_to(root).as_posix(): sha256_file(p)
         for p in sorted(root.rglob("*"))
         if p.is_file()
         and not any(part.startswith(".") for part in p.relative_to(root).parts)
-        and not p.is_relative_to(Layout(root).stage_identity("x").parent)
+        and not any(p.is_relative_to(r) for r in records)
+        and p != layout.digests
     }
 
 

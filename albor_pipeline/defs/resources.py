@@ -5,14 +5,21 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 import dagster as dg
 from pydantic import PrivateAttr
 
 from albor_pipeline.defs.launcher import WORKER_TAG, fail_dead_runs, this_worker
-from albor_pipeline.runtime.artifacts import Artifact, StageManifest, check_recorded, write_bytes
+from albor_pipeline.runtime.artifacts import (
+    Artifact,
+    StageManifest,
+    check_recorded,
+    load_digests,
+    save_digests,
+    write_bytes,
+)
 from albor_pipeline.runtime.bucket import Bucket, is_remote
 from albor_pipeline.runtime.executor import Executor, WorkerPool, cpu_count, make_executor
 from albor_pipeline.runtime.layout import Layout
@@ -95,11 +102,16 @@ class ArtifactStore(dg.ConfigurableResource):
             self._token = secrets.token_hex(16)  # a node that reads it at the copy's path shares the copy
             write_bytes(self.layout.root / NODE_FILE, self._token.encode())
             info(f"data dir {self.data_dir}: working copy {self.work_dir}, {len(changed)} manifest(s) pulled")
+        else:  # files hashed by earlier runs, verified by a stat while unchanged
+            load_digests(self.layout.digests)
         if context.instance is not None and run_id:
             context.instance.add_run_tags(run_id, {WORKER_TAG: this_worker()})
             fail_dead_runs(context.instance, log)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self.bucket is None:  # still holding the lock: no other run writes the record meanwhile
+            with suppress(OSError):  # a cache: a full disk costs the next run its hashing, not this run
+                save_digests(self.layout.digests, self.layout.root)
         self._held.close()
 
 

@@ -368,8 +368,7 @@ def _check_definition(
         with reusing(execution.task_store(store.layout), check_refs(stage.name, check.name)) as reuse:
             outcome = check.run(CheckContext(store.layout, manifest, executor))
         if reuse is not None:
-            reuse.store.refer(reuse.stage, reuse.keys)
-            reuse.store.trim()  # as after a stage: the store stays under its cap whatever ran last
+            reuse.close()  # as after a stage: the store stays under its cap whatever ran last
         if key is not None and key == _check_key(stage, check, spec, execution, store):  # nothing moved meanwhile
             keep_outcome(store.layout, stage.name, check.name, key, outcome)
         return _check_result(outcome, TASKS.since(mark))

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -83,20 +82,51 @@ COARSE_RACY_NS = 3_000_000_000
 mounts): a time with no fraction of a second is taken to be one."""
 
 
-@lru_cache(maxsize=1 << 16)
-def _digest_at(path: str, device: int, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
-    return sha256_file(Path(path))
+_DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}  # (path, device, inode, size, mtime, ctime)
+_KNOWN_DIGESTS = 1 << 18  # past this many, the cache starts afresh: memory stays bounded
 
 
 def file_sha256(path: Path | str) -> str:
-    """A file's SHA-256, hashed once in this process while its size, times and inode stay what
-    they were (what git's index trusts): a run's stages re-verify the files they share (an
-    upstream's outputs, read by several stages, provenance and the checks) at the cost of a stat."""
+    """A file's SHA-256, hashed once while its size, times and inode stay what they were
+    (what git's index trusts): a run's stages re-verify the files they share (an upstream's
+    outputs, read by several stages, provenance and the checks) at the cost of a stat, and a
+    run that loaded a data dir's digests (`load_digests`) those of earlier runs."""
     st = os.stat(path)
     newest = max(st.st_mtime_ns, st.st_ctime_ns)
     if time.time_ns() - newest < (RACY_NS if newest % 1_000_000_000 else COARSE_RACY_NS):
         return sha256_file(Path(path))
-    return _digest_at(str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if (digest := _DIGESTS.get(key)) is None:
+        if len(_DIGESTS) >= _KNOWN_DIGESTS:
+            _DIGESTS.clear()
+        digest = _DIGESTS[key] = sha256_file(Path(path))
+    return digest
+
+
+def load_digests(record: Path) -> None:
+    """The digests a data dir's earlier runs took (`save_digests`), known to this process:
+    a rebuild verifies the files no one changed at the cost of a stat. A missing or unreadable
+    record is no error (the files are hashed)."""
+    try:
+        for path, device, inode, size, mtime, ctime, digest in json.loads(record.read_bytes()):
+            _DIGESTS[(str(path), int(device), int(inode), int(size), int(mtime), int(ctime))] = str(digest)
+    except (OSError, ValueError, TypeError):
+        return
+
+
+def save_digests(record: Path, root: Path) -> None:
+    """This process's digests of the files under `root` that still have the size, times and
+    inode they were hashed at, into `record` (whole or not at all)."""
+    under, rows = os.path.abspath(root) + os.sep, []
+    for (path, *stat), digest in _DIGESTS.items():
+        if path.startswith(under):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] == stat:
+                rows.append([path, *stat, digest])
+    write_json(record, sorted(rows))
 
 
 def sha256_bytes(data: bytes) -> str:

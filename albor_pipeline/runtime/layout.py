@@ -190,6 +190,12 @@ class Layout:
         (`runtime/checks.py`)."""
         return self.root / "cache" / "checks" / f"{stage.replace('/', '__')}#{check}.json"
 
+    @property
+    def digests(self) -> Path:
+        """The SHA-256 of the data dir's files as runs took them, by size, times and inode
+        (`artifacts.load_digests`)."""
+        return self.root / "cache" / "digests.json"
+
     def fingerprint_cache(self, source: str) -> Path:
         """Per-file hashes of a source, cached by (size, mtime)."""
         return self.root / "cache" / "fingerprints" / f"{source}.json"

@@ -170,8 +170,7 @@ def run_stage(
     if key is not None and settings is not None and stage_identity(layout, stage, upstream, settings) == key:
         write_json(layout.stage_identity(stage), {"identity": key, "manifest": sha256_bytes(data)})
     if (reuse := session()) is not None:
-        reuse.store.refer(stage, reuse.keys)
-        reuse.store.trim()
+        reuse.close()
     return manifest, out
 
 

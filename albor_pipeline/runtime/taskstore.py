@@ -365,10 +365,21 @@ class Session:
     def __init__(self, store: TaskStore, stage: str = "") -> None:
         self.store, self.stage = store, stage
         self.keys: list[str] = []
+        self.stored = False  # a task ran and was kept: the store grew
 
     def record(self, outcomes: Iterable[Outcome]) -> None:
         """The identities of tasks that ran or were reused: the manifest lists them."""
-        self.keys.extend(o.key for o in outcomes if o.key is not None)
+        for outcome in outcomes:
+            if outcome.key is not None:
+                self.keys.append(outcome.key)
+                self.stored = self.stored or not outcome.reused
+
+    def close(self) -> None:
+        """After the stage or check: refer to its tasks (what `collect` keeps), and trim the
+        store to its cap when it grew (trimming walks every entry)."""
+        self.store.refer(self.stage, self.keys)
+        if self.stored:
+            self.store.trim()
 
 
 _SESSION: ContextVar[Session | None] = ContextVar("albor_task_session", default=None)
