@@ -6,6 +6,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,10 @@ import pytest
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.artifacts import sha256_file
+from albor_pipeline.runtime.executor import TASKS
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
+from albor_pipeline.runtime.taskstore import TaskStore, reusing
 from albor_pipeline.spec import REPO_ROOT, ChatTokens, OpenAIBaseline, TokenizerSpec
 from albor_pipeline.stages.tokenizer.checks import check_tiktoken_ids
 from albor_pipeline.stages.tokenizer.report import card_tokenizer
@@ -168,6 +172,24 @@ def test_openai_baselines_are_compared_per_source(corpus_files, tmp_path):
     for name in ("gpt2", "gpt4", "gpt4o"):
         diff = rows["all"][f"{name}_diff_pct"]
         assert card[name]["ours against it"] == f"{abs(diff)} % {'fewer' if diff >= 0 else 'more'} tokens"
+    # Each baseline counts in a task of its own, reused while the val text and its file stay
+    # the same: a retrained tokenizer (another vocabulary) counts only its own tokens again.
+    store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
+
+    def retrained(vocab: int) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+        mark = TASKS.mark()
+        with reusing(store, "tokenizer"):
+            spec = TokenizerSpec(vocab_size=vocab, openai_ranks=ranks)
+            built = build_tokenizer(train, mixed_val, spec, tmp_path / f"v{vocab}", StageIO(tmp_path)).summary
+        seen = TASKS.since(mark)["_baseline_tokens"]
+        return built.comparison, (int(seen["tasks"]), int(seen["reused"]))
+
+    first, (tasks, reused) = retrained(2000)
+    assert first == report.comparison and (tasks, reused) == (3, 0)
+    again, (tasks, reused) = retrained(1500)
+    assert (tasks, reused) == (3, 3) and [r["ours_tokens"] for r in again] != [r["ours_tokens"] for r in first]
+    theirs = [{k: v for k, v in r.items() if k.startswith(("gpt", "bytes")) and "diff" not in k} for r in again]
+    assert theirs == [{k: v for k, v in r.items() if k.startswith(("gpt", "bytes")) and "diff" not in k} for r in first]
     # A missing ranks file, or one of another model, skips that baseline with a note; the build goes on.
     wrong = {OpenAIBaseline.gpt2: tmp_path / "nope.tiktoken", OpenAIBaseline.gpt4o: ranks[OpenAIBaseline.gpt4]}
     report = build_tokenizer(

@@ -39,8 +39,8 @@ from albor_pipeline.runtime.artifacts import (
     write_bytes,
     write_json,
 )
-from albor_pipeline.runtime.shardmap import StageIO, output_set
-from albor_pipeline.runtime.shards import iter_batches
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks, output_set
+from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
 from albor_pipeline.stages.tokenizer.report import PYTHON_KEYWORDS, TIMING, TokenizerSummary
 from albor_pipeline.text.vocab import (
@@ -364,44 +364,85 @@ def openai_counter(name: OpenAIBaseline, ranks: Path) -> TokenCounter | str:
     return lambda texts: [len(ids) for ids in enc.encode_ordinary_batch(texts, num_threads=1)]
 
 
+@dataclass(frozen=True)
+class _Baseline:
+    """One baseline's tokens per source of the val split (and the text's bytes), or why it was
+    skipped; the task writes no file."""
+
+    tokens: dict[str, int]
+    note: str | None = None
+    shards: tuple[Shard, ...] = ()
+
+
+def _baseline_counter(name: str, file: str) -> TokenCounter | str:
+    """An OpenAI tokenizer (`name`, its ranks `file`) or a `tokenizer.json` file's."""
+    if name in {m.value for m in OpenAIBaseline}:
+        return openai_counter(OpenAIBaseline(name), Path(file))
+    return _hf_counter(Tokenizer.from_file(file))
+
+
+def _baseline_tokens(_: None, io: TaskIO, item: tuple[str, str, tuple[str, ...]]) -> _Baseline:
+    """A baseline's token counts per source over the val shards: a task, reused while they
+    and the baseline's file stay the same (a retrained tokenizer's val split usually does)."""
+    name, file, shards = item
+    counter = _baseline_counter(name, file)
+    if isinstance(counter, str):
+        return _Baseline({}, counter)
+    tokens: Counter[str] = Counter()
+    for shard in shards:
+        for batch in iter_batches(io.local(shard), ["text", "source"], 1024):
+            for n, source in zip(counter(batch.column(0).to_pylist()), batch.column(1).to_pylist()):
+                tokens[source] += n
+    return _Baseline(dict(tokens))
+
+
 def compare(
-    tok: Tokenizer, val_path: Path, baselines: tuple[Path, ...], openai: dict[OpenAIBaseline, Path]
+    tok: Tokenizer,
+    val_path: Path,
+    baselines: tuple[Path, ...],
+    openai: dict[OpenAIBaseline, Path],
+    io: StageIO | None = None,
 ) -> dict[str, Any]:
     """nanochat's tokenizer comparison: bytes/token of ours and of each baseline (OpenAI's, the
     spec's `baselines` files) on the val text of every source, and the relative difference
-    (baseline tokens - ours) / baseline tokens: positive when ours needs fewer tokens."""
-    counters: dict[str, TokenCounter] = {}
-    notes: list[str] = []
-    for model, ranks in openai.items():
-        counter = openai_counter(model, ranks)
-        if isinstance(counter, str):
-            notes.append(counter)
-        else:
-            counters[model.value] = counter
-    counters.update(
-        {p.name if p.name != "tokenizer.json" else str(p): _hf_counter(Tokenizer.from_file(str(p))) for p in baselines}
-    )
+    (baseline tokens - ours) / baseline tokens: positive when ours needs fewer tokens. Each
+    baseline counts in a task of its own on `io`'s executor."""
+    io = io or StageIO(val_path.parent)
+    shards = tuple(str(p) for p in parquet_files(val_path))
+    named = [(m.value, str(ranks)) for m, ranks in openai.items()]
+    named += [(p.name if p.name != "tokenizer.json" else str(p), str(p)) for p in baselines]
+    items = [(name, file, shards) for name, file in named]
+    counted = map_tasks(_baseline_tokens, None, items, val_path.parent, io.executor, reuse=True)
+    notes = [c.note for c in counted if c.note is not None]
+    others = {name: c.tokens for (name, _), c in zip(named, counted, strict=True) if c.note is None}
     ours = _hf_counter(tok)
     totals: dict[str, Counter[str]] = defaultdict(Counter)
     for batch in iter_batches(val_path, ["text", "source"], 1024):
         texts, sources = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-        counts = {"ours": ours(texts), **{name: count(texts) for name, count in counters.items()}}
-        for i, (text, source) in enumerate(zip(texts, sources)):
+        for text, source, n in zip(texts, sources, ours(texts)):
             for key in (source, "all"):
                 totals[key]["bytes"] += len(text.encode("utf-8"))
-                for name, n in counts.items():
-                    totals[key][name] += n[i]
+                totals[key]["ours"] += n
+    for name, tokens in others.items():
+        for source, n in tokens.items():
+            totals[source][name] += n
+            totals["all"][name] += n
+    return {"comparison": _comparison_rows(totals, list(others)), "comparison_notes": notes}
+
+
+def _comparison_rows(totals: dict[str, Counter[str]], others: list[str]) -> list[dict[str, Any]]:
+    """A row per source, then all of them: bytes, tokens and bytes/token of ours and each baseline."""
     rows = []
     for key in [*sorted(k for k in totals if k != "all"), "all"] if totals else []:
         t = totals[key]
         row: dict[str, Any] = {"text": key, "bytes": t["bytes"], "ours_tokens": t["ours"]}
         row["ours_bytes_per_token"] = round(t["bytes"] / t["ours"], 3) if t["ours"] else None
-        for name in counters:
+        for name in others:
             row[f"{name}_tokens"] = t[name]
             row[f"{name}_bytes_per_token"] = round(t["bytes"] / t[name], 3) if t[name] else None
             row[f"{name}_diff_pct"] = round(100 * (t[name] - t["ours"]) / t[name], 1) if t[name] else None
         rows.append(row)
-    return {"comparison": rows, "comparison_notes": notes}
+    return rows
 
 
 HF_CONFIGS = ("tokenizer_config.json", "special_tokens_map.json")
@@ -483,7 +524,7 @@ def build_tokenizer(
         )
     pkl = encoding_pickle(tok)
     report.update(evaluate(tok, iter_texts(val_path), pickle.loads(pkl)))  # the very bytes written
-    report.update(compare(tok, val_path, spec.baselines, spec.openai_ranks))
+    report.update(compare(tok, val_path, spec.baselines, spec.openai_ranks, io))
     lengths = token_byte_lengths(tok)
     pt = token_bytes_pt(lengths)
     if pt is None:
