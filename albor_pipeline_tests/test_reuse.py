@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from albor_pipeline.definitions import pipeline_stages
+from albor_pipeline.definitions import build_definitions, pipeline_stages
 from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.runtime.checks import KeptOutcome, kept_outcome
 from albor_pipeline.runtime.executor import INLINE, TASKS
@@ -25,7 +25,7 @@ from albor_pipeline.runtime.nodes import IN_PLACE
 from albor_pipeline.runtime.shardmap import CodeChanged, TaskIO, _Task, map_shards
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.taskstore import TaskStore, reusing
-from albor_pipeline.spec import load_spec
+from albor_pipeline.spec import REPO_ROOT, load_spec
 from albor_pipeline_tests.support import ALBOR, STDLIB, materialize_all, recorded_outputs, tiny_spec, write_spec
 
 SCHEMA = pa.schema([("text", pa.string())])
@@ -273,6 +273,8 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
         "".join(json.dumps({"text": f"note {i}: " + "words and more words " * 8}) + "\n" for i in range(30))
     )
     raw["sources"].append({"name": "notes", "kind": "jsonl", "path": str(notes)})
+    bench = {"name": "python_bench", "path": str(REPO_ROOT / "data" / "samples" / "python_bench.jsonl")}
+    raw["decontaminate"] = {"ngram": 13, "benchmarks": [{**bench, "fields": ["prompt", "canonical_solution"]}]}
     spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
     out, layout = tmp_path / "out", Layout(tmp_path / "out")
     built = materialize_all(spec, out)
@@ -298,9 +300,22 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     # then, its checks' outcomes are not kept either: they would check the changed file.
     shard = next(a for a in read_manifest(layout, "fim/val").outputs if a.path.endswith(".parquet"))
     kept = KeptOutcome.model_validate_json(layout.check_outcome("fim/val", "schema").read_bytes())
-    assert kept_outcome(layout, "fim/val", "schema", kept.identity) is not None
+    assert kept_outcome(layout, "fim/val", "schema", (), kept.identity) is not None
+    good = (out / shard.path).read_bytes()
     (out / shard.path).write_bytes(b"not parquet")
-    assert kept_outcome(layout, "fim/val", "schema", kept.identity) is None
+    assert kept_outcome(layout, "fim/val", "schema", (), kept.identity) is None
+    # The check run alone on the edited file (a Parquet file of another schema) fails, and that
+    # outcome is not kept: once the file has its recorded bytes again, the passing one is.
+    pq.write_table(pa.table({"other": [1]}), out / shard.path)
+    alone = build_definitions(spec, out).resolve_job_def("__ASSET_JOB")
+    checked = alone.get_subset(asset_check_selection={dg.AssetCheckKey(dg.AssetKey(["fim", "val"]), "schema")})
+    with dg.DagsterInstance.ephemeral() as instance:
+        failed = checked.execute_in_process(instance=instance, raise_on_error=False)
+    assert [e.passed for e in failed.get_asset_check_evaluations()] == [False]
+    (out / shard.path).write_bytes(good)
+    again_kept = kept_outcome(layout, "fim/val", "schema", (), kept.identity)
+    assert again_kept is not None and again_kept.passed
+    (out / shard.path).write_bytes(b"not parquet")
     again = _kept(materialize_all(spec, out))
     assert "fim/val" not in again and {"corpus/val", "fim/train", "tokenizer"} <= again
     assert recorded_outputs(out) == cold

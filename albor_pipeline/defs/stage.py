@@ -23,7 +23,14 @@ from pydantic import BaseModel
 
 from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
-from albor_pipeline.runtime.checks import CheckOutcome, check_identity, check_schema, keep_outcome, kept_outcome
+from albor_pipeline.runtime.checks import (
+    CheckOutcome,
+    check_identity,
+    check_schema,
+    checked_intact,
+    keep_outcome,
+    kept_outcome,
+)
 from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
 from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO
@@ -356,11 +363,13 @@ def _check_definition(
     def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         store, execution = ns.resources(context)
         key = _check_key(stage, check, spec, execution, store)
-        if (kept := kept_outcome(store.layout, stage.name, check.name, key)) is not None:
+        if (kept := kept_outcome(store.layout, stage.name, check.name, check.reads, key)) is not None:
             context.log.info(f"{stage.name}: {check.name}: what it checks is unchanged: its outcome is kept")
             return _check_result(kept, {}, kept=True)
         manifest = read_manifest(store.layout, stage.name)
         store.ensure(manifest.outputs)
+        # An outcome taken on files edited behind the pipeline's back is never kept.
+        intact = key is not None and checked_intact(store.layout, stage.name, check.reads)
         mark = TASKS.mark()
         # A check reads the stage's outputs and, at times, its inputs (the corpus's tokenizer).
         executor = execution.executor(context.log.info, store.node({"in": manifest.inputs, "out": manifest.outputs}))
@@ -369,7 +378,8 @@ def _check_definition(
             outcome = check.run(CheckContext(store.layout, manifest, executor))
         if reuse is not None:
             reuse.close()  # as after a stage: the store stays under its cap whatever ran last
-        if key is not None and key == _check_key(stage, check, spec, execution, store):  # nothing moved meanwhile
+        unmoved = key == _check_key(stage, check, spec, execution, store)  # nothing changed meanwhile
+        if key is not None and intact and unmoved and checked_intact(store.layout, stage.name, check.reads):
             keep_outcome(store.layout, stage.name, check.name, key, outcome)
         return _check_result(outcome, TASKS.since(mark))
 

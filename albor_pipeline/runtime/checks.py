@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -13,7 +14,7 @@ from pydantic import BaseModel
 
 from albor_pipeline.runtime.artifacts import read_manifest, recorded_intact, sha256_bytes, write_json
 from albor_pipeline.runtime.executor import Executor
-from albor_pipeline.runtime.layout import Layout, source_stage
+from albor_pipeline.runtime.layout import Layout, benchmark_stage, source_stage
 from albor_pipeline.runtime.shardmap import NAMED_BY_JOB, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.taskstore import NotReusable, identity
@@ -49,27 +50,41 @@ def check_identity(layout: Layout, stage: str, check: str, reads: Sequence[str],
         return None
 
 
-def kept_outcome(layout: Layout, stage: str, check: str, key: str | None) -> CheckOutcome | None:
-    """The check's last outcome, when it was taken under identity `key` and the files its
-    stage recorded (outputs and inputs) still have their bytes: checking again would find
-    the same."""
+def checked_intact(layout: Layout, stage: str, reads: Sequence[str] = ()) -> bool:
+    """Whether every file a check may read still has its recorded bytes: its stage's outputs
+    and inputs (not the fingerprints of sources and benchmarks, which name no data-dir file:
+    their bytes are in the identity), and the outputs of the stages in `reads`."""
+    try:
+        own, *others = [read_manifest(layout, name) for name in (stage, *reads)]
+    except (OSError, ValueError):
+        return False
+    fingerprints = (source_stage(""), benchmark_stage(""))
+    files = [*own.outputs, *(a for a in own.inputs if not a.path.startswith(fingerprints))]
+    return recorded_intact(layout.root, [*files, *(a for m in others for a in m.outputs)])
+
+
+def kept_outcome(layout: Layout, stage: str, check: str, reads: Sequence[str], key: str | None) -> CheckOutcome | None:
+    """The check's last outcome, when it was taken under identity `key` and the files it may
+    read (`checked_intact`) still have their bytes: checking again would find the same."""
     if key is None:
         return None
     try:
         kept = KeptOutcome.model_validate_json(layout.check_outcome(stage, check).read_bytes())
-        manifest = read_manifest(layout, stage)
     except (OSError, ValueError):
         return None
-    files = [*manifest.outputs, *(a for a in manifest.inputs if not a.path.startswith(source_stage("")))]
-    if kept.identity != key or not recorded_intact(layout.root, files):  # a source is a fingerprint, not a file
+    if kept.identity != key or not checked_intact(layout, stage, reads):
         return None
     return CheckOutcome(kept.passed, kept.description, kept.metadata)
 
 
 def keep_outcome(layout: Layout, stage: str, check: str, key: str, outcome: CheckOutcome) -> None:
-    """Record the outcome a check took under identity `key` (beside the data, whole or not at all)."""
-    kept = KeptOutcome(identity=key, passed=outcome.passed, description=outcome.description, metadata=outcome.metadata)
-    write_json(layout.check_outcome(stage, check), kept.model_dump(mode="json"))
+    """Record the outcome a check took under identity `key` (beside the data, whole or not at
+    all); a full disk, or metadata with no JSON form, costs only the next run's check."""
+    with suppress(OSError, ValueError):
+        kept = KeptOutcome(
+            identity=key, passed=outcome.passed, description=outcome.description, metadata=outcome.metadata
+        )
+        write_json(layout.check_outcome(stage, check), kept.model_dump(mode="json"))
 
 
 def check_schema(paths: list[Path], expected: pa.Schema) -> CheckOutcome:
