@@ -17,7 +17,7 @@ from types import ModuleType
 import dagster as dg
 
 from albor_pipeline.defs.pipeline import STAGE_MODULES, build_definitions, check_data_dirs, pipeline_stages
-from albor_pipeline.spec import REPO_ROOT, PipelineSpec, data_dir, load_spec
+from albor_pipeline.spec import REPO_ROOT, PipelineSpec, data_dir, load_spec, work_dir
 
 __all__ = ["STAGE_MODULES", "build_definitions", "defs", "load_pipelines", "pipeline_stages"]
 
@@ -48,7 +48,9 @@ def _pipeline(spec: PipelineSpec) -> dg.Definitions:
     process: Dagster loads the code location several times in one run (a run's process does
     five times), and every load of the same spec gives the same definitions. An edited spec
     is another key, so it is built afresh."""
-    key = json.dumps([spec.model_dump(mode="json"), str(data_dir())], sort_keys=True)
+    root = data_dir()
+    place = [str(root), str(work_dir(root)) if isinstance(root, str) else None]  # a bucket's working copy too
+    key = json.dumps([spec.model_dump(mode="json"), place], sort_keys=True)
     if key not in _BUILT:
         _BUILT.clear()
         _BUILT[key] = build_definitions(spec)

@@ -118,7 +118,7 @@ def save_digests(record: Path, root: Path) -> None:
     """This process's digests of the files under `root` that still have the size, times and
     inode they were hashed at, into `record` (whole or not at all)."""
     under, rows = os.path.abspath(root) + os.sep, []
-    for (path, *stat), digest in _DIGESTS.items():
+    for (path, *stat), digest in list(_DIGESTS.items()):  # a snapshot: a thread may still be hashing
         if path.startswith(under):
             try:
                 st = os.stat(path)

@@ -25,6 +25,7 @@ from albor_pipeline.runtime.artifacts import NO_ROOM
 from albor_pipeline.runtime.memory import release_memory
 from albor_pipeline.runtime.nodes import Node
 from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.runtime.taskstore import note_worker_code
 from albor_pipeline.runtime.watchdog import in_flight
 
 if TYPE_CHECKING:  # the spec sits above the runtime
@@ -95,8 +96,9 @@ class WorkerPool:
             if self._pool is None:
                 context = get_context("forkserver")
                 context.set_forkserver_preload(PRELOADED)
+                run = os.getpid()
                 self._pool = ProcessPoolExecutor(
-                    self.workers, mp_context=context, initializer=_exit_with, initargs=(os.getpid(),)
+                    self.workers, mp_context=context, initializer=_start_worker, initargs=(run, _start_time(run))
                 )
                 WorkerPool.starts += 1
             return self._pool
@@ -154,10 +156,12 @@ def _in_worker(timed: _Timed[T, R], item: T) -> tuple[float, R]:
         release_memory()
 
 
-def _exit_with(run: int, every: float = 1.0) -> None:
-    """A pool worker's watch: exit once the run that started it is gone (a SIGKILLed run
-    cannot stop its workers itself, and the fork server stays up while its workers do)."""
-    started = _start_time(run)
+def _start_worker(run: int, started: str | None, every: float = 1.0) -> None:
+    """A pool worker's start: it notes the code its package's files hold (a task refuses to run
+    other code than the run's), and watches the run (`run`, started at `started`), exiting once
+    it is gone: a SIGKILLed run cannot stop its workers itself, and the fork server stays up
+    while its workers do."""
+    note_worker_code()
 
     def watch() -> None:
         while _start_time(run) == started if started is not None else _exists(run):

@@ -26,7 +26,7 @@ from albor_pipeline.runtime.executor import INLINE, TASKS, Executor, for_items, 
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
-from albor_pipeline.runtime.taskstore import CODE_VERSION, Outcome, TaskStore, run_task, session
+from albor_pipeline.runtime.taskstore import CODE_VERSION, Outcome, TaskStore, run_task, session, worker_code
 
 INLINE_BELOW = 2
 """Fewer items than this run inline on a local pool: starting and feeding worker processes
@@ -94,7 +94,7 @@ class _Task(Generic[J, I, T]):
         return cast(Callable[..., Any], self.job) if getattr(self.step, NAMED_BY_JOB, False) else self.step
 
     def __call__(self, item: I) -> Outcome:
-        if self.io.code != CODE_VERSION:  # a worker started after the package's files were edited
+        if self.io.code != worker_code():  # a worker started after the package's files were edited
             raise CodeChanged(
                 "albor_pipeline's code changed on disk during the run: this worker imported other code "
                 "than the run's process, and a build must not mix them; run again"

@@ -124,6 +124,19 @@ CODE_VERSION = _code_version()
 """Taken when the package is imported, as its modules are: an edit during a run makes no
 entry under the new code's identity from the old code's work."""
 
+_WORKER: dict[str, str] = {}  # in a pool worker: the code its package's files held when it started
+
+
+def note_worker_code() -> None:
+    """In a pool worker forked from a server that imported this package earlier: the code the
+    package's files hold now, which the modules the worker imports from here on are."""
+    _WORKER["code"] = _code_version()
+
+
+def worker_code() -> str:
+    """The code this process runs tasks with (`note_worker_code`, else `CODE_VERSION`)."""
+    return _WORKER.get("code", CODE_VERSION)
+
 
 def _describe(value: Any, root: str) -> Any:
     """`value` as JSON, a file it names replaced by (its path under the data dir, its SHA-256)."""

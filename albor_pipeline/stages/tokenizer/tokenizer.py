@@ -39,6 +39,7 @@ from albor_pipeline.runtime.artifacts import (
     write_bytes,
     write_json,
 )
+from albor_pipeline.runtime.executor import INLINE, LocalExecutor
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks, output_set
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
@@ -412,7 +413,9 @@ def compare(
     named = [(m.value, str(ranks)) for m, ranks in openai.items()]
     named += [(p.name if p.name != "tokenizer.json" else str(p), str(p)) for p in baselines]
     items = [(name, file, shards) for name, file in named]
-    counted = map_tasks(_baseline_tokens, None, items, val_path.parent, io.executor, reuse=True)
+    # The baselines' files are the spec's, on this machine: a remote node has none of them.
+    executor = io.executor if io.executor.name == LocalExecutor.name else INLINE
+    counted = map_tasks(_baseline_tokens, None, items, val_path.parent, executor, reuse=True)
     notes = [c.note for c in counted if c.note is not None]
     others = {name: c.tokens for (name, _), c in zip(named, counted, strict=True) if c.note is None}
     ours = _hf_counter(tok)
