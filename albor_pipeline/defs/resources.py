@@ -143,8 +143,10 @@ class Execution(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         spec = self.spec  # a bad launchpad value fails the run before any stage starts
         self._context = context
-        if spec.backend == "local":  # one pool for the run's every map, started by the first
-            self._pool = WorkerPool(spec.workers or cpu_count())
+        workers = spec.workers or cpu_count()
+        if spec.backend == "local" and workers > 1:  # one pool for the run's every map, started now
+            self._pool = WorkerPool(workers)
+            self._pool.warm()
 
     def executor(self, progress: Progress | None = None, node: Node | None = None) -> Executor:
         """The run's executor; `progress` (a step's log) hears how many tasks are done, and a

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import suppress
 from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -102,6 +103,18 @@ class WorkerPool:
                 )
                 WorkerPool.starts += 1
             return self._pool
+
+    def warm(self) -> None:
+        """Start the workers now, in the background: the fork server's imports and the workers'
+        start overlap the run's own start (Dagster's, the first stage's listing) instead of
+        delaying its first parallel map. Harmless when the run ends first."""
+
+        def start() -> None:
+            with suppress(RuntimeError, OSError):  # the pool was closed or killed meanwhile
+                for done in [self.get().submit(os.getpid) for _ in range(self.workers)]:
+                    done.result()
+
+        threading.Thread(target=start, name="warm-workers", daemon=True).start()
 
     def kill(self) -> None:
         """End every worker now, busy or not, and forget the pool."""
