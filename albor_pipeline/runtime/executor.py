@@ -75,15 +75,16 @@ PRELOADED = ["albor_pipeline.runtime.shardmap"]
 
 
 class WorkerPool:
-    """A run's local worker processes: started by its first parallel map and kept for every
-    later one, since a fresh interpreter importing this package costs a second or two and a
-    graph runs dozens of maps. A failed map ends them (a worker may be hung) and the next
-    map starts new ones; `close` ends them when the run does.
+    """A run's local worker processes: started with the run (`warm`) or by its first parallel
+    map, and kept for every later one, since a fresh interpreter importing this package costs
+    a second or two and a graph runs dozens of maps. A failed map ends them (a worker may be
+    hung) and the next map starts new ones; `close` ends them when the run does.
 
-    Workers are forked by a fork server (`multiprocessing`'s forkserver: one single-threaded
-    process, so no forked threads or locks) that imported the libraries once: a spawned
-    worker would import them itself and, first, the run's own main script (Dagster's
-    command line), about a second of a 2-core machine per worker and per pool."""
+    Workers are forked by a fork server (`multiprocessing`'s forkserver: a process that only
+    imports the libraries and forks, so no thread or lock of the run is forked) that imported
+    the libraries once: a spawned worker would import them itself and, first, the run's own
+    main script (Dagster's command line), about a second of a 2-core machine per worker and
+    per pool."""
 
     starts = 0  # pools started in this process: what one pool per run saves is countable
 
