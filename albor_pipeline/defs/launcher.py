@@ -16,21 +16,14 @@ import dagster as dg
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 
+from albor_pipeline.runtime.executor import start_time
+
 WORKER_TAG = "albor/worker"
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def this_worker() -> str:
     """This process as a run-tag value: host:pid:start time."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+    return f"{socket.gethostname()}:{os.getpid()}:{start_time(os.getpid())}"
 
 
 def worker_alive(tag: str) -> bool | None:
@@ -38,7 +31,7 @@ def worker_alive(tag: str) -> bool | None:
     host, pid, started = tag.rsplit(":", 2)
     if host != socket.gethostname():
         return None
-    return _start_time(int(pid)) == started
+    return start_time(int(pid)) == started
 
 
 def fail_dead_runs(instance: dg.DagsterInstance, log: dg.DagsterLogManager | None = None) -> list[str]:

@@ -344,7 +344,7 @@ def _check_key(
 ) -> str | None:
     """The check's identity (`runtime.checks.check_identity`): None when its outcome is never
     kept (as for a stage: no spec, reuse off, or a data dir in a bucket)."""
-    if spec is None or not execution.spec.reuse or store.fetch() is not None:
+    if spec is None or not _keeps(execution, store):
         return None
     reads = (*stage.deps, *stage.reads, *check.reads)
     return check_identity(store.layout, stage.name, check.name, reads, {"spec": _spec_identity(spec)})
@@ -414,9 +414,15 @@ def _keep_settings(
     always runs: it reads a source's files, reuse is off, or the data dir is a bucket. The spec
     but `RUNNING_ONLY`, the files it names by content, but the sources' paths as written (only
     ingestion reads their files; an edit of one reaches the other stages through its outputs)."""
-    if spec is None or not execution.spec.reuse or stage.reads_sources or store.fetch() is not None:
+    if spec is None or stage.reads_sources or not _keeps(execution, store):
         return None
     return Settings({"spec": _spec_identity(spec), "config": config}, stage.reads, stage.lineage)
+
+
+def _keeps(execution: Execution, store: ArtifactStore) -> bool:
+    """Whether the run keeps what did not change (stages' outputs, checks' outcomes): reuse on,
+    and a local data dir (a bucket's working copy may lack what a record names)."""
+    return execution.spec.reuse and store.fetch() is None
 
 
 def _spec_identity(spec: PipelineSpec) -> dict[str, Any]:

@@ -100,7 +100,7 @@ class WorkerPool:
                 context.set_forkserver_preload(PRELOADED)
                 run = os.getpid()
                 self._pool = ProcessPoolExecutor(
-                    self.workers, mp_context=context, initializer=_start_worker, initargs=(run, _start_time(run))
+                    self.workers, mp_context=context, initializer=_start_worker, initargs=(run, start_time(run))
                 )
                 WorkerPool.starts += 1
             return self._pool
@@ -178,19 +178,19 @@ def _start_worker(run: int, started: str | None, every: float = 1.0) -> None:
     note_worker_code()
 
     def watch() -> None:
-        while _start_time(run) == started if started is not None else _exists(run):
+        while start_time(run) == started if started is not None else _exists(run):
             time.sleep(every)
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-run", daemon=True).start()
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """When process `pid` started (`/proc/<pid>/stat`'s 22nd field: a reused pid differs), or
     None when it has exited (gone, or a zombie nobody reaped) or there is no `/proc`."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    except (OSError, IndexError):
         return None
     return None if fields[0] == "Z" else fields[19]
 
