@@ -211,7 +211,10 @@ def test_a_bucket_data_dir_is_locked_in_the_bucket_for_runs_on_any_machine(s3, t
 
         waiter = threading.Thread(target=second)
         waiter.start()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30  # a loaded machine may take a while to start C's client
+        while not logs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # C polls meanwhile and must keep waiting
         order.append("A ends")
     waiter.join(30)
     assert order == ["A ends", "C holds"] and "waiting for data dir s3://albor-lock/team/v1: in use by run A" in logs[0]
