@@ -37,6 +37,43 @@ def _worker_pid(_: int) -> int:
     return os.getpid()
 
 
+MAIN_SCRIPT = """
+import os, sys, time
+with open(os.environ["IMPORTS_LOG"] if IMPORTABLE else sys.argv[1], "a") as log:
+    log.write(f"{__name__} {os.getpid()}\\n")
+def pid(_):
+    time.sleep(0.1)  # both workers take some
+    return os.getpid()
+if __name__ == "__main__":
+    from albor_pipeline.runtime.executor import LocalExecutor, WorkerPool
+    pool = WorkerPool(2)
+    workers = set(LocalExecutor(2, pool=pool).map(pid, range(8)))
+    print(" ".join(map(str, sorted(workers))))
+    pool.close()
+"""
+
+
+@pytest.mark.parametrize("importable", [True, False])
+def test_workers_do_not_run_the_run_s_main_script_again(tmp_path: Path, importable: bool) -> None:
+    """A worker starts from the fork server with the run's main script (Dagster's command line:
+    all of Dagster) already imported there, once, instead of importing it itself as Python
+    3.11's fork server would have each one do. A script the fork server cannot import (it
+    reads the run's arguments) is run by each worker, as before: the pool still works."""
+    script, log = tmp_path / "main_script.py", tmp_path / "imports.log"
+    script.write_text(f"IMPORTABLE = {importable}" + MAIN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "IMPORTS_LOG": str(log)}
+    run = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True, env=env, check=True)
+    workers = {int(pid) for pid in run.stdout.split()}
+    imports = [line.split() for line in log.read_text().splitlines()]
+    assert workers and imports[0] == ["__main__", str(run_pid := int(imports[0][1]))]
+    again = {int(pid) for name, pid in imports[1:] if name == "__mp_main__"}
+    assert len(imports) == 1 + len(again) and run_pid not in workers
+    if importable:  # the fork server, once
+        assert len(again) == 1 and not again & workers
+    else:
+        assert again == workers
+
+
 def test_a_killed_run_s_workers_exit() -> None:
     # A run SIGKILLed mid-map cannot stop its workers: they watch the process that started
     # them (the fork server, which ends with the run) and exit on their own.

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import suppress
-from multiprocessing import get_context
+from multiprocessing import get_context, spawn
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -70,8 +70,13 @@ class InlineExecutor:
         return _windowed(self.name, lambda timed, item: timed(item), lambda done: done, fn, items, 1, self.progress)
 
 
-PRELOADED = ["albor_pipeline.runtime.shardmap"]
-"""What the fork server imports once, before it forks workers: the libraries every task uses."""
+PRELOADED = ["albor_pipeline.runtime.forkmain", "albor_pipeline.runtime.shardmap", "pandas", "polars"]
+"""What the fork server imports once, before it forks workers: the run's main script
+(`forkmain`), the libraries every task uses, pandas (Arrow's `to_numpy` imports it) and polars
+(the mix's)."""
+
+MAIN_SCRIPT = "ALBOR_FORKSERVER_MAIN"
+"""The environment variable that names the run's main script to the fork server (`forkmain`)."""
 
 
 class WorkerPool:
@@ -82,9 +87,9 @@ class WorkerPool:
 
     Workers are forked by a fork server (`multiprocessing`'s forkserver: a process that only
     imports the libraries and forks, so no thread or lock of the run is forked) that imported
-    the libraries once: a spawned worker would import them itself and, first, the run's own
-    main script (Dagster's command line), about a second of a 2-core machine per worker and
-    per pool."""
+    them and the run's own main script (Dagster's command line: `forkmain`) once: a spawned
+    worker would import them itself, about a second of a 2-core machine per worker and per
+    pool."""
 
     starts = 0  # pools started in this process: what one pool per run saves is countable
 
@@ -98,6 +103,8 @@ class WorkerPool:
             if self._pool is None:
                 context = get_context("forkserver")
                 context.set_forkserver_preload(PRELOADED)
+                # the fork server inherits it (`forkmain`); "" for none, never another run's
+                os.environ[MAIN_SCRIPT] = spawn.get_preparation_data("main").get("init_main_from_path", "")
                 run = os.getpid()
                 self._pool = ProcessPoolExecutor(
                     self.workers, mp_context=context, initializer=_start_worker, initargs=(run, start_time(run))
