@@ -661,33 +661,36 @@ def test_corpus_shards_and_packing_chunks_change_files_not_sequences(pipeline, m
 
 @pytest.mark.parametrize("packing", ["concat", "best_fit"])
 def test_a_rebuild_repacks_only_the_shards_whose_sequences_changed(pipeline, packing, tmp_path):
-    """A packing task's identity is the slice of the token spool it packs, not the spool: the
-    last document edited, only the shards holding its sequences are packed again, and the
-    corpus is a cold build's."""
+    """A packing task's identity is the slice of the token spool it packs, not the spool, and
+    an encoding task's is its row group's bytes, not its file's: the last document edited,
+    only its row group is encoded again and only the shards holding its sequences are packed
+    again, and the corpus is a cold build's."""
     tmp, _ = pipeline
     tok = tmp / "tok" / "tokenizer.json"
     table = pq.read_table(tmp / "fim")
     spec = CorpusSpec(seq_len=64, remainder="pad", packing=packing, best_fit_window=16, shard_sequences=50)
     store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
 
-    def build(rows: pa.Table, out: Path, reuse: bool = True) -> tuple[dict[str, str], int, int]:
+    def build(rows: pa.Table, out: Path, reuse: bool = True) -> tuple[dict[str, str], int, int, int]:
         fim = tmp_path / f"{out.name}.parquet"
         pq.write_table(rows, fim, row_group_size=7)
         mark = TASKS.mark()
         with reusing(store if reuse else None, "corpus"):
             result = build_corpus(fim, tok, spec, out, StageIO(tmp_path / "data"))
-        seen = TASKS.since(mark)["pack_shard"]
-        return {Path(a.path).name: a.sha256 for a in result.artifacts}, int(seen["tasks"]), int(seen["reused"])
+        seen, encoded = TASKS.since(mark)["pack_shard"], TASKS.since(mark)["encode_row_group"]
+        ran = int(encoded["tasks"] - encoded["reused"])
+        return {Path(a.path).name: a.sha256 for a in result.artifacts}, int(seen["tasks"]), int(seen["reused"]), ran
 
     out = tmp_path / "data" / "corpus"
-    first, shards, reused = build(table, out)
+    first, shards, reused, _ = build(table, out)
     assert shards > 5 and reused == 0
     texts = table.column("text").to_pylist()
     edited = table.set_column(
         table.schema.get_field_index("text"), "text", pa.array([*texts[:-1], texts[-1] + " and more words here"])
     )
-    again, tasks, reused = build(edited, out)
+    again, tasks, reused, encoded = build(edited, out)
     changed = {name for name, sha in again.items() if name.startswith("part-") and first.get(name) != sha}
     assert 0 < len(changed) < shards and tasks - reused == len(changed)
-    cold, _, _ = build(edited, tmp_path / "data" / "cold", reuse=False)
+    assert encoded == 1 and pq.ParquetFile(tmp_path / "corpus.parquet").num_row_groups > 3  # the last row group
+    cold, _, _, _ = build(edited, tmp_path / "data" / "cold", reuse=False)
     assert cold == again

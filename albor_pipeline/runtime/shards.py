@@ -10,6 +10,7 @@ when the stage commits the directory (`staged_dir`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +118,25 @@ def row_groups(path: Path) -> list[tuple[str, int]]:
     """(file, row group) of every row group of a Parquet file or shard set, in order: the
     items of a per-row-group task."""
     return [(str(f), g) for f in parquet_files(path) for g in range(pq.ParquetFile(f).num_row_groups)]
+
+
+def row_group_sha256(path: str | Path, index: int) -> str:
+    """SHA-256 of row group `index` of a Parquet file: its row count and the bytes of its
+    column chunks (pages, dictionaries), which hold all of its values. What a task reading
+    that row group alone depends on: it stays the same when another row group of the file
+    changes, where the file's SHA-256 would not."""
+    group = pq.ParquetFile(path).metadata.row_group(index)
+    starts, ends = [], []
+    for c in range(group.num_columns):
+        chunk = group.column(c)
+        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        starts.append(start)
+        ends.append(start + chunk.total_compressed_size)
+    digest = hashlib.sha256(f"{group.num_rows} rows\n".encode())
+    with open(path, "rb") as fh:
+        fh.seek(min(starts))
+        digest.update(fh.read(max(ends) - min(starts)))
+    return digest.hexdigest()
 
 
 def iter_batches(path: Path, columns: list[str] | None = None, batch_size: int = 2048) -> Iterator[pa.RecordBatch]:

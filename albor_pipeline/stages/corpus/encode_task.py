@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import TaskIO
-from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.shardmap import READS, TaskIO
+from albor_pipeline.runtime.shards import Shard, row_group_sha256
 from albor_pipeline.runtime.taskstore import NOT_IDENTITY
 from albor_pipeline.text.documents import sha_keys
 from albor_pipeline.text.encode import Encoder, make_encoder
@@ -189,3 +189,13 @@ def encode_row_group(job: EncodeJob, io: TaskIO, item: SpoolItem) -> GroupTokens
     spooled = spool_tokens(io.directory, item.task)
     flat.astype(job.dtype, copy=False).tofile(spooled)
     return replace(tokens, shards=(Shard.of(spooled, len(tokens.lengths), io.directory),), spooled=node.spool(spooled))
+
+
+def encode_reads(job: EncodeJob, io: TaskIO, item: SpoolItem) -> dict[str, object]:
+    """What an encoding task encodes (its identity): its row group's bytes, not its file's, so
+    a rebuild encodes again only the row groups holding an edited document."""
+    path, index = item.group
+    return {"job": job, "row_group": row_group_sha256(io.node.local(path), index), "task": item.task}
+
+
+setattr(encode_row_group, READS, encode_reads)
