@@ -81,6 +81,37 @@ def test_default_definitions_load_with_expected_keys():
     } <= check_keys
 
 
+def test_a_stage_s_checks_run_as_one_step_and_a_failing_blocking_one_stops_what_is_downstream(reference, tmp_path):
+    """Each stage's checks run in one step (Dagster's bookkeeping once per stage, not per
+    check), each still its own result. A blocking check that fails stops the assets below its
+    stage, and the stage's other checks still run after it."""
+    spec, result = reference.spec, reference.result
+    graph = build_definitions(spec, reference.out).resolve_asset_graph()
+    checked = {k.asset_key for k in graph.asset_check_keys}
+    steps = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_SUCCESS}
+    check_steps = {k for k in steps if k.endswith("_checks")}
+    assert check_steps == {f"{key.to_python_identifier()}_checks" for key in checked}
+    assert len(result.get_asset_check_evaluations()) == len(graph.asset_check_keys) > len(check_steps)
+    # A FIM shard rewritten with another schema: fim/val's checks, then the corpus below it.
+    out = tmp_path / "out"
+    shutil.copytree(reference.out, out)
+    shard = next(a for a in read_manifest(Layout(out), "fim/val").outputs if a.path.endswith(".parquet"))
+    pq.write_table(pa.table({"other": [1]}), out / shard.path)
+    fim_checks = {k for k in graph.asset_check_keys if k.asset_key == dg.AssetKey(["fim", "val"])}
+    job = build_definitions(spec, out).resolve_job_def("__ASSET_JOB")
+    subset = job.get_subset(asset_selection={dg.AssetKey(["corpus", "val"])}, asset_check_selection=fim_checks)
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = subset.execute_in_process(instance=instance, raise_on_error=False)
+        logs = [e.user_message for e in instance.all_logs(run.run_id)]
+    # The schema check fails; the FIM-rate check still runs after it, and raises on the shard.
+    assert {e.check_name: e.passed for e in run.get_asset_check_evaluations()} == {"schema": False}
+    assert {k.name for k in fim_checks} == {"schema", "fim_rate"}
+    assert any("fim/val: fim_rate: IndexError" in m for m in logs)
+    assert not run.get_asset_materialization_events()  # corpus/val never ran
+    failures = [e for e in run.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert [e.step_key for e in failures] == ["fim__val_checks"]
+
+
 def test_every_stage_materializes_with_provenance_metadata(reference):
     spec, out, result = reference.spec, reference.out, reference.result
     mats = {

@@ -11,7 +11,7 @@ every asset key, group, job and resource name.
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -326,13 +326,17 @@ def _reuse_line(tasks: dict[str, dict[str, float]]) -> str:
 KEPT_CHECK = "kept: its stage's outputs and inputs, the manifests it reads, the spec and the code are unchanged"
 
 
-def _check_result(outcome: CheckOutcome, tasks: dict[str, dict[str, float]], kept: bool = False) -> dg.AssetCheckResult:
+def _check_result(
+    key: dg.AssetKey, check: Check, outcome: CheckOutcome, tasks: dict[str, dict[str, float]], kept: bool = False
+) -> dg.AssetCheckResult:
     metadata = {
         **({"unchanged": KEPT_CHECK} if kept else {}),
         **outcome.metadata,
         **({"tasks": tasks} if tasks else {}),
     }
     return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=check.name,
         passed=outcome.passed,
         description=outcome.description,
         metadata={k: dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else v for k, v in metadata.items()},
@@ -350,40 +354,68 @@ def _check_key(
     return check_identity(store.layout, stage.name, check.name, reads, {"spec": _spec_identity(spec)})
 
 
-def _check_definition(
-    stage: Stage[Any], check: Check, ns: Namespace, spec: PipelineSpec | None = None
-) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        asset=ns.key(stage.name),
-        name=check.name,
-        blocking=check.blocking,
-        description=check.description,
+def _checks_definition(stage: Stage[Any], ns: Namespace, spec: PipelineSpec | None = None) -> dg.AssetChecksDefinition:
+    """The stage's checks as one step: Dagster's bookkeeping of a step (its events, its
+    context) is paid once per stage, not once per check. Each check is still its own result in
+    the UI and can be run alone (a subset), a failing blocking one still stops the assets
+    downstream, and one that raises leaves the others' results before the step fails."""
+    key = ns.key(stage.name)
+    specs = [dg.AssetCheckSpec(c.name, asset=key, description=c.description, blocking=c.blocking) for c in stage.checks]
+
+    @dg.multi_asset_check(
+        specs=specs,
+        name=f"{key.to_python_identifier()}_checks",
+        can_subset=True,
         required_resource_keys=ns.resource_keys,
     )
-    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    def _checks(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         store, execution = ns.resources(context)
-        key = _check_key(stage, check, spec, execution, store)
-        if (kept := kept_outcome(store.layout, stage.name, check.name, check.reads, key)) is not None:
-            context.log.info(f"{stage.name}: {check.name}: what it checks is unchanged: its outcome is kept")
-            return _check_result(kept, {}, kept=True)
-        manifest = read_manifest(store.layout, stage.name)
-        store.ensure(manifest.outputs)
-        # An outcome taken on files edited behind the pipeline's back is never kept.
-        intact = key is not None and checked_intact(store.layout, stage.name, check.reads)
-        mark = TASKS.mark()
-        # A check reads the stage's outputs and, at times, its inputs (the corpus's tokenizer).
-        executor = execution.executor(context.log.info, store.node({"in": manifest.inputs, "out": manifest.outputs}))
-        # Its per-shard tasks are reused as the stage's are: a rebuild checks the changed shards.
-        with reusing(execution.task_store(store.layout), check_refs(stage.name, check.name)) as reuse:
-            outcome = check.run(CheckContext(store.layout, manifest, executor))
-        if reuse is not None:
-            reuse.close()  # as after a stage: the store stays under its cap whatever ran last
-        unmoved = key == _check_key(stage, check, spec, execution, store)  # nothing changed meanwhile
-        if key is not None and intact and unmoved and checked_intact(store.layout, stage.name, check.reads):
-            keep_outcome(store.layout, stage.name, check.name, key, outcome)
-        return _check_result(outcome, TASKS.since(mark))
+        selected = {k.name for k in context.selected_asset_check_keys}
+        raised: Exception | None = None
+        for check in (c for c in stage.checks if c.name in selected):
+            try:
+                result = _check_result(key, check, *_run_check(context, stage, check, spec, store, execution))
+            except Exception as exc:  # the others still run and report; the step fails after them
+                context.log.error(f"{stage.name}: {check.name}: {type(exc).__name__}: {exc}")
+                raised = raised or exc
+                continue
+            yield result
+        if raised is not None:
+            raise raised
 
-    return _check
+    return _checks
+
+
+def _run_check(
+    context: dg.AssetCheckExecutionContext,
+    stage: Stage[Any],
+    check: Check,
+    spec: PipelineSpec | None,
+    store: ArtifactStore,
+    execution: Execution,
+) -> tuple[CheckOutcome, dict[str, dict[str, float]], bool]:
+    """One check's (outcome, tasks, kept): its kept outcome while what it checks is unchanged,
+    else a run of it."""
+    identity = _check_key(stage, check, spec, execution, store)
+    if (kept := kept_outcome(store.layout, stage.name, check.name, check.reads, identity)) is not None:
+        context.log.info(f"{stage.name}: {check.name}: what it checks is unchanged: its outcome is kept")
+        return kept, {}, True
+    manifest = read_manifest(store.layout, stage.name)
+    store.ensure(manifest.outputs)
+    # An outcome taken on files edited behind the pipeline's back is never kept.
+    intact = identity is not None and checked_intact(store.layout, stage.name, check.reads)
+    mark = TASKS.mark()
+    # A check reads the stage's outputs and, at times, its inputs (the corpus's tokenizer).
+    executor = execution.executor(context.log.info, store.node({"in": manifest.inputs, "out": manifest.outputs}))
+    # Its per-shard tasks are reused as the stage's are: a rebuild checks the changed shards.
+    with reusing(execution.task_store(store.layout), check_refs(stage.name, check.name)) as reuse:
+        outcome = check.run(CheckContext(store.layout, manifest, executor))
+    if reuse is not None:
+        reuse.close()  # as after a stage: the store stays under its cap whatever ran last
+    unmoved = identity == _check_key(stage, check, spec, execution, store)  # nothing changed meanwhile
+    if identity is not None and intact and unmoved and checked_intact(store.layout, stage.name, check.reads):
+        keep_outcome(store.layout, stage.name, check.name, identity, outcome)
+    return outcome, TASKS.since(mark), False
 
 
 def _kept_result(context: dg.AssetExecutionContext, layout: Layout, manifest: StageManifest) -> dg.MaterializeResult:
@@ -474,7 +506,8 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpe
             context.log.info(f"{stage.name}: {_reuse_line(tasks)}")
         return materialize_result(layout, manifest, out, store.publish(manifest, context.log), tasks, reusable)
 
-    return dg.Definitions(assets=[_asset], asset_checks=[_check_definition(stage, c, ns, spec) for c in stage.checks])
+    checks = [_checks_definition(stage, ns, spec)] if stage.checks else []
+    return dg.Definitions(assets=[_asset], asset_checks=checks)
 
 
 def schema_check(schema: pa.Schema, others: Mapping[str, pa.Schema] | None = None) -> Check:
