@@ -150,13 +150,16 @@ def best_fit_plan(lengths: np.ndarray, seq_len: int, window: int) -> tuple[Segme
 
 
 def fill(stream: np.ndarray, base: int, segments: Segments, seq_len: int, pad_id: int) -> Packed:
-    """The sequences of `segments`, whose tokens are in `stream` (stream position `base` on)."""
+    """The sequences of `segments`, whose tokens are in `stream` (stream position `base` on).
+
+    A slice copy per segment: about a microsecond each, where indexing every token (an 8-byte
+    index per token, twice) took 0.9 s for a 12M-token shard of 9.5k segments (the loop: 0.01 s);
+    even 10-token segments cost about the same either way."""
     starts, lens, counts = segments.starts, segments.lens, segments.counts
     out = np.full(len(counts) * seq_len, pad_id, dtype=np.uint32)
     before = np.cumsum(lens) - lens  # tokens of the earlier segments
     first = np.cumsum(counts) - counts  # each sequence's first segment
     dest = np.repeat(np.arange(len(counts), dtype=np.int64) * seq_len - before[first], counts) + before
-    seg = np.repeat(np.arange(len(lens)), lens)
-    within = np.arange(int(lens.sum()), dtype=np.int64) - before[seg]
-    out[dest[seg] + within] = stream[starts[seg] - base + within]
+    for to, at, n in zip(dest.tolist(), (starts - base).tolist(), lens.tolist()):
+        out[to : to + n] = stream[at : at + n]
     return Packed(out.reshape(len(counts), seq_len), lens.astype(np.uint32), counts)
