@@ -17,12 +17,17 @@ from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Node, task_node
 from albor_pipeline.text.vocab import EOS, PAD, added_tokens, token_to_bytes
 
+# Sequences a corpus check holds at once (~0.5M ids at seq_len 2048): about a row group's
+# worth. A batch spanning many row groups costs Arrow a concatenation of their lists (a
+# 21M-token shard at seq_len 32768: 0.73 s to read in batches of 1024, 0.13 s of 256).
+CHECK_BATCH = 256
+
 
 def _sequence_counts(seq_len: int, path: Path) -> tuple[int, int, int]:
     """(sequences, of the wrong length, max id) of one corpus shard."""
     sequences = bad_len = 0
     max_id = -1
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["input_ids"]):
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=CHECK_BATCH, columns=["input_ids"]):
         col = batch.column(0)
         sequences += len(col)
         bad_len += int(pc.sum(pc.not_equal(pc.list_value_length(col), seq_len)).as_py() or 0)
@@ -43,9 +48,6 @@ def check_sequences(paths: list[Path], seq_len: int, vocab_size: int, executor: 
         f"{sequences} sequences, {bad_len} of wrong length, max id {max_id} (vocab {vocab_size})",
         {"sequences": sequences, "wrong_length": bad_len, "max_id": max_id},
     )
-
-
-CHECK_BATCH = 256  # sequences a corpus check holds at once (~0.5M ids at seq_len 2048)
 
 
 def _packed_batches(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -76,7 +78,10 @@ def _doc_lens_counts(seq_len: int, eos_id: int, pad_id: int, path: Path) -> tupl
         n = len(counts)
         sequences += n
         sums = np.bincount(np.repeat(np.arange(n), counts), weights=pieces, minlength=n)
-        pads = np.bincount(np.arange(len(ids)) // seq_len, weights=ids == pad_id, minlength=n)
+        # Pads per sequence: a sum per seq_len slice, not a bin index and a weight per token
+        # (0.47 s against 0.02 s for a 21M-token shard).
+        per_seq = np.add.reduceat(ids == pad_id, np.arange(0, len(ids), seq_len), dtype=np.int64) if len(ids) else ids
+        pads = np.pad(per_seq.astype(np.int64), (0, max(0, n - len(per_seq))))
         bad_sum += int(np.count_nonzero(sums + pads != seq_len))
         ends, last = _piece_ends(pieces, counts, seq_len)
         eos_at = np.flatnonzero(ids == eos_id)
