@@ -22,10 +22,13 @@ from albor_pipeline.runtime.checks import KeptOutcome, kept_outcome
 from albor_pipeline.runtime.executor import INLINE, TASKS
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.nodes import IN_PLACE
-from albor_pipeline.runtime.shardmap import CodeChanged, TaskIO, _Task, map_shards
+from albor_pipeline.runtime.shardmap import CodeChanged, StageIO, TaskIO, _Task, map_shards
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.taskstore import TaskStore, reusing
-from albor_pipeline.spec import REPO_ROOT, load_spec
+from albor_pipeline.spec import REPO_ROOT, HygieneSpec, SourceSpec, load_spec
+from albor_pipeline.stages.hygiene.checks import check_no_secrets
+from albor_pipeline.stages.hygiene.hygiene import clean_source
+from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline_tests.support import ALBOR, STDLIB, materialize_all, recorded_outputs, tiny_spec, write_spec
 
 SCHEMA = pa.schema([("text", pa.string())])
@@ -106,9 +109,12 @@ def test_the_store_stays_under_its_cap(tmp_path: Path) -> None:
     assert 1 <= len(capped.entries()) <= 3
 
 
-def _reuse(result: dg.ExecuteInProcessResult) -> dict[str, tuple[int, int]]:
+def _reuse(
+    result: dg.ExecuteInProcessResult, counts: tuple[str, str] = ("tasks", "reused")
+) -> dict[str, tuple[int, int]]:
     """(tasks, reused) of each task function of every stage whose tasks the store can keep,
-    keyed "asset function"."""
+    keyed "asset function"; `counts` ("parts", "parts_reused"): of the parts of its tasks that
+    ran, for a task kept in parts."""
     found = {}
     for event in result.get_asset_materialization_events():
         meta = event.materialization.metadata
@@ -165,6 +171,10 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
     for corpus in ("corpus/train", "corpus/long_train"):
         tasks, reused = again.get(f"{corpus} pack_shard", (0, 0))
         assert tasks - reused == sum(p.startswith(f"{corpus}/part-") for p in changed), (corpus, again)
+    # The mix gathers again only the output shards whose rows changed (scattering only theirs).
+    tasks, reused = again["mixed/train _gather"]
+    assert tasks == first["mixed/train _gather"][0] > 1
+    assert tasks - reused == sum(p.startswith("mixed/train/part-") for p in changed) >= 1
     tasks, reused = again["stats _draw_chart"]
     assert tasks == 7 and 0 < tasks - reused < 7
     assert tasks - reused >= sum(p.endswith(".png") for p in changed)
@@ -347,3 +357,43 @@ def test_a_task_whose_worker_runs_other_code_than_the_run_fails(tmp_path: Path) 
     assert task((0, str(source))).result.shards[0].rows == 1  # the same code: it runs
     with pytest.raises(CodeChanged, match="changed on disk during the run"):
         _Task(_upper, _Upper("!"), replace(io, code="0" * 64), ())((0, str(source)))
+
+
+def test_hygiene_and_its_secrets_check_redo_only_the_row_groups_whose_bytes_changed(tmp_path: Path) -> None:
+    include = ("*.py", *(f"{p}/**/*.py" for p in ("email", "asyncio", "idlelib", "encodings", "xml", "lib2to3")))
+    src = tmp_path / "src"
+    for pattern in include:
+        for path in sorted(STDLIB.glob(pattern)):
+            (src / path.relative_to(STDLIB)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, src / path.relative_to(STDLIB))
+    source = SourceSpec(name="s", kind="code", path=src, include=include)
+    ingested = tmp_path / "in"
+    ingest_source(source, ingested, StageIO(tmp_path), shard_mb=1000)  # one shard of many row groups
+    groups = pq.ParquetFile(next(ingested.glob("part-*.parquet"))).num_row_groups
+    assert groups >= 2
+    store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
+
+    def clean(out: Path) -> tuple[Any, dict[str, dict[str, float]]]:
+        mark = TASKS.mark()
+        with reusing(store):
+            result = clean_source(ingested, HygieneSpec(), out, StageIO(tmp_path))
+            check = check_no_secrets(sorted(out.glob("part-*.parquet")))
+        assert check.passed
+        return result, TASKS.since(mark)
+
+    first, first_tasks = clean(tmp_path / "first")
+    assert first_tasks["_clean_shard"]["parts"] == groups and first_tasks["_clean_shard"]["parts_reused"] == 0
+    assert first.summary.redacted_documents > 0  # the stdlib's authors' e-mails: real redactions to redo
+    middle = sorted(src.glob("*.py"))[len(list(src.glob("*.py"))) // 2]
+    middle.write_text(middle.read_text().replace(" the ", " THE ", 1))  # the same size, in one row group
+    ingest_source(source, ingested, StageIO(tmp_path), shard_mb=1000)
+    again, tasks = clean(tmp_path / "again")
+    assert (tasks["_clean_shard"]["tasks"], tasks["_clean_shard"]["reused"]) == (1, 0)
+    assert (tasks["_clean_shard"]["parts"], tasks["_clean_shard"]["parts_reused"]) == (groups, groups - 1)
+    leaks = tasks["_shard_leaks"]
+    assert (leaks["tasks"], leaks["reused"], leaks["parts_reused"]) == (1, 0, leaks["parts"] - 1)
+    cold = clean_source(ingested, HygieneSpec(), tmp_path / "cold", StageIO(tmp_path))  # no store
+    assert [(a.path.split("/", 1)[1], a.sha256) for a in again.artifacts] == [
+        (a.path.split("/", 1)[1], a.sha256) for a in cold.artifacts
+    ]
+    assert again.summary == cold.summary and again.artifacts != first.artifacts

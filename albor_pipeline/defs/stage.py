@@ -320,7 +320,12 @@ def materialize_result(
 def _reuse_line(tasks: dict[str, dict[str, float]]) -> str:
     """How many of a stage's tasks ran and how many were reused, for the log."""
     ran = sum(int(t["tasks"] - t["reused"]) for t in tasks.values())
-    return f"{ran} task(s) ran, {sum(int(t['reused']) for t in tasks.values())} reused from the task store"
+    line = f"{ran} task(s) ran, {sum(int(t['reused']) for t in tasks.values())} reused from the task store"
+    parts = sum(int(t.get("parts", 0)) for t in tasks.values())
+    if parts:  # tasks kept in parts (a row group each): what those that ran redid
+        redone = parts - sum(int(t.get("parts_reused", 0)) for t in tasks.values())
+        line += f" (of their {parts} parts, {redone} redone)"
+    return line
 
 
 KEPT_CHECK = "kept: its stage's outputs and inputs, the manifests it reads, the spec and the code are unchanged"

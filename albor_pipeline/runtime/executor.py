@@ -293,6 +293,7 @@ class TaskLog:
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = {}
         self.reused: dict[str, int] = {}  # of those, tasks whose stored outputs stood in (`taskstore`)
+        self.parts: dict[str, tuple[int, int]] = {}  # parts (`taskstore.memo`) of tasks that ran: all, reused
 
     def record(self, name: str, seconds: float) -> None:
         self.seconds.setdefault(name, []).append(seconds)
@@ -301,16 +302,26 @@ class TaskLog:
         """The last collected task of `name` stood in by its stored outputs."""
         self.reused[name] = self.reused.get(name, 0) + 1
 
-    def mark(self) -> dict[str, tuple[int, int]]:
-        return {name: (len(runs), self.reused.get(name, 0)) for name, runs in self.seconds.items()}
+    def part(self, name: str, reused: bool) -> None:
+        """A part of a task of `name` that ran: computed, or reused from the store."""
+        done, kept = self.parts.get(name, (0, 0))
+        self.parts[name] = (done + 1, kept + int(reused))
 
-    def since(self, mark: dict[str, tuple[int, int]]) -> dict[str, dict[str, float]]:
-        """Per task function since `mark`: tasks, reused tasks, p50 / p90 / max / total seconds."""
+    def mark(self) -> dict[str, tuple[int, int, int, int]]:
+        return {
+            name: (len(runs), self.reused.get(name, 0), *self.parts.get(name, (0, 0)))
+            for name, runs in self.seconds.items()
+        }
+
+    def since(self, mark: dict[str, tuple[int, int, int, int]]) -> dict[str, dict[str, float]]:
+        """Per task function since `mark`: tasks, reused tasks, p50 / p90 / max / total seconds,
+        and for a task kept in parts, the parts of the tasks that ran and how many were reused."""
         out = {}
         for name, runs in sorted(self.seconds.items()):
-            ran, reused = mark.get(name, (0, 0))
+            ran, reused, parts, parts_reused = mark.get(name, (0, 0, 0, 0))
             secs = np.array(runs[ran:])
             if len(secs):
+                now_parts, now_reused = self.parts.get(name, (0, 0))
                 out[name] = {
                     "tasks": len(secs),
                     "reused": self.reused.get(name, 0) - reused,
@@ -319,6 +330,8 @@ class TaskLog:
                     "max_s": round(float(secs.max()), 4),
                     "total_s": round(float(secs.sum()), 4),
                 }
+                if now_parts > parts:
+                    out[name].update(parts=now_parts - parts, parts_reused=now_reused - parts_reused)
         return out
 
 

@@ -26,7 +26,15 @@ from albor_pipeline.runtime.executor import INLINE, TASKS, Executor, for_items, 
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
-from albor_pipeline.runtime.taskstore import CODE_VERSION, Outcome, TaskStore, run_task, session, worker_code
+from albor_pipeline.runtime.taskstore import (
+    CODE_VERSION,
+    NotReusable,
+    Outcome,
+    TaskStore,
+    run_task,
+    session,
+    worker_code,
+)
 
 INLINE_BELOW = 2
 """Fewer items than this run inline on a local pool: starting and feeding worker processes
@@ -100,10 +108,21 @@ class _Task(Generic[J, I, T]):
                 "than the run's process, and a build must not mix them; run again"
             )
         run = (lambda: self.step(self.job, self.io, item)) if self.subsets is None else (lambda: self._write(item))
+        identity = self.identity(self.io, item)
+        if identity is None:
+            return run_task(None, self.step, None, None, self.io.directory, run)
+        return run_task(self.io.store, self.step, *identity, self.io.directory, run)
+
+    def identity(self, io: TaskIO, item: I) -> tuple[Any, Any] | None:
+        """(job, item) as the task's identity holds them: the step's description of what it
+        reads (`READS`; None when it cannot tell), else its job and item."""
         reads = getattr(self.step, READS, None)
-        if reads is None or self.io.store is None:
-            return run_task(self.io.store, self.step, self.job, item, self.io.directory, run)
-        return run_task(self.io.store, self.step, None, reads(self.job, self.io, item), self.io.directory, run)
+        if reads is None or io.store is None:
+            return self.job, item
+        try:
+            return None, reads(self.job, io, item)
+        except NotReusable:
+            return None
 
     def _write(self, item: I) -> ShardResult:
         """A shard set's task: the step, then its shards made reachable by the run."""
@@ -113,6 +132,24 @@ class _Task(Generic[J, I, T]):
         for shard in result.shards:
             self.io.node.ship(self.io.directory, shard)
         return result
+
+
+def held(step: Callable[[J, TaskIO, I], Any], job: J, items: Sequence[I], executor: Executor) -> list[bool]:
+    """Whether the store holds each item's task of `step` now (it would be reused): a stage
+    then prepares only what the others read (the mix's scatter, for the gathers that run)."""
+    store = _store(executor)
+    if store is None:
+        return [False] * len(items)
+    io = TaskIO("", IN_PLACE, store)
+    task = _Task(step, job, io)
+    found = []
+    for item in items:
+        identity = task.identity(io, item)
+        try:
+            found.append(identity is not None and store.holds(store.key(step, *identity)))
+        except NotReusable:
+            found.append(False)
+    return found
 
 
 def runs_inline(executor: Executor, items: int, inline_below: int = INLINE_BELOW) -> bool:
@@ -141,6 +178,9 @@ def _run(
         result = cast(T, outcome.result)
         if outcome.reused:
             TASKS.reuse(task_name(task))
+        else:
+            for part in outcome.parts:
+                TASKS.part(task_name(task), part.reused)
         if reuse is not None:
             reuse.record([outcome])
         fault("task-done", reuse.stage if reuse is not None else "")

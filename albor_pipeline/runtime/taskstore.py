@@ -42,7 +42,7 @@ from functools import partial
 from importlib import metadata
 from pathlib import Path
 from types import FunctionType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -51,6 +51,7 @@ from albor_pipeline.runtime.artifacts import file_sha256, write_json
 from albor_pipeline.runtime.commit import TEMP_SUFFIX
 from albor_pipeline.runtime.shards import Shard
 
+T = TypeVar("T")
 RESULT = "result.pickle"
 REFS = "refs"  # beside the entries: per stage, the identities its current outputs were made of
 FILES = "files"
@@ -201,12 +202,22 @@ def _describe_path(text: str, root: str) -> Any:
     return {"file": name, "sha256": file_sha256(text)}
 
 
+class Part(NamedTuple):
+    """A part of a task kept under its own identity (`memo`), and whether it was reused."""
+
+    name: str  # its step function's
+    key: str
+    reused: bool
+
+
 class Outcome(NamedTuple):
-    """A task's result, whether it was reused, and the identity it ran under (None: not reusable)."""
+    """A task's result, whether it was reused, the identity it ran under (None: not reusable),
+    and the parts it kept or reused (`memo`)."""
 
     result: Any
     reused: bool
     key: str | None
+    parts: tuple[Part, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,32 +241,48 @@ class TaskStore:
         """Where the outputs of the task `key` are kept."""
         return Path(self.directory) / key[:2] / key
 
-    def restore(self, key: str, directory: Path) -> Stored | None:
-        """The stored result of `key`, its shards linked into `directory` after their hashes
-        matched; None (and the entry dropped) when absent, unreadable or tampered with."""
+    def _verified(self, key: str) -> tuple[Any, tuple[Part, ...], list[tuple[Path, Shard]]] | None:
+        """The entry of `key` (its result, its parts, its stored files) when whole and every
+        file has its recorded hash; None (and the entry dropped) when absent, unreadable or
+        tampered with."""
         entry = self.entry(key)
         if not entry.is_dir():
             return None
         try:
-            result: Stored = pickle.loads((entry / RESULT).read_bytes())
+            result, parts = pickle.loads((entry / RESULT).read_bytes())
         except Exception:  # a torn, half-deleted or foreign entry: run the task again
             _drop(entry)
             return None
-        stored = [(entry / FILES / shard.name, shard) for shard in result.shards]
+        stored = [(entry / FILES / shard.name, shard) for shard in getattr(result, "shards", ())]
         if not all(path.is_file() and file_sha256(path) == shard.sha256 for path, shard in stored):
             _drop(entry)
             return None
+        return result, tuple(Part(*p) for p in parts), stored
+
+    def holds(self, key: str) -> bool:
+        """Whether the task `key` would be reused now (its entry whole, its files verified)."""
+        return self._verified(key) is not None
+
+    def restore(self, key: str, directory: Path) -> tuple[Any, tuple[Part, ...]] | None:
+        """The stored result of `key` and the parts it kept, its shards (if any) linked into
+        `directory` after their hashes matched; None (and the entry dropped) when absent,
+        unreadable or tampered with."""
+        verified = self._verified(key)
+        if verified is None:
+            return None
+        result, parts, stored = verified
         for path, shard in stored:
             target = directory / shard.name
             target.parent.mkdir(parents=True, exist_ok=True)
             _link(path, target)
         with suppress(OSError):
-            os.utime(entry)  # recently used: `trim` keeps it longest
-        return result
+            os.utime(self.entry(key))  # recently used: `trim` keeps it longest
+        return result, parts
 
-    def save(self, key: str, directory: Path, result: Stored) -> None:
-        """Keep `result` and the shards it wrote in `directory` under `key` (linked, not copied);
-        the entry appears whole or not at all, and a failure to keep it never fails the task."""
+    def save(self, key: str, directory: Path, result: Any, parts: tuple[Part, ...] = ()) -> None:
+        """Keep `result`, the shards it wrote in `directory` (linked, not copied) and the parts
+        it kept under `key`; the entry appears whole or not at all, and a failure to keep it
+        never fails the task."""
         entry = self.entry(key)
         if entry.exists():
             return
@@ -263,11 +290,12 @@ class TaskStore:
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=TEMP_SUFFIX, dir=entry.parent))
-            for shard in result.shards:
+            for shard in getattr(result, "shards", ()):
                 target = tmp / FILES / shard.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _link(directory / shard.name, target)
-            (tmp / RESULT).write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+            payload = (result, [tuple(p) for p in parts])
+            (tmp / RESULT).write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
             os.rename(tmp, entry)
         except Exception:  # a full disk, a concurrent writer of the same entry: not this task's failure
             if tmp is not None:
@@ -354,7 +382,8 @@ def run_task(
 ) -> Outcome:
     """`run()`, the task `step(job, …, item)` writing its shards into `directory`, or its stored
     outputs when `store` holds its identity; what it ran is kept for the next time (a result
-    that does not list its files cannot be: a step given a store must return `Stored`)."""
+    that does not list its files cannot be: a step given a store must return `Stored`), with
+    the parts it kept (`memo`)."""
     if store is None:
         return Outcome(run(), False, None)
     try:
@@ -363,12 +392,46 @@ def run_task(
         return Outcome(run(), False, None)
     reused = store.restore(key, directory)
     if reused is not None:
-        return Outcome(reused, True, key)
-    result = run()
+        return Outcome(reused[0], True, key, reused[1])
+    parts: list[Part] = []
+    token = _PARTS.set((store, parts))
+    try:
+        result = run()
+    finally:
+        _PARTS.reset(token)
     if not isinstance(getattr(result, "shards", None), (list, tuple)):
         raise TypeError(f"{step.__qualname__} returns no `shards`: the task store cannot keep what it wrote")
-    store.save(key, directory, result)
-    return Outcome(result, False, key)
+    store.save(key, directory, result, tuple(parts))
+    return Outcome(result, False, key, tuple(parts))
+
+
+_PARTS: ContextVar[tuple[TaskStore, list[Part]] | None] = ContextVar("albor_task_parts", default=None)
+
+
+def memo(step: Callable[..., Any], job: Any, item: Any, compute: Callable[[], T]) -> T:
+    """`compute()`, the part `step(job, item)` of the task running now (a row group's work in a
+    shard's task) or of the stage or check this process runs, or its value kept under its own
+    identity when the store holds it: work whose input changed in one place redoes only that
+    place's part. The value must be small (what the part decided, not the data it copies:
+    the caller still writes its outputs); it is kept without files. Outside a reusing task,
+    stage or check, just `compute()`."""
+    current, reuse = _PARTS.get(), _SESSION.get()
+    store = current[0] if current is not None else reuse.store if reuse is not None else None
+    if store is None:
+        return compute()
+    try:
+        key = store.key(step, job, item)
+    except NotReusable:
+        return compute()
+    found = store.restore(key, Path(store.directory))
+    value = cast(T, found[0]) if found is not None else compute()
+    if found is None:
+        store.save(key, Path(store.directory), value)
+    if current is not None:
+        current[1].append(Part(getattr(step, "__name__", repr(step)), key, found is not None))
+    elif reuse is not None:
+        reuse.record([Outcome(None, found is not None, key)])
+    return value
 
 
 class Session:
@@ -386,6 +449,8 @@ class Session:
             if outcome.key is not None:
                 self.keys.append(outcome.key)
                 self.stored = self.stored or not outcome.reused
+            self.keys.extend(part.key for part in outcome.parts)
+            self.stored = self.stored or any(not part.reused for part in outcome.parts)
 
     def close(self) -> None:
         """After the stage or check: refer to its tasks (what `collect` keeps), and trim the

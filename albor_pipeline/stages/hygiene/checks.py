@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,8 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.checks import CheckOutcome, per_shard
 from albor_pipeline.runtime.executor import INLINE, Executor
+from albor_pipeline.runtime.shards import row_group_sha256
+from albor_pipeline.runtime.taskstore import memo
 from albor_pipeline.text.secrets import redact_path
 
 
@@ -124,19 +127,34 @@ def find_leaks(text: str) -> Counter[str]:
     return found
 
 
+def _row_group_leaks(path: Path, group: int) -> tuple[int, Counter[str], list[str]]:
+    """(documents, leaks by kind, the first files holding one, redacted) of one row group."""
+    batch = pq.ParquetFile(path).read_row_group(group, columns=["text", "file"])
+    found: Counter[str] = Counter()
+    files: list[str] = []
+    candidates = pc.match_substring_regex(batch.column(0), CANDIDATES).to_numpy(zero_copy_only=False)
+    for row in np.flatnonzero(candidates).tolist():
+        leaks = find_leaks(batch.column(0)[row].as_py())
+        found.update(leaks)
+        if leaks and len(files) < LEAK_EXAMPLES:
+            files.append(redact_path(batch.column(1)[row].as_py()))
+    return batch.num_rows, found, files
+
+
 def _shard_leaks(path: Path) -> tuple[int, Counter[str], list[str]]:
-    """(documents, leaks by kind, the first files holding one, redacted) of one shard."""
+    """(documents, leaks by kind, the first files holding one, redacted) of one shard, a row
+    group at a time, each kept under its own identity: a rebuild scans again only the row
+    groups whose bytes changed."""
     documents = 0
     found: Counter[str] = Counter()
     files: list[str] = []
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["text", "file"]):
-        documents += batch.num_rows
-        candidates = pc.match_substring_regex(batch.column(0), CANDIDATES).to_numpy(zero_copy_only=False)
-        for row in np.flatnonzero(candidates).tolist():
-            leaks = find_leaks(batch.column(0)[row].as_py())
-            found.update(leaks)
-            if leaks and len(files) < LEAK_EXAMPLES:
-                files.append(redact_path(batch.column(1)[row].as_py()))
+    for group in range(pq.ParquetFile(path).num_row_groups):
+        rows, group_found, group_files = memo(
+            _row_group_leaks, None, row_group_sha256(path, group), partial(_row_group_leaks, path, group)
+        )
+        documents += rows
+        found.update(group_found)
+        files = (files + group_files)[:LEAK_EXAMPLES]
     return documents, found, files
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,13 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
-from albor_pipeline.runtime.shards import Shard, iter_batches, shard_files
+from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
+from albor_pipeline.runtime.taskstore import memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
 from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
 from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.report import HygieneSummary
-from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, text_sha256
+from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows, is_ledger, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
 from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted, scanner
@@ -48,9 +50,8 @@ class HygieneResult:
 
 @dataclass
 class _Chunk:
-    """One batch of documents after hygiene, with its accounting (what a worker returns)."""
+    """The accounting of documents after hygiene (a row group's, or a shard's: what a task returns)."""
 
-    cols: dict[str, list[Any]]
     documents_in: int = 0
     redacted: int = 0
     removed: Counter[str] = field(default_factory=Counter)
@@ -73,23 +74,33 @@ class _Chunk:
             self.examples[reason] = (self.examples[reason] + files)[:EXAMPLES]
 
 
-def _clean_chunk(path: str, groups: list[int], job: _CleanJob) -> _Chunk:
-    """Filter and redact row groups `groups` of `path` (in a worker process, or in-process).
+@dataclass
+class _Decided:
+    """What hygiene decided for one row group, without the text it passes on: its accounting
+    and ledger rows, the rows it keeps, and the new text of those redaction changed. Kept
+    under the row group's own identity (`memo`): a rebuild cleans again only the row groups
+    whose bytes changed, and the shard is written from the decisions."""
+
+    chunk: _Chunk
+    kept: list[int]
+    changed: dict[int, str]
+
+
+def _decide(job: _CleanJob, table: pa.Table) -> _Decided:
+    """Filter and redact a row group's documents (in a worker process, or in-process).
     Conversations skip the filters (made for code) and are redacted message by message."""
-    chunk = _Chunk({name: [] for name in DOC_SCHEMA.names})
-    table = pq.ParquetFile(path).read_row_groups(groups)
+    decided = _Decided(_Chunk(), [], {})
+    chunk = decided.chunk
     rows, texts = table.to_pydict(), table.column("text")
     spec, conversations = job.spec, job.conversations
-    redact_files = spec.redact in (RedactMode.redact, RedactMode.drop)
     # The batch's regex passes at once (Arrow's RE2); conversations are redacted message by message.
     measured = [None] * len(texts) if conversations else measure_batch(texts, rows["text"])
     scan = not conversations and spec.redact is not RedactMode.off
     lines = candidate_lines(texts, secrets=job.scan_secrets) if scan else [None] * len(texts)
-    for text, source, file, sha, stats, where in zip(
-        rows["text"], rows["source"], rows["file"], rows["sha256"], measured, lines
+    for i, (text, source, file, sha, stats, where) in enumerate(
+        zip(rows["text"], rows["source"], rows["file"], rows["sha256"], measured, lines)
     ):
         chunk.documents_in += 1
-        original = text
         reason = None if conversations else filter_reason(text, spec.filters, stats)
         counts: dict[str, int] = {}
         if reason is None and spec.redact is not RedactMode.off:
@@ -98,25 +109,41 @@ def _clean_chunk(path: str, groups: list[int], job: _CleanJob) -> _Chunk:
             if counts and spec.redact is RedactMode.drop:
                 reason = "secrets_or_pii"
             elif counts and spec.redact is RedactMode.redact:
-                text = cleaned
+                text = decided.changed[i] = cleaned
                 chunk.redacted += 1
                 chunk.note("redacted", file)
-        path = redact_path(file) if redact_files else file
         if reason is not None:
             chunk.removed[reason] += 1
             chunk.note(reason, file)
             if job.audit.ledger:
                 kept = _kept_text(text, job, conversations, where) if job.audit.keep_removed else None
-                chunk.ledger.add(source, path, sha, "filtered", reason, text=kept)
+                chunk.ledger.add(source, _out_path(job, file), sha, "filtered", reason, text=kept)
             continue
-        out_sha = sha if text is original else text_sha256(text)
-        if counts and spec.redact is RedactMode.redact and job.audit.ledger:
-            chunk.ledger.add(source, path, sha, "redacted", _counts(counts), out_sha)
-        chunk.cols["text"].append(text)
-        chunk.cols["source"].append(source)
-        chunk.cols["file"].append(path)
-        chunk.cols["sha256"].append(out_sha)
-    return chunk
+        decided.kept.append(i)
+        if i in decided.changed and job.audit.ledger:
+            chunk.ledger.add(source, _out_path(job, file), sha, "redacted", _counts(counts), text_sha256(text))
+    return decided
+
+
+def _out_path(job: _CleanJob, file: str) -> str:
+    """A document's path as hygiene passes it on: PII in it redacted unless `redact` keeps it."""
+    return redact_path(file) if job.spec.redact in (RedactMode.redact, RedactMode.drop) else file
+
+
+def _clean_row_group(job: _CleanJob, path: str, group: int) -> tuple[pa.RecordBatch, _Chunk]:
+    """Row group `group` of the shard `path` after hygiene, and its accounting; the decisions
+    reused from the store while the row group's bytes stay the same."""
+    table = pq.ParquetFile(path).read_row_group(group)
+    decided = memo(_decide, job, row_group_sha256(path, group), lambda: _decide(job, table))
+    rows = table.to_pydict()
+    cols: dict[str, list[Any]] = {name: [] for name in DOC_SCHEMA.names}
+    for i in decided.kept:
+        text = decided.changed.get(i, rows["text"][i])
+        cols["text"].append(text)
+        cols["source"].append(rows["source"][i])
+        cols["file"].append(_out_path(job, rows["file"][i]))
+        cols["sha256"].append(text_sha256(text) if i in decided.changed else rows["sha256"][i])
+    return pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), decided.chunk
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -132,9 +159,6 @@ def _kept_text(text: str, job: _CleanJob, conversations: bool, lines: Lines | No
     return redacted(text, conversations, secrets=job.scan_secrets, lines=lines)[0]
 
 
-CHUNK_ROW_GROUPS = max(1, BATCH_ROWS // 256)  # ingestion writes 256-row groups: ~2k documents a chunk
-
-
 @dataclass(frozen=True)
 class _CleanJob:
     spec: HygieneSpec
@@ -144,21 +168,20 @@ class _CleanJob:
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
-    """Filter and redact one input shard into the output shard of the same name, a chunk of
-    row groups at a time (memory bounded by a chunk): a pure function of the shard, so it
-    runs on any executor, on any node (the shard map's `io`)."""
+    """Filter and redact one input shard into the output shard of the same name, a row group
+    at a time (memory bounded by a row group, 256 documents from ingestion): a pure function
+    of the shard, so it runs on any executor, on any node (the shard map's `io`)."""
     local = str(io.local(path))
     groups = pq.ParquetFile(local).num_row_groups
-    total = _Chunk({})
+    total = _Chunk()
     name = Path(path).name
     with ExitStack() as stack:
         sink = stack.enter_context(ParquetSink(io.directory / name, DOC_SCHEMA))
         ledger_path = io.directory / ledger_name(name)
         ledger = stack.enter_context(ParquetSink(ledger_path, LEDGER_SCHEMA)) if job.audit.ledger else None
-        for start in range(0, groups, CHUNK_ROW_GROUPS):
-            part = list(range(start, min(start + CHUNK_ROW_GROUPS, groups)))
-            chunk = _clean_chunk(local, part, job)
-            sink.write(pa.RecordBatch.from_pydict(chunk.cols, schema=DOC_SCHEMA))
+        for group in range(groups):
+            batch, chunk = _clean_row_group(job, local, group)
+            sink.write(batch)
             if ledger is not None:
                 ledger.write(chunk.ledger.batch())
             total.add(chunk)
@@ -211,7 +234,7 @@ def clean_source(
         carry,
         subsets=[LEDGER] if job.audit.ledger else [],
     )
-    total = _Chunk({})
+    total = _Chunk()
     for chunk in chunks:
         total.add(chunk)
     shards = list(shards_of(chunks))
@@ -229,14 +252,29 @@ def clean_source(
 
 
 def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:
-    """Findings left in the first `sample` documents of a hygiene shard set (the check)."""
+    """Findings left in the first `sample` documents of a hygiene shard set (the check), a row
+    group at a time, each kept under its own identity (a rebuild re-scans the changed ones)."""
     left: Counter[str] = Counter()
     seen = 0
-    for batch in iter_batches(shards, ["text"], BATCH_ROWS):
-        texts = batch.column(0).slice(0, sample - seen)
-        for text, lines in zip(texts.to_pylist(), candidate_lines(texts)):
-            left.update(scanner().scan(text, lines=lines).counts)
-        seen += len(texts)
-        if seen >= sample:
-            break
+    for path in shard_files(shards):
+        for group in range(pq.ParquetFile(path).num_row_groups):
+            if seen >= sample:
+                return dict(left)
+            rows, found = memo(
+                _rescan_row_group,
+                sample - seen,
+                row_group_sha256(path, group),
+                partial(_rescan_row_group, sample - seen, path, group),
+            )
+            left.update(found)
+            seen += rows
     return dict(left)
+
+
+def _rescan_row_group(limit: int, path: Path, group: int) -> tuple[int, Counter[str]]:
+    """(documents scanned, findings) of the first `limit` documents of a row group."""
+    texts = pq.ParquetFile(path).read_row_group(group, columns=["text"]).column(0).slice(0, limit)
+    left: Counter[str] = Counter()
+    for text, lines in zip(texts.to_pylist(), candidate_lines(texts)):
+        left.update(scanner().scan(text, lines=lines).counts)
+    return len(texts), left

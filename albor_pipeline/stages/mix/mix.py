@@ -9,10 +9,13 @@ shuffle is an external one in per-shard tasks, so memory stays bounded by a shar
 
 from __future__ import annotations
 
+import hashlib
 import math
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -24,8 +27,9 @@ import pyarrow.parquet as pq
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink
 from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks, shards_of
+from albor_pipeline.runtime.shardmap import READS, StageIO, TaskIO, held, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
+from albor_pipeline.runtime.taskstore import NotReusable
 from albor_pipeline.spec import MixUnit, SplitMixSpec, repeat_warnings
 from albor_pipeline.stages.mix.report import MixBudget, MixSummary, PlanRow
 from albor_pipeline.text.documents import DOC_SCHEMA
@@ -200,6 +204,7 @@ class _ShuffleJob:
     tmp: str  # the scatter files
     bounds: tuple[int, ...]  # output shard k holds output positions bounds[k] .. bounds[k+1]-1
     inputs: int  # input shards (= scatter files)
+    wanted: frozenset[int]  # the output shards to gather (the task store holds the others)
 
     @property
     def shards(self) -> int:
@@ -220,6 +225,9 @@ def _scatter(job: _ShuffleJob, io: TaskIO, item: tuple[int, str, np.ndarray, np.
     the output shards holding those positions: one Arrow file, a record batch per output shard."""
     i, src, rows, pos = item
     order = np.argsort(pos, kind="stable")
+    if len(job.wanted) < job.shards:  # only the rows of the shards to gather
+        shard_of = np.searchsorted(np.asarray(job.bounds), pos[order], side="right") - 1
+        order = order[np.isin(shard_of, list(job.wanted))]
     pos = pos[order]
     table = pq.read_table(io.local(src), columns=DOC_SCHEMA.names).take(pa.array(rows[order]))
     table = table.append_column("_pos", pa.array(pos, pa.int64())).combine_chunks()
@@ -236,8 +244,15 @@ def _scatter(job: _ShuffleJob, io: TaskIO, item: tuple[int, str, np.ndarray, np.
     return io.node.spool(spool)
 
 
-def _gather(job: _ShuffleJob, io: TaskIO, k: int) -> _Gathered:
-    """Output shard k: its rows from every scatter file, in output order."""
+def _gather(job: _ShuffleJob, io: TaskIO, item: tuple[int, str | None]) -> _Gathered:
+    """Output shard k: its rows from every scatter file, in output order. `item`: (k, the
+    digest of its rows, None when unknown)."""
+    k = item[0]
+    if k not in job.wanted:  # held by the store when the scatter began, gone since
+        raise RuntimeError(
+            f"the task store's entry of mix output shard {k} went away during the run "
+            "(the store trimmed or edited by another process?): run again"
+        )
     parts = []
     for i in range(job.inputs):
         with pa.OSFile(str(io.local(f"{job.tmp}/{i:05d}.arrow"))) as fh:  # read, not mapped: the file goes away
@@ -248,6 +263,16 @@ def _gather(job: _ShuffleJob, io: TaskIO, k: int) -> _Gathered:
     return _Gathered(Shard.of(sink.path, sink.rows))
 
 
+def _gather_reads(job: _ShuffleJob, io: TaskIO, item: tuple[int, str | None]) -> dict[str, Any]:
+    """A gather task's identity: its output shard and its rows by content (each row's
+    SHA-256, source and file, in order), wherever they sit in the inputs."""
+    k, rows = item
+    if rows is None:
+        raise NotReusable("the mix's rows have no digests")
+    return {"shard": k, "rows": rows}
+
+
+setattr(_gather, READS, _gather_reads)
 _SCATTER_SCHEMA = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
 CHEAP = 4  # the mix's waves cost about a second a shard: a pool pays off from 4 (`inline_below`)
 
@@ -258,10 +283,12 @@ def shuffle(
     out: Path,
     bounds: np.ndarray,
     executor: Executor = INLINE,
+    row_keys: np.ndarray | None = None,
 ) -> list[Shard]:
     """Write rows `order_idx[0], order_idx[1], ...` of `src` (a Parquet file or shard set, rows
     numbered across its shards) as the shard set `out`, output shard k holding positions
-    `bounds[k]` up to `bounds[k+1]`.
+    `bounds[k]` up to `bounds[k+1]`. `row_keys` (a digest per output position, `_row_keys`):
+    an output shard whose rows the task store holds is reused, and not scattered or gathered.
 
     An external shuffle in two task waves: a scatter task per input shard sends each picked
     row to the output shard that holds its position, then a gather task per output shard
@@ -281,10 +308,19 @@ def shuffle(
             (i, str(f), inputs[cuts[i] : cuts[i + 1]] - starts[i], by_input[cuts[i] : cuts[i + 1]])
             for i, f in enumerate(files)
         ]
-        job = _ShuffleJob(tmp, tuple(int(b) for b in bounds), len(files))
-        spooled = map_tasks(_scatter, job, scatter, Path(tmp), executor, inline_below=CHEAP)
-        gathered = map_shards(_gather, job, range(job.shards), out, executor, spools=spooled, inline_below=CHEAP)
+        gathers = [
+            (k, None if row_keys is None else _digest(row_keys[a:b])) for k, (a, b) in enumerate(pairwise(bounds))
+        ]
+        job = _ShuffleJob(tmp, tuple(int(b) for b in bounds), len(files), frozenset(range(len(gathers))))
+        wanted = frozenset(k for k, held_ in enumerate(held(_gather, job, gathers, executor)) if not held_)
+        job = replace(job, wanted=wanted)
+        spooled = map_tasks(_scatter, job, scatter, Path(tmp), executor, inline_below=CHEAP) if wanted else []
+        gathered = map_shards(_gather, job, gathers, out, executor, spools=spooled, inline_below=CHEAP)
         return list(shards_of(gathered))
+
+
+def _digest(keys: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(keys).tobytes()).hexdigest()
 
 
 def shard_bounds(sizes: np.ndarray, max_bytes: int) -> np.ndarray:
@@ -297,20 +333,33 @@ def shard_bounds(sizes: np.ndarray, max_bytes: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Sizes:
-    """A shard's documents' UTF-8 bytes and characters; the task writes no file."""
+    """A shard's documents' UTF-8 bytes, characters and row keys; the task writes no file."""
 
     nbytes: np.ndarray
     chars: np.ndarray
+    keys: np.ndarray  # `ROW_KEY` bytes per row
     shards: tuple[Shard, ...] = ()
 
 
+ROW_KEY = 16  # bytes of a row's digest: 2**-64 odds of a collision among 10**9 rows
+
+
+def _row_keys(table: pa.Table) -> np.ndarray:
+    """A digest of each document row (its text's SHA-256, its source and its file: the row's
+    whole content, as the text's hash stands for the text), `ROW_KEY` bytes each."""
+    cols = (table.column(n).to_pylist() for n in ("sha256", "source", "file"))
+    keys = b"".join(hashlib.sha256(f"{s}\0{src}\0{f}".encode()).digest()[:ROW_KEY] for s, src, f in zip(*cols))
+    return np.frombuffer(keys, dtype=np.uint8).reshape(-1, ROW_KEY)
+
+
 def _text_sizes(_: None, io: TaskIO, path: str) -> _Sizes:
-    """(UTF-8 bytes, characters) of every document of one shard: a task, reused while the
-    shard's bytes stay the same."""
-    text = pq.read_table(io.local(path), columns=["text"]).column(0)
+    """(UTF-8 bytes, characters, row keys) of every document of one shard: a task, reused
+    while the shard's bytes stay the same."""
+    table = pq.read_table(io.local(path), columns=["text", "sha256", "source", "file"])
+    text = table.column("text")
     nbytes = pc.binary_length(text).to_numpy(zero_copy_only=False)
     chars = pc.utf8_length(text).to_numpy(zero_copy_only=False)
-    return _Sizes(nbytes.astype(np.int64), chars.astype(np.int64))
+    return _Sizes(nbytes.astype(np.int64), chars.astype(np.int64), _row_keys(table))
 
 
 def _draw(plans: list[SourcePlan], positions: dict[str, np.ndarray], lengths: np.ndarray, seed: int) -> np.ndarray:
@@ -359,11 +408,12 @@ def mix_documents(
     sizes = map_tasks(_text_sizes, None, items, out.parent, io.executor, inline_below=CHEAP, reuse=True)
     nbytes = np.concatenate([s.nbytes for s in sizes])
     lengths = np.concatenate([s.chars for s in sizes])
+    row_keys = np.concatenate([s.keys for s in sizes])
     chars = {name: int(lengths[pos].sum()) for name, pos in positions.items()}
     plans, warnings = plan_counts(counts, mix, order, chars)
     order_idx = _draw(plans, positions, lengths, mix.seed)
     bounds = shard_bounds(nbytes[order_idx], int(shard_mb * MB))
-    shards = shuffle(split_path, order_idx, out, bounds, io.executor)
+    shards = shuffle(split_path, order_idx, out, bounds, io.executor, row_keys[order_idx])
     if io.progress:
         io.progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
     summary = MixSummary(
