@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -82,7 +82,9 @@ COARSE_RACY_NS = 3_000_000_000
 mounts): a time with no fraction of a second is taken to be one."""
 
 
-_DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}  # (path, device, inode, size, mtime, ctime)
+# (device, inode, size, mtime, ctime) -> (a path it had, its SHA-256): by inode, so the hard
+# links of a file (the task store's entries) share its digest.
+_DIGESTS: dict[tuple[int, int, int, int, int], tuple[str, str]] = {}
 _KNOWN_DIGESTS = 1 << 18  # past this many, the cache starts afresh: memory stays bounded
 
 
@@ -95,21 +97,48 @@ def file_sha256(path: Path | str) -> str:
     newest = max(st.st_mtime_ns, st.st_ctime_ns)
     if time.time_ns() - newest < (RACY_NS if newest % 1_000_000_000 else COARSE_RACY_NS):
         return sha256_file(Path(path))
-    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if (digest := _DIGESTS.get(key)) is None:
-        if len(_DIGESTS) >= _KNOWN_DIGESTS:
-            _DIGESTS.clear()
-        digest = _DIGESTS[key] = sha256_file(Path(path))
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if (known := _DIGESTS.get(key)) is not None:
+        return known[1]
+    if len(_DIGESTS) >= _KNOWN_DIGESTS:
+        _DIGESTS.clear()
+    digest = sha256_file(Path(path))
+    _DIGESTS[key] = (os.path.abspath(path), digest)
     return digest
 
 
-def load_digests(record: Path) -> None:
+def remember_digests(root: Path, artifacts: Iterable[Artifact]) -> None:
+    """The recorded SHA-256s of files a stage just committed (hashed by whoever wrote them,
+    from the bytes they wrote), known to this process as if it had hashed them: the checks
+    and the stages after it verify them at the cost of a stat. Unlike `file_sha256`, a file
+    changed in the last `RACY_NS` is remembered too (they all are, at commit): only a writer
+    outside the run, in the same clock tick as the commit, could slip past its stat, and the
+    data dir holds one run at a time. A file whose size is not the recorded one is hashed
+    when verified."""
+    for art in artifacts:
+        path = os.path.abspath(root / art.path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_size == art.bytes and len(_DIGESTS) < _KNOWN_DIGESTS:
+            _DIGESTS[(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)] = (path, art.sha256)
+
+
+_LOADED: set[str] = set()  # the records this process loaded
+
+
+def load_digests(record: Path, once: bool = False) -> None:
     """The digests a data dir's earlier runs took (`save_digests`), known to this process:
     a rebuild verifies the files no one changed at the cost of a stat. A missing or unreadable
-    record is no error (the files are hashed)."""
+    record is no error (the files are hashed). `once`: not again in this process (a pool
+    worker's task identities and restores)."""
+    if once and str(record) in _LOADED:
+        return
+    _LOADED.add(str(record))
     try:
         for path, device, inode, size, mtime, ctime, digest in json.loads(record.read_bytes()):
-            _DIGESTS[(str(path), int(device), int(inode), int(size), int(mtime), int(ctime))] = str(digest)
+            _DIGESTS[(int(device), int(inode), int(size), int(mtime), int(ctime))] = (str(path), str(digest))
     except (OSError, ValueError, TypeError):
         return
 
@@ -118,13 +147,13 @@ def save_digests(record: Path, root: Path) -> None:
     """This process's digests of the files under `root` that still have the size, times and
     inode they were hashed at, into `record` (whole or not at all)."""
     under, rows = os.path.abspath(root) + os.sep, []
-    for (path, *stat), digest in list(_DIGESTS.items()):  # a snapshot: a thread may still be hashing
+    for stat, (path, digest) in list(_DIGESTS.items()):  # a snapshot: a thread may still be hashing
         if path.startswith(under):
             try:
                 st = os.stat(path)
             except OSError:
                 continue
-            if [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] == stat:
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == stat:
                 rows.append([path, *stat, digest])
     write_json(record, sorted(rows))
 

@@ -19,6 +19,7 @@ from albor_pipeline.runtime.artifacts import (
     json_bytes,
     read_manifest,
     recorded_intact,
+    remember_digests,
     reserved_write,
     sha256_bytes,
     write_json,
@@ -165,6 +166,7 @@ def run_stage(
     finally:
         release_memory()  # what the stage freed, back to the system before the next one
     journal.finish()
+    remember_digests(layout.root, manifest.outputs)
     # After the commit (a kill before this only costs a rerun), and only when a file the spec
     # names did not change while the stage read it.
     if key is not None and settings is not None and stage_identity(layout, stage, upstream, settings) == key:

@@ -47,8 +47,9 @@ from typing import Any, NamedTuple, Protocol, TypeVar, cast
 import numpy as np
 from pydantic import BaseModel
 
-from albor_pipeline.runtime.artifacts import file_sha256, write_json
+from albor_pipeline.runtime.artifacts import file_sha256, load_digests, write_json
 from albor_pipeline.runtime.commit import TEMP_SUFFIX
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shards import Shard
 
 T = TypeVar("T")
@@ -234,6 +235,7 @@ class TaskStore:
 
     def key(self, step: Callable[..., Any], job: Any, item: Any) -> str:
         """The task's identity; NotReusable when it has none."""
+        load_digests(Layout(Path(self.root)).digests, once=True)  # a worker: the files no one changed, unhashed
         step_name = f"{step.__module__}.{getattr(step, '__qualname__', repr(step))}"
         return identity({"step": step_name, "job": job, "item": item}, self.root)
 

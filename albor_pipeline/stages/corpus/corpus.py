@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import Shard, row_groups
+from albor_pipeline.runtime.taskstore import memo
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy, repeat_warnings
 from albor_pipeline.stages.corpus.encode_task import (
     EncodeJob,
@@ -44,7 +46,7 @@ from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces, write_pi
 from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
 from albor_pipeline.stages.corpus.plan import PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
 from albor_pipeline.stages.corpus.report import CorpusBudget, CorpusSummary, SourceFacts
-from albor_pipeline.text.encode import pick_encoder
+from albor_pipeline.text.encode import make_encoder, pick_encoder
 from albor_pipeline.text.sequences import INDEX_FILE
 from albor_pipeline.text.vocab import BOS, EOS, PAD, token_dtype
 
@@ -204,11 +206,14 @@ def _encode_split(
     # A quick guard on this data (the test suite proves id equality broadly): 32 documents, 8k chars each.
     first = pq.ParquetFile(groups[0][0]).read_row_group(groups[0][1], columns=["text"]) if groups else None
     sample = [t[:8192] for t in first.column(0).to_pylist()[:32]] if first is not None else []
-    encoder, encoder_note = pick_encoder(tok, spec.encoder, sample)
+    name, encoder_note = memo(
+        _pick_encoder, spec.encoder, [str(tokenizer_path), sample], partial(_pick_encoder, tok, spec.encoder, sample)
+    )
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
     # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
-    own = RowGroupEncoder(tok, encoder, spec.bos, min_chars) if runs_inline(io.executor, len(groups), 4) else None
-    job = EncodeJob(str(tokenizer_path), encoder.name, spec.bos, min_chars, str(spool), dtype.name, own)
+    inline = runs_inline(io.executor, len(groups), 4)
+    own = RowGroupEncoder(tok, make_encoder(tok, name), spec.bos, min_chars) if inline else None
+    job = EncodeJob(str(tokenizer_path), name, spec.bos, min_chars, str(spool), dtype.name, own)
     encoded, accounting = _encode(groups, job, io, start)
     lengths = np.concatenate([g.lengths for g in encoded]) if encoded else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum([int(g.lengths.sum()) for g in encoded])]).astype(np.int64)
@@ -216,6 +221,13 @@ def _encode_split(
     spooled = [g.spooled for g in encoded]
     rows = _split_rows(groups, encoded)
     return _Encoded(lengths, offsets, len(groups), text_bytes, accounting, spooled, encoder_note, rows)
+
+
+def _pick_encoder(tok: Tokenizer, choice: str, sample: list[str]) -> tuple[str, str]:
+    """(the encoder's name, why): kept per tokenizer and sample, so a rebuild whose encoding
+    runs on the workers (or is reused) does not build the encoder in the run's process."""
+    encoder, note = pick_encoder(tok, choice, sample)
+    return encoder.name, note
 
 
 def _split_rows(groups: list[RowGroup], encoded: list[GroupTokens]) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from contextlib import ExitStack
 from pathlib import Path
@@ -43,17 +44,24 @@ def megatron_index(lengths: np.ndarray, dtype: np.dtype) -> bytes:
 
 def concat_streams(spool: Path, tasks: int, names: list[str], into: Path, limit: int) -> tuple[str, int]:
     """The spooled ids end to end, their first `limit` bytes (the kept documents'), into each
-    file `names` under `into` (the same bytes: one SHA-256 and size, returned)."""
+    file `names` under `into` (the same bytes: one SHA-256 and size, returned). The stream is
+    written once; the other names are hard links of it (no second copy on disk)."""
     digest, size = hashlib.sha256(), 0
     with ExitStack() as stack:
-        outs = [stack.enter_context(open(stack.enter_context(atomic_path(into / n)), "wb")) for n in names]
+        paths = [stack.enter_context(atomic_path(into / n)) for n in names]
+        out = stack.enter_context(open(paths[0], "wb")) if paths else None
         for task in range(tasks):
             with open(spool_tokens(spool, task), "rb") as src:
                 while size < limit and (chunk := src.read(min(1 << 22, limit - size))):
                     digest.update(chunk)
                     size += len(chunk)
-                    for out in outs:
+                    if out is not None:
                         out.write(chunk)
+        if out is not None:
+            out.close()
+        for other in paths[1:]:
+            other.unlink()
+            os.link(paths[0], other)
     return digest.hexdigest(), size
 
 
