@@ -377,14 +377,18 @@ def _checks_definition(stage: Stage[Any], ns: Namespace, spec: PipelineSpec | No
         store, execution = ns.resources(context)
         selected = {k.name for k in context.selected_asset_check_keys}
         raised: Exception | None = None
+        kept: list[str] = []
         for check in (c for c in stage.checks if c.name in selected):
             try:
-                result = _check_result(key, check, *_run_check(context, stage, check, spec, store, execution))
+                outcome, tasks, was_kept = _run_check(context, stage, check, spec, store, execution)
             except Exception as exc:  # the others still run and report; the step fails after them
                 context.log.error(f"{stage.name}: {check.name}: {type(exc).__name__}: {exc}")
                 raised = raised or exc
                 continue
-            yield result
+            kept += [check.name] if was_kept else []
+            yield _check_result(key, check, outcome, tasks, was_kept)
+        if kept:  # one line for the step, not one per check
+            context.log.info(f"{stage.name}: {', '.join(kept)}: what they check is unchanged: their outcomes are kept")
         if raised is not None:
             raise raised
 
@@ -403,7 +407,6 @@ def _run_check(
     else a run of it."""
     identity = _check_key(stage, check, spec, execution, store)
     if (kept := kept_outcome(store.layout, stage.name, check.name, check.reads, identity)) is not None:
-        context.log.info(f"{stage.name}: {check.name}: what it checks is unchanged: its outcome is kept")
         return kept, {}, True
     manifest = read_manifest(store.layout, stage.name)
     store.ensure(manifest.outputs)

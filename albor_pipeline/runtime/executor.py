@@ -71,10 +71,17 @@ class InlineExecutor:
         return _windowed(self.name, lambda timed, item: timed(item), lambda done: done, fn, items, 1, self.progress)
 
 
-PRELOADED = ["albor_pipeline.runtime.forkmain", "albor_pipeline.runtime.shardmap", "pandas", "polars"]
+PRELOADED = [
+    "albor_pipeline.runtime.forkmain",
+    "albor_pipeline.runtime.shardmap",
+    "pandas",
+    "polars",
+    "albor_pipeline.stages.stats.charts",
+]
 """What the fork server imports once, before it forks workers: the run's main script
-(`forkmain`), the libraries every task uses, pandas (Arrow's `to_numpy` imports it) and polars
-(the mix's); then the modules of this package the run has imported (`_preload`)."""
+(`forkmain`), the libraries every task uses, pandas (Arrow's `to_numpy` imports it), polars
+(the mix's) and matplotlib (the charts': 0.3 s a worker otherwise, in a rebuild whose figures
+moved); then the modules of this package the run has imported (`_preload`)."""
 
 MAIN_SCRIPT = "ALBOR_FORKSERVER_MAIN"
 """The environment variable that names the run's main script to the fork server (`forkmain`)."""

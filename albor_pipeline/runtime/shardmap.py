@@ -14,6 +14,7 @@ store holds gets its stored shards instead of running.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -35,6 +36,9 @@ from albor_pipeline.runtime.taskstore import (
     session,
     worker_code,
 )
+
+PROGRESS_LOG_SECONDS = 2.0
+"""How often a map logs its step's progress line (`progress`), besides after its last task."""
 
 INLINE_BELOW = 2
 """Fewer items than this run inline on a local pool: starting and feeding worker processes
@@ -174,6 +178,7 @@ def _run(
     task = replace(task, io=replace(task.io, node=node))
     done: list[T] = []
     reuse = session()
+    told = time.monotonic()
     for outcome in executor.map(task, items):
         result = cast(T, outcome.result)
         if outcome.reused:
@@ -185,9 +190,13 @@ def _run(
             reuse.record([outcome])
         fault("task-done", reuse.stage if reuse is not None else "")
         done.append(result)
-        line = progress(done) if progress else None
-        if line and log:
+        # The last result's line always; others at most every PROGRESS_LOG_SECONDS (each is an
+        # event in the run's log, and a reused stage's tasks come back in a burst).
+        last = len(done) == len(items)
+        due = progress and log and (last or time.monotonic() - told >= PROGRESS_LOG_SECONDS)
+        if due and log and (line := cast(Callable[[list[T]], str | None], progress)(done)):
             log(line)
+            told = time.monotonic()
         yield result
 
 
