@@ -16,6 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, write_bytes
 from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.commit import recover_commits
@@ -39,12 +41,17 @@ POSTGRES_ENV = "ALBOR_POSTGRES_URL"
 
 
 def instance_yaml() -> bytes:
-    """The instance config: the repo's dagster.yaml, plus dagster-postgres.yaml (storage in
-    PostgreSQL) when ALBOR_POSTGRES_URL is set. SQLite in DAGSTER_HOME stays the default."""
-    parts = [REPO_ROOT / "dagster.yaml"] + (
-        [REPO_ROOT / "dagster-postgres.yaml"] if os.environ.get(POSTGRES_ENV) else []
-    )
-    return b"\n".join(p.read_bytes() for p in parts)
+    """The instance config: the repo's dagster.yaml, or with ALBOR_POSTGRES_URL set, its
+    settings less the SQLite event log (`event_log_storage`) plus dagster-postgres.yaml
+    (storage in PostgreSQL: Dagster takes one or the other). SQLite in DAGSTER_HOME stays the
+    default."""
+    base = (REPO_ROOT / "dagster.yaml").read_bytes()
+    if not os.environ.get(POSTGRES_ENV):
+        return base
+    settings = yaml.safe_load(base)
+    settings.pop("event_log_storage", None)
+    postgres = (REPO_ROOT / "dagster-postgres.yaml").read_bytes()
+    return yaml.safe_dump(settings, sort_keys=False).encode() + b"\n" + postgres
 
 
 def ensure_dagster_home(rewrite: bool = False) -> Path:

@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -247,13 +248,57 @@ def test_corrupt_compressed_and_empty_sources_say_why(tmp_path, make_spec):
     assert not (tmp_path / "e").exists()
 
 
-def test_repo_dagster_yaml_monitors_runs_with_a_worker_health_check(tmp_path):
+def test_repo_dagster_yaml_monitors_runs_with_a_worker_health_check(tmp_path, monkeypatch):
     import dagster as dg
 
     home = tmp_path / "home"
     home.mkdir()
     (home / "dagster.yaml").write_bytes((REPO_ROOT / "dagster.yaml").read_bytes())
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.run_monitoring_enabled
         assert instance.run_launcher.supports_check_run_worker_health
         assert instance.run_monitoring_settings["max_resume_run_attempts"] == 0
+
+
+def test_the_repo_instance_logs_runs_in_sqlite_with_a_connection_kept_per_database(tmp_path, monkeypatch):
+    """The repo's dagster.yaml keeps Dagster's SQLite event log where Dagster's default does, and
+    another process's instance (the web UI's) reads a run's events back; its writer keeps one
+    connection per database, at most LIVE_DATABASES of them."""
+    import dagster as dg
+
+    from albor_pipeline.defs.eventlog import LIVE_DATABASES, PooledSqliteEventLogStorage
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes((REPO_ROOT / "dagster.yaml").read_bytes())
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+
+    @dg.asset
+    def lines():  # no annotation: Dagster cannot resolve a local string annotation
+        return dg.MaterializeResult(metadata={"lines": len((STDLIB / "json" / "decoder.py").read_text().splitlines())})
+
+    with dg.DagsterInstance.get() as instance:
+        storage = instance.event_log_storage
+        assert isinstance(storage, PooledSqliteEventLogStorage)
+        runs = [dg.materialize([lines], instance=instance).run_id for _ in range(LIVE_DATABASES + 2)]
+        assert len(storage.__dict__["_engines"]) == LIVE_DATABASES  # the index and the latest runs'
+    assert all((home / "history" / "runs" / f"{run}.db").is_file() for run in runs)
+    reader = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, dagster as dg\n"
+            "with dg.DagsterInstance.get() as i:\n"
+            "    e = i.get_latest_materialization_event(dg.AssetKey('lines'))\n"
+            "    print(e.run_id, e.asset_materialization.metadata['lines'].value, len(i.all_logs(sys.argv[1])))",
+            runs[0],
+        ],
+        env={**os.environ, "DAGSTER_HOME": str(home)},
+        capture_output=True,
+        text=True,
+    )
+    assert reader.returncode == 0, reader.stderr[-2000:]
+    run_id, count, events = reader.stdout.split()
+    assert run_id == runs[-1] and int(count) == len((STDLIB / "json" / "decoder.py").read_text().splitlines())
+    assert int(events) >= 8  # a whole run's log: start, step, materialization, success...
