@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +27,13 @@ from albor_pipeline.stages.tokenizer.report import card_tokenizer
 from albor_pipeline.stages.tokenizer.tokenizer import (
     CL100K_PATTERN,
     O200K_PATTERN,
-    TORCH_MISSING,
     TokenizerError,
     build_tokenizer,
     evaluate,
     openai_counter,
     openai_encoding,
     tiktoken_encoding,
+    token_bytes_pt,
     tokenizer_from_merges,
 )
 from albor_pipeline.text.vocab import FIM_TOKENS, plain_tokenizer, token_to_bytes
@@ -361,15 +363,32 @@ def test_nanochat_files_are_recorded_artifacts(trained):
     assert enc.name == "albor" and enc.special_tokens_set == {"<unk>", "<|bos|>", "</s>", "<pad>", *FIM_TOKENS}
 
 
-def test_without_torch_token_bytes_pt_is_left_out_and_said(corpus_files, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    out = tmp_path / "t"
-    result = build_tokenizer(*corpus_files, TokenizerSpec(vocab_size=600), out, StageIO(tmp_path))
-    assert (out / "tokenizer.pkl").exists() and not (out / "token_bytes.pt").exists()
-    assert {Path(a.path).name for a in result.artifacts} >= {"tokenizer.pkl", "token_bytes.npy"}
-    assert "token_bytes.pt" not in {Path(a.path).name for a in result.artifacts}
-    assert result.summary.note == TORCH_MISSING
-    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["note"] == TORCH_MISSING
+def test_token_bytes_pt_is_written_without_torch_and_torch_loads_it(corpus_files, tmp_path, monkeypatch):
+    """token_bytes.pt needs no torch to write (its import costs 0.7 s of a retraining): torch
+    loads it as it loads its own `torch.save` (weights-only, and memory-mapped), at every size
+    of the pickle's integer; and the bytes are what `torch.save` would hold."""
+    import torch
+
+    with monkeypatch.context() as patched:
+        patched.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+        out = tmp_path / "t"
+        result = build_tokenizer(*corpus_files, TokenizerSpec(vocab_size=600), out, StageIO(tmp_path))
+    assert "token_bytes.pt" in {Path(a.path).name for a in result.artifacts}
+    expected = np.load(out / "token_bytes.npy")
+    for loaded in (
+        torch.load(out / "token_bytes.pt", weights_only=True),
+        torch.load(out / "token_bytes.pt", mmap=True),
+    ):
+        assert loaded.dtype == torch.int32 and loaded.tolist() == expected.tolist()
+    for n in (0, 1, 255, 256, 65535, 65536, 200_019):  # the pickle's 1-, 2- and 4-byte integers
+        lengths = np.arange(n, dtype=np.int64) % 23
+        loaded = torch.load(io.BytesIO(token_bytes_pt(lengths)), weights_only=True)
+        saved = io.BytesIO()
+        torch.save(torch.tensor(lengths, dtype=torch.int32), saved)
+        assert torch.equal(loaded, torch.tensor(lengths, dtype=torch.int32)), n
+        theirs = zipfile.ZipFile(saved)
+        ours = zipfile.ZipFile(io.BytesIO(token_bytes_pt(lengths)))
+        assert all(ours.read(n_) == theirs.read(n_) for n_ in ours.namelist()), n  # torch's own records
 
 
 def test_a_tiktoken_disagreement_is_reported(tmp_path):

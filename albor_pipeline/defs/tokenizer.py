@@ -56,7 +56,6 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
             "vocab_size": summary.vocab_size,
             "roundtrip_ok": summary.roundtrip_ok,
             "tiktoken_ids_equal": summary.tiktoken_ids_equal,
-            **({"note": summary.note} if summary.note else {}),
             "val_documents": summary.val_documents,
             "bytes_per_token": summary.bytes_per_token,
             "train_seconds": result.timings["train_seconds"],
@@ -80,7 +79,7 @@ def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
             description="ByteLevel BPE (specials `<unk> <s> </s> <pad>` at ids 0-3, FIM sentinels then chat "
             "tokens appended), "
             "trained on the train mix before FIM; reports val round-trip, keyword coverage and bytes/token. "
-            "Also nanochat's tokenizer.pkl (tiktoken) and token_bytes.pt (with torch).",
+            "Also nanochat's tokenizer.pkl (tiktoken) and token_bytes.pt.",
             config=TokenizerConfig,
             defaults=spec_defaults(TokenizerConfig, spec.tokenizer),
             work=partial(tokenizer, spec),

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from albor_pipeline.runtime.artifacts import NO_ROOM
-from albor_pipeline.runtime.memory import release_memory
+from albor_pipeline.runtime.memory import release_memory_if_grown
 from albor_pipeline.runtime.nodes import Node
 from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.runtime.taskstore import note_worker_code
@@ -187,12 +187,12 @@ class LocalExecutor:
 
 
 def _in_worker(timed: _Timed[T, R], item: T) -> tuple[float, R]:
-    """A task in a pool worker, which then hands the memory its task freed back to the system
-    (`runtime/memory.py`): workers live as long as the run."""
+    """A task in a pool worker, which then hands the memory its tasks freed back to the system
+    once it has grown (`runtime/memory.py`): workers live as long as the run."""
     try:
         return timed(item)
     finally:
-        release_memory()
+        release_memory_if_grown()
 
 
 def _start_worker(run: int, started: str | None, every: float = 1.0) -> None:

@@ -2,13 +2,14 @@
 
 Arrow's memory pool and glibc's malloc keep memory a step freed, for reuse. A pool worker
 lives as long as its run, and the run's process runs every stage: what each keeps adds up
-to a peak no single step needs. After each task in a worker and each stage in the run's
-process, `release_memory` returns it.
+to a peak no single step needs. After each stage in the run's process, and after a worker's
+task once the worker has grown by `GROWN_BYTES`, `release_memory` returns it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 
 import pyarrow as pa
 
@@ -23,3 +24,25 @@ def release_memory() -> None:
     pa.default_memory_pool().release_unused()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+GROWN_BYTES = 64 << 20
+"""How much a worker's resident memory grows before its next task's end hands memory back:
+a trim walks the heap (a few ms), which small tasks (a reused one, a row group's) need not pay."""
+_TRIMMED_AT = [0]  # resident bytes after this process's last trim
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):  # not Linux: always trim
+        return _TRIMMED_AT[0] + GROWN_BYTES
+
+
+def release_memory_if_grown() -> None:
+    """`release_memory` when this process has grown by `GROWN_BYTES` since it last did."""
+    if _resident_bytes() - _TRIMMED_AT[0] >= GROWN_BYTES:
+        release_memory()
+        _TRIMMED_AT[0] = _resident_bytes()

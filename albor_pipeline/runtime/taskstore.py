@@ -56,8 +56,8 @@ T = TypeVar("T")
 RESULT = "result.pickle"
 REFS = "refs"  # beside the entries: per stage, the identities its current outputs were made of
 FILES = "files"
-# Beside the package's own dependencies: torch (the tokenizer writes token_bytes.pt when it is
-# installed), matplotlib (the charts), and the package's own version (provenance names it).
+# Beside the package's own dependencies: matplotlib (the charts) and the package's own version
+# (provenance names it).
 LIBRARIES = (
     "pyarrow",
     "numpy",
@@ -66,7 +66,6 @@ LIBRARIES = (
     "tiktoken",
     "polars",
     "detect-secrets",
-    "torch",
     "matplotlib",
     "albor-pipeline",
 )

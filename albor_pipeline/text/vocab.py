@@ -64,7 +64,14 @@ def plain_tokenizer(tok: Tokenizer) -> Tokenizer:
     HF tokenizers split added tokens out of raw text even with add_special_tokens=False;
     without the added-token table, `</s>` in a document is just bytes.
     """
-    return Tokenizer.from_str(plain_json(tok.to_str()))
+    return _plain_from(tok.to_str())
+
+
+@lru_cache(maxsize=2)
+def _plain_from(tokenizer_json: str) -> Tokenizer:
+    """The plain copy of a tokenizer.json, built once per tokenizer in a process (0.1 s; the
+    tokenizer stage's evaluation and comparison share it). Only encoded with: never mutated."""
+    return Tokenizer.from_str(plain_json(tokenizer_json))
 
 
 def plain_json(tokenizer_json: str) -> str:

@@ -39,8 +39,6 @@ class TokenizerSummary(Report):
     # Per source and "all": bytes, and ours and each baseline's tokens, bytes/token, diff.
     comparison: list[dict[str, str | int | float | None]]
     comparison_notes: list[str]
-    # Only when a file was left out (token_bytes.pt without torch), and why.
-    note: str | None = Field(None, exclude_if=lambda v: v is None)
 
     @classmethod
     def of(cls, report: dict[str, Any]) -> TokenizerSummary:
@@ -73,7 +71,6 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         ("bytes/token (val)", report["bytes_per_token"]),
         ("train documents", report["train_documents"]),
         *(("comparison", note) for note in report.get("comparison_notes", [])),
-        *((("note", report["note"]),) if report.get("note") else ()),
         *((f"training {k}", report[f"train_{k}"]) for k in ("seconds", "mb_per_s") if f"train_{k}" in report),
     ]
     return [{"fact": fact, "value": value} for fact, value in rows]

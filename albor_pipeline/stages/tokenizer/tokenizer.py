@@ -8,7 +8,7 @@ merge, and training checks that no learned token equals one.
 
 Besides the HF files, the folder holds what nanochat's `get_tokenizer` and `get_token_bytes`
 load: `tokenizer.pkl` (a pickled `tiktoken.Encoding`, `<s>` named `<|bos|>`) and
-`token_bytes.pt` (when torch is installed).
+`token_bytes.pt` (an int32 tensor, written without torch).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 import pickle
 import tempfile
 import time
+import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -214,7 +215,6 @@ def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
 NANOCHAT_BOS = "<|bos|>"  # nanochat's name for the document-start token, our `<s>`
 ENCODING_NAME = "albor"  # no registered tiktoken name: the pickle holds the whole table, not a reference
 PICKLE_PROTOCOL = 4  # fixed, so the bytes do not follow a Python's default protocol
-TORCH_MISSING = "torch not installed: token_bytes.pt not written (pip install 'albor-pipeline[torch]')"
 
 
 def tiktoken_encoding(tok: Tokenizer) -> tiktoken.Encoding:
@@ -240,23 +240,51 @@ def encoding_pickle(tok: Tokenizer) -> bytes:
     return pickle.dumps(tiktoken_encoding(tok), protocol=PICKLE_PROTOCOL)
 
 
-def token_bytes_pt(lengths: np.ndarray) -> bytes | None:
-    """`token_bytes.pt` as nanochat's tok_train writes it (an int32 tensor), or None without
-    torch (an optional extra). Saved to memory, not to a path: torch names the zip's inner
-    folder after a path's file name (here a random temp name), but `archive` for a stream,
-    so the bytes depend only on the lengths."""
-    try:
-        import torch
-    except ImportError:
-        return None
+def token_bytes_pt(lengths: np.ndarray) -> bytes:
+    """`token_bytes.pt` as nanochat's tok_train writes it: `torch.save` of an int32 tensor,
+    which `torch.load` reads back (weights-only, or mapped). Written without torch (an import
+    of 0.7 s, and an optional extra): torch's zip layout, a pickle that rebuilds the tensor
+    from its one storage (`data/0`, the lengths as little-endian int32), and no timestamps,
+    so the bytes depend only on the lengths. The tests load it with torch."""
+    n = len(lengths)
+    size, stride = _pickle_int(n), _pickle_int(1 if n else 0)  # torch's stride of an empty tensor: 0
+    rebuild = (
+        b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\nq\x00((X\x07\x00\x00\x00storageq\x01ctorch\nIntStorage\nq\x02"
+        b"X\x01\x00\x00\x000q\x03X\x03\x00\x00\x00cpuq\x04"
+        + size
+        + b"tq\x05QK\x00"
+        + size
+        + b"\x85q\x06"
+        + stride
+        + b"\x85q\x07"
+        b"\x89ccollections\nOrderedDict\nq\x08)Rq\ttq\nRq\x0b."
+    )
+    records = {
+        "data.pkl": rebuild,
+        ".format_version": b"1",
+        ".storage_alignment": b"64",
+        "byteorder": b"little",
+        "data/0": np.asarray(lengths).astype("<i4").tobytes(),
+        "version": b"3\n",
+    }
     buffer = io.BytesIO()
-    torch.save(torch.tensor(lengths, dtype=torch.int32), buffer)
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in records.items():
+            archive.writestr(zipfile.ZipInfo(f"archive/{name}", date_time=(1980, 1, 1, 0, 0, 0)), data)
     return buffer.getvalue()
 
 
-def bpe_files(tok: Tokenizer) -> tuple[bytes, bytes]:
-    """vocab.json and merges.txt ("a b" per line), derived from tokenizer.json."""
-    model = json.loads(tok.to_str())["model"]
+def _pickle_int(n: int) -> bytes:
+    """`n` as pickle protocol 2 writes a non-negative int: BININT1, BININT2 or BININT."""
+    if n < 1 << 8:
+        return b"K" + n.to_bytes(1, "little")
+    if n < 1 << 16:
+        return b"M" + n.to_bytes(2, "little")
+    return b"J" + n.to_bytes(4, "little", signed=True)
+
+
+def bpe_files(model: dict[str, Any]) -> tuple[bytes, bytes]:
+    """vocab.json and merges.txt ("a b" per line), from tokenizer.json's `model`."""
     vocab = dict(sorted(model["vocab"].items(), key=lambda kv: kv[1]))
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
     vocab_json = json.dumps(vocab, ensure_ascii=False).encode()
@@ -509,11 +537,12 @@ def build_tokenizer(
     if seen["docs"] == 0:
         raise TokenizerError(f"the train split is empty ({train_path}); nothing to train the tokenizer on")
     learned = tok.get_vocab_size(with_added_tokens=False)
+    model = json.loads(tok.to_str())["model"]
     report: dict[str, Any] = {
         "vocab_size": tok.get_vocab_size(with_added_tokens=True),
         "learned_vocab_size": learned,
         "requested_vocab_size": spec.vocab_size,
-        "merges": len(json.loads(tok.to_str())["model"]["merges"]),
+        "merges": len(model["merges"]),
         "special_ids": special_ids(tok),
         "train_documents": seen["docs"],
         "train_chars": seen["chars"],
@@ -530,12 +559,10 @@ def build_tokenizer(
     report.update(compare(tok, val_path, spec.baselines, spec.openai_ranks, io))
     lengths = token_byte_lengths(tok)
     pt = token_bytes_pt(lengths)
-    if pt is None:
-        report["note"] = TORCH_MISSING
     # The report's timing fields vary run to run; keep them out of the hashed file.
     summary = TokenizerSummary.of(report)
     stable = summary.to_json()
-    vocab_json, merges_txt = bpe_files(tok)
+    vocab_json, merges_txt = bpe_files(model)
     with output_set(out_dir) as staging:
         with atomic_path(staging / "tokenizer.json") as tmp:
             tok.save(str(tmp))
@@ -544,12 +571,11 @@ def build_tokenizer(
         with atomic_path(staging / "token_bytes.npy") as tmp, open(tmp, "wb") as fh:
             np.save(fh, lengths)
         write_bytes(staging / "tokenizer.pkl", pkl)
-        if pt is not None:
-            write_bytes(staging / "token_bytes.pt", pt)
+        write_bytes(staging / "token_bytes.pt", pt)
         write_json(staging / "report.json", stable)
         for name, content in hf_configs(appended, model_max_length).items():
             write_json(staging / name, content)
-    nanochat = ("tokenizer.pkl", *(("token_bytes.pt",) if pt is not None else ()))
+    nanochat = ("tokenizer.pkl", "token_bytes.pt")
     names = ("tokenizer.json", "vocab.json", "merges.txt", "token_bytes.npy", *nanochat, "report.json", *HF_CONFIGS)
     timings = {k: report[k] for k in TIMING}
     return TokenizerResult([record(out_dir / n, io.root) for n in names], summary, timings)
