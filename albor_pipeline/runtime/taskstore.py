@@ -306,7 +306,7 @@ class TaskStore:
         """Record the identities of the tasks `stage`'s current outputs were made of (what
         `collect` keeps); beside the store, so the manifests stay the same whether or not
         tasks were reused."""
-        write_json(Path(self.directory) / REFS / f"{stage.replace('/', '__')}.json", sorted(set(keys)))
+        write_json(Path(self.directory) / REFS / f"{stage.replace('/', '__')}.json", sorted(set(keys)), compact=True)
 
     def referenced(self, stages: Iterable[str]) -> set[str]:
         """The identities the current outputs of `stages` were made of, and their checks'."""

@@ -203,8 +203,9 @@ def source_files(src: SourceSpec) -> SourceListing:
 
 def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artifact:
     """The source as an input artifact: content fingerprint of exactly the files ingestion reads."""
-    files = source_files(src).files
-    digest, total = fingerprint_files(source_root(src.path), files, cache_path)
+    listing = source_files(src)
+    files = listing.files
+    digest, total = fingerprint_files(source_root(src.path), files, cache_path, listing.stats)
     return Artifact(path=source_stage(src.name), sha256=digest, bytes=total, rows=len(files))
 
 
@@ -375,12 +376,13 @@ def _hash_on(io: StageIO, root: Location, files: list[str]) -> Hashes:
     return hashed, failed
 
 
-def _source(src: SourceSpec, files: list[str], io: StageIO) -> tuple[Artifact, dict[str, str]]:
+def _source(src: SourceSpec, listing: SourceListing, io: StageIO) -> tuple[Artifact, dict[str, str]]:
     """The source as `source_fingerprint` describes it, and its files' digests: the ones the
     fingerprint cache does not hold (a cold build: all) hashed on the stage's workers."""
     root = source_root(src.path)
     cache = Layout(io.root).fingerprint_cache(src.name)
-    digests, total = file_digests(root, files, cache, partial(_hash_on, io, root))
+    files = listing.files
+    digests, total = file_digests(root, files, cache, partial(_hash_on, io, root), listing.stats)
     fingerprint = fingerprint_of(files, digests)
     return Artifact(path=source_stage(src.name), sha256=fingerprint, bytes=total, rows=len(files)), digests
 
@@ -416,7 +418,7 @@ def ingest_source(
         if progress:
             progress(f"{src.name}: skipped {listing.skipped[reason]} as {reason}, the first at {where}")
     max_bytes = int(shard_mb * MB)
-    source, digests = _source(src, files, io)
+    source, digests = _source(src, listing, io)
     groups = _tasks(file_groups(src, listing, max_bytes), digests)
 
     def ingested(parts: list[_Part]) -> str | None:
