@@ -343,6 +343,7 @@ class TaskStore:
             _drop(entry)
             held -= size
             dropped += size
+        _HELD[self.directory] = held
         return dropped
 
     def collect(self, keep: Iterable[str]) -> tuple[int, int]:
@@ -435,6 +436,11 @@ def memo(step: Callable[..., Any], job: Any, item: Any, compute: Callable[[], T]
     return value
 
 
+ENTRY_BYTES = 4096  # what an entry holds besides its files (its result), for `Session`'s tally
+
+_HELD: dict[str, int] = {}  # per store directory: the bytes it held at this process's last walk, plus since
+
+
 class Session:
     """The run's process side of one stage's reuse: the store, the stage, and the identities
     its tasks had (its manifest records them: what `collect` keeps)."""
@@ -442,23 +448,37 @@ class Session:
     def __init__(self, store: TaskStore, stage: str = "") -> None:
         self.store, self.stage = store, stage
         self.keys: list[str] = []
-        self.stored = False  # a task ran and was kept: the store grew
+        self.added = 0  # bytes the tasks that ran and were kept added to the store (about)
+
+    @property
+    def stored(self) -> bool:
+        """Whether a task ran and was kept: the store grew."""
+        return self.added > 0
 
     def record(self, outcomes: Iterable[Outcome]) -> None:
         """The identities of tasks that ran or were reused: the manifest lists them."""
         for outcome in outcomes:
             if outcome.key is not None:
                 self.keys.append(outcome.key)
-                self.stored = self.stored or not outcome.reused
+                if not outcome.reused:
+                    shards = getattr(outcome.result, "shards", ())
+                    self.added += ENTRY_BYTES + sum(getattr(s, "bytes", 0) for s in shards)
             self.keys.extend(part.key for part in outcome.parts)
-            self.stored = self.stored or any(not part.reused for part in outcome.parts)
+            self.added += ENTRY_BYTES * sum(not part.reused for part in outcome.parts)
 
     def close(self) -> None:
         """After the stage or check: refer to its tasks (what `collect` keeps), and trim the
-        store to its cap when it grew (trimming walks every entry)."""
+        store to its cap when it may be over it: the store's bytes at this process's last walk
+        of it, plus what its stages have added since, past the cap (a walk visits every entry,
+        10 ms a thousand; a data dir has one run at a time, so only this process adds)."""
         self.store.refer(self.stage, self.keys)
-        if self.stored:
-            self.store.trim()
+        if not self.stored:
+            return
+        held = _HELD.get(self.store.directory)
+        if held is not None and held + self.added <= self.store.cap_bytes:
+            _HELD[self.store.directory] = held + self.added
+            return
+        self.store.trim()  # and notes what the store holds now
 
 
 _SESSION: ContextVar[Session | None] = ContextVar("albor_task_session", default=None)

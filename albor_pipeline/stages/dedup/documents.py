@@ -163,10 +163,9 @@ def _identities(inputs: list[tuple[str, Path]], wanted: dict[int, list[int]]) ->
     columns once (the near-duplicate representatives a ledger names)."""
     out = {}
     for i, rows in wanted.items():
-        table = pq.read_table(inputs[i][1], columns=["file", "sha256"])
-        files, shas = table.column(0), table.column(1)
-        for row in rows:
-            out[(i, row)] = f"{shas[row].as_py()} ({inputs[i][0]}:{files[row].as_py()})"
+        picked = pq.read_table(inputs[i][1], columns=["file", "sha256"]).take(pa.array(rows, pa.int64())).to_pydict()
+        for row, file, sha in zip(rows, picked["file"], picked["sha256"], strict=True):
+            out[(i, row)] = f"{sha} ({inputs[i][0]}:{file})"
     return out
 
 

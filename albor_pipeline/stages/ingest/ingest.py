@@ -38,7 +38,7 @@ from albor_pipeline.runtime.files import (
 from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
-from albor_pipeline.runtime.taskstore import session
+from albor_pipeline.runtime.taskstore import memo, session
 from albor_pipeline.runtime.watchdog import reading
 from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.licences import detect_licences
@@ -57,7 +57,7 @@ BATCH_BYTES = 32 << 20
 READ_CHUNK = 256  # code files read ahead at most
 CONVERSATION_COLUMNS = ("messages", "conversations")
 CHAT_COLUMNS = (*CONVERSATION_COLUMNS, *ALPACA_FIELDS)  # what a Parquet chat row is read with
-REDACT_ROWS, REDACT_CHARS = 1024, 16 << 20  # documents redacted together (one RE2 pass), at most
+REDACT_ROWS, REDACT_CHARS = 256, 4 << 20  # documents redacted together (one RE2 pass, one `memo` part), at most
 
 
 @dataclass
@@ -308,28 +308,61 @@ def _screened(src: SourceSpec, documents: Iterable[tuple[str, str]], counts: Cou
 def _redacted_batch(src: SourceSpec, batch: list[tuple[str, str]], counts: Counts) -> Iterator[tuple[str, str]]:
     """`_without_secrets` of each document of `batch`: one RE2 pass finds the batch's candidate
     lines (`candidate_lines`) and the detectors run on those alone (a conversation is
-    redacted message by message)."""
-    scan = src.hygiene.redact in (RedactMode.redact, RedactMode.drop) and src.kind in SECRET_KINDS
-    if scan and batch and src.kind is not SourceKind.chat:
-        lines: list[Lines | None] = list(candidate_lines(pa.array([t for _, t in batch], pa.large_string()), pii=False))
-    else:
-        lines = [None] * len(batch)
-    for (rel, text), where in zip(batch, lines):
-        if (kept := _without_secrets(src, rel, text, counts, where)) is not None:
-            yield kept
+    redacted message by message). What it changed is kept per batch content (`memo`): a
+    rebuild redacts again only the batches holding an edited file."""
+    if src.hygiene.redact not in (RedactMode.redact, RedactMode.drop) or src.kind not in SECRET_KINDS:
+        yield from batch
+        return
+    content = hashlib.sha256()
+    for rel, text in batch:
+        content.update(f"{len(rel)}:{rel}{len(text)}:".encode() + text.encode("utf-8", "surrogatepass"))
+    setting = (src.kind, src.hygiene.redact)
+    changes = memo(_redactions, setting, content.hexdigest(), partial(_redactions, setting, batch))
+    counts.secrets.update(changes.found)
+    if changes.dropped:
+        counts.skipped["secrets"] += changes.dropped
+    for i, (rel, text) in enumerate(batch):
+        if i not in changes.changed:
+            yield rel, text
+        elif (kept := _without_secrets(*setting, rel, text, Counts(), _lines(setting[0], [text])[0])) is not None:
+            yield kept  # redacted again, alone: the store keeps which documents change, never their text
+
+
+@dataclass(frozen=True)
+class _Redactions:
+    """Which documents of a batch redaction changes (rewrites or drops), and what it found."""
+
+    changed: frozenset[int]
+    found: Counter[str]
+    dropped: int
+
+
+def _lines(kind: SourceKind, texts: list[str]) -> list[Lines | None]:
+    """Where the detectors look in each text (`candidate_lines`; a conversation: everywhere)."""
+    if texts and kind is not SourceKind.chat:
+        return list(candidate_lines(pa.array(texts, pa.large_string()), pii=False))
+    return [None] * len(texts)
+
+
+def _redactions(setting: tuple[SourceKind, RedactMode], batch: list[tuple[str, str]]) -> _Redactions:
+    counts = Counts()
+    changed = set()
+    for i, ((rel, text), where) in enumerate(zip(batch, _lines(setting[0], [t for _, t in batch]))):
+        if _without_secrets(*setting, rel, text, counts, where) != (rel, text):
+            changed.add(i)
+    return _Redactions(frozenset(changed), Counter(counts.secrets), counts.skipped["secrets"])
 
 
 def _without_secrets(
-    src: SourceSpec, rel: str, text: str, counts: Counts, lines: Lines | None
+    kind: SourceKind, mode: RedactMode, rel: str, text: str, counts: Counts, lines: Lines | None
 ) -> tuple[str, str] | None:
     """(file, text) with every secret in the text replaced by `<KEY>` (and secrets and PII in the
     file name), or None to drop the document (hygiene mode `drop`): a secret never reaches the
     data dir, `ingested/` included. Under `report` and `off` both are kept as they are.
     `lines`: where to look (`candidate_lines` of its batch)."""
-    mode = src.hygiene.redact
-    if mode not in (RedactMode.redact, RedactMode.drop) or src.kind not in SECRET_KINDS:
+    if mode not in (RedactMode.redact, RedactMode.drop) or kind not in SECRET_KINDS:
         return rel, text
-    text, found = redacted(text, conversation=src.kind is SourceKind.chat, pii=False, lines=lines)
+    text, found = redacted(text, conversation=kind is SourceKind.chat, pii=False, lines=lines)
     rel = redact_path(rel)  # a name holding an address or a token is recorded redacted, as every path
     if found:
         counts.secrets.update(found)
