@@ -23,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from albor_pipeline.runtime.artifacts import naming_write_errors, staged_dir
 from albor_pipeline.runtime.commit import fault
-from albor_pipeline.runtime.executor import INLINE, TASKS, Executor, for_items, task_name
+from albor_pipeline.runtime.executor import INLINE, TASKS, Executor, LocalExecutor, for_items, task_name
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
@@ -142,18 +142,32 @@ def held(step: Callable[[J, TaskIO, I], Any], job: J, items: Sequence[I], execut
     """Whether the store holds each item's task of `step` now (it would be reused): a stage
     then prepares only what the others read (the mix's scatter, for the gathers that run)."""
     store = _store(executor)
-    if store is None:
-        return [False] * len(items)
-    io = TaskIO("", IN_PLACE, store)
-    task = _Task(step, job, io)
+    return _held(_Task(step, job, TaskIO("", IN_PLACE, store)), items) if store is not None else [False] * len(items)
+
+
+def _held(task: _Task[J, I, Any], items: Sequence[I]) -> list[bool]:
+    """Whether `task.io.store` holds each item's task now."""
+    store, io = cast(TaskStore, task.io.store), replace(task.io, node=IN_PLACE)
     found = []
     for item in items:
         identity = task.identity(io, item)
         try:
-            found.append(identity is not None and store.holds(store.key(step, *identity)))
+            found.append(identity is not None and store.holds(store.key(task.step, *identity)))
         except NotReusable:
             found.append(False)
     return found
+
+
+def _to_run(task: _Task[J, I, Any], items: Sequence[I], executor: Executor, inline_below: int) -> int:
+    """How many of `items` a local pool would run: those the store does not hold. Asked only
+    when the answer is cheap (the tasks' identities name files by content, which this process
+    has mostly hashed already; a step describing what it reads (`READS`) may read data for it).
+    A rebuild's map whose tasks are nearly all reused then runs inline: no shipping, and no
+    wait for a pool still starting (the run's first stage)."""
+    cheap = task.io.store is not None and getattr(task.step, READS, None) is None
+    if not cheap or executor.name != LocalExecutor.name or len(items) < inline_below:
+        return len(items)
+    return len(items) - sum(_held(task, items))
 
 
 def runs_inline(executor: Executor, items: int, inline_below: int = INLINE_BELOW) -> bool:
@@ -173,7 +187,7 @@ def _run(
 ) -> Iterator[T]:
     """`task` over `items` on `executor` (inline below `inline_below` items on a local pool),
     results in item order as they come, logging what `progress(done)` says after each."""
-    executor = for_items(executor, len(items), inline_below)
+    executor = for_items(executor, _to_run(task, items, executor, inline_below), inline_below)
     node = task_node(executor.node).with_spools(spools)
     task = replace(task, io=replace(task.io, node=node))
     done: list[T] = []
