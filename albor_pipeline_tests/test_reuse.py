@@ -400,3 +400,42 @@ def test_hygiene_and_its_secrets_check_redo_only_the_row_groups_whose_bytes_chan
         (a.path.split("/", 1)[1], a.sha256) for a in cold.artifacts
     ]
     assert again.summary == cold.summary and again.artifacts != first.artifacts
+
+
+def test_documents_scan_again_only_the_row_groups_holding_an_edited_document(tmp_path: Path) -> None:
+    """A scan task's identity is its rows' texts (their SHA-256), not its shard's bytes: after
+    one document of a 3-row-group shard is edited, one group is scanned again, and the splits
+    and signatures equal a cold build's."""
+    from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
+    from albor_pipeline.stages.dedup.documents import build_documents
+    from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
+
+    texts = [p.read_text(encoding="utf-8") for p in sorted(STDLIB.glob("*.py"))[:150]]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    texts = [f"{t}\n# part {k}\n" for k in range(3) for t in texts][:600]  # distinct: 3 row groups of 256
+
+    def shard(docs: list[str]) -> Path:
+        path = tmp_path / "in" / "part-00000-0000.parquet"
+        path.parent.mkdir(exist_ok=True)
+        columns = {"text": docs, "source": ["s"] * len(docs), "file": [f"f{i}" for i in range(len(docs))]}
+        pq.write_table(pa.table({**columns, "sha256": [text_sha256(t) for t in docs]}, schema=DOC_SCHEMA), path, 256)
+        return path
+
+    store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
+
+    def build(out: Path, reuse: bool = True) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+        mark = TASKS.mark()
+        with reusing(store if reuse else None):
+            holdout = HoldoutSpec(val_fraction=0.2, test_fraction=0.1)
+            build_documents([("s", shard(texts))], holdout, out, StageIO(tmp_path), near=NearDedupSpec())
+        return {
+            p.relative_to(out).as_posix(): sha256_file(p) for p in sorted(out.rglob("*")) if p.is_file()
+        }, TASKS.since(mark)
+
+    build(tmp_path / "first")
+    assert pq.ParquetFile(tmp_path / "in" / "part-00000-0000.parquet").num_row_groups == 3
+    texts[300] = texts[300].replace("import", "IMPORT", 1)  # row group 1
+    again, tasks = build(tmp_path / "again")
+    assert (tasks["_scan_group"]["tasks"], tasks["_scan_group"]["reused"]) == (3, 2)
+    cold, _ = build(tmp_path / "cold", reuse=False)
+    assert again == cold

@@ -117,10 +117,30 @@ def _scan_group(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) ->
             removed[k] = hit
     if not sigs:
         return _GroupScan((), hits, removed=removed)
-    out = io.directory / f"{Path(path).parent.name}-{Path(path).stem}-g{group:05d}.npy"
+    out = io.directory / _signatures_name(path, group)
     np.save(out, np.stack(sigs))
     shard = Shard.of(out, len(sigs), io.directory)
     return _GroupScan((shard,), hits, io.node.spool(out), removed)
+
+
+def _signatures_name(path: str, group: int) -> str:
+    return f"{Path(path).parent.name}-{Path(path).stem}-g{group:05d}.npy"
+
+
+def _scan_reads(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) -> dict[str, object]:
+    """What a scan task scans (its identity): its settings and its rows' texts by their SHA-256
+    (the `sha256` column, the text's own hash), not its shard's bytes: a rebuild scans again
+    only the row groups holding an edited document, not every group of its shard."""
+    path, group, rows = item
+    shas = pq.ParquetFile(io.local(path)).read_row_group(group, columns=["sha256"]).column(0)
+    return {
+        "job": job,
+        "texts": shas.take(pa.array(rows, pa.int64())).to_pylist(),
+        "file": _signatures_name(path, group),
+    }
+
+
+setattr(_scan_group, READS, _scan_reads)
 
 
 def _spool_group(lsh: LshJob, io: TaskIO, item: tuple[int, int, str]) -> tuple[np.ndarray, list[Spooled | None]]:
