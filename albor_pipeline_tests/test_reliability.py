@@ -283,6 +283,9 @@ def test_the_repo_instance_logs_runs_in_sqlite_with_a_connection_kept_per_databa
         assert isinstance(storage, PooledSqliteEventLogStorage)
         runs = [dg.materialize([lines], instance=instance).run_id for _ in range(LIVE_DATABASES + 2)]
         assert len(storage.__dict__["_engines"]) == LIVE_DATABASES  # the index and the latest runs'
+        with storage.run_connection(runs[-1]) as conn:  # write-ahead log, commits without an fsync
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
     assert all((home / "history" / "runs" / f"{run}.db").is_file() for run in runs)
     reader = subprocess.run(
         [

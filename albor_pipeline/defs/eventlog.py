@@ -6,7 +6,8 @@ writes: 2 ms a log line and 5 ms a materialization here, so a run's 400-600 even
 1-2 s of its process. `PooledSqliteEventLogStorage` is that storage, the same files and
 the same reads, with one engine per database kept for the process (the `LIVE_DATABASES`
 most recently used: a web server reads many runs' databases) whose connection is reused
-under the storage's own lock: 0.5 ms and 1.5 ms. The repo's dagster.yaml selects it; with
+under the storage's own lock, committed without an fsync each (`synchronous=NORMAL`, safe
+with the write-ahead log Dagster turns on): 0.5 ms and 1.5 ms. The repo's dagster.yaml selects it; with
 PostgreSQL (`albor instance`), Dagster's PostgreSQL storage replaces it.
 """
 
@@ -27,6 +28,21 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 LIVE_DATABASES = 8
+
+
+def _commit_without_fsync(engine: Engine) -> None:
+    """Commits without an fsync on a database in write-ahead-log mode (Dagster's are): an event
+    is up to three commits, 0.2 ms each with the fsync. A killed process loses nothing it
+    committed; a power cut may lose the last events, never the database (SQLite's WAL rule).
+    A database in another journal mode keeps its fsyncs."""
+    raw = engine.raw_connection()  # the engine's one connection (StaticPool): the setting stays
+    try:
+        cursor = raw.cursor()
+        if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+    finally:
+        raw.close()
 
 
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
@@ -56,6 +72,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
         )
         engines[shard] = engine
+        self.__dict__.setdefault("_fresh", set()).add(shard)
         while len(engines) > LIVE_DATABASES:
             engines.popitem(last=False)[1].dispose()
         return engine
@@ -67,6 +84,10 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             if shard not in self._initialized_dbs:
                 self._initdb(engine)
                 self._initialized_dbs.add(shard)
+            fresh: set[str] = self.__dict__.setdefault("_fresh", set())
+            if shard in fresh:  # its first use, the database initialized (and its journal mode set)
+                _commit_without_fsync(engine)
+                fresh.discard(shard)
             with engine.connect() as conn, conn.begin():
                 yield conn
 
