@@ -405,8 +405,9 @@ def test_hygiene_and_its_secrets_check_redo_only_the_row_groups_whose_bytes_chan
 def test_documents_scan_again_only_the_row_groups_holding_an_edited_document(tmp_path: Path) -> None:
     """A scan task's identity is its rows' texts (their SHA-256), not its shard's bytes: after
     one document of a 3-row-group shard is edited, one group is scanned again, and the splits
-    and signatures equal a cold build's."""
-    from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
+    and signatures equal a cold build's; the benchmark check scans one group again too."""
+    from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec, HoldoutSpec, NearDedupSpec
+    from albor_pipeline.stages.dedup.checks import check_no_contamination
     from albor_pipeline.stages.dedup.documents import build_documents
     from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
 
@@ -432,10 +433,22 @@ def test_documents_scan_again_only_the_row_groups_holding_an_edited_document(tmp
             p.relative_to(out).as_posix(): sha256_file(p) for p in sorted(out.rglob("*")) if p.is_file()
         }, TASKS.since(mark)
 
+    def check() -> tuple[Any, dict[str, dict[str, float]]]:
+        """The benchmark check over the input shard: its scan is kept per row group too."""
+        mark = TASKS.mark()
+        with reusing(store):
+            outcome = check_no_contamination(tmp_path / "in", DecontaminateSpec(benchmarks=(bench,)))
+        return outcome, TASKS.since(mark)
+
+    bench = BenchmarkSpec(name="python_bench", path=REPO_ROOT / "data" / "samples" / "python_bench.jsonl")
     build(tmp_path / "first")
     assert pq.ParquetFile(tmp_path / "in" / "part-00000-0000.parquet").num_row_groups == 3
+    check()
     texts[300] = texts[300].replace("import", "IMPORT", 1)  # row group 1
     again, tasks = build(tmp_path / "again")
     assert (tasks["_scan_group"]["tasks"], tasks["_scan_group"]["reused"]) == (3, 2)
     cold, _ = build(tmp_path / "cold", reuse=False)
     assert again == cold
+    checked, check_tasks = check()
+    assert (check_tasks["contaminated"]["parts"], check_tasks["contaminated"]["parts_reused"]) == (3, 2)
+    assert checked == check_no_contamination(tmp_path / "in", DecontaminateSpec(benchmarks=(bench,)))  # no store

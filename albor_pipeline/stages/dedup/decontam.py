@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, sha256_file
 from albor_pipeline.runtime.layout import benchmark_stage
-from albor_pipeline.runtime.shards import iter_batches
+from albor_pipeline.runtime.shards import parquet_files
+from albor_pipeline.runtime.taskstore import memo
 from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec
 from albor_pipeline.text.datafiles import IngestError, data_file_texts
 from albor_pipeline.text.shingles import ngrams, word_hashes
@@ -90,10 +93,23 @@ def _any_in(needles: np.ndarray, sorted_haystack: np.ndarray) -> bool:
 
 def contaminated(path: Path, spec: DecontaminateSpec) -> Counter[str]:
     """Per benchmark, how many documents of the Parquet file or shard set at `path` share an
-    n-gram with it."""
+    n-gram with it: a row group at a time, each kept under its texts' SHA-256s (`memo`), so a
+    rebuild scans again only the row groups holding an edited document."""
     found: Counter[str] = Counter()
-    decon = Decontaminator(spec)
-    for batch in iter_batches(path, ["text"]):
-        for text in batch.column(0).to_pylist():
-            found.update(decon.hits(word_hashes(text)))
+    decon: list[Decontaminator] = []  # built once, and only if a row group is scanned
+    for file in parquet_files(path):
+        parquet = pq.ParquetFile(file)
+        for group in range(parquet.num_row_groups):
+            texts = parquet.read_row_group(group, columns=["sha256"]).column(0).to_pylist()
+            found.update(memo(_group_hits, spec, texts, partial(_group_hits, spec, file, group, decon)))
+    return found
+
+
+def _group_hits(spec: DecontaminateSpec, path: Path, group: int, decon: list[Decontaminator]) -> Counter[str]:
+    """Per benchmark, how many documents of one row group share an n-gram with it."""
+    if not decon:
+        decon.append(Decontaminator(spec))
+    found: Counter[str] = Counter()
+    for text in pq.ParquetFile(path).read_row_group(group, columns=["text"]).column(0).to_pylist():
+        found.update(decon[0].hits(word_hashes(text)))
     return found
