@@ -48,6 +48,11 @@ def _commit_without_fsync(engine: Engine) -> None:
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     """`SqliteEventLogStorage` with an open connection per database (see the module)."""
 
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        self._engines: OrderedDict[str, Engine] = OrderedDict()  # set first: Dagster's init connects
+        self._fresh: set[str] = set()  # engines not yet tuned (`_commit_without_fsync`)
+        super().__init__(base_dir, inst_data)
+
     @classmethod
     def config_type(cls) -> dict[str, Any]:
         return {"home": dg.Field(dg.StringSource, description="The instance's home: DAGSTER_HOME")}
@@ -62,7 +67,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
 
     def _engine(self, shard: str) -> Engine:
         """The database's engine: one connection (StaticPool), used under `_db_lock` only."""
-        engines: OrderedDict[str, Engine] = self.__dict__.setdefault("_engines", OrderedDict())
+        engines = self._engines
         if (engine := engines.get(shard)) is not None:
             engines.move_to_end(shard)
             return engine
@@ -72,7 +77,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
         )
         engines[shard] = engine
-        self.__dict__.setdefault("_fresh", set()).add(shard)
+        self._fresh.add(shard)
         while len(engines) > LIVE_DATABASES:
             engines.popitem(last=False)[1].dispose()
         return engine
@@ -84,17 +89,17 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             if shard not in self._initialized_dbs:
                 self._initdb(engine)
                 self._initialized_dbs.add(shard)
-            fresh: set[str] = self.__dict__.setdefault("_fresh", set())
-            if shard in fresh:  # its first use, the database initialized (and its journal mode set)
+            if shard in self._fresh:  # its first use, the database initialized (its journal mode set)
                 _commit_without_fsync(engine)
-                fresh.discard(shard)
+                self._fresh.discard(shard)
             with engine.connect() as conn, conn.begin():
                 yield conn
 
     def _close_engines(self) -> None:
         with self._db_lock:
-            for engine in self.__dict__.pop("_engines", {}).values():
+            for engine in self._engines.values():
                 engine.dispose()
+            self._engines.clear()
 
     def wipe(self) -> None:
         self._close_engines()  # the files go: no connection may outlive them

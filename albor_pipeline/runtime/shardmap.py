@@ -207,8 +207,8 @@ def _run(
         # The last result's line always; others at most every PROGRESS_LOG_SECONDS (each is an
         # event in the run's log, and a reused stage's tasks come back in a burst).
         last = len(done) == len(items)
-        due = progress and log and (last or time.monotonic() - told >= PROGRESS_LOG_SECONDS)
-        if due and log and (line := cast(Callable[[list[T]], str | None], progress)(done)):
+        due = last or time.monotonic() - told >= PROGRESS_LOG_SECONDS
+        if progress and log and due and (line := progress(done)):
             log(line)
             told = time.monotonic()
         yield result

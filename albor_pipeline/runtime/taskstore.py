@@ -34,7 +34,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from enum import Enum
@@ -42,7 +42,7 @@ from functools import partial
 from importlib import metadata
 from pathlib import Path
 from types import FunctionType
-from typing import Any, NamedTuple, Protocol, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -69,13 +69,6 @@ LIBRARIES = (
     "matplotlib",
     "albor-pipeline",
 )
-
-
-class Stored(Protocol):
-    """A reusable task's result: the shards it wrote into its directory."""
-
-    @property
-    def shards(self) -> Sequence[Shard]: ...
 
 
 NOT_IDENTITY = {"identity": "none"}
@@ -384,7 +377,7 @@ def run_task(
 ) -> Outcome:
     """`run()`, the task `step(job, …, item)` writing its shards into `directory`, or its stored
     outputs when `store` holds its identity; what it ran is kept for the next time (a result
-    that does not list its files cannot be: a step given a store must return `Stored`), with
+    that does not list its files in `shards` cannot be), with
     the parts it kept (`memo`)."""
     if store is None:
         return Outcome(run(), False, None)

@@ -86,12 +86,13 @@ class _Decided:
     changed: dict[int, str]
 
 
-def _decide(job: _CleanJob, table: pa.Table) -> _Decided:
-    """Filter and redact a row group's documents (in a worker process, or in-process).
-    Conversations skip the filters (made for code) and are redacted message by message."""
+def _decide(job: _CleanJob, table: pa.Table, rows: dict[str, list[Any]]) -> _Decided:
+    """Filter and redact a row group's documents (`table`, and its `rows` as Python values), in
+    a worker process or in-process. Conversations skip the filters (made for code) and are
+    redacted message by message."""
     decided = _Decided(_Chunk(), [], {})
     chunk = decided.chunk
-    rows, texts = table.to_pydict(), table.column("text")
+    texts = table.column("text")
     spec, conversations = job.spec, job.conversations
     # The batch's regex passes at once (Arrow's RE2); conversations are redacted message by message.
     measured = [None] * len(texts) if conversations else measure_batch(texts, rows["text"])
@@ -134,8 +135,8 @@ def _clean_row_group(job: _CleanJob, path: str, group: int) -> tuple[pa.RecordBa
     """Row group `group` of the shard `path` after hygiene, and its accounting; the decisions
     reused from the store while the row group's bytes stay the same."""
     table = pq.ParquetFile(path).read_row_group(group)
-    decided = memo(_decide, job, row_group_sha256(path, group), lambda: _decide(job, table))
     rows = table.to_pydict()
+    decided = memo(_decide, job, row_group_sha256(path, group), lambda: _decide(job, table, rows))
     cols: dict[str, list[Any]] = {name: [] for name in DOC_SCHEMA.names}
     for i in decided.kept:
         text = decided.changed.get(i, rows["text"][i])
