@@ -19,6 +19,7 @@ from types import ModuleType
 import dagster as dg
 
 from albor_pipeline.defs.pipeline import STAGE_MODULES, build_definitions, check_data_dirs, pipeline_stages
+from albor_pipeline.runtime.memory import collect_less
 from albor_pipeline.spec import REPO_ROOT, PipelineSpec, data_dir, load_spec, work_dir
 
 __all__ = ["STAGE_MODULES", "build_definitions", "defs", "load_pipelines", "pipeline_stages"]
@@ -29,6 +30,7 @@ PIPELINES_ENV = "ALBOR_PIPELINES"
 # interpreter's last garbage collections over it took ~0.9 s of each run. Frozen as it exits,
 # the heap is freed without them. Only at exit: a long-lived process collects as ever.
 atexit.register(gc.freeze)
+collect_less()  # the run's process, whose heap is Dagster's
 
 
 def load_pipelines(folder: Path | str) -> dg.Definitions:

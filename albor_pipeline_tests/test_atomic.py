@@ -178,3 +178,23 @@ def test_a_file_is_hashed_again_only_when_it_changed_even_across_runs(tmp_path, 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_file_just_committed_is_verified_by_a_stat_and_an_unrecorded_fresh_file_is_hashed(tmp_path, monkeypatch):
+    """`remember_digests` (a stage's commit) makes its files' digests known while they are
+    racily fresh, so the checks right after it stat them; a fresh file no commit recorded is
+    hashed at every look, and so is a committed one written again."""
+    stdlib = Path(json.__file__).parent
+    committed, fresh = tmp_path / "decoder.py", tmp_path / "encoder.py"
+    for path in (committed, fresh):
+        path.write_bytes((stdlib / path.name).read_bytes())
+    hashed: list[str] = []
+    monkeypatch.setattr(artifacts, "sha256_file", lambda p: hashed.append(Path(p).name) or _sha(Path(p)))
+    record = artifacts.Artifact(path=committed.name, sha256=_sha(committed), bytes=committed.stat().st_size, rows=0)
+    artifacts.remember_digests(tmp_path, [record])
+    for _ in range(3):
+        assert artifacts.file_sha256(committed) == record.sha256 and artifacts.file_sha256(fresh) == _sha(fresh)
+    assert hashed == ["encoder.py"] * 3
+    time.sleep(0.02)  # a later tick of the file system's clock: new times
+    committed.write_bytes(committed.read_bytes().replace(b"import", b"IMPORT", 1))
+    assert artifacts.file_sha256(committed) == _sha(committed) != record.sha256

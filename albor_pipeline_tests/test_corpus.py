@@ -694,3 +694,34 @@ def test_a_rebuild_repacks_only_the_shards_whose_sequences_changed(pipeline, pac
     assert encoded == 1 and pq.ParquetFile(tmp_path / "corpus.parquet").num_row_groups > 3  # the last row group
     cold, _, _, _ = build(edited, tmp_path / "data" / "cold", reuse=False)
     assert cold == again
+
+
+def test_a_long_subset_shares_its_split_s_encoding_and_equals_encoding_it_alone(pipeline, tmp_path):
+    """With a task store, a long subset's row groups are cut from the whole row groups' ids,
+    kept as the split corpus's own encoding tasks: the corpus built after it encodes nothing,
+    and both are the bytes of builds without a store (the subset encoded alone)."""
+    tmp, docs = pipeline
+    tok = tmp / "tok" / "tokenizer.json"
+    spec = CorpusSpec(seq_len=256, shard_sequences=5)
+    data = tmp_path / "data"
+    store = TaskStore(str(Layout(data).task_store), 10**9)
+    fim = tmp_path / "fim.parquet"
+    pq.write_table(pq.read_table(tmp / "fim"), fim, row_group_size=7)
+
+    def build(name: str, min_chars: int, reuse: bool) -> tuple[dict[str, str], dict[str, float]]:
+        mark = TASKS.mark()
+        with reusing(store if reuse else None, "corpus"):
+            result = build_corpus(fim, tok, spec, data / name, StageIO(data), min_chars=min_chars)
+        return {Path(a.path).name: a.sha256 for a in result.artifacts}, TASKS.since(mark)["encode_row_group"]
+
+    alone, _ = build("long_alone", 6000, reuse=False)
+    long, seen = build("long", 6000, reuse=True)
+    groups = pq.ParquetFile(fim).num_row_groups
+    assert sum(len(d) >= 6000 for d in docs) > 1 and groups > 3
+    assert long == alone
+    assert (seen["tasks"], seen["reused"], seen["parts"], seen["parts_reused"]) == (groups, 0, groups, 0)
+    whole, seen = build("whole", 0, reuse=True)
+    assert seen["tasks"] == seen["reused"] == groups  # every row group's ids: the long subset's parts
+    assert whole == build("whole_alone", 0, reuse=False)[0]
+    again, seen = build("long_again", 6000, reuse=True)
+    assert again == alone and seen["reused"] == groups

@@ -86,6 +86,7 @@ mounts): a time with no fraction of a second is taken to be one."""
 # links of a file (the task store's entries) share its digest.
 _DIGESTS: dict[tuple[int, int, int, int, int], tuple[str, str]] = {}
 _KNOWN_DIGESTS = 1 << 18  # past this many, the cache starts afresh: memory stays bounded
+_COMMITTED: set[tuple[int, int, int, int, int]] = set()  # `remember_digests`': trusted while racy too
 
 
 def file_sha256(path: Path | str) -> str:
@@ -95,13 +96,15 @@ def file_sha256(path: Path | str) -> str:
     run that loaded a data dir's digests (`load_digests`) those of earlier runs."""
     st = os.stat(path)
     newest = max(st.st_mtime_ns, st.st_ctime_ns)
-    if time.time_ns() - newest < (RACY_NS if newest % 1_000_000_000 else COARSE_RACY_NS):
-        return sha256_file(Path(path))
+    racy = time.time_ns() - newest < (RACY_NS if newest % 1_000_000_000 else COARSE_RACY_NS)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if (known := _DIGESTS.get(key)) is not None:
+    if (known := _DIGESTS.get(key)) is not None and (not racy or key in _COMMITTED):
         return known[1]
+    if racy:
+        return sha256_file(Path(path))
     if len(_DIGESTS) >= _KNOWN_DIGESTS:
         _DIGESTS.clear()
+        _COMMITTED.clear()
     digest = sha256_file(Path(path))
     _DIGESTS[key] = (os.path.abspath(path), digest)
     return digest
@@ -122,7 +125,9 @@ def remember_digests(root: Path, artifacts: Iterable[Artifact]) -> None:
         except OSError:
             continue
         if st.st_size == art.bytes and len(_DIGESTS) < _KNOWN_DIGESTS:
-            _DIGESTS[(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)] = (path, art.sha256)
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            _DIGESTS[key] = (path, art.sha256)
+            _COMMITTED.add(key)
 
 
 _LOADED: set[str] = set()  # the records this process loaded

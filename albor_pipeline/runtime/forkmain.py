@@ -12,6 +12,9 @@ import os
 from multiprocessing import spawn
 
 from albor_pipeline.runtime.executor import MAIN_SCRIPT
+from albor_pipeline.runtime.memory import collect_less
+
+collect_less()  # the fork server's workers inherit it
 
 # A script that fails here (e.g. it reads the run's arguments) is run by each worker, as before.
 if script := os.environ.get(MAIN_SCRIPT):

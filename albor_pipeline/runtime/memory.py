@@ -9,6 +9,7 @@ task once the worker has grown by `GROWN_BYTES`, `release_memory` returns it.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 
 import pyarrow as pa
@@ -46,3 +47,17 @@ def release_memory_if_grown() -> None:
     if _resident_bytes() - _TRIMMED_AT[0] >= GROWN_BYTES:
         release_memory()
         _TRIMMED_AT[0] = _resident_bytes()
+
+
+GC_THRESHOLDS = (50_000, 20, 20)
+"""Cyclic garbage collected every 50,000 net allocations rather than CPython's 700. A run's
+process holds millions of objects (Dagster's definitions, events and caches) that each full
+collection walks, and a stage makes objects by the million (Arrow to Python, JSON): with the
+defaults, the default spec's cold build spent 1.5 s of its run process in collections
+(`gc.callbacks`), 0.3 s with these. Memory held by unreachable cycles meanwhile stays small."""
+
+
+def collect_less() -> None:
+    """`GC_THRESHOLDS` for this process: the run's (its code location's import) and the fork
+    server's, which its workers inherit."""
+    gc.set_threshold(*GC_THRESHOLDS)

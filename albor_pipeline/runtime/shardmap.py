@@ -32,6 +32,7 @@ from albor_pipeline.runtime.taskstore import (
     NotReusable,
     Outcome,
     TaskStore,
+    run_part,
     run_task,
     session,
     worker_code,
@@ -136,6 +137,16 @@ class _Task(Generic[J, I, T]):
         for shard in result.shards:
             self.io.node.ship(self.io.directory, shard)
         return result
+
+
+def shared_task(step: Callable[[J, TaskIO, I], T], job: J, io: TaskIO, item: I) -> T:
+    """`step(job, io, item)` called from inside another task, under the identity a map of
+    `step` gives it: reused from the store when a map (or another task) ran it, else run and
+    kept, as a part of the calling task. Without a store, just the call."""
+    identity = _Task(step, job, io).identity(io, item)
+    if io.store is None or identity is None:
+        return step(job, io, item)
+    return cast(T, run_part(io.store, step, *identity, io.directory, lambda: step(job, io, item)))
 
 
 def held(step: Callable[[J, TaskIO, I], Any], job: J, items: Sequence[I], executor: Executor) -> list[bool]:

@@ -201,6 +201,7 @@ class Part(NamedTuple):
     name: str  # its step function's
     key: str
     reused: bool
+    bytes: int = 0  # the files it kept (`run_part`'s task), for the store's tally
 
 
 class Outcome(NamedTuple):
@@ -403,6 +404,20 @@ def run_task(
 _PARTS: ContextVar[tuple[TaskStore, list[Part]] | None] = ContextVar("albor_task_parts", default=None)
 
 
+def run_part(
+    store: TaskStore, step: Callable[..., Any], job: Any, item: Any, directory: Path, run: Callable[[], Any]
+) -> Any:
+    """`run_task` of another step's task from inside the running task, kept as one of its
+    parts: work two stages share (a row group's encoding, for a split's corpus and its long
+    subset) is done by whichever runs first and reused by the other."""
+    outcome = run_task(store, step, job, item, directory, run)
+    current = _PARTS.get()
+    if current is not None and outcome.key is not None:
+        kept = sum(getattr(shard, "bytes", 0) for shard in getattr(outcome.result, "shards", ()))
+        current[1].append(Part(getattr(step, "__name__", repr(step)), outcome.key, outcome.reused, kept))
+    return outcome.result
+
+
 def memo(step: Callable[..., Any], job: Any, item: Any, compute: Callable[[], T]) -> T:
     """`compute()`, the part `step(job, item)` of the task running now (a row group's work in a
     shard's task) or of the stage or check this process runs, or its value kept under its own
@@ -457,7 +472,7 @@ class Session:
                     shards = getattr(outcome.result, "shards", ())
                     self.added += ENTRY_BYTES + sum(getattr(s, "bytes", 0) for s in shards)
             self.keys.extend(part.key for part in outcome.parts)
-            self.added += ENTRY_BYTES * sum(not part.reused for part in outcome.parts)
+            self.added += sum(ENTRY_BYTES + part.bytes for part in outcome.parts if not part.reused)
 
     def close(self) -> None:
         """After the stage or check: refer to its tasks (what `collect` keeps), and trim the

@@ -15,15 +15,16 @@ from array import array
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import READS, TaskIO
+from albor_pipeline.runtime.shardmap import READS, TaskIO, shared_task
 from albor_pipeline.runtime.shards import Shard, row_group_sha256
 from albor_pipeline.runtime.taskstore import NOT_IDENTITY
 from albor_pipeline.text.documents import sha_keys
@@ -118,26 +119,42 @@ class RowGroupEncoder:
     def encode(self, group: RowGroup) -> tuple[np.ndarray, GroupTokens]:
         """(flat ids with EOS after each document, the rest) of one row group's documents of at
         least `min_chars` characters."""
-        path, index = group
-        table = pq.ParquetFile(path).read_row_group(index, columns=[*READ_COLUMNS, "source", "sha256"])
-        rows = None
-        if self.min_chars:
-            # Characters before FIM: a FIM'd text carries the three sentinels on top.
-            fim = pc.if_else(pc.is_null(table.column("fim_format")), 0, FIM_SENTINEL_CHARS)
-            chars = pc.subtract(pc.utf8_length(table.column("text")), fim)
-            long = pc.greater_equal(chars, self.min_chars)
-            rows = np.flatnonzero(long.to_numpy(zero_copy_only=False)).astype(np.int32)
-            table = table.filter(long)
+        table = read_group(group)
+        rows = long_rows(table, self.min_chars)
+        if rows is not None:
+            table = table.take(rows)
         flat, lengths = encode_rows(table.select(READ_COLUMNS).to_pydict(), self.encoder, self.ids, self.bos)
-        sources = pc.dictionary_encode(table.column("source").combine_chunks())
-        return flat, GroupTokens(
-            lengths=lengths,
-            sources=sources.dictionary.to_pylist(),
-            codes=sources.indices.to_numpy(zero_copy_only=False).astype(np.int32),
-            keys=sha_keys(table.column("sha256").combine_chunks()),
-            text_bytes=pc.sum(pc.binary_length(table.column("text"))).as_py() or 0,
-            rows=rows,
-        )
+        return flat, group_tokens(table, lengths, rows)
+
+
+def read_group(group: RowGroup) -> pa.Table:
+    """What encoding a row group reads of it."""
+    path, index = group
+    return pq.ParquetFile(path).read_row_group(index, columns=[*READ_COLUMNS, "source", "sha256"])
+
+
+def long_rows(table: pa.Table, min_chars: int) -> np.ndarray | None:
+    """The rows of documents of at least `min_chars` characters before FIM (None: every row,
+    no minimum); a FIM'd text carries the three sentinels on top."""
+    if not min_chars:
+        return None
+    fim = pc.if_else(pc.is_null(table.column("fim_format")), 0, FIM_SENTINEL_CHARS)
+    chars = pc.subtract(pc.utf8_length(table.column("text")), fim)
+    long = pc.greater_equal(chars, min_chars).to_numpy(zero_copy_only=False)
+    return np.flatnonzero(long).astype(np.int32)
+
+
+def group_tokens(table: pa.Table, lengths: np.ndarray, rows: np.ndarray | None) -> GroupTokens:
+    """The encoded documents' facts: `table` holds just them, `rows` says which rows they were."""
+    sources = pc.dictionary_encode(table.column("source").combine_chunks())
+    return GroupTokens(
+        lengths=lengths,
+        sources=sources.dictionary.to_pylist(),
+        codes=sources.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+        keys=sha_keys(table.column("sha256").combine_chunks()),
+        text_bytes=pc.sum(pc.binary_length(table.column("text"))).as_py() or 0,
+        rows=rows,
+    )
 
 
 @dataclass(frozen=True)
@@ -181,14 +198,41 @@ def _row_group_encoder(tokenizer_path: str, encoder: str, bos: bool, min_chars: 
 
 def encode_row_group(job: EncodeJob, io: TaskIO, item: SpoolItem) -> GroupTokens:
     """Encode one row group and spool its ids, with the stage's own encoder when inline, else
-    one cached per worker process."""
+    one cached per worker process. A long subset's row group, when the run keeps tasks, is cut
+    from the whole row group's encoding (`_long_of_whole`)."""
     node = io.node
-    encoder = job.own or _row_group_encoder(str(node.local(job.tokenizer_path)), job.encoder, job.bos, job.min_chars)
     path, index = item.group
-    flat, tokens = encoder.encode((str(node.local(path)), index))
+    group = (str(node.local(path)), index)
+    if job.min_chars and io.store is not None:
+        flat, tokens = _long_of_whole(job, io, item, group)
+    else:
+        tokenizer = str(node.local(job.tokenizer_path))
+        encoder = job.own or _row_group_encoder(tokenizer, job.encoder, job.bos, job.min_chars)
+        flat, tokens = encoder.encode(group)
     spooled = spool_tokens(io.directory, item.task)
     flat.astype(job.dtype, copy=False).tofile(spooled)
     return replace(tokens, shards=(Shard.of(spooled, len(tokens.lengths), io.directory),), spooled=node.spool(spooled))
+
+
+def _long_of_whole(job: EncodeJob, io: TaskIO, item: SpoolItem, group: RowGroup) -> tuple[np.ndarray, GroupTokens]:
+    """The long documents of a row group, cut from the whole row group's ids: that encoding is
+    the split corpus's task of the row group (`shared_task`), run here or reused, so a split's
+    documents are encoded once for its corpus and its long subset. A document's ids do not
+    depend on the others of its batch, so the bytes are those of encoding the subset alone."""
+    own = copy.copy(job.own).with_min_chars(0) if job.own is not None else None
+    whole_job = replace(job, min_chars=0, own=own)
+    scratch = io.directory / f"whole-{item.task:06d}"
+    scratch.mkdir(exist_ok=True)
+    whole = shared_task(encode_row_group, whole_job, replace(io, staging=str(scratch)), item)
+    ids_file = spool_tokens(scratch, item.task)
+    ids = np.fromfile(ids_file, dtype=job.dtype)
+    ids_file.unlink()  # kept in the store (a hard link), read here once
+    table = read_group(group)
+    rows = cast(np.ndarray, long_rows(table, job.min_chars))
+    mask = np.zeros(len(whole.lengths), dtype=bool)
+    mask[rows] = True
+    flat = ids[np.repeat(mask, whole.lengths)]
+    return flat, group_tokens(table.take(rows), whole.lengths[rows], rows)
 
 
 def encode_reads(job: EncodeJob, io: TaskIO, item: SpoolItem) -> dict[str, object]:
