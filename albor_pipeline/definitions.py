@@ -28,7 +28,7 @@ PIPELINES_ENV = "ALBOR_PIPELINES"
 
 # A run's process ends with a large heap (Dagster's definitions and caches, the libraries): the
 # interpreter's last garbage collections over it took ~0.9 s of each run. Frozen as it exits,
-# the heap is freed without them. Only at exit: a long-lived process collects as ever.
+# the heap is freed without them. Only at exit: a long-lived process still collects.
 atexit.register(gc.freeze)
 collect_less()  # the run's process, whose heap is Dagster's
 

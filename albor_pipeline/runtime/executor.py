@@ -300,7 +300,7 @@ class TaskLog:
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = {}
         self.reused: dict[str, int] = {}  # of those, tasks whose stored outputs stood in (`taskstore`)
-        self.parts: dict[str, tuple[int, int]] = {}  # parts (`taskstore.memo`) of tasks that ran: all, reused
+        self.parts: dict[str, tuple[int, int]] = {}  # parts (`memo`, `run_part`) of tasks that ran: all, reused
 
     def record(self, name: str, seconds: float) -> None:
         self.seconds.setdefault(name, []).append(seconds)

@@ -472,7 +472,8 @@ class Session:
                     shards = getattr(outcome.result, "shards", ())
                     self.added += ENTRY_BYTES + sum(getattr(s, "bytes", 0) for s in shards)
             self.keys.extend(part.key for part in outcome.parts)
-            self.added += sum(ENTRY_BYTES + part.bytes for part in outcome.parts if not part.reused)
+            if not outcome.reused:  # a reused task's parts were kept when it first ran
+                self.added += sum(ENTRY_BYTES + part.bytes for part in outcome.parts if not part.reused)
 
     def close(self) -> None:
         """After the stage or check: refer to its tasks (what `collect` keeps), and trim the

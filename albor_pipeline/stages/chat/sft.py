@@ -78,12 +78,15 @@ def _rows(path: Path) -> Iterator[tuple[list[str], list[str], list[str]]]:
 def _sample(path: Path) -> list[str]:
     """Text pieces of the first conversations: what `pick_encoder` checks gigatoken on."""
     texts: list[str] = []
+    left = 32
     for conversations, _, _ in _rows(path):
-        for raw in conversations[:32]:
+        for raw in conversations[:left]:
             for message in json.loads(raw):
                 content = message["content"]
                 texts += [content] if isinstance(content, str) else [p["text"] for p in content]
-        break
+        left -= min(left, len(conversations))
+        if not left:
+            break
     return [t[:8192] for t in texts]
 
 

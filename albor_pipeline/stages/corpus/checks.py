@@ -18,8 +18,9 @@ from albor_pipeline.runtime.nodes import Node, task_node
 from albor_pipeline.runtime.shards import iter_batches
 from albor_pipeline.text.vocab import EOS, PAD, added_tokens, token_to_bytes
 
-# Sequences a corpus check holds at once (~0.5M ids at seq_len 2048), read a row group at a
-# time (`iter_batches`).
+# Sequences a corpus check holds at once (~0.5M ids at seq_len 2048): about a row group's
+# worth. A batch spanning many row groups costs Arrow a concatenation of their lists (a
+# 21M-token shard at seq_len 32768: 0.73 s to read in batches of 1024, 0.13 s of 256).
 CHECK_BATCH = 256
 
 

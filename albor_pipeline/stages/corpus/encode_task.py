@@ -226,7 +226,7 @@ def _long_of_whole(job: EncodeJob, io: TaskIO, item: SpoolItem, group: RowGroup)
     whole = shared_task(encode_row_group, whole_job, replace(io, staging=str(scratch)), item)
     ids_file = spool_tokens(scratch, item.task)
     ids = np.fromfile(ids_file, dtype=job.dtype)
-    ids_file.unlink()  # kept in the store (a hard link), read here once
+    ids_file.unlink()  # read here once; the store keeps its own link
     table = read_group(group)
     rows = cast(np.ndarray, long_rows(table, job.min_chars))
     mask = np.zeros(len(whole.lengths), dtype=bool)
