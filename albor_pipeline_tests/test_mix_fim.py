@@ -245,6 +245,29 @@ def test_external_shuffle_equals_in_memory_take(tmp_path, local2):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # scatter files removed
 
 
+
+def test_a_shard_drawn_many_times_over_is_scattered_an_output_shard_at_a_time(tmp_path):
+    """A small source with a large weight repeats its rows: an input shard drawn 40 times
+    over, into 40 output shards, holds one output shard's copies at a time. Arrow's peak
+    stays within a few times the shard's own size, not its 40 copies' (the copies all at
+    once made a scatter task's memory grow with the other sources)."""
+    texts = [f"{i} " + "x" * 2000 for i in range(500)]
+    docs = _docs_file(tmp_path, texts, ["s"] * 500)
+    table = pq.read_table(docs)
+    shards, out = tmp_path / "in", tmp_path / "out"
+    shards.mkdir()
+    out.mkdir()
+    pq.write_table(table, shards / shard_name(0))
+    order = np.tile(np.arange(500), 40)
+    previous, pool = pa.default_memory_pool(), pa.proxy_memory_pool(pa.default_memory_pool())
+    pa.set_memory_pool(pool)
+    try:
+        shuffle(shards, order, out, np.arange(0, 20_001, 500), INLINE)
+    finally:
+        pa.set_memory_pool(previous)
+    assert 0 < pool.max_memory() < 6 * table.nbytes, (pool.max_memory(), table.nbytes)
+    assert read_shards(out).equals(table.take(order))
+
 SENTINELS = [FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, "</s>", "<s>"]
 fim_text = st.lists(
     st.one_of(st.text(min_size=0, max_size=40), st.sampled_from(["\r\n", "𝔘𝔫𝔦", "🐍", "é", *SENTINELS])),
