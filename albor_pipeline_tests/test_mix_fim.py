@@ -245,7 +245,6 @@ def test_external_shuffle_equals_in_memory_take(tmp_path, local2):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # scatter files removed
 
 
-
 def test_a_shard_drawn_many_times_over_is_scattered_an_output_shard_at_a_time(tmp_path):
     """A small source with a large weight repeats its rows: an input shard drawn 40 times
     over, into 40 output shards, holds one output shard's copies at a time. Arrow's peak
@@ -267,6 +266,7 @@ def test_a_shard_drawn_many_times_over_is_scattered_an_output_shard_at_a_time(tm
         pa.set_memory_pool(previous)
     assert 0 < pool.max_memory() < 6 * table.nbytes, (pool.max_memory(), table.nbytes)
     assert read_shards(out).equals(table.take(order))
+
 
 SENTINELS = [FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, "</s>", "<s>"]
 fim_text = st.lists(
