@@ -235,10 +235,9 @@ def test_a_run_killed_mid_stage_resumes_from_its_finished_tasks(tmp_path: Path) 
     assert len([entry for entry, _, _ in stored if entry.name not in parts]) == 4 and parts
     spec = load_spec(spec_path)
     resumed = _reuse(materialize_all(spec, tmp_path / "out"))
-    shared = {f"corpus/{s} encode_row_group" for s in SPLITS}  # the long subsets' encoding, this run's
-    assert (
-        sum(r for key, (_, r) in resumed.items() if key not in shared) == 4
-    )  # every task that finished, none that had not
+    # Every task that finished, none that had not (besides the long subsets' encoding, this run's).
+    shared = {f"corpus/{s} encode_row_group" for s in SPLITS}
+    assert sum(r for key, (_, r) in resumed.items() if key not in shared) == 4
     cold = tmp_path / "cold"
     materialize_all(spec, cold)
     assert recorded_outputs(tmp_path / "out") == recorded_outputs(cold)

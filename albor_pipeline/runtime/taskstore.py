@@ -413,7 +413,7 @@ def run_part(
     outcome = run_task(store, step, job, item, directory, run)
     current = _PARTS.get()
     if current is not None and outcome.key is not None:
-        kept = sum(getattr(shard, "bytes", 0) for shard in getattr(outcome.result, "shards", ()))
+        kept = _kept_bytes(outcome.result)
         current[1].append(Part(getattr(step, "__name__", repr(step)), outcome.key, outcome.reused, kept))
     return outcome.result
 
@@ -446,6 +446,12 @@ def memo(step: Callable[..., Any], job: Any, item: Any, compute: Callable[[], T]
 
 ENTRY_BYTES = 4096  # what an entry holds besides its files (its result), for `Session`'s tally
 
+
+def _kept_bytes(result: Any) -> int:
+    """The bytes of the files a task's result lists (`shards`): what its entry keeps."""
+    return sum(getattr(shard, "bytes", 0) for shard in getattr(result, "shards", ()))
+
+
 _HELD: dict[str, int] = {}  # per store directory: the bytes it held at this process's last walk, plus since
 
 
@@ -469,8 +475,7 @@ class Session:
             if outcome.key is not None:
                 self.keys.append(outcome.key)
                 if not outcome.reused:
-                    shards = getattr(outcome.result, "shards", ())
-                    self.added += ENTRY_BYTES + sum(getattr(s, "bytes", 0) for s in shards)
+                    self.added += ENTRY_BYTES + _kept_bytes(outcome.result)
             self.keys.extend(part.key for part in outcome.parts)
             if not outcome.reused:  # a reused task's parts were kept when it first ran
                 self.added += sum(ENTRY_BYTES + part.bytes for part in outcome.parts if not part.reused)
