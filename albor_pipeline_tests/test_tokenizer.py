@@ -221,6 +221,49 @@ def test_training_is_byte_identical_across_runs_and_thread_counts(trained, corpu
         assert (tmp_path / name).read_bytes() == (trained[0] / name).read_bytes(), name
 
 
+def test_the_feed_is_one_serial_pass_and_a_rebuild_writes_only_edited_row_groups(corpus_files, tmp_path):
+    """The trainer's text, written a task per row group, is byte for byte what one serial pass
+    over the split writes (`iter_texts` with the same cap and budget, every part followed by
+    the separator), the budget ending inside a row group included; with a task store, an edited
+    document's row group is the only one written again, and the tokenizer equals a cold one."""
+    from albor_pipeline.stages.tokenizer.feed import feed_files, text_bytes
+    from albor_pipeline.stages.tokenizer.tokenizer import iter_texts, train_bpe, train_from_files
+
+    table = pq.read_table(corpus_files[0])
+    split = tmp_path / "train"
+    split.mkdir()
+    for i, part in enumerate((table.slice(0, 40), table.slice(40))):
+        pq.write_table(part, split / f"part-{i:05d}-0000.parquet", row_group_size=9)
+    groups = sum(pq.ParquetFile(f).num_row_groups for f in split.iterdir())
+    total = sum(len(t[:3000]) for t in table.column("text").to_pylist())
+    for cap, budget in ((None, None), (3000, None), (3000, total // 2), (None, 10**12), (None, 7)):
+        feed = feed_files(split, tmp_path / f"spool-{cap}-{budget}", StageIO(tmp_path), cap, budget)
+        serial = [t for batch in iter_texts(split, budget, cap) for t in batch]
+        assert b"".join(f.read_bytes() for f in feed.files) == text_bytes(serial), (cap, budget)
+        assert (feed.docs, feed.chars) == (len(serial), sum(map(len, serial)))
+    assert 0 < len(feed_files(split, tmp_path / "half", StageIO(tmp_path), 3000, total // 2).files) < groups
+
+    store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
+    spec = TokenizerSpec(vocab_size=1000)
+
+    def trained(name: str) -> tuple[str, int]:
+        mark = TASKS.mark()
+        with reusing(store, "tokenizer"):
+            feed = feed_files(split, tmp_path / name, StageIO(tmp_path / "data"), None, None)
+        seen = TASKS.since(mark)["train_text"]
+        return train_from_files(feed.files, spec).to_str(), int(seen["tasks"] - seen["reused"])
+
+    assert trained("first")[1] == groups
+    texts = table.column("text").to_pylist()
+    texts[50] = texts[50].replace("def ", "def  ", 1)
+    pq.write_table(
+        table.set_column(0, "text", pa.array(texts)).slice(40), split / "part-00001-0000.parquet", row_group_size=9
+    )
+    tok, ran = trained("edited")
+    assert ran == 1
+    assert tok == train_bpe(iter([texts]), spec).to_str()
+
+
 def test_empty_train_split_is_a_clear_error(corpus_files, tmp_path):
     empty = write_docs(tmp_path / "empty.parquet", [])
     with pytest.raises(TokenizerError, match="train split is empty"):
@@ -259,7 +302,8 @@ def test_long_runs_reach_the_trainer_cut_into_bounded_parts():
     the limit, cuts fall on character starts, and ordinary code comes back whole."""
     import re
 
-    from albor_pipeline.stages.tokenizer.tokenizer import LONG_RUN, split_long_runs, train_bpe
+    from albor_pipeline.stages.tokenizer.feed import LONG_RUN, split_long_runs
+    from albor_pipeline.stages.tokenizer.tokenizer import train_bpe
 
     code = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
     assert split_long_runs(code) == [code]

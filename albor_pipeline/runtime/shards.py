@@ -114,7 +114,11 @@ def first_rows(files: list[Path]) -> list[int]:
     return starts
 
 
-def row_groups(path: Path) -> list[tuple[str, int]]:
+RowGroup = tuple[str, int]
+"""(Parquet file, row group index): an item of a per-row-group task."""
+
+
+def row_groups(path: Path) -> list[RowGroup]:
     """(file, row group) of every row group of a Parquet file or shard set, in order: the
     items of a per-row-group task."""
     return [(str(f), g) for f in parquet_files(path) for g in range(pq.ParquetFile(f).num_row_groups)]

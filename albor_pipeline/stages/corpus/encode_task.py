@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import READS, TaskIO, shared_task
-from albor_pipeline.runtime.shards import Shard, row_group_sha256
+from albor_pipeline.runtime.shards import RowGroup, Shard, row_group_sha256
 from albor_pipeline.runtime.taskstore import NOT_IDENTITY
 from albor_pipeline.text.documents import sha_keys
 from albor_pipeline.text.encode import Encoder, make_encoder
@@ -74,10 +74,6 @@ def encode_rows(
         lengths.append(starts[k] - doc_start + len(values) - added)
     out = np.insert(flat, np.array(where, dtype=np.int64), np.array(values, dtype=np.uint32))
     return out.astype(np.uint32, copy=False), np.frombuffer(lengths, dtype=np.int64)
-
-
-RowGroup = tuple[str, int]
-"""(Parquet file, row group index): an item of a per-row-group task (`shards.row_groups`)."""
 
 
 @dataclass(frozen=True)

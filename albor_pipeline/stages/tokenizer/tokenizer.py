@@ -22,7 +22,6 @@ import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ from albor_pipeline.runtime.executor import INLINE, LocalExecutor
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks, output_set
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
+from albor_pipeline.stages.tokenizer.feed import SEPARATOR, chunk_texts, feed_files, text_bytes
 from albor_pipeline.stages.tokenizer.report import PYTHON_KEYWORDS, TIMING, TokenizerSummary
 from albor_pipeline.text.vocab import (
     BOS,
@@ -89,41 +89,6 @@ def iter_texts(
             return
 
 
-LONG_RUN = 1000  # bytes: the longest run of one character class a trainer sees whole
-_ASCII_SPACE = np.zeros(256, dtype=bool)
-_ASCII_SPACE[list(b" \t\n\r\x0b\x0c")] = True
-
-
-def split_long_runs(text: str, limit: int = LONG_RUN) -> list[str]:
-    """For training only: `text` cut inside every run of more than `limit` bytes of ASCII
-    whitespace, or of anything else, every `limit` bytes (moved back to a character start),
-    each part then counted as its own text. No pre-token reaching the trainer is longer
-    than `limit` bytes, so a 1 MB run of one letter costs what ordinary code does (BPE
-    training is superlinear in a pre-token's length); text without such a run, i.e.
-    nearly all code, comes back whole. Encoding is not affected."""
-    if len(text) <= limit:
-        return [text]
-    raw = text.encode("utf-8")
-    data = np.frombuffer(raw, dtype=np.uint8)
-    space = _ASCII_SPACE[data]
-    change = np.flatnonzero(space[1:] != space[:-1]) + 1
-    starts = np.concatenate(([0], change))
-    ends = np.concatenate((change, [len(data)]))
-    long = np.flatnonzero(ends - starts > limit)
-    if not len(long):
-        return [text]
-    cuts = []
-    for i in long:
-        cut = int(starts[i])
-        while ends[i] - cut > limit:
-            cut += limit
-            while data[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte: back to the character start
-                cut -= 1
-            cuts.append(cut)
-    bounds = [0, *cuts, len(raw)]
-    return [raw[a:b].decode("utf-8") for a, b in pairwise(bounds) if b > a]
-
-
 def _bytelevel(model: models.BPE) -> Tokenizer:
     tok = Tokenizer(model)
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -163,24 +128,29 @@ def tokenizer_from_merges(merges: list[tuple[bytes, bytes]]) -> Tokenizer:
     return tok
 
 
-SEPARATOR = b"\xff"  # never inside UTF-8 text: it parts the documents handed to gigatoken's trainer
-
-
-def _train_gigatoken(batches: Iterator[list[str]], spec: TokenizerSpec, scratch: Path | None) -> Tokenizer:
+def _train_gigatoken(files: list[Path], spec: TokenizerSpec) -> Tokenizer:
     """gigatoken's trainer: HF BpeTrainer's merges (its `huggingface` tie-breaking; the tests
     check equality on real code) from a SIMD ByteLevel pre-tokenizer on every core, ~0.15x the
-    HF trainer's time; `min_frequency` does not apply. It reads the documents from one file,
-    streamed to a hidden temp dir under `scratch` (removed after, or by the next run's
-    clean-up if this one is killed), so Python never holds the training text."""
+    HF trainer's time; `min_frequency` does not apply. It reads the text files (`feed`) in
+    order, so Python never holds the training text."""
     import gigatoken
 
-    with tempfile.TemporaryDirectory(prefix=".train-text.", suffix=TEMP_SUFFIX, dir=scratch) as tmp:
-        text_file = Path(tmp) / "train.txt"
-        with open(text_file, "wb") as fh:
-            for batch in batches:
-                fh.write(SEPARATOR.join(text.encode("utf-8") for text in batch) + SEPARATOR)
-        _, merges = gigatoken.train_bpe(str(text_file), spec.vocab_size - len(SPECIALS), [], separator=SEPARATOR)
+    source = gigatoken.TextFileSource([str(f) for f in files], separator=SEPARATOR)
+    _, merges = gigatoken.train_bpe(source, spec.vocab_size - len(SPECIALS), [], separator=SEPARATOR)
     return tokenizer_from_merges(merges)
+
+
+def train_from_files(files: list[Path], spec: TokenizerSpec, appended: tuple[str, ...] = FIM_TOKENS) -> Tokenizer:
+    """Train a ByteLevel BPE with the spec's trainer on the training text in `files` (`feed`),
+    then append the `appended` special tokens; deterministic for the same input."""
+    gigatoken = spec.trainer is BpeTrainer.gigatoken
+    tok = _train_gigatoken(files, spec) if gigatoken else _train_hf(chunk_texts(files), spec)
+    learned = tok.get_vocab(with_added_tokens=False)
+    clash = [t for t in appended if t in learned]
+    if clash:  # it would take the learned id instead of being appended
+        raise TokenizerError(f"special token(s) {clash} were learned from the training text")
+    tok.add_special_tokens(list(appended))
+    return tok
 
 
 def train_bpe(
@@ -189,18 +159,14 @@ def train_bpe(
     appended: tuple[str, ...] = FIM_TOKENS,
     scratch: Path | None = None,
 ) -> Tokenizer:
-    """Train a ByteLevel BPE with the spec's trainer, then append the `appended` special
-    tokens; deterministic for the same input. `scratch`: where a trainer may spool its text
-    (default: the system's temp dir)."""
-    parts = ([part for text in batch for part in split_long_runs(text)] for batch in batches)
-    gigatoken = spec.trainer is BpeTrainer.gigatoken
-    tok = _train_gigatoken(parts, spec, scratch) if gigatoken else _train_hf(parts, spec)
-    learned = tok.get_vocab(with_added_tokens=False)
-    clash = [t for t in appended if t in learned]
-    if clash:  # it would take the learned id instead of being appended
-        raise TokenizerError(f"special token(s) {clash} were learned from the training text")
-    tok.add_special_tokens(list(appended))
-    return tok
+    """`train_from_files` on batches of texts, written as the trainer reads them (`text_bytes`)
+    to one file in a temp dir under `scratch` (default: the system's)."""
+    with tempfile.TemporaryDirectory(prefix=".train-text.", suffix=TEMP_SUFFIX, dir=scratch) as tmp:
+        path = Path(tmp) / "train.txt"
+        with open(path, "wb") as fh:
+            for batch in batches:
+                fh.write(text_bytes(batch))
+        return train_from_files([path], spec, appended)
 
 
 def special_ids(tok: Tokenizer) -> dict[str, int]:
@@ -519,23 +485,15 @@ def build_tokenizer(
 
     `appended`: special tokens after the learned vocabulary (FIM sentinels, chat tokens).
     `model_max_length`: what transformers reports for the folder (the corpus' seq_len)."""
-    seen = {"docs": 0, "chars": 0}
-    progress = io.progress
-
-    def counted() -> Iterator[list[str]]:
-        for batch in iter_texts(train_path, spec.max_chars, spec.doc_cap):
-            seen["docs"] += len(batch)
-            seen["chars"] += sum(map(len, batch))
-            if progress and seen["docs"] % 8192 < len(batch):
-                progress(f"tokenizer: fed {seen['docs']:,} documents, {seen['chars'] / 1e6:.1f}M chars")
-            yield batch
-
     start = time.perf_counter()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tok = train_bpe(counted(), spec, appended, scratch=out_dir.parent)
+    # The text files in a hidden temp dir, removed after (or by the next run's clean-up if killed).
+    with tempfile.TemporaryDirectory(prefix=".train-text.", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
+        feed = feed_files(train_path, Path(spool), io, spec.doc_cap, spec.max_chars)
+        if feed.docs == 0:
+            raise TokenizerError(f"the train split is empty ({train_path}); nothing to train the tokenizer on")
+        tok = train_from_files(feed.files, spec, appended)
     seconds = time.perf_counter() - start
-    if seen["docs"] == 0:
-        raise TokenizerError(f"the train split is empty ({train_path}); nothing to train the tokenizer on")
     learned = tok.get_vocab_size(with_added_tokens=False)
     model = json.loads(tok.to_str())["model"]
     report: dict[str, Any] = {
@@ -544,10 +502,10 @@ def build_tokenizer(
         "requested_vocab_size": spec.vocab_size,
         "merges": len(model["merges"]),
         "special_ids": special_ids(tok),
-        "train_documents": seen["docs"],
-        "train_chars": seen["chars"],
+        "train_documents": feed.docs,
+        "train_chars": feed.chars,
         "train_seconds": round(seconds, 3),
-        "train_mb_per_s": round(seen["chars"] / 1e6 / seconds, 3) if seconds else None,
+        "train_mb_per_s": round(feed.chars / 1e6 / seconds, 3) if seconds else None,
     }
     if learned < spec.vocab_size:
         report["warning"] = (
