@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel
-from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
 from albor_pipeline.runtime.layout import (
@@ -47,7 +46,7 @@ from albor_pipeline.text.encode import make_encoder
 from albor_pipeline.text.ledger import is_ledger
 from albor_pipeline.text.removal import REMOVED
 from albor_pipeline.text.secrets import redact_path
-from albor_pipeline.text.vocab import id_bytes
+from albor_pipeline.text.vocab import id_bytes, load_tokenizer
 
 
 class Span(BaseModel):
@@ -189,7 +188,7 @@ class _Spans:
     segments alone (a segment's tokens are its bytes in order)."""
 
     def __init__(self, tokenizer: Path, bos: bool) -> None:
-        tok = Tokenizer.from_file(str(tokenizer))
+        tok = load_tokenizer(str(tokenizer))
         self.encoder = RowGroupEncoder(tok, make_encoder(tok, "hf"), bos)
         self.sizes = np.array([len(b) for b in id_bytes(tok)], dtype=np.int64)
 

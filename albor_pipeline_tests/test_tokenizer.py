@@ -445,7 +445,7 @@ def test_a_tiktoken_disagreement_is_reported(tmp_path):
     enc = tiktoken_encoding(tok)
     assert enc.encode_single_token("<|bos|>") == 1 and enc.encode_ordinary("abc") == [262]
     assert plain_tokenizer(tok).encode("abc").ids == [4 + ord("a"), 260]
-    report = evaluate(tok, iter([["abc", " " * 1_000_000 + "x", "abx"]]), enc)
+    report = evaluate(tok, iter([["abc", " " * 1_000_000 + "x", "abx"]]), enc).report
     assert report["tiktoken_ids_equal"] == 1 and report["tiktoken_mismatches_first"] == [0, 1]
     (tmp_path / "r.json").write_text(json.dumps({**report, "val_documents": 3}), encoding="utf-8")
     outcome = check_tiktoken_ids(tmp_path / "r.json")

@@ -7,7 +7,6 @@ from dataclasses import replace
 from functools import partial
 
 import dagster as dg
-from tokenizers import Tokenizer
 
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.artifacts import read_manifest
@@ -23,7 +22,7 @@ from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
 from albor_pipeline.stages.corpus.report import CorpusSummary
 from albor_pipeline.stages.mix.report import MixSummary
 from albor_pipeline.stages.tokenizer.report import TokenizerSummary
-from albor_pipeline.text.vocab import EOS, PAD
+from albor_pipeline.text.vocab import EOS, PAD, load_tokenizer
 
 
 class CorpusConfig(dg.Config):
@@ -141,7 +140,7 @@ def _no_short_splits(ctx: CheckContext) -> CheckOutcome:
 
 
 def _sequences(ctx: CheckContext) -> CheckOutcome:
-    vocab = Tokenizer.from_file(str(ctx.layout.tokenizer_json)).get_vocab_size()
+    vocab = load_tokenizer(str(ctx.layout.tokenizer_json)).get_vocab_size()
     return check_sequences(ctx.parquet_outputs, ctx.manifest.config["seq_len"], vocab, ctx.executor)
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, record
 from albor_pipeline.runtime.checks import CheckOutcome
@@ -20,7 +19,7 @@ from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.stages.chat.report import BaseEvalSummary
 from albor_pipeline.text.base_eval import BaseTask, fewshot, render_prompts, spans
 from albor_pipeline.text.encode import encode_lists, pick_encoder
-from albor_pipeline.text.vocab import BOS, added_tokens, id_bytes
+from albor_pipeline.text.vocab import BOS, added_tokens, id_bytes, load_tokenizer
 
 BASE_EVAL_SCHEMA = pa.schema(
     [
@@ -56,7 +55,7 @@ def build_base_eval(
     items = [json.loads(t) for t in table.column("text").to_pylist()]
     if shots >= len(items):
         raise ValueError(f"num_fewshot {shots} needs more than {shots} items; the set has {len(items)}")
-    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok = load_tokenizer(str(tokenizer_path))
     draws = [fewshot(i, len(items), shots) for i in range(len(items))]
     prompts = [render_prompts(item, task, delimiter, [items[j] for j in d]) for item, d in zip(items, draws)]
     encoder, _ = pick_encoder(tok, encoder_choice, [p[0][:8192] for p in prompts[:64]])
@@ -91,7 +90,7 @@ def check_continuations(path: Path, tokenizer_path: Path, task: BaseTask, delimi
     """Every sequence is BOS then exactly its prompt (re-rendered from the stored item and
     shots), and its span is the answer: a choice's end (multiple choice), the shared
     continuation (schema), or the continuation (language modelling)."""
-    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok = load_tokenizer(str(tokenizer_path))
     table = id_bytes(tok)
     rows = pq.read_table(path).to_pylist()
     items = [json.loads(r["item"]) for r in rows]

@@ -10,12 +10,11 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.spec import ChatTokens
 from albor_pipeline.text.chat import ChatIds, assistant_text
-from albor_pipeline.text.vocab import BOS, id_bytes
+from albor_pipeline.text.vocab import BOS, id_bytes, load_tokenizer
 
 
 def _sft_rows(paths: list[Path], columns: list[str]) -> Iterator[dict[str, Any]]:
@@ -43,7 +42,7 @@ def _conversations(paths: list[Path], columns: list[str]) -> Iterator[dict[str, 
 def check_packed_rows(paths: list[Path], tokenizer_path: Path, row_tokens: int) -> CheckOutcome:
     """Every packed row is `row_tokens` long, its conversations each start with BOS (mask 0), the
     padding after them is BOS with mask 0, and it has at least one trained token."""
-    bos = Tokenizer.from_file(str(tokenizer_path)).token_to_id(BOS)
+    bos = load_tokenizer(str(tokenizer_path)).token_to_id(BOS)
     rows = bad = 0
     first: list[str] = []
     for row in _sft_rows(paths, ["input_ids", "loss_mask", "doc_lens", "sha256"]):
@@ -77,7 +76,7 @@ def check_sft_mask(paths: list[Path], tokenizer_path: Path, tokens: ChatTokens, 
     and python code of that conversation (a prefix of it where the row was truncated), and
     every special id carries the mask the render gives it (1 only on python calls and
     `<|assistant_end|>`)."""
-    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok = load_tokenizer(str(tokenizer_path))
     chat = ChatIds.of(tok, tokens)
     trained_specials = np.array([chat.python_start, chat.python_end, chat.assistant_end])
     structural = np.array(sorted(chat.structural))
@@ -135,7 +134,7 @@ def check_sft_structure(paths: list[Path], tokenizer_path: Path, tokens: ChatTok
     """Chat special ids (and BOS) appear only where rendering puts them: BOS first, then
     user_start/user_end, assistant_start, python and output pairs inside an assistant turn,
     assistant_end; a truncated row may stop anywhere."""
-    chat = ChatIds.of(Tokenizer.from_file(str(tokenizer_path)), tokens)
+    chat = ChatIds.of(load_tokenizer(str(tokenizer_path)), tokens)
     rows = bad = 0
     first: list[str] = []
     for row in _conversations(paths, ["input_ids", "sha256"]):

@@ -19,7 +19,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
-from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path, record, write_json
 from albor_pipeline.runtime.shardmap import StageIO, output_set
@@ -30,7 +29,7 @@ from albor_pipeline.stages.chat.report import EvalSummary, PackedFacts, SftSourc
 from albor_pipeline.text.chat import ChatIds, Message, Piece, mc_labels, mc_prompt, render_pieces
 from albor_pipeline.text.encode import Encoder, encode_lists, pick_encoder
 from albor_pipeline.text.sequences import INDEX_FILE, INDEX_FORMAT, ROW_GROUP_SEQUENCES
-from albor_pipeline.text.vocab import BOS, EOS, PAD, added_tokens, token_dtype
+from albor_pipeline.text.vocab import BOS, EOS, PAD, added_tokens, load_tokenizer, token_dtype
 
 SFT_SCHEMA = pa.schema(
     [
@@ -221,7 +220,7 @@ def build_sft(
 ) -> SftResult:
     """Render one split's mixed conversations into `out_dir` (replaced as one set, or not at
     all): a row per conversation, or with `packing: best_fit` packed rows and their reader index."""
-    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok = load_tokenizer(str(tokenizer_path))
     encoder, encoder_note = pick_encoder(tok, encoder_choice, _sample(mixed_path))
     render = _Render(spec, ChatIds.of(tok, spec.tokens), encoder)
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
@@ -306,7 +305,7 @@ def build_eval(
     """Render every multiple-choice item for completion into `out`, with its own answer labels
     when it has them; a prompt over `max_tokens` is cut there, as nanochat's render_for_completion
     cuts (counted)."""
-    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok = load_tokenizer(str(tokenizer_path))
     ids = ChatIds.of(tok, tokens)
     items = read_shards(ingested_path, ["text", "sha256"])
     parsed = [json.loads(t) for t in items.column("text").to_pylist()]

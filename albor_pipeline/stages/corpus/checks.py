@@ -16,7 +16,7 @@ from albor_pipeline.runtime.checks import CheckOutcome, per_shard
 from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Node, task_node
 from albor_pipeline.runtime.shards import iter_batches
-from albor_pipeline.text.vocab import EOS, PAD, added_tokens, token_to_bytes
+from albor_pipeline.text.vocab import EOS, PAD, added_tokens, load_tokenizer, token_to_bytes
 
 # Sequences a corpus check holds at once (~0.5M ids at seq_len 2048): about a row group's
 # worth. A batch spanning many row groups costs Arrow a concatenation of their lists (a
@@ -156,7 +156,7 @@ class _ShardChars:
 
 def _shard_chars(node: Node, tokenizer_path: str, min_chars: int, path: Path) -> _ShardChars:
     """A shard's `_ShardChars`, a record batch at a time (a corpus shard holds ~10**8 tokens)."""
-    tok = Tokenizer.from_file(str(node.local(tokenizer_path)))
+    tok = load_tokenizer(str(node.local(tokenizer_path)))
     chars, eos, pad = token_chars(tok), tok.token_to_id(EOS), tok.token_to_id(PAD)
     head: int | None = None
     inner = short = 0
@@ -220,7 +220,7 @@ def check_min_chars(
 def _piece_chars(node: Node, tokenizer_path: str, path: Path) -> np.ndarray:
     """(tokens, characters, ends in EOS) of each non-empty piece of a shard, in sequence
     order: a (3, pieces) int64 array."""
-    tok = Tokenizer.from_file(str(node.local(tokenizer_path)))
+    tok = load_tokenizer(str(node.local(tokenizer_path)))
     chars, eos = token_chars(tok), tok.token_to_id(EOS)
     parts = [np.zeros((3, 0), np.int64)]
     for ids, pieces, counts in _packed_batches(path):

@@ -47,7 +47,7 @@ from albor_pipeline.stages.corpus.plan import PlanSummary, Segments, best_fit_pl
 from albor_pipeline.stages.corpus.report import CorpusBudget, CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import make_encoder, pick_encoder
 from albor_pipeline.text.sequences import INDEX_FILE
-from albor_pipeline.text.vocab import BOS, EOS, PAD, token_dtype
+from albor_pipeline.text.vocab import BOS, EOS, PAD, load_tokenizer, token_dtype
 
 PROGRESS_SECONDS = 5.0
 
@@ -150,7 +150,7 @@ def build_corpus(
     """
     start = time.perf_counter()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok = load_tokenizer(str(tokenizer_path))
     with tempfile.TemporaryDirectory(prefix=".albor-tokens-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
         encoded = _encode_split(tok, tokenizer_path, fim_path, spec, Path(spool), io, start, min_chars)
         if budget is None:

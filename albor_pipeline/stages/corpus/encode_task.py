@@ -29,7 +29,7 @@ from albor_pipeline.runtime.shards import RowGroup, Shard, row_group_sha256
 from albor_pipeline.runtime.taskstore import NOT_IDENTITY
 from albor_pipeline.text.documents import sha_keys
 from albor_pipeline.text.encode import Encoder, make_encoder
-from albor_pipeline.text.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
+from albor_pipeline.text.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX, load_tokenizer
 
 READ_COLUMNS = ["text", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 
@@ -109,7 +109,7 @@ class RowGroupEncoder:
     @classmethod
     def load(cls, tokenizer_path: str, encoder_name: str, bos: bool, min_chars: int) -> RowGroupEncoder:
         """A single-threaded encoder of `encoder_name`, as a worker process builds it."""
-        tok = Tokenizer.from_file(tokenizer_path)
+        tok = load_tokenizer(tokenizer_path)
         return cls(tok, make_encoder(tok, encoder_name, threads=1), bos, min_chars)
 
     def encode(self, group: RowGroup) -> tuple[np.ndarray, GroupTokens]:

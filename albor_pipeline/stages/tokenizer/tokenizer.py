@@ -20,7 +20,7 @@ import tempfile
 import time
 import zipfile
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -269,13 +269,22 @@ def _tiktoken_ids(enc: tiktoken.Encoding, text: str) -> list[int] | None:
         return None
 
 
-def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encoding) -> dict[str, Any]:
+@dataclass
+class Evaluation:
+    """The report's val figures, and each val document's token count (for `compare`)."""
+
+    report: dict[str, Any]
+    token_counts: list[int]
+
+
+def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encoding) -> Evaluation:
     """Round-trip every val document, keyword coverage, bytes/token, and whether `enc`
     (tokenizer.pkl, what nanochat encodes with) gives every document the HF ids."""
     plain = plain_tokenizer(tok)
     docs = ok = same = n_bytes = n_tokens = 0
     failures: list[int] = []
     differ: list[int] = []
+    counts: list[int] = []
     for batch in val_texts:
         encs = plain.encode_batch_fast(batch, add_special_tokens=False)
         ids = [e.ids for e in encs]
@@ -292,8 +301,9 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encod
             docs += 1
             n_bytes += len(text.encode("utf-8"))
             n_tokens += len(tids)
+            counts.append(len(tids))
     coverage = {kw: len(plain.encode(kw, add_special_tokens=False).ids) == 1 for kw in PYTHON_KEYWORDS}
-    return {
+    report = {
         "val_documents": docs,
         "roundtrip_ok": ok,
         "roundtrip_failures_first": failures,
@@ -305,6 +315,7 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encod
         "val_tokens": n_tokens,
         "bytes_per_token": round(n_bytes / n_tokens, 4) if n_tokens else None,
     }
+    return Evaluation(report, counts)
 
 
 TokenCounter = Callable[[list[str]], list[int]]
@@ -392,7 +403,7 @@ def _baseline_tokens(_: None, io: TaskIO, item: tuple[str, str, tuple[str, ...]]
 
 
 def compare(
-    tok: Tokenizer,
+    ours: Sequence[int],
     val_path: Path,
     baselines: tuple[Path, ...],
     openai: dict[OpenAIBaseline, Path],
@@ -400,8 +411,9 @@ def compare(
 ) -> dict[str, Any]:
     """nanochat's tokenizer comparison: bytes/token of ours and of each baseline (OpenAI's, the
     spec's `baselines` files) on the val text of every source, and the relative difference
-    (baseline tokens - ours) / baseline tokens: positive when ours needs fewer tokens. Each
-    baseline counts in a task of its own on `io`'s executor."""
+    (baseline tokens - ours) / baseline tokens: positive when ours needs fewer tokens. `ours`:
+    our token count of each val document, in order (`evaluate`'s). Each baseline counts in a
+    task of its own on `io`'s executor."""
     io = io or StageIO(val_path.parent)
     shards = tuple(str(p) for p in parquet_files(val_path))
     named = [(m.value, str(ranks)) for m, ranks in openai.items()]
@@ -412,14 +424,15 @@ def compare(
     counted = map_tasks(_baseline_tokens, None, items, val_path.parent, executor, reuse=True)
     notes = [c.note for c in counted if c.note is not None]
     others = {name: c.tokens for (name, _), c in zip(named, counted, strict=True) if c.note is None}
-    ours = _hf_counter(tok)
     totals: dict[str, Counter[str]] = defaultdict(Counter)
+    done = 0
     for batch in iter_batches(val_path, ["text", "source"], 1024):
         texts, sources = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-        for text, source, n in zip(texts, sources, ours(texts)):
+        for text, source, n in zip(texts, sources, ours[done : done + len(texts)], strict=True):
             for key in (source, "all"):
                 totals[key]["bytes"] += len(text.encode("utf-8"))
                 totals[key]["ours"] += n
+        done += len(texts)
     for name, tokens in others.items():
         for source, n in tokens.items():
             totals[source][name] += n
@@ -513,8 +526,9 @@ def build_tokenizer(
             "the appended special tokens follow the learned vocabulary"
         )
     pkl = encoding_pickle(tok)
-    report.update(evaluate(tok, iter_texts(val_path), pickle.loads(pkl)))  # the very bytes written
-    report.update(compare(tok, val_path, spec.baselines, spec.openai_ranks, io))
+    evaluation = evaluate(tok, iter_texts(val_path), pickle.loads(pkl))  # the very bytes written
+    report.update(evaluation.report)
+    report.update(compare(evaluation.token_counts, val_path, spec.baselines, spec.openai_ranks, io))
     lengths = token_byte_lengths(tok)
     pt = token_bytes_pt(lengths)
     # The report's timing fields vary run to run; keep them out of the hashed file.
