@@ -390,6 +390,11 @@ def test_default_spec_builds_end_to_end(tmp_path):
     long = Sequences(long_dir, chunk_len=4096)
     assert stages["corpus/long_train"]["summary"]["sequences"] * 8 == len(long) > 100
     assert long[9]["input_ids"].tolist() == Sequences(long_dir)[1]["input_ids"][4096:8192].tolist()
+    # Its shards hold a corpus shard's tokens (256 sequences of 32k), so several workers pack them.
+    shards = json.loads((long_dir / "index.json").read_text(encoding="utf-8"))["parquet"]["shards"]
+    assert spec.corpus.long is not None and len(shards) > 1
+    per_shard = spec.corpus.shard_sequences * spec.corpus.seq_len // spec.corpus.long.seq_len
+    assert [s["sequences"] for s in shards[:-1]] == [per_shard] * (len(shards) - 1) and per_shard == 256
     plan = {p["source"]: p for p in stages["mixed/train"]["summary"]["plan"]}
     assert set(plan) == {"stdlib", "site_packages", "pydoc_topics"}
     assert float(plan["pydoc_topics"]["multiplier"].rstrip("x")) > 1  # the small source is upsampled

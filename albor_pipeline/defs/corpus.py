@@ -121,7 +121,10 @@ def long_corpus(
 ) -> StageOutput:
     where = f"{corpus_stage(long_split(split))} run config"
     settings = resolve(long, config, where)
-    corpus_settings = spec.corpus.model_copy(update={"seq_len": settings.seq_len, "long": settings})
+    # A shard holds the tokens of a corpus shard (4,096 x 2,048): 256 sequences at 32k, not 4,096.
+    per_shard = max(1, spec.corpus.shard_sequences * spec.corpus.seq_len // settings.seq_len)
+    update = {"seq_len": settings.seq_len, "long": settings, "shard_sequences": per_shard}
+    corpus_settings = spec.corpus.model_copy(update=update)
     return pack(ctx, split, long_split(split), corpus_settings, min_chars=settings.min_chars, ledger=spec.audit.ledger)
 
 
