@@ -57,7 +57,7 @@ BATCH_BYTES = 32 << 20
 READ_CHUNK = 256  # code files read ahead at most
 CONVERSATION_COLUMNS = ("messages", "conversations")
 CHAT_COLUMNS = (*CONVERSATION_COLUMNS, *ALPACA_FIELDS)  # what a Parquet chat row is read with
-REDACT_ROWS, REDACT_CHARS = 256, 4 << 20  # documents redacted together (one RE2 pass, one `memo` part), at most
+REDACT_ROWS, REDACT_CHARS = 64, 1 << 20  # documents redacted together (one RE2 pass, one `memo` part), at most
 
 
 @dataclass
