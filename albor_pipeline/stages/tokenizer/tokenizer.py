@@ -39,7 +39,7 @@ from albor_pipeline.runtime.artifacts import (
     write_bytes,
     write_json,
 )
-from albor_pipeline.runtime.executor import INLINE, LocalExecutor
+from albor_pipeline.runtime.executor import INLINE, LocalExecutor, cpu_count
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks, output_set
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
@@ -258,6 +258,16 @@ def bpe_files(model: dict[str, Any]) -> tuple[bytes, bytes]:
     return vocab_json, merges_txt
 
 
+def _tiktoken_batch(enc: tiktoken.Encoding, texts: list[str]) -> list[list[int] | None]:
+    """`_tiktoken_ids` of each text, on every core; one at a time when tiktoken panics on one."""
+    try:
+        return list(enc.encode_ordinary_batch(texts, num_threads=cpu_count()))
+    except BaseException as exc:  # pyo3's PanicException derives from BaseException
+        if type(exc).__name__ != "PanicException":
+            raise
+        return [_tiktoken_ids(enc, text) for text in texts]
+
+
 def _tiktoken_ids(enc: tiktoken.Encoding, text: str) -> list[int] | None:
     """`enc`'s ids for `text`, or None where tiktoken panics: its regex engine overflows its
     stack on a whitespace run of ~1 MB followed by other text."""
@@ -289,12 +299,12 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encod
         encs = plain.encode_batch_fast(batch, add_special_tokens=False)
         ids = [e.ids for e in encs]
         decoded = plain.decode_batch(ids, skip_special_tokens=False)
-        for text, back, tids in zip(batch, decoded, ids):
+        for text, back, tids, theirs in zip(batch, decoded, ids, _tiktoken_batch(enc, batch)):
             if back == text:
                 ok += 1
             elif len(failures) < 20:
                 failures.append(docs)
-            if _tiktoken_ids(enc, text) == tids:
+            if theirs == tids:
                 same += 1
             elif len(differ) < 20:
                 differ.append(docs)
