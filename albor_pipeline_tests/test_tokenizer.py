@@ -224,7 +224,8 @@ def test_training_is_byte_identical_across_runs_and_thread_counts(trained, corpu
 def test_the_feed_is_one_serial_pass_and_a_rebuild_writes_only_edited_row_groups(corpus_files, tmp_path):
     """The trainer's text, written a task per row group, is byte for byte what one serial pass
     over the split writes (`iter_texts` with the same cap and budget, every part followed by
-    the separator), the budget ending inside a row group included; with a task store, an edited
+    the separator), the budget ending inside a row group included (the row groups past it
+    never read); with a task store, an edited
     document's row group is the only one written again, and the tokenizer equals a cold one."""
     from albor_pipeline.stages.tokenizer.feed import feed_files, text_bytes
     from albor_pipeline.stages.tokenizer.tokenizer import iter_texts, train_bpe, train_from_files
@@ -241,7 +242,9 @@ def test_the_feed_is_one_serial_pass_and_a_rebuild_writes_only_edited_row_groups
         serial = [t for batch in iter_texts(split, budget, cap) for t in batch]
         assert b"".join(f.read_bytes() for f in feed.files) == text_bytes(serial), (cap, budget)
         assert (feed.docs, feed.chars) == (len(serial), sum(map(len, serial)))
+    mark = TASKS.mark()  # under a budget, the row groups past it are never read
     assert 0 < len(feed_files(split, tmp_path / "half", StageIO(tmp_path), 3000, total // 2).files) < groups
+    assert TASKS.since(mark)["train_text"]["tasks"] < groups
 
     store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
     spec = TokenizerSpec(vocab_size=1000)

@@ -132,8 +132,10 @@ class Feed:
 def feed_files(train: Path, spool: Path, io: StageIO, doc_cap: int | None, max_chars: int | None) -> Feed:
     """The training text of `train` (a Parquet file or shard set) as files in `spool`, a task
     per row group; with `max_chars`, the files up to that many characters, the last row group
-    cut in this process where the budget ends (as one serial pass would)."""
-    groups = row_groups(train)
+    cut in this process where the budget ends (as one serial pass would). Under a budget the
+    tasks run in waves of the row groups the rest of it can reach (by their text's size in
+    the footers), so the text past the budget is never read."""
+    items = [FeedItem(group, task) for task, group in enumerate(row_groups(train))]
     spool.mkdir(parents=True, exist_ok=True)
     start, last = time.perf_counter(), [time.perf_counter()]
 
@@ -143,14 +145,37 @@ def feed_files(train: Path, spool: Path, io: StageIO, doc_cap: int | None, max_c
         last[0] = time.perf_counter()
         return f"tokenizer: fed {sum(c.docs for c in done):,} documents, {sum(c.chars for c in done) / 1e6:.1f}M chars"
 
-    items = [FeedItem(group, task) for task, group in enumerate(groups)]
     job = FeedJob(doc_cap, str(spool))
-    chunks = map_tasks(train_text, job, items, spool, io.executor, rate, io.progress, inline_below=4, reuse=True)
-    for chunk in chunks:
-        io.receive(chunk.spooled)
+    done: list[tuple[FeedItem, TextChunk]] = []
+    while len(done) < len(items) and (max_chars is None or sum(c.chars for _, c in done) < max_chars):
+        left = None if max_chars is None else max_chars - sum(c.chars for _, c in done)
+        wave = _reach(items[len(done) :], left, doc_cap)
+        chunks = map_tasks(train_text, job, wave, spool, io.executor, rate, io.progress, inline_below=4, reuse=True)
+        for chunk in chunks:
+            io.receive(chunk.spooled)
+        done += zip(wave, chunks, strict=True)
     if io.progress:
-        io.progress(f"tokenizer: text of {len(chunks)} row groups ready in {time.perf_counter() - start:.1f} s")
-    return _within(list(zip(items, chunks, strict=True)), job, max_chars)
+        io.progress(f"tokenizer: text of {len(done)} row groups ready in {time.perf_counter() - start:.1f} s")
+    return _within(done, job, max_chars)
+
+
+def _reach(items: list[FeedItem], budget: int | None, doc_cap: int | None) -> list[FeedItem]:
+    """The first of `items` (at least one) up to the one whose text's size, with what comes
+    before it, reaches `budget` characters: a character is at least a byte, so the budget
+    ends no earlier (a footer that undercounts, e.g. a dictionary page, only takes more)."""
+    if budget is None:
+        return items
+    reach, footers = 0, {}
+    for n, item in enumerate(items, 1):
+        path, index = item.group
+        if path not in footers:
+            footers[path] = pq.ParquetFile(path).metadata
+        group = footers[path].row_group(index)
+        size = next(group.column(c) for c in range(group.num_columns) if group.column(c).path_in_schema == "text")
+        reach += min(size.total_uncompressed_size, group.num_rows * (doc_cap or size.total_uncompressed_size))
+        if reach >= budget:
+            return items[:n]
+    return items
 
 
 def _within(chunks: list[tuple[FeedItem, TextChunk]], job: FeedJob, max_chars: int | None) -> Feed:
