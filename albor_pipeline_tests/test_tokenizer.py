@@ -242,6 +242,13 @@ def test_the_feed_is_one_serial_pass_and_a_rebuild_writes_only_edited_row_groups
         serial = [t for batch in iter_texts(split, budget, cap) for t in batch]
         assert b"".join(f.read_bytes() for f in feed.files) == text_bytes(serial), (cap, budget)
         assert (feed.docs, feed.chars) == (len(serial), sum(map(len, serial)))
+    # A budget spent exactly at a document's end: the empty documents after it are not fed.
+    for texts, rows in ((["abc", "de", "", "xyz", "q"], 3), (["abc", "de", "", "", "", "xyz"], 2)):
+        exact = tmp_path / f"exact{rows}"
+        exact.mkdir()
+        pq.write_table(pa.table({"text": texts}), exact / "part-00000-0000.parquet", row_group_size=rows)
+        feed = feed_files(exact, tmp_path / f"spool-exact{rows}", StageIO(tmp_path), None, 5)
+        assert b"".join(f.read_bytes() for f in feed.files) == b"abc\xffde\xff" and feed.docs == 2
     mark = TASKS.mark()  # under a budget, the row groups past it are never read
     assert 0 < len(feed_files(split, tmp_path / "half", StageIO(tmp_path), 3000, total // 2).files) < groups
     assert TASKS.since(mark)["train_text"]["tasks"] < groups

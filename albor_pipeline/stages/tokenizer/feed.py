@@ -107,7 +107,8 @@ def train_text(job: FeedJob, io: TaskIO, item: FeedItem) -> TextChunk:
     out = text_file(io.directory, item.task)
     out.write_bytes(text_bytes(texts))
     shard = Shard.of(out, len(texts), io.directory)
-    return TextChunk(len(texts), sum(map(len, texts)), (shard,), io.node.spool(out))
+    # Only the run's process reads it: sent through the bucket only from a node without its copy.
+    return TextChunk(len(texts), sum(map(len, texts)), (shard,), None if io.node.shared() else io.node.spool(out))
 
 
 def train_text_reads(job: FeedJob, io: TaskIO, item: FeedItem) -> dict[str, object]:
@@ -139,14 +140,16 @@ def feed_files(train: Path, spool: Path, io: StageIO, doc_cap: int | None, max_c
     spool.mkdir(parents=True, exist_ok=True)
     start, last = time.perf_counter(), [time.perf_counter()]
 
-    def rate(done: list[TextChunk]) -> str | None:
+    job = FeedJob(doc_cap, str(spool))
+    done: list[tuple[FeedItem, TextChunk]] = []
+
+    def rate(wave: list[TextChunk]) -> str | None:
         if time.perf_counter() - last[0] < PROGRESS_SECONDS:
             return None
         last[0] = time.perf_counter()
-        return f"tokenizer: fed {sum(c.docs for c in done):,} documents, {sum(c.chars for c in done) / 1e6:.1f}M chars"
+        fed = [c for _, c in done] + wave
+        return f"tokenizer: fed {sum(c.docs for c in fed):,} documents, {sum(c.chars for c in fed) / 1e6:.1f}M chars"
 
-    job = FeedJob(doc_cap, str(spool))
-    done: list[tuple[FeedItem, TextChunk]] = []
     while len(done) < len(items) and (max_chars is None or sum(c.chars for _, c in done) < max_chars):
         left = None if max_chars is None else max_chars - sum(c.chars for _, c in done)
         wave = _reach(items[len(done) :], left, doc_cap)
@@ -179,12 +182,13 @@ def _reach(items: list[FeedItem], budget: int | None, doc_cap: int | None) -> li
 
 
 def _within(chunks: list[tuple[FeedItem, TextChunk]], job: FeedJob, max_chars: int | None) -> Feed:
-    """The chunks' files up to `max_chars` characters: whole row groups while they fit, then the
-    row group where the budget ends rewritten with its documents cut at the budget."""
+    """The chunks' files up to `max_chars` characters: whole row groups while the budget goes
+    on past them, then the row group where it ends rewritten with its documents cut at the
+    budget (`budgeted`: an exact fit drops the empty documents after it)."""
     files, docs, chars = [], 0, 0
     for item, chunk in chunks:
-        if max_chars is not None and chars + chunk.chars > max_chars:
-            kept = list(_budgeted(_group_texts(*item.group, job.doc_cap), max_chars - chars))
+        if max_chars is not None and chars + chunk.chars >= max_chars:
+            kept = list(budgeted(_group_texts(*item.group, job.doc_cap), max_chars - chars))
             if kept:  # a file of its own: the task's may be the store's link
                 partial = text_file(job.spool, item.task).with_suffix(".cut.txt")
                 partial.write_bytes(text_bytes(kept))
@@ -195,8 +199,9 @@ def _within(chunks: list[tuple[FeedItem, TextChunk]], job: FeedJob, max_chars: i
     return Feed(files, docs, chars)
 
 
-def _budgeted(texts: list[str], budget: int) -> Iterator[str]:
-    """`texts` in order up to `budget` characters, the last one cut."""
+def budgeted(texts: list[str], budget: int) -> Iterator[str]:
+    """`texts` in order up to `budget` characters, the last one cut; none once it is spent
+    (empty texts after an exact fit included): the one rule for a character budget."""
     for text in texts:
         if budget <= 0:
             return

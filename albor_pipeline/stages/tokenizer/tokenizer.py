@@ -43,7 +43,7 @@ from albor_pipeline.runtime.executor import INLINE, LocalExecutor, cpu_count
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks, output_set
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
-from albor_pipeline.stages.tokenizer.feed import SEPARATOR, chunk_texts, feed_files, text_bytes
+from albor_pipeline.stages.tokenizer.feed import SEPARATOR, budgeted, chunk_texts, feed_files, text_bytes
 from albor_pipeline.stages.tokenizer.report import PYTHON_KEYWORDS, TIMING, TokenizerSummary
 from albor_pipeline.text.vocab import (
     BOS,
@@ -75,14 +75,8 @@ def iter_texts(
         if doc_cap:
             texts = [t[:doc_cap] for t in texts]
         if max_chars is not None:
-            kept = []
-            for t in texts:
-                if total >= max_chars:
-                    break
-                t = t[: max_chars - total]
-                total += len(t)
-                kept.append(t)
-            texts = kept
+            texts = list(budgeted(texts, max_chars - total))
+            total += sum(map(len, texts))
         if texts:
             yield texts
         if max_chars is not None and total >= max_chars:
@@ -443,6 +437,8 @@ def compare(
                 totals[key]["bytes"] += len(text.encode("utf-8"))
                 totals[key]["ours"] += n
         done += len(texts)
+    if done != len(ours):
+        raise ValueError(f"{len(ours)} token counts for {done} val documents")
     for name, tokens in others.items():
         for source, n in tokens.items():
             totals[source][name] += n
