@@ -118,6 +118,15 @@ RowGroup = tuple[str, int]
 """(Parquet file, row group index): an item of a per-row-group task."""
 
 
+@dataclass(frozen=True)
+class SpoolItem:
+    """Row group `group`, the `task`-th of a stage's per-row-group wave: what it writes goes to
+    the wave's spool under that number (the corpus's ids, the tokenizer's training text)."""
+
+    group: RowGroup
+    task: int
+
+
 def row_groups(path: Path) -> list[RowGroup]:
     """(file, row group) of every row group of a Parquet file or shard set, in order: the
     items of a per-row-group task."""

@@ -29,14 +29,13 @@ from albor_pipeline.runtime.artifacts import (
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
-from albor_pipeline.runtime.shards import RowGroup, Shard, row_groups
+from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, row_groups
 from albor_pipeline.runtime.taskstore import memo
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy, repeat_warnings
 from albor_pipeline.stages.corpus.encode_task import (
     EncodeJob,
     GroupTokens,
     RowGroupEncoder,
-    SpoolItem,
     encode_row_group,
 )
 from albor_pipeline.stages.corpus.exports import STREAMS, concat_streams, write_sidecars

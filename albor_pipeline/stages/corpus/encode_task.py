@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import READS, TaskIO, shared_task
-from albor_pipeline.runtime.shards import RowGroup, Shard, row_group_sha256
+from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, row_group_sha256
 from albor_pipeline.runtime.taskstore import NOT_IDENTITY
 from albor_pipeline.text.documents import sha_keys
 from albor_pipeline.text.encode import Encoder, make_encoder
@@ -165,14 +165,6 @@ class EncodeJob:
     dtype: str  # the spooled ids' dtype: the exports' (`corpus.token_dtype`)
     # The stage's own encoder (all cores), for an inline map only.
     own: RowGroupEncoder | None = field(default=None, metadata=NOT_IDENTITY)
-
-
-@dataclass(frozen=True)
-class SpoolItem:
-    """Row group `group`, the `task`-th of the build: its ids go to `spool_tokens(spool, task)`."""
-
-    group: RowGroup
-    task: int
 
 
 def spool_tokens(spool: str | Path, task: int) -> Path:

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import READS, StageIO, TaskIO, map_tasks
-from albor_pipeline.runtime.shards import RowGroup, Shard, row_group_sha256, row_groups
+from albor_pipeline.runtime.shards import Shard, SpoolItem, row_group_sha256, row_groups
 from albor_pipeline.runtime.taskstore import NOT_IDENTITY
 
 SEPARATOR = b"\xff"  # never inside UTF-8 text: it parts the documents handed to gigatoken's trainer
@@ -74,14 +74,6 @@ class FeedJob:
 
 
 @dataclass(frozen=True)
-class FeedItem:
-    """Row group `group` of the train split, the `task`-th: its text goes to `text_file(spool, task)`."""
-
-    group: RowGroup
-    task: int
-
-
-@dataclass(frozen=True)
 class TextChunk:
     """A row group's training text: its file, and the documents and characters it holds."""
 
@@ -100,7 +92,7 @@ def _group_texts(path: str | Path, index: int, doc_cap: int | None) -> list[str]
     return [t[:doc_cap] for t in texts] if doc_cap else texts
 
 
-def train_text(job: FeedJob, io: TaskIO, item: FeedItem) -> TextChunk:
+def train_text(job: FeedJob, io: TaskIO, item: SpoolItem) -> TextChunk:
     """One row group's training text, written to its file in the spool."""
     path, index = item.group
     texts = _group_texts(io.local(path), index, job.doc_cap)
@@ -111,7 +103,7 @@ def train_text(job: FeedJob, io: TaskIO, item: FeedItem) -> TextChunk:
     return TextChunk(len(texts), sum(map(len, texts)), (shard,), None if io.node.shared() else io.node.spool(out))
 
 
-def train_text_reads(job: FeedJob, io: TaskIO, item: FeedItem) -> dict[str, object]:
+def train_text_reads(job: FeedJob, io: TaskIO, item: SpoolItem) -> dict[str, object]:
     """What a text task reads (its identity): its row group's bytes, so a rebuild writes again
     only the row groups holding an edited document."""
     path, index = item.group
@@ -136,12 +128,12 @@ def feed_files(train: Path, spool: Path, io: StageIO, doc_cap: int | None, max_c
     cut in this process where the budget ends (as one serial pass would). Under a budget the
     tasks run in waves of the row groups the rest of it can reach (by their text's size in
     the footers), so the text past the budget is never read."""
-    items = [FeedItem(group, task) for task, group in enumerate(row_groups(train))]
+    items = [SpoolItem(group, task) for task, group in enumerate(row_groups(train))]
     spool.mkdir(parents=True, exist_ok=True)
     start, last = time.perf_counter(), [time.perf_counter()]
 
     job = FeedJob(doc_cap, str(spool))
-    done: list[tuple[FeedItem, TextChunk]] = []
+    done: list[tuple[SpoolItem, TextChunk]] = []
 
     def rate(wave: list[TextChunk]) -> str | None:
         if time.perf_counter() - last[0] < PROGRESS_SECONDS:
@@ -162,7 +154,7 @@ def feed_files(train: Path, spool: Path, io: StageIO, doc_cap: int | None, max_c
     return _within(done, job, max_chars)
 
 
-def _reach(items: list[FeedItem], budget: int | None, doc_cap: int | None) -> list[FeedItem]:
+def _reach(items: list[SpoolItem], budget: int | None, doc_cap: int | None) -> list[SpoolItem]:
     """The first of `items` (at least one) up to the one whose text's size, with what comes
     before it, reaches `budget` characters: a character is at least a byte, so the budget
     ends no earlier (a footer that undercounts, e.g. a dictionary page, only takes more)."""
@@ -181,7 +173,7 @@ def _reach(items: list[FeedItem], budget: int | None, doc_cap: int | None) -> li
     return items
 
 
-def _within(chunks: list[tuple[FeedItem, TextChunk]], job: FeedJob, max_chars: int | None) -> Feed:
+def _within(chunks: list[tuple[SpoolItem, TextChunk]], job: FeedJob, max_chars: int | None) -> Feed:
     """The chunks' files up to `max_chars` characters: whole row groups while the budget goes
     on past them, then the row group where it ends rewritten with its documents cut at the
     budget (`budgeted`: an exact fit drops the empty documents after it)."""
