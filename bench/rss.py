@@ -1,7 +1,13 @@
 """Runs a command and prints, as one JSON line on stdout, the peak over time of the summed RSS
-of it and all its descendants (encode workers included), sampled from /proc every 50 ms, and
-its largest process. (ru_maxrss would be wrong here: Linux carries it over fork+exec from a
-large parent.) The command's own stdout goes to stderr: stdout is this line's.
+and of the summed PSS of it and all its descendants (encode workers included), sampled from
+/proc every 50 ms, and its largest process. (ru_maxrss would be wrong here: Linux carries it
+over fork+exec from a large parent.) The command's own stdout goes to stderr: stdout is this
+line's.
+
+The summed RSS counts a page once per process mapping it: the pool's workers, forked from one
+fork server, share its imported libraries, so the sum overstates what the tree holds. PSS
+(proportional set size) charges a shared page to its processes in shares, so its sum is the
+memory the tree uses.
 
     python bench/rss.py COMMAND [ARG ...]
 
@@ -45,6 +51,18 @@ def rss(pid: int) -> tuple[int, int]:
     return out.get("VmRSS", 0), out.get("RssAnon", 0)
 
 
+def pss(pid: int) -> int:
+    """Proportional resident kB: each shared page divided among the processes mapping it."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def name(pid: int) -> str:
     """The command line: every pool worker's comm is just "python3"."""
     try:
@@ -56,13 +74,14 @@ def name(pid: int) -> str:
 
 def main(argv: list[str]) -> int:
     proc = subprocess.Popen(argv, stdout=sys.stderr)
-    peak = 0
+    peak = peak_pss = 0
     each: dict[int, int] = {}  # peak kB of each process
     anon: dict[int, int] = {}  # peak RssAnon kB of each process
     names: dict[int, str] = {}
     while proc.poll() is None:
         sizes = {p: rss(p) for p in tree(proc.pid)}
         peak = max(peak, sum(kb for kb, _ in sizes.values()))
+        peak_pss = max(peak_pss, sum(pss(p) for p in sizes))
         for p, (kb, private) in sizes.items():
             if kb > each.get(p, 0):
                 each[p], names[p] = kb, name(p)
@@ -71,6 +90,7 @@ def main(argv: list[str]) -> int:
     top = max(each, key=lambda p: each[p]) if each else None
     figures = {
         "maxrss_kb": peak,
+        "maxpss_kb": peak_pss,
         "process_maxrss_kb": each.get(top, 0) if top is not None else 0,
         "process": names.get(top, "") if top is not None else "",
         "process_max_anon_kb": anon.get(top, 0) if top is not None else 0,
