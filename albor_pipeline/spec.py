@@ -638,9 +638,9 @@ class PipelineSpec(_Model):
     # Per-source stages (ingested/, filtered/) and the mixes write sets of Parquet shards
     # holding up to about this many MB of text each; one task reads and writes one shard. A
     # data setting, not an execution one: it decides the shard files, so changing it changes
-    # the bytes. An edit rewrites the shards holding it, so the default is small for corpora
-    # of hundreds of MB; at 100 GB and more, 64-128 keeps the files per stage in the thousands.
-    shard_mb: float = Field(8, gt=0, le=MAX_SHARD_MB)
+    # the bytes. An edit rewrites the shards holding it, so smaller shards make edits cheaper
+    # and a cold build dearer (more tasks): the shipped spec sets 8 for its few hundred MB.
+    shard_mb: float = Field(32, gt=0, le=MAX_SHARD_MB)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineSpec:
