@@ -93,7 +93,7 @@ def bench_scale(corpora: list[Path], work: Path, target_mb: int) -> dict[str, An
             # cap the tokenizer's word counts (and its time) grow with the corpus by design.
             raw["tokenizer"]["max_chars"] = SCALE_TOKENIZER_CHARS
             # Shards sized for GBs (the spec's default, 32 MB), not the shipped spec's 8 MB for
-            # a few hundred: at 1.5 GB, 8 MB shards made 4x the tasks and the run 20 % slower.
+            # a few hundred: at 0.8 and 1.6 GB, 8 MB shards made 4x the tasks and the run 20-30 % slower.
             raw.pop("shard_mb", None)
             spec.write_text(yaml.safe_dump(raw))
             res[f"{label}_{backend}"] = run_graph(spec, work / f"scale_{label}_{backend}")
