@@ -636,7 +636,8 @@ class PipelineSpec(_Model):
     # Removal requests per source name (takedowns): left out at ingestion, near-duplicates too.
     remove: dict[str, RemovalSpec] = {}
     # Per-source stages (ingested/, filtered/) and the mixes write sets of Parquet shards
-    # holding up to about this many MB of text each; one task reads and writes one shard. A
+    # holding up to about this many MB of text each (documents/ and fim/ follow their inputs'
+    # shards); one task reads and writes one shard. A
     # data setting, not an execution one: it decides the shard files, so changing it changes
     # the bytes. An edit rewrites the shards holding it, so smaller shards make edits cheaper
     # and a cold build dearer (more tasks): the shipped spec sets 8 for its few hundred MB.

@@ -115,7 +115,8 @@ def run_graph(
         "overhead_pct": round(100 * (wall - stage_s) / wall, 1),
         "tokenizer_s": round(step_s.get("tokenizer", 0.0), 2),
         "peak_rss_mb": round(rss["maxrss_kb"] / 1024, 1),
-        "peak_pss_mb": round(rss.get("maxpss_kb", 0) / 1024, 1),  # shared pages counted once
+        # shared pages counted once; None where the kernel gives no PSS
+        "peak_pss_mb": round(rss["maxpss_kb"] / 1024, 1) if rss.get("maxpss_kb") is not None else None,
         "peak_process_rss_mb": round(rss["process_maxrss_kb"] / 1024, 1),
         "peak_process_private_mb": round(rss.get("process_max_anon_kb", 0) / 1024, 1),  # its RssAnon
         "peak_process": rss["process"],  # which process that was (its command line)

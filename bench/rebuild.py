@@ -77,7 +77,7 @@ def _seed_spec(stdlib: Path, site: Path, path: Path) -> Path:
     for name, size in sizes.items():
         groups[min(2, int(3 * held / total))].append(f"{name}/**/*.py")
         held += size
-    code = [{"name": "stdlib", "kind": "code", "path": str(stdlib)}]
+    code: list[dict[str, Any]] = [{"name": "stdlib", "kind": "code", "path": str(stdlib)}]
     names = [EDITED_SOURCE, "packages_b", "packages_c"]
     code += [{"name": n, "kind": "code", "path": str(site), "include": g} for n, g in zip(names, groups, strict=True)]
     spec["sources"] = code + [s for s in spec["sources"] if s["kind"] not in ("code", "jsonl")]

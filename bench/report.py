@@ -17,7 +17,7 @@ def table(results: dict[str, Any]) -> str:
             ("end to end wall s (default spec)", e["wall_s"], ""),
             ("  sum of stage compute s", e["stages_s"], ""),
             ("  orchestration overhead", f"{e['overhead_pct']} %", "<= 10 %"),
-            ("  peak PSS MB, all processes (a shared page counted once)", e.get("peak_pss_mb", ""), "<= 1536"),
+            ("  peak PSS MB, all processes (a shared page counted once)", _mb(e.get("peak_pss_mb")), "<= 1536"),
             ("  peak RSS MB, all processes (summed: shared pages once per process)", e["peak_rss_mb"], ""),
         ]
         mb = e.get("source_mb")
@@ -61,13 +61,19 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _mb(value: float | None) -> float | str:
+    """A memory figure, or "n/a" where it was not measured (no PSS from this kernel, older results)."""
+    return "n/a" if value is None else value
+
+
 def _before_rows(b: dict[str, Any], e: dict[str, Any]) -> list[tuple[str, Any, str]]:
     """The graph on the `--before` commit against this checkout's, group by group."""
     rows: list[tuple[str, Any, str]] = [
         (f"graph on {b['commit'][:10]} / this checkout, its spec: wall s", f"{b['wall_s']} / {e['wall_s']}", ""),
         ("  ratio (now / before)", round(e["wall_s"] / b["wall_s"], 2), "<= 0.5"),
         ("  orchestration overhead before", f"{b['overhead_pct']} %", ""),
-        ("  peak RSS MB before", b["peak_rss_mb"], ""),
+        ("  peak PSS MB before / now, all processes", f"{_mb(b.get('peak_pss_mb'))} / {_mb(e.get('peak_pss_mb'))}", ""),
+        ("  peak RSS MB before, all processes summed", b["peak_rss_mb"], ""),
     ]
     for group, sec in b["groups_s"].items():
         now = e["groups_s"].get(group, 0.0)
@@ -86,7 +92,7 @@ def _scale_rows(sc: dict[str, Any]) -> list[tuple[str, Any, str]]:
         for name, r in (("local", local), ("ray", ray)):
             rows.append(
                 (
-                    f"  {name}: wall s / tree peak RSS MB / largest process MB (private)",
+                    f"  {name}: wall s / tree peak RSS MB (summed) / largest process MB (private)",
                     f"{r['wall_s']} / {r['peak_rss_mb']} / {r['peak_process_rss_mb']} ({r['peak_process_private_mb']})",
                     "",
                 )

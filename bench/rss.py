@@ -51,8 +51,9 @@ def rss(pid: int) -> tuple[int, int]:
     return out.get("VmRSS", 0), out.get("RssAnon", 0)
 
 
-def pss(pid: int) -> int:
-    """Proportional resident kB: each shared page divided among the processes mapping it."""
+def pss(pid: int) -> int | None:
+    """Proportional resident kB: each shared page divided among the processes mapping it;
+    None when the kernel does not say (no `smaps_rollup` before Linux 4.14, an exited process)."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
@@ -60,7 +61,7 @@ def pss(pid: int) -> int:
                     return int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return None
 
 
 def name(pid: int) -> str:
@@ -74,14 +75,21 @@ def name(pid: int) -> str:
 
 def main(argv: list[str]) -> int:
     proc = subprocess.Popen(argv, stdout=sys.stderr)
-    peak = peak_pss = 0
+    peak = 0
+    peak_pss: int | None = None  # None until a process's PSS was read
     each: dict[int, int] = {}  # peak kB of each process
     anon: dict[int, int] = {}  # peak RssAnon kB of each process
     names: dict[int, str] = {}
     while proc.poll() is None:
         sizes = {p: rss(p) for p in tree(proc.pid)}
-        peak = max(peak, sum(kb for kb, _ in sizes.values()))
-        peak_pss = max(peak_pss, sum(pss(p) for p in sizes))
+        total = sum(kb for kb, _ in sizes.values())
+        peak = max(peak, total)
+        # PSS never exceeds RSS: a tick whose RSS is below the PSS peak cannot raise it, and
+        # reading smaps_rollup walks the process's pages (ms per 100s of MB), so skip it.
+        if peak_pss is None or total > peak_pss:
+            read = [kb for kb in map(pss, sizes) if kb is not None]
+            if read:
+                peak_pss = max(peak_pss or 0, sum(read))
         for p, (kb, private) in sizes.items():
             if kb > each.get(p, 0):
                 each[p], names[p] = kb, name(p)

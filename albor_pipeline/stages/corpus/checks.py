@@ -81,7 +81,7 @@ def _doc_lens_counts(seq_len: int, eos_id: int, pad_id: int, path: Path) -> tupl
         sequences += n
         sums = np.bincount(np.repeat(np.arange(n), counts), weights=pieces, minlength=n)
         # Pads per sequence: a sum per seq_len slice, not a bin index and a weight per token
-        # (0.47 s against 0.02 s for a 21M-token shard).
+        # (0.47 s against 0.02 s for a 21M-token shard, as long corpora's once were).
         per_seq = np.add.reduceat(ids == pad_id, np.arange(0, len(ids), seq_len), dtype=np.int64) if len(ids) else ids
         pads = np.pad(per_seq.astype(np.int64), (0, max(0, n - len(per_seq))))
         bad_sum += int(np.count_nonzero(sums + pads != seq_len))
@@ -159,7 +159,7 @@ class _ShardChars:
 
 
 def _shard_chars(node: Node, tokenizer_path: str, min_chars: int, path: Path) -> _ShardChars:
-    """A shard's `_ShardChars`, a record batch at a time (a corpus shard holds ~10**8 tokens)."""
+    """A shard's `_ShardChars`, a record batch at a time (a corpus shard holds ~8.4M ids)."""
     tok = load_tokenizer(str(node.local(tokenizer_path)))
     chars, eos, pad = token_chars(tok), tok.token_to_id(EOS), tok.token_to_id(PAD)
     head: int | None = None
