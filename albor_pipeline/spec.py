@@ -150,7 +150,8 @@ class SourceSpec(_Model):
     task: SyntheticTask | None = None
     rows: int = Field(1000, gt=0)
     seed: int = 0
-    # documents (code/jsonl/csv/parquet): filters and secrets/PII redaction in filtered/<name>
+    # documents (code/jsonl/csv/parquet): filters and secrets/PII redaction in filtered/<name>;
+    # chat: redaction; eval sets (mc/base_eval): `redact`, applied at ingest
     hygiene: HygieneSpec = HygieneSpec()
 
     @model_validator(mode="after")

@@ -40,7 +40,7 @@ from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tas
 from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
 from albor_pipeline.runtime.taskstore import memo, session
 from albor_pipeline.runtime.watchdog import reading
-from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
+from albor_pipeline.spec import DOCUMENT_KINDS, EVAL_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.stages.ingest.removal import Removal
 from albor_pipeline.stages.ingest.report import IngestSummary, Removed
@@ -181,7 +181,12 @@ def _items(
                     counts.skipped["malformed"] += 1
                     continue
                 raise IngestError(f"{join(root, rel)}:{lineno}: {exc}") from None
-            yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+            yield f"{rel}:{lineno}", _item_json(item)
+
+
+def _item_json(item: dict[str, Any]) -> str:
+    """An eval item's canonical JSON (its document's text)."""
+    return json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def _mc_items(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
@@ -209,7 +214,7 @@ def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artif
     return Artifact(path=source_stage(src.name), sha256=digest, bytes=total, rows=len(files))
 
 
-SECRET_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources whose text ingestion redacts
+SECRET_KINDS = (*DOCUMENT_KINDS, SourceKind.chat, *EVAL_KINDS)  # sources whose text ingestion redacts
 _STRUCTURED_READERS = {
     SourceKind.chat: _conversations,
     SourceKind.synthetic: _synthetic,
@@ -310,7 +315,7 @@ def _redacted_batch(src: SourceSpec, batch: list[tuple[str, str]], counts: Count
     lines (`candidate_lines`) and the detectors run on those alone (a conversation is
     redacted message by message). What it changed is kept per batch content (`memo`): a
     rebuild redacts again only the batches holding an edited file."""
-    if src.hygiene.redact not in (RedactMode.redact, RedactMode.drop) or src.kind not in SECRET_KINDS:
+    if not _scans(src.kind, src.hygiene.redact):
         yield from batch
         return
     content = hashlib.sha256()
@@ -337,9 +342,18 @@ class _Redactions:
     dropped: int
 
 
+def _scans(kind: SourceKind, mode: RedactMode) -> bool:
+    """Whether ingestion scans a source's texts: under `redact` and `drop`; an eval set, which
+    no hygiene stage sees, under `report` too (counted here)."""
+    return kind in SECRET_KINDS and (
+        mode in (RedactMode.redact, RedactMode.drop) or (mode is RedactMode.report and kind in EVAL_KINDS)
+    )
+
+
 def _lines(kind: SourceKind, texts: list[str]) -> list[Lines | None]:
-    """Where the detectors look in each text (`candidate_lines`; a conversation: everywhere)."""
-    if texts and kind is not SourceKind.chat:
+    """Where the detectors look in each text (`candidate_lines`; a conversation or an eval
+    item: everywhere, field by field)."""
+    if texts and kind in DOCUMENT_KINDS:
         return list(candidate_lines(pa.array(texts, pa.large_string()), pii=False))
     return [None] * len(texts)
 
@@ -358,18 +372,43 @@ def _without_secrets(
 ) -> tuple[str, str] | None:
     """(file, text) with every secret in the text replaced by `<KEY>` (and secrets and PII in the
     file name), or None to drop the document (hygiene mode `drop`): a secret never reaches the
-    data dir, `ingested/` included. Under `report` and `off` both are kept as they are.
-    `lines`: where to look (`candidate_lines` of its batch)."""
-    if mode not in (RedactMode.redact, RedactMode.drop) or kind not in SECRET_KINDS:
+    data dir, `ingested/` included. An eval item loses its PII here too (no hygiene stage sees
+    it). Under `report` both are kept as they are (an eval item's findings counted), under
+    `off` unscanned. `lines`: where to look (`candidate_lines` of its batch)."""
+    if not _scans(kind, mode):
         return rel, text
-    text, found = redacted(text, conversation=kind is SourceKind.chat, pii=False, lines=lines)
-    rel = redact_path(rel)  # a name holding an address or a token is recorded redacted, as every path
-    if found:
-        counts.secrets.update(found)
-        if mode is RedactMode.drop:
-            counts.skipped["secrets"] += 1
-            return None
-    return rel, text
+    if kind in EVAL_KINDS:
+        cleaned, found = _redacted_item(text)
+    else:
+        cleaned, found = redacted(text, conversation=kind is SourceKind.chat, pii=False, lines=lines)
+    counts.secrets.update(found)
+    if mode is RedactMode.report:
+        return rel, text
+    if found and mode is RedactMode.drop:
+        counts.skipped["secrets"] += 1
+        return None
+    return redact_path(rel), cleaned  # a name holding an address or a token is recorded redacted, as every path
+
+
+def _redacted_item(text: str) -> tuple[str, Counter[str]]:
+    """An eval item's JSON with its secrets and PII redacted string by string (`question`, each
+    choice, `query`, `context`, ...), so a placeholder never cuts a JSON escape and a list keeps
+    its length; the findings by type."""
+    found: Counter[str] = Counter()
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            value, counts = redacted(value)
+            found.update(counts)
+            return value
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return value
+
+    item = clean(json.loads(text))
+    return (_item_json(item) if found else text), found
 
 
 def file_groups(src: SourceSpec, listing: SourceListing, max_bytes: int) -> list[list[str]]:
