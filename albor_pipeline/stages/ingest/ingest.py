@@ -48,7 +48,7 @@ from albor_pipeline.stages.ingest.tasks import generate, read_words
 from albor_pipeline.text.base_eval import parse_base_item
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_messages
-from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column
+from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column, parse_json
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.text.removal import REMOVED, Tombstone, write_tombstones
 from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted
@@ -116,8 +116,9 @@ def _chat_rows(path: Location, rel: str, src: SourceSpec, skipped: Counter) -> I
     """(where, file:row, row object) of a JSONL or Parquet chat file. A Parquet row holds the
     columns a chat format can use; a conversation stored as a JSON string is parsed."""
     field = src.messages_field or DEFAULT_FIELD.get(src.format)
+    skip = src.on_error is OnError.skip
     if not name_of(path).endswith(".parquet"):
-        for lineno, obj in jsonl_objects(path, skipped):
+        for lineno, obj in jsonl_objects(path, skipped, src.max_chars, skip):
             yield f"{path}:{lineno}", f"{rel}:{lineno}", obj
         return
     with parquet_column(path, field, skipped) as pfile:
@@ -127,12 +128,15 @@ def _chat_rows(path: Location, rel: str, src: SourceSpec, skipped: Counter) -> I
         for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns) if pfile else ():
             for obj in batch.to_pylist():
                 row += 1
-                for name in {field, *CONVERSATION_COLUMNS} & obj.keys():
-                    if isinstance(obj[name], str):  # a JSON string column
-                        try:
-                            obj[name] = json.loads(obj[name])
-                        except json.JSONDecodeError as exc:
-                            raise IngestError(f"{path}#{row}: {name!r} is not valid JSON: {exc.msg}") from None
+                try:
+                    for name in {field, *CONVERSATION_COLUMNS} & obj.keys():
+                        if isinstance(obj[name], str):  # a JSON string column
+                            obj[name] = parse_json(obj[name], f"{path}#{row}: {name!r}")
+                except IngestError:
+                    if not skip:
+                        raise
+                    skipped["malformed"] += 1
+                    continue
                 yield f"{path}#{row}", f"{rel}#{row}", obj
 
 
@@ -173,7 +177,7 @@ def _items(
 ) -> Iterator[tuple[str, str]]:
     """(file:line, item JSON) of an eval file's items as `parse` holds them to their format."""
     for rel in files:
-        for lineno, obj in jsonl_objects(join(root, rel), counts.skipped):
+        for lineno, obj in jsonl_objects(join(root, rel), counts.skipped, src.max_chars, src.on_error is OnError.skip):
             try:
                 item = parse(obj)
             except ChatError as exc:
@@ -235,7 +239,7 @@ def iter_documents(src: SourceSpec, files: list[str], counts: Counts) -> Iterato
         return
     reader = DATA_READERS[src.kind]
     for rel in files:
-        yield from reader(join(root, rel), rel, src.text_field, counts.skipped)
+        yield from reader(join(root, rel), rel, src.text_field, counts.skipped, src.max_chars)
 
 
 @dataclass
