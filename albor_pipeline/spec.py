@@ -64,6 +64,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+MAX_CHARS = 100_000  # a source's default `max_chars` (and a benchmark file's)
+
+
 class SourceKind(str, Enum):
     code = "code"
     jsonl = "jsonl"
@@ -130,7 +133,7 @@ class SourceSpec(_Model):
     exclude: tuple[str, ...] = ()
     text_field: str = "text"
     min_chars: int = Field(50, ge=0)
-    max_chars: int = Field(100_000, gt=0)
+    max_chars: int = Field(MAX_CHARS, gt=0)
     # A file symlink that resolves outside `path` is skipped (counted as outside_root) unless set.
     follow_symlinks: bool = False
     # chat: the rows' format (docs/stages.md: messages, openai, sharegpt, alpaca, or auto per
@@ -150,7 +153,8 @@ class SourceSpec(_Model):
     task: SyntheticTask | None = None
     rows: int = Field(1000, gt=0)
     seed: int = 0
-    # documents (code/jsonl/csv/parquet): filters and secrets/PII redaction in filtered/<name>
+    # documents (code/jsonl/csv/parquet): filters and secrets/PII redaction in filtered/<name>;
+    # chat: redaction; eval sets (mc/base_eval): `redact`, applied at ingest
     hygiene: HygieneSpec = HygieneSpec()
 
     @model_validator(mode="after")

@@ -10,8 +10,9 @@ from jinja2 import Template
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.spec import REPO_ROOT, SourceSpec
+from albor_pipeline.spec import REPO_ROOT, ChatTokens, SourceSpec
 from albor_pipeline.stages.chat.base_eval import build_base_eval, check_continuations
+from albor_pipeline.stages.chat.sft import build_eval
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.text.base_eval import BaseTask, fewshot, render_prompts
 from albor_pipeline.text.datafiles import IngestError
@@ -155,3 +156,48 @@ def test_malformed_items_name_file_and_line(tmp_path):
             tmp_path / "x.parquet",
             StageIO(tmp_path),
         )
+
+
+# One of each: a GitHub token, an e-mail, a public IP and a phone number with its country code.
+PLANTED = ("ghp_" + "Xy7Kq2Lm9Np4Rs6Tv8Wz1Ab3Cd5Ef7Gh9Ij0", "jane.roe@mailhost.net", "45.33.101.17", "+1 650-253-0000")
+PLACEHOLDERS = ("<KEY>", "<EMAIL>", "<IP_ADDRESS>", "<PHONE_NUMBER>")
+LEAKY = 'see {0} "or" mail {1} \\ at {2} now, call {3} today'  # a quote and a backslash: JSON escapes
+EVAL_SOURCES = {  # (kind, task_type): an item (as stored) with `s` in every text field but labels
+    ("mc", None): lambda s: {"question": s, "choices": [s, "b", s], "labels": ["x", "y", "z"], "answer": 1},
+    ("base_eval", BaseTask.multiple_choice): lambda s: {"query": s, "choices": [s, "b", s], "gold": 1},
+    ("base_eval", BaseTask.schema): lambda s: {"context_options": [s, "b"], "continuation": s, "gold": 0},
+    ("base_eval", BaseTask.language_modeling): lambda s: {"context": s, "continuation": s},
+}
+
+
+@pytest.mark.parametrize(("kind", "task"), list(EVAL_SOURCES))
+def test_eval_sources_lose_secrets_and_pii_at_ingest(chat_tok, tmp_path, kind, task):  # noqa: F811
+    """An eval set has no hygiene stage: its items' secrets and PII are redacted at ingest, in every
+    text field, so neither `item` nor the decoded `input_ids` of `eval/<name>` holds one."""
+    item_of = EVAL_SOURCES[kind, task]
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(item_of(f"{LEAKY.format(*PLANTED)} {i}")) + "\n" for i in range(3)))
+    src = SourceSpec(name="e", kind=kind, path=path, task_type=task)
+    ingested = ingest_source(src, tmp_path / "in", StageIO(tmp_path))
+    out = tmp_path / "eval.parquet"
+    if task is None:
+        build_eval(tmp_path / "in", chat_tok[0], ChatTokens(), "auto", out, StageIO(tmp_path))
+    else:
+        build_base_eval(tmp_path / "in", chat_tok[0], task, 0, " ", "auto", out, StageIO(tmp_path))
+    tok = Tokenizer.from_file(str(chat_tok[0]))
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == 3
+    for i, row in enumerate(rows):
+        # Each field redacted on its own: valid JSON, the item's shape, the text around each finding.
+        assert json.loads(row["item"]) == item_of(f"{LEAKY.format(*PLACEHOLDERS)} {i}")
+        ids = row["input_ids"] if task else [row["input_ids"]]  # a base-eval row: a sequence per choice
+        for text in (row["item"], *(tok.decode(seq, skip_special_tokens=False) for seq in ids)):
+            assert not any(value in text for value in PLANTED)
+    fields = 3 * json.dumps(item_of("@@")).count("@@")  # every leaky field of the 3 items
+    kinds = ("GitHub Token", "E-mail", "IP address", "Phone number")
+    assert ingested.summary.secrets == dict.fromkeys(kinds, fields)
+    # `report` keeps the items as they are and still counts what they hold (no hygiene stage would).
+    report = SourceSpec(name="e", kind=kind, path=path, task_type=task, hygiene={"redact": "report"})
+    counted = ingest_source(report, tmp_path / "report", StageIO(tmp_path))
+    assert counted.summary.secrets == ingested.summary.secrets
+    assert all(PLANTED[0] in text for text in pq.read_table(tmp_path / "report").column("text").to_pylist())

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
+import tracemalloc
 from pathlib import Path
 
 import pyarrow as pa
@@ -108,6 +110,10 @@ def test_jsonl_csv_parquet_sources(tmp_path):
         ("jsonl", "x.jsonl", b'{"text": 5}\n', r"x.jsonl:1: field 'text' is int"),
         ("jsonl", "x.jsonl", b'["text"]\n', r"x.jsonl:1: expected a JSON object"),
         ("jsonl", "x.jsonl", b'{"text": "caf\xe9"}\n', r"x.jsonl:1: not valid UTF-8"),
+        # Hostile but valid JSON: past the parser's recursion, Python's 4,300-digit integers, UTF-8.
+        ("jsonl", "x.jsonl", b'{"text": ' + b"[" * 10**5 + b"]" * 10**5 + b"}\n", r"x.jsonl:1: .* nested too deeply"),
+        ("jsonl", "x.jsonl", b'{"text": "t", "n": ' + b"7" * 5000 + b"}\n", r"x.jsonl:1: .* Exceeds the limit"),
+        ("jsonl", "x.jsonl", b'{"text": "a\\ud83d\\ude00 \\ud800b"}\n', r"x.jsonl:1: .* a lone surrogate"),
         ("csv", "x.csv", b"id,body\n1,hello\n", r"x.csv:1: missing column 'text'"),
         ("csv", "x.csv", b"id,text\n1,hello\n2,a,b\n", r"x.csv:3: expected 2 fields, got 3"),
         ("csv", "x.csv", b'id,text\n1,"unterminated\n', r"x.csv:2: CSV parse error"),
@@ -212,3 +218,87 @@ def test_a_dist_info_without_its_metadata_counts_as_an_unknown_licence(tmp_path:
     (tmp_path / "other-2.0.dist-info").mkdir()
     (tmp_path / "other-2.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: other\nLicense: MIT\n")
     assert detect_licences(tmp_path) == {"MIT": 1, "unknown": 1}
+
+
+LONG_LINE_MB = 64  # a line far over its cap (12 x max_chars bytes), gzipped to ~64 KB
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv"])
+def test_a_line_over_its_cap_is_too_long_and_never_held(tmp_path, kind):
+    """A 64 MB line among short ones: counted as `too_long`, read past in pieces (the peak of
+    Python's allocations stays far under the line), and the lines after it read as usual."""
+    docs = [f"document number {i} " * 5 for i in range(4)]
+    if kind == "jsonl":
+        header, rows, long_line = "", [json.dumps({"text": d}) + "\n" for d in docs], (b'{"text": "', b'"}\n')
+    else:
+        header, rows, long_line = "id,text\n", [f"{i},{d}\n" for i, d in enumerate(docs)], (b"9,", b"\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    with gzip.open(data / f"x.{kind}.gz", "wb", compresslevel=1) as fh:
+        fh.write((header + rows[0] + rows[1]).encode())
+        fh.write(long_line[0])
+        for _ in range(LONG_LINE_MB):
+            fh.write(b"a" * (1 << 20))
+        fh.write(long_line[1] + (rows[2] + rows[3]).encode())
+    (tmp_path / f"warm.{kind}").write_text(header + "".join(rows))
+    ingest(tmp_path / "warm", kind=kind, path=tmp_path / f"warm.{kind}")  # what a process builds once (the scanner)
+    tracemalloc.start()
+    try:
+        result, out = ingest(tmp_path, kind=kind, path=data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"peak {peak / 2**20:.0f} MB of Python allocations"
+    assert result.summary.skipped == {"too_long": 1}
+    assert [r["text"] for r in out] == docs
+    first = 1 if kind == "jsonl" else 2  # a CSV's header is line 1
+    assert [r["file"] for r in out] == [f"x.{kind}.gz:{first + i}" for i in (0, 1, 3, 4)]
+
+
+@pytest.mark.parametrize("name", ["x.jsonl", "x.parquet"])
+def test_out_of_memory_while_reading_names_the_file(tmp_path, monkeypatch, name):
+    """Memory running out while a data file is read is an error naming it, never a bare MemoryError."""
+    data = tmp_path / "data"
+    data.mkdir()
+    if name.endswith(".parquet"):
+        pq.write_table(pa.table({"text": ["x" * 80]}), data / name)
+    else:
+        (data / name).write_text(json.dumps({"text": "x" * 80}) + "\n")
+
+    def exhausted(*args, **kwargs):
+        raise pa.ArrowMemoryError("malloc of size 4294967296 failed")
+
+    monkeypatch.setattr(json, "loads", exhausted)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", exhausted)
+    with pytest.raises(IngestError, match=rf"{name}: out of memory while reading it"):
+        ingest(tmp_path, kind=name.split(".")[1], path=data)
+
+
+def test_hostile_json_is_skipped_and_counted_under_on_error_skip(tmp_path):
+    """`on_error: skip` counts hostile lines as `malformed` like any malformed row; a surrogate
+    pair written as escapes is ordinary text."""
+    item = {"question": "q \U0001f600", "choices": ["a", "b"], "answer": 0}
+    lines = [
+        json.dumps(item),  # ensure_ascii: the emoji as an escaped surrogate pair
+        '{"question": ' + "[" * 10**5 + "]" * 10**5 + "}",
+        '{"question": "q", "choices": ["a", "b"], "answer": ' + "1" * 5000 + "}",
+        '{"question": "q \\udc00", "choices": ["a", "b"], "answer": 0}',
+        "{broken",
+    ]
+    path = tmp_path / "mc.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    src = SourceSpec(name="m", kind="mc", path=path, on_error="skip")
+    result = ingest_source(src, tmp_path / "out", StageIO(tmp_path))
+    assert result.summary.skipped == {"malformed": 4} and result.summary.documents == 1
+    assert json.loads(read_shards(tmp_path / "out").column("text")[0].as_py())["question"] == item["question"]
+
+
+def test_a_dictionary_encoded_parquet_text_column_is_text(tmp_path):
+    """pyarrow writes a categorical string column dictionary-encoded; it is read as its strings."""
+    docs = [f"document number {i} " * 5 for i in (0, 1, 0)]
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(pa.table({"text": pa.array([*docs, None]).dictionary_encode()}), data / "d.parquet")
+    assert pa.types.is_dictionary(pq.read_schema(data / "d.parquet").field("text").type)
+    result, rows = ingest(tmp_path, kind="parquet", path=data)
+    assert [r["text"] for r in rows] == docs and result.summary.skipped == {"null_text": 1}

@@ -6,14 +6,16 @@ Shared by ingestion (data sources) and decontamination (benchmark files).
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, Any, AnyStr
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,6 +30,13 @@ class IngestError(ValueError):
 
 
 COMPRESSION = {".gz": "gzip", ".zst": "zstd"}  # data files read transparently by suffix
+# A line (a JSONL line's bytes, a CSV record's characters) holds at most this many per
+# character of `max_chars`: a JSON-escaped astral character (`\ud83d\ude00`) is 12 bytes,
+# so a text within `max_chars` fits whatever its escapes. A longer one is `too_long`, read
+# past in pieces and never held whole (as a code file over 4 bytes a character).
+LINE_BYTES_PER_CHAR = 12
+PIECE = 1 << 16  # what a too-long line is read past in
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a line without one parses to no lone surrogate
 
 
 def _suffix(path: Location) -> str:
@@ -61,37 +70,87 @@ def _reading(path: Location, skipped: Counter) -> Iterator[IO[bytes] | None]:
         if _suffix(path) not in COMPRESSION:
             raise
         raise IngestError(f"{path}: not a readable {COMPRESSION[_suffix(path)]} file: {exc}") from None
+    except MemoryError:
+        raise IngestError(f"{path}: out of memory while reading it") from None
 
 
 def _is_empty(fh: IO[bytes]) -> bool:
     return not fh.peek(1) if isinstance(fh, io.BufferedReader) else False
 
 
-def jsonl_objects(path: Location, skipped: Counter) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) of every non-blank line; a line that is not a JSON object is an error."""
+def bounded_line(fh: IO[AnyStr], limit: int, ends: AnyStr) -> AnyStr | None:
+    """The next line of `fh` (empty at its end), or None when it is longer than `limit` (its
+    line ending, a character of `ends`, aside): then the rest of it is read past in pieces,
+    so no line over `limit` is ever held whole."""
+    line = fh.readline(limit + 2)  # room for the longest line ending, "\r\n"
+    if len(line.rstrip(ends)) <= limit:
+        return line
+    while line and line[-1:] not in ends:
+        line = fh.readline(PIECE)
+    return None
+
+
+def parse_json(text: str, where: str) -> Any:
+    """`text` as JSON, or an `IngestError` naming `where`: malformed, nested deeper than the
+    parser recurses, an integer past Python's 4,300 digits, or a lone surrogate escape
+    (`\ud800`, which no UTF-8 text holds)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise IngestError(f"{where}: malformed JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise IngestError(f"{where}: malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer over sys.get_int_max_str_digits()
+        raise IngestError(f"{where}: malformed JSON: {exc}") from None
+    if SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise IngestError(f"{where}: malformed JSON: a lone surrogate escape (\\ud800-\\udfff)") from None
+    return value
+
+
+def _json_object(raw: bytes, where: str) -> dict[str, Any] | None:
+    """A JSONL line's object (None: a blank line), or an `IngestError` naming `where`."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if not line.strip():
+        return None
+    obj = parse_json(line, where)
+    if not isinstance(obj, dict):
+        raise IngestError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def jsonl_objects(
+    path: Location, skipped: Counter, max_chars: int, skip_malformed: bool = False
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of every non-blank line. A line that is not a JSON object is an
+    error naming file and line, or with `skip_malformed` counted as `malformed`; a line over
+    `LINE_BYTES_PER_CHAR` x `max_chars` bytes is counted as `too_long`, never held whole."""
     with _reading(path, skipped) as fh:
-        if fh is None:
-            return
-        for lineno, raw in enumerate(fh, start=1):
-            where = f"{path}:{lineno}"
+        lineno = 0
+        while fh is not None and (raw := bounded_line(fh, LINE_BYTES_PER_CHAR * max_chars, b"\n")) != b"":
+            lineno += 1
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise IngestError(f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-            if not line.strip():
-                skipped["blank_line"] += 1
+                obj = None if raw is None else _json_object(raw, f"{path}:{lineno}")
+            except IngestError:
+                if not skip_malformed:
+                    raise
+                skipped["malformed"] += 1
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise IngestError(f"{where}: malformed JSON: {exc.msg} (column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise IngestError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            yield lineno, obj
+            if obj is not None:
+                yield lineno, obj
+            else:
+                skipped["too_long" if raw is None else "blank_line"] += 1
 
 
-def _jsonl_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
-    for lineno, obj in jsonl_objects(path, skipped):
+def _jsonl_documents(
+    path: Location, rel: str, field_name: str, skipped: Counter, max_chars: int
+) -> Iterator[tuple[str, str]]:
+    for lineno, obj in jsonl_objects(path, skipped, max_chars):
         where = f"{path}:{lineno}"
         if field_name not in obj:
             raise IngestError(f"{where}: missing field {field_name!r} (has {sorted(obj)[:10]})")
@@ -105,34 +164,78 @@ def _jsonl_documents(path: Location, rel: str, field_name: str, skipped: Counter
 
 
 def _first_bad_utf8_line(path: Location) -> int:
+    """The line of `path`'s first invalid UTF-8 byte, decoded a piece at a time (a line may be
+    longer than memory holds)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines = 1
     with _reading(path, Counter()) as fh:
-        if fh is None:
-            return 0
-        for lineno, raw in enumerate(fh, start=1):
+        while fh is not None and (piece := fh.read(PIECE)):
+            held = decoder.getstate()[0] + piece  # the bytes this decode sees: a split character's first
             try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return lineno
+                decoder.decode(piece)
+            except UnicodeDecodeError as exc:
+                return lines + held.count(b"\n", 0, exc.start)
+            lines += piece.count(b"\n")
     return 0
 
 
-def _csv_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+class TooLong(Exception):
+    """A CSV record past its limit (`_RecordLines`); it is read past, never held whole."""
+
+
+class _RecordLines:
+    """A CSV file's lines for `csv.reader`, each record's (its lines since `record()`) at most
+    `limit` characters together: past it, `TooLong` is raised with the line read past. Counts
+    the lines read, the one read past included."""
+
+    def __init__(self, fh: IO[str], limit: int) -> None:
+        self.fh, self.limit = fh, limit
+        self.lines = self.held = 0
+
+    def __iter__(self) -> _RecordLines:
+        return self
+
+    def __next__(self) -> str:
+        line = bounded_line(self.fh, max(self.limit - self.held, 0), "\r\n")
+        if line == "":
+            raise StopIteration
+        self.lines += 1
+        if line is None:
+            raise TooLong
+        self.held += len(line)
+        return line
+
+    def record(self) -> None:
+        self.held = 0
+
+
+def _csv_documents(
+    path: Location, rel: str, field_name: str, skipped: Counter, max_chars: int
+) -> Iterator[tuple[str, str]]:
+    """The column `field_name` of each record; a record over `LINE_BYTES_PER_CHAR` x
+    `max_chars` characters is counted as `too_long`, never held whole."""
     csv.field_size_limit(1 << 30)
     with _reading(path, skipped) as raw:
         if raw is None:
             return
-        fh = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        reader = csv.reader(fh, strict=True)
+        lines = _RecordLines(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""), LINE_BYTES_PER_CHAR * max_chars)
+        reader = csv.reader(lines, strict=True)
         header: list[str] | None = None
         col = 0
         while True:
-            start = reader.line_num + 1
+            start = lines.lines + 1
+            lines.record()
             try:
                 row = next(reader)
             except StopIteration:
                 if header is None:
                     raise IngestError(f"{path}:1: empty CSV file (no header)") from None
                 return
+            except TooLong:
+                if header is None:
+                    raise IngestError(f"{path}:1: a header over {lines.limit:,} characters") from None
+                skipped["too_long"] += 1
+                continue
             except UnicodeDecodeError as exc:  # decoding runs ahead of the parser: find the line
                 raise IngestError(f"{path}:{_first_bad_utf8_line(path)}: not valid UTF-8 ({exc.reason})") from None
             except csv.Error as exc:
@@ -177,15 +280,28 @@ def parquet_column(path: Location, field_name: str | None, skipped: Counter) -> 
         empty = pfile.metadata.num_rows == 0
         if empty:
             skipped["empty_file"] += 1
-        yield None if empty else pfile
+        try:
+            yield None if empty else pfile
+        except MemoryError:  # pyarrow's too: what the caller read of it
+            raise IngestError(f"{path}: out of memory while reading it") from None
 
 
-def _parquet_documents(path: Location, rel: str, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+def _is_text(kind: pa.DataType) -> bool:
+    """A string column, dictionary-encoded too (as pyarrow writes a categorical one)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _parquet_documents(
+    path: Location, rel: str, field_name: str, skipped: Counter, max_chars: int
+) -> Iterator[tuple[str, str]]:
+    """The column `field_name` of each row (`max_chars` aside: Parquet has no lines)."""
     with parquet_column(path, field_name, skipped) as pfile:
         if pfile is None:
             return
         kind = pfile.schema_arrow.field(field_name).type
-        if not pa.types.is_string(kind) and not pa.types.is_large_string(kind):
+        if not _is_text(kind):
             raise IngestError(f"{path}: column {field_name!r} is {kind}, expected string")
         row = 0
         for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=[field_name]):
@@ -204,8 +320,8 @@ DATA_READERS = {
 }
 
 
-def data_file_texts(path: Path, field_name: str, skipped: Counter) -> Iterator[tuple[str, str]]:
+def data_file_texts(path: Path, field_name: str, skipped: Counter, max_chars: int) -> Iterator[tuple[str, str]]:
     """(file:row, text) of one field of a JSONL (plain, .gz, .zst) or Parquet file, with the
     same errors as a data source (e.g. a benchmark file for decontamination)."""
     kind = "parquet" if path.name.endswith(".parquet") else "jsonl"
-    yield from DATA_READERS[kind](path, path.name, field_name, skipped)
+    yield from DATA_READERS[kind](path, path.name, field_name, skipped, max_chars)

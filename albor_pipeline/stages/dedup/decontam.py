@@ -20,7 +20,7 @@ from albor_pipeline.runtime.artifacts import Artifact, sha256_file
 from albor_pipeline.runtime.layout import benchmark_stage
 from albor_pipeline.runtime.shards import parquet_files
 from albor_pipeline.runtime.taskstore import memo
-from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec
+from albor_pipeline.spec import MAX_CHARS, BenchmarkSpec, DecontaminateSpec
 from albor_pipeline.text.datafiles import IngestError, data_file_texts
 from albor_pipeline.text.shingles import ngrams, word_hashes
 
@@ -43,7 +43,7 @@ def load_benchmark(spec: BenchmarkSpec, n: int) -> Benchmark:
     if not spec.path.is_file():
         raise IngestError(f"decontaminate.benchmarks.{spec.name}: no such file {spec.path}")
     skipped: Counter[str] = Counter()  # an unreadable or empty file reads as no items: say why
-    columns = [list(data_file_texts(spec.path, f, skipped)) for f in spec.fields]
+    columns = [list(data_file_texts(spec.path, f, skipped, MAX_CHARS)) for f in spec.fields]
     grams: list[np.ndarray] = []
     too_short = 0
     for parts in zip(*columns, strict=True):

@@ -40,7 +40,7 @@ from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tas
 from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
 from albor_pipeline.runtime.taskstore import memo, session
 from albor_pipeline.runtime.watchdog import reading
-from albor_pipeline.spec import DOCUMENT_KINDS, OnError, RedactMode, SourceKind, SourceSpec
+from albor_pipeline.spec import DOCUMENT_KINDS, EVAL_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.stages.ingest.removal import Removal
 from albor_pipeline.stages.ingest.report import IngestSummary, Removed
@@ -48,7 +48,7 @@ from albor_pipeline.stages.ingest.tasks import generate, read_words
 from albor_pipeline.text.base_eval import parse_base_item
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_messages
-from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column
+from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column, parse_json
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.text.removal import REMOVED, Tombstone, write_tombstones
 from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted
@@ -116,8 +116,9 @@ def _chat_rows(path: Location, rel: str, src: SourceSpec, skipped: Counter) -> I
     """(where, file:row, row object) of a JSONL or Parquet chat file. A Parquet row holds the
     columns a chat format can use; a conversation stored as a JSON string is parsed."""
     field = src.messages_field or DEFAULT_FIELD.get(src.format)
+    skip = src.on_error is OnError.skip
     if not name_of(path).endswith(".parquet"):
-        for lineno, obj in jsonl_objects(path, skipped):
+        for lineno, obj in jsonl_objects(path, skipped, src.max_chars, skip):
             yield f"{path}:{lineno}", f"{rel}:{lineno}", obj
         return
     with parquet_column(path, field, skipped) as pfile:
@@ -127,12 +128,15 @@ def _chat_rows(path: Location, rel: str, src: SourceSpec, skipped: Counter) -> I
         for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns) if pfile else ():
             for obj in batch.to_pylist():
                 row += 1
-                for name in {field, *CONVERSATION_COLUMNS} & obj.keys():
-                    if isinstance(obj[name], str):  # a JSON string column
-                        try:
-                            obj[name] = json.loads(obj[name])
-                        except json.JSONDecodeError as exc:
-                            raise IngestError(f"{path}#{row}: {name!r} is not valid JSON: {exc.msg}") from None
+                try:
+                    for name in {field, *CONVERSATION_COLUMNS} & obj.keys():
+                        if isinstance(obj[name], str):  # a JSON string column
+                            obj[name] = parse_json(obj[name], f"{path}#{row}: {name!r}")
+                except IngestError:
+                    if not skip:
+                        raise
+                    skipped["malformed"] += 1
+                    continue
                 yield f"{path}#{row}", f"{rel}#{row}", obj
 
 
@@ -173,7 +177,7 @@ def _items(
 ) -> Iterator[tuple[str, str]]:
     """(file:line, item JSON) of an eval file's items as `parse` holds them to their format."""
     for rel in files:
-        for lineno, obj in jsonl_objects(join(root, rel), counts.skipped):
+        for lineno, obj in jsonl_objects(join(root, rel), counts.skipped, src.max_chars, src.on_error is OnError.skip):
             try:
                 item = parse(obj)
             except ChatError as exc:
@@ -181,7 +185,12 @@ def _items(
                     counts.skipped["malformed"] += 1
                     continue
                 raise IngestError(f"{join(root, rel)}:{lineno}: {exc}") from None
-            yield f"{rel}:{lineno}", json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+            yield f"{rel}:{lineno}", _item_json(item)
+
+
+def _item_json(item: dict[str, Any]) -> str:
+    """An eval item's canonical JSON (its document's text)."""
+    return json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def _mc_items(src: SourceSpec, root: Location, files: list[str], counts: Counts) -> Iterator[tuple[str, str]]:
@@ -209,7 +218,7 @@ def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artif
     return Artifact(path=source_stage(src.name), sha256=digest, bytes=total, rows=len(files))
 
 
-SECRET_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources whose text ingestion redacts
+SECRET_KINDS = (*DOCUMENT_KINDS, SourceKind.chat, *EVAL_KINDS)  # sources whose text ingestion redacts
 _STRUCTURED_READERS = {
     SourceKind.chat: _conversations,
     SourceKind.synthetic: _synthetic,
@@ -230,7 +239,7 @@ def iter_documents(src: SourceSpec, files: list[str], counts: Counts) -> Iterato
         return
     reader = DATA_READERS[src.kind]
     for rel in files:
-        yield from reader(join(root, rel), rel, src.text_field, counts.skipped)
+        yield from reader(join(root, rel), rel, src.text_field, counts.skipped, src.max_chars)
 
 
 @dataclass
@@ -310,7 +319,7 @@ def _redacted_batch(src: SourceSpec, batch: list[tuple[str, str]], counts: Count
     lines (`candidate_lines`) and the detectors run on those alone (a conversation is
     redacted message by message). What it changed is kept per batch content (`memo`): a
     rebuild redacts again only the batches holding an edited file."""
-    if src.hygiene.redact not in (RedactMode.redact, RedactMode.drop) or src.kind not in SECRET_KINDS:
+    if not _scans(src.kind, src.hygiene.redact):
         yield from batch
         return
     content = hashlib.sha256()
@@ -337,9 +346,18 @@ class _Redactions:
     dropped: int
 
 
+def _scans(kind: SourceKind, mode: RedactMode) -> bool:
+    """Whether ingestion scans a source's texts: under `redact` and `drop`; an eval set, which
+    no hygiene stage sees, under `report` too (counted here)."""
+    return kind in SECRET_KINDS and (
+        mode in (RedactMode.redact, RedactMode.drop) or (mode is RedactMode.report and kind in EVAL_KINDS)
+    )
+
+
 def _lines(kind: SourceKind, texts: list[str]) -> list[Lines | None]:
-    """Where the detectors look in each text (`candidate_lines`; a conversation: everywhere)."""
-    if texts and kind is not SourceKind.chat:
+    """Where the detectors look in each text (`candidate_lines`; a conversation or an eval
+    item: everywhere, field by field)."""
+    if texts and kind in DOCUMENT_KINDS:
         return list(candidate_lines(pa.array(texts, pa.large_string()), pii=False))
     return [None] * len(texts)
 
@@ -358,18 +376,43 @@ def _without_secrets(
 ) -> tuple[str, str] | None:
     """(file, text) with every secret in the text replaced by `<KEY>` (and secrets and PII in the
     file name), or None to drop the document (hygiene mode `drop`): a secret never reaches the
-    data dir, `ingested/` included. Under `report` and `off` both are kept as they are.
-    `lines`: where to look (`candidate_lines` of its batch)."""
-    if mode not in (RedactMode.redact, RedactMode.drop) or kind not in SECRET_KINDS:
+    data dir, `ingested/` included. An eval item loses its PII here too (no hygiene stage sees
+    it). Under `report` both are kept as they are (an eval item's findings counted), under
+    `off` unscanned. `lines`: where to look (`candidate_lines` of its batch)."""
+    if not _scans(kind, mode):
         return rel, text
-    text, found = redacted(text, conversation=kind is SourceKind.chat, pii=False, lines=lines)
-    rel = redact_path(rel)  # a name holding an address or a token is recorded redacted, as every path
-    if found:
-        counts.secrets.update(found)
-        if mode is RedactMode.drop:
-            counts.skipped["secrets"] += 1
-            return None
-    return rel, text
+    if kind in EVAL_KINDS:
+        cleaned, found = _redacted_item(text)
+    else:
+        cleaned, found = redacted(text, conversation=kind is SourceKind.chat, pii=False, lines=lines)
+    counts.secrets.update(found)
+    if mode is RedactMode.report:
+        return rel, text
+    if found and mode is RedactMode.drop:
+        counts.skipped["secrets"] += 1
+        return None
+    return redact_path(rel), cleaned  # a name holding an address or a token is recorded redacted, as every path
+
+
+def _redacted_item(text: str) -> tuple[str, Counter[str]]:
+    """An eval item's JSON with its secrets and PII redacted string by string (`question`, each
+    choice, `query`, `context`, ...), so a placeholder never cuts a JSON escape and a list keeps
+    its length; the findings by type."""
+    found: Counter[str] = Counter()
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            value, counts = redacted(value)
+            found.update(counts)
+            return value
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return value
+
+    item = clean(json.loads(text))
+    return (_item_json(item) if found else text), found
 
 
 def file_groups(src: SourceSpec, listing: SourceListing, max_bytes: int) -> list[list[str]]:

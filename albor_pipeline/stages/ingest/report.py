@@ -26,7 +26,7 @@ class IngestSummary(Report):
     text_bytes: int
     skipped: dict[str, int]  # reason -> files (or rows)
     cleanup: dict[str, int]  # chat: what cleaning changed, by action
-    secrets: dict[str, int]  # redacted (or dropped) at ingest, by type: counts, never values
+    secrets: dict[str, int]  # redacted (or dropped) at ingest, by type (an eval set's PII too): counts, never values
     licences: dict[str, int]  # licence -> packages (or 1 for a root LICENSE file)
     removal: Removed | None = Field(None, exclude_if=lambda v: v is None)  # with a `remove:` entry
 
