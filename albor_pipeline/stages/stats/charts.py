@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, PercentFormatter
+from PIL import Image
 
 from albor_pipeline.stages.stats.facts import Statistics, funnel_rows
 
@@ -50,10 +51,18 @@ def _figure(width: float, height: float) -> Iterator[Figure]:
 
 
 def png_bytes(fig: Figure) -> bytes:
-    """The figure as PNG, without the metadata that would differ between matplotlib builds."""
-    out = io.BytesIO()
+    """The figure as a 256-colour PNG, without the metadata that would differ between builds.
+
+    A chart is a few colours and their anti-aliased edges: a palette (median cut, no dither)
+    shows it as drawn in about 40 % of the bytes of Agg's RGBA, which matters as the charts
+    ship with the card and sit embedded in the `stats` asset's metadata."""
+    drawn = io.BytesIO()
     with style.context(STYLE):
-        fig.savefig(out, format="png", dpi=DPI, metadata={"Software": None})
+        fig.savefig(drawn, format="png", dpi=DPI, metadata={"Software": None})
+    with Image.open(drawn) as image:  # opaque: the figure's background is white
+        palette = image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    palette.save(out, format="PNG", optimize=True)
     return out.getvalue()
 
 
