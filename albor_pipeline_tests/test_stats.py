@@ -186,7 +186,7 @@ def test_the_asset_page_shows_each_chart_as_an_embedded_png(reference):
             image.verify()
         sizes[name] = len(value.md_str)
     print(f"embedded chart markdown, characters: {sizes}, total {sum(sizes.values())}")
-    # One materialization event holds them all: 256-colour PNGs keep it near 250 KB (RGBA: 670 KB).
+    # One materialization event holds them all: 256-colour PNGs keep it near 210 KB (RGBA at 120 dpi: 670 KB).
     assert sum(sizes.values()) < 600_000
 
 
