@@ -228,8 +228,6 @@ def instance_home(path: Path, **settings: Any) -> Path:
     `settings` (top-level keys the file does not set) after it."""
     path.mkdir(parents=True, exist_ok=True)
     text = (REPO_ROOT / "dagster.yaml").read_text(encoding="utf-8")
-    # Its home by path, not by $DAGSTER_HOME: a test opens it with `from_config` in its own env.
-    text = text.replace("{env: DAGSTER_HOME}", json.dumps(str(path)))
     (path / "dagster.yaml").write_text(text + (yaml.safe_dump(settings) if settings else ""), encoding="utf-8")
     return path
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import dagster as dg
 
 from albor_pipeline.definitions import build_definitions, pipeline_stages
 from albor_pipeline.defs.automation import BUILD_JOB
-from albor_pipeline.spec import parse_spec
+from albor_pipeline.spec import REPO_ROOT, parse_spec
 
 from .support import small_spec_dict
 
@@ -63,6 +65,21 @@ def test_definitions_match_the_snapshot() -> None:
     if os.environ.get("ALBOR_UPDATE_SNAPSHOTS"):
         SNAPSHOT.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     assert actual == json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+
+
+def test_the_code_location_loads_without_dagster_home() -> None:
+    """A newcomer's first commands, from the repo root with no instance configured: Dagster's
+    CLI then runs a temporary instance on the repo's dagster.yaml, which must not need
+    DAGSTER_HOME; `dg check defs` runs as `make lint` runs it."""
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env["VIRTUAL_ENV"] = sys.prefix
+    commands = [[sys.executable, "-c", "import albor_pipeline.definitions"]]
+    commands.append([sys.executable, "-m", "dagster", "definitions", "validate"])
+    if (dg_cli := Path(sys.executable).parent / "dg").exists():
+        commands.append([str(dg_cli), "check", "defs"])
+    for command in commands:
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{command[1:]}: {done.stdout[-2000:]}{done.stderr[-4000:]}"
 
 
 def test_build_job_launchpad_defaults_are_the_spec_values() -> None:

@@ -163,6 +163,28 @@ def test_every_stage_materializes_with_provenance_metadata(reference):
     assert leak.metadata["stored_signatures"].value == len(shards)  # the stage's, not recomputed
 
 
+# What every stage records, after its own facts (`defs.stage.materialize_result`).
+RECORD = ("dagster/row_count", "dagster/uri", "sha256", "bytes", "outputs", "inputs", "config", "versions")
+
+
+def test_an_asset_page_leads_with_the_stage_s_own_facts(reference):
+    """The asset page lists metadata in its order: a filter's funnel before the hashes and
+    the outputs table, which every asset still carries in full."""
+    mats = {
+        e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
+        for e in reference.result.get_asset_materialization_events()
+    }
+    for key, meta in mats.items():
+        keys = list(meta)
+        first = min(keys.index(k) for k in RECORD)
+        assert first > 0 and set(keys[first:]) <= {*RECORD, "tasks", "tasks_reused"}, (key, keys)
+    for source in reference.spec.sources:
+        keys = list(mats[f"filtered/{source.name}"])
+        assert keys[:2] == ["documents_in", "kept"] and keys.index("removed") < keys.index("sha256"), keys
+        outputs = mats[f"filtered/{source.name}"]["outputs"].value.records
+        assert all(HEX64.match(r.data["sha256"]) for r in outputs) and outputs
+
+
 def test_dataset_card_loads_in_hf_datasets(reference, tmp_path, monkeypatch):
     """`datasets.load_dataset(data dir, config)` finds the card's configs and features, and the
     rows are the corpus shards'; the card names each source's licence."""

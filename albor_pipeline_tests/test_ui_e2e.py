@@ -60,6 +60,7 @@ def test_materialize_all_from_the_asset_graph(server: Server) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     SCREENSHOTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
@@ -90,7 +91,26 @@ def test_materialize_all_from_the_asset_graph(server: Server) -> None:
             page.goto(f"{server.url}/assets/ingested/stdlib_async", wait_until="domcontentloaded")
             expect(page.get_by_text(manifest.outputs[0].sha256).first).to_be_visible(timeout=60_000)
             expect(page.get_by_text(f"{manifest.outputs[0].rows:,}", exact=True).first).to_be_visible(timeout=30_000)
+
+            # A page leads with its stage's own facts: a filter's funnel above the hashes and outputs.
+            page.goto(f"{server.url}/assets/filtered/stdlib_async", wait_until="domcontentloaded")
+            funnel, record = page.get_by_text("documents_in", exact=True), page.get_by_text("sha256", exact=True)
+            expect(funnel.first).to_be_visible(timeout=60_000)
+            expect(record.first).to_be_visible(timeout=30_000)
+            assert funnel.first.bounding_box()["y"] < record.first.bounding_box()["y"]
             page.screenshot(path=str(SCREENSHOTS / "ui-asset-page.png"), full_page=True)
+
+            # The stats page shows each chart: its metadata row opens the PNG embedded in it.
+            page.goto(f"{server.url}/assets/stats", wait_until="domcontentloaded")
+            row = page.get_by_role("row").filter(has_text="funnel.png").first
+            expect(row).to_be_visible(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "ui-stats-page.png"))
+            row.get_by_text("[Show Markdown]").click()
+            chart = page.locator('img[src^="data:image/png;base64,"]')
+            expect(chart).to_be_visible(timeout=30_000)
+            assert chart.evaluate("img => img.complete && img.naturalWidth") >= 800
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(SCREENSHOTS / "ui-stats-chart.png"))
         finally:
             browser.close()
 

@@ -30,6 +30,13 @@ from sqlalchemy.pool import StaticPool
 LIVE_DATABASES = 8
 
 
+def _runs_dir(home: str) -> str:
+    """Where Dagster's default storage keeps a home's event logs: <home>/history/runs."""
+    base = os.path.join(home, "history", "runs")
+    os.makedirs(base, exist_ok=True)
+    return base
+
+
 def _commit_without_fsync(engine: Engine) -> None:
     """Commits without an fsync on a database in write-ahead-log mode (Dagster's are): an event
     is up to three commits, 0.2 ms each with the fsync. A killed process loses nothing it
@@ -46,24 +53,40 @@ def _commit_without_fsync(engine: Engine) -> None:
 
 
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
-    """`SqliteEventLogStorage` with an open connection per database (see the module)."""
+    """`SqliteEventLogStorage` with an open connection per database (see the module).
 
-    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+    Its databases live under the home of the instance that uses it, as Dagster's default
+    storage's do: the config names no home, so the repo's dagster.yaml loads without
+    DAGSTER_HOME too (Dagster's CLI then runs a temporary instance on it, `dg check defs`
+    among them). A configured `home` still overrides it."""
+
+    def __init__(self, base_dir: str | None = None, inst_data: ConfigurableClassData | None = None) -> None:
         self._engines: OrderedDict[str, Engine] = OrderedDict()  # set first: Dagster's init connects
         self._fresh: set[str] = set()  # engines not yet tuned (`_commit_without_fsync`)
-        super().__init__(base_dir, inst_data)
+        self._inst_data = inst_data
+        self._opened = base_dir is not None
+        if base_dir is not None:
+            super().__init__(base_dir, inst_data)
+
+    def register_instance(self, instance: dg.DagsterInstance) -> None:
+        """Open the databases in `instance`'s home when no `home` was configured: Dagster
+        registers its event log first, before anything reads or writes it."""
+        if not self._opened:
+            super().__init__(_runs_dir(instance.root_directory), self._inst_data)
+            self._opened = True
+        super().register_instance(instance)
 
     @classmethod
     def config_type(cls) -> dict[str, Any]:
-        return {"home": dg.Field(dg.StringSource, description="The instance's home: DAGSTER_HOME")}
+        home = "The instance's home (default: the home of the instance that uses the storage)"
+        return {"home": dg.Field(dg.StringSource, is_required=False, description=home)}
 
     @classmethod
-    def from_config_value(  # where Dagster's default storage keeps them: <home>/history/runs
+    def from_config_value(
         cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
     ) -> PooledSqliteEventLogStorage:
-        base = os.path.join(config_value["home"], "history", "runs")
-        os.makedirs(base, exist_ok=True)
-        return cls(base_dir=base, inst_data=inst_data)
+        home = config_value.get("home")
+        return cls(base_dir=_runs_dir(home) if home else None, inst_data=inst_data)
 
     def _engine(self, shard: str) -> Engine:
         """The database's engine: one connection (StaticPool), used under `_db_lock` only."""

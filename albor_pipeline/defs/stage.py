@@ -292,6 +292,9 @@ def materialize_result(
 ) -> dg.MaterializeResult:
     """The owner-facing metadata of a finished stage; its DataVersion is the hash over its outputs.
 
+    The stage's own facts come first (a filter's funnel, a mix's table, the charts): the asset
+    page lists metadata in this order, and those are what a reader opens it for. The record
+    every stage shares follows: SHA-256 of every output, bytes, inputs, config, versions, tasks.
     `uri`: where the stage was committed when that is not the working copy (a bucket's manifest).
     `tasks`: its per-shard tasks' seconds by task function (`TaskLog.since`); `reusable`: some
     of them the task store may keep (then how many were reused is a field of its own).
@@ -302,6 +305,7 @@ def materialize_result(
     paths = [layout.root / a.path for a in outputs]
     where = os.path.commonpath(paths) if len(paths) > 1 else str(paths[0].parent if is_shard(paths[0]) else paths[0])
     meta: dict[str, Any] = {
+        **out.metadata,
         "dagster/row_count": rows,
         "dagster/uri": dg.MetadataValue.path(uri or where),
         "sha256": outputs[0].sha256 if len(outputs) == 1 else manifest.data_version,
@@ -312,7 +316,6 @@ def materialize_result(
         "versions": dg.MetadataValue.json(library_versions()),
         **({"tasks": dg.MetadataValue.json(tasks)} if tasks else {}),
         **({"tasks_reused": sum(int(t["reused"]) for t in (tasks or {}).values())} if reusable else {}),
-        **out.metadata,
     }
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.data_version))
 

@@ -3,7 +3,9 @@ clusters, FIM share and sequence fill, from what the stages recorded (`stages/st
 
 from __future__ import annotations
 
+import base64
 from functools import partial
+from pathlib import Path
 
 import dagster as dg
 
@@ -27,6 +29,7 @@ from albor_pipeline.stages.dedup.report import DocumentsSummary
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.stats.facts import funnel_table
+from albor_pipeline.stages.stats.report import Chart
 from albor_pipeline.stages.stats.stats import Recorded, build_stats
 
 
@@ -56,17 +59,25 @@ def stats(spec: PipelineSpec, ctx: StageContext, config: NoConfig) -> StageOutpu
         config={},
         summary=summary,
         row_count=sum(f.documents for f in summary.splits.values()),
-        # Numbers, so the asset's Plots tab follows each across builds.
         metadata={
+            **{Path(c.path).name: chart_markdown(layout.root, c) for c in summary.charts},
+            # Documents in, kept and removed by reason, per stage and source: `albor trace` names each one.
+            "funnel": dg.MetadataValue.md(markdown_table(funnel_table(result.statistics))),
+            # Numbers, so the asset's Plots tab follows each across builds.
             **{
                 k: dg.MetadataValue.int(v) if isinstance(v, int) else dg.MetadataValue.float(v)
                 for k, v in figures.items()
             },
-            "charts": dg.MetadataValue.md(markdown_table([c.model_dump() for c in summary.charts])),
-            # Documents in, kept and removed by reason, per stage and source: `albor trace` names each one.
-            "funnel": dg.MetadataValue.md(markdown_table(funnel_table(result.statistics))),
         },
     )
+
+
+def chart_markdown(root: Path, chart: Chart) -> dg.MetadataValue:
+    """A chart as the asset page shows a picture: markdown with the PNG itself embedded (a
+    path would show no picture), its title above it and its file below. The table of the
+    asset's metadata opens it in a dialog (`[Show Markdown]`)."""
+    png = base64.b64encode((root / chart.path).read_bytes()).decode("ascii")
+    return dg.MetadataValue.md(f"**{chart.title}**\n\n![{chart.title}](data:image/png;base64,{png})\n\n`{chart.path}`")
 
 
 def stages(spec: PipelineSpec) -> list[Stage[NoConfig]]:

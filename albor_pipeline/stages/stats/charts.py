@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, PercentFormatter
+from PIL import Image
 
 from albor_pipeline.stages.stats.facts import Statistics, funnel_rows
 
@@ -35,7 +36,7 @@ STYLE: dict[str, Any] = {
     "grid.alpha": 0.3,
     "figure.titlesize": 15,
 }
-DPI = 120
+DPI = 100  # 1,100 px wide: whole in the card and in Dagster's metadata dialog (80 % of a 1,440-px window)
 WIDTH = 11.0  # inches, every chart: one scale in the card, where each is shown at the page's width
 PALETTE = tuple(f"C{i}" for i in range(10))  # matplotlib's default colours (tab10), a source each
 REMOVED, KEPT, SPLIT, PAD = "#c0392b", "#2c6fad", "#2e8b57", "#c8c8c8"
@@ -50,10 +51,18 @@ def _figure(width: float, height: float) -> Iterator[Figure]:
 
 
 def png_bytes(fig: Figure) -> bytes:
-    """The figure as PNG, without the metadata that would differ between matplotlib builds."""
-    out = io.BytesIO()
+    """The figure as a 256-colour PNG, without the metadata that would differ between builds.
+
+    A chart is a few colours and their anti-aliased edges: a palette (median cut, no dither)
+    shows it as drawn in about 40 % of the bytes of Agg's RGBA, which matters as the charts
+    ship with the card and sit embedded in the `stats` asset's metadata."""
+    drawn = io.BytesIO()
     with style.context(STYLE):
-        fig.savefig(out, format="png", dpi=DPI, metadata={"Software": None})
+        fig.savefig(drawn, format="png", dpi=DPI, metadata={"Software": None})
+    with Image.open(drawn) as image:  # opaque: the figure's background is white
+        palette = image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    palette.save(out, format="PNG", optimize=True)
     return out.getvalue()
 
 
