@@ -60,7 +60,7 @@ def is_uri(path: Path | str) -> bool:
     return isinstance(path, str) and "://" in path
 
 
-def file_url_path(url: str) -> Path:
+def _file_url_path(url: str) -> Path:
     """The local path of a `file://` URL (`file:///data/x` or `file://localhost/data/x`)."""
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
@@ -70,7 +70,7 @@ def file_url_path(url: str) -> Path:
 
 def _local_or_uri(value: Path | str) -> Path | str:
     if isinstance(value, str) and value.startswith("file://"):
-        return file_url_path(value)
+        return _file_url_path(value)
     return value if is_uri(value) else Path(value)
 
 
@@ -787,7 +787,7 @@ def _resolve_path(raw: Any, base: Path, key: str) -> Any:
         return raw
     if raw.startswith("file://"):
         try:
-            return file_url_path(_expand(raw, key))
+            return _file_url_path(_expand(raw, key))
         except ValueError as exc:
             raise SpecError(f"{key}: {exc}") from None
     expanded = Path(os.path.expanduser(_expand(raw, key)))
