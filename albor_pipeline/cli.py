@@ -6,13 +6,13 @@ import argparse
 import errno
 import json
 import os
-import re
 import socket
 import sys
 import time
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
 from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
 from albor_pipeline.stages.provenance.provenance import VerifyReport, stale_stages, verify, verify_bucket
-from albor_pipeline.trace import Tracer, trace_lines
+from albor_pipeline.trace import TraceError, Tracer, sequence_query, trace_lines
 
 
 def _use(args: argparse.Namespace) -> None:
@@ -306,16 +306,24 @@ def cmd_trace(args: argparse.Namespace) -> int:
         bucket = Bucket(root, Layout(work_dir(root)))
         bucket.pull()
         tracer = Tracer(spec, bucket.layout, bucket.fetch)
-    sequence = re.fullmatch(r"corpus/([\w.-]+):(\d+)", args.query)
+    more = 0
     try:
-        found: list[Any] = tracer.sequence(sequence[1], int(sequence[2])) if sequence else tracer.documents(args.query)
-    except (FileNotFoundError, IndexError) as exc:
+        sequence = sequence_query(args.query)
+        if sequence:
+            found: list[Any] = tracer.sequence(*sequence)
+        else:  # tracing a document costs about 0.4 s: "**" stops at --limit, counting the rest
+            matches = tracer.matches(args.query)
+            found = [tracer.trace(*match) for match in islice(matches, args.limit or None)]
+            more = sum(1 for _ in matches)
+    except (FileNotFoundError, IndexError, TraceError) as exc:
         print(f"albor trace: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps([item.model_dump(mode="json") for item in found], indent=2))
     else:
         print("\n".join(trace_lines(found, args.query, "" if found or sequence else tracer.missing(args.query))))
+    if more:
+        print(f"albor trace: {more:,} more matching document(s) not shown (--limit 0 shows all)", file=sys.stderr)
     return 0 if found else 1
 
 
@@ -323,6 +331,12 @@ def cmd_spec(args: argparse.Namespace) -> int:
     _use(args)
     print(json.dumps(load_spec().model_dump(mode="json"), indent=2))
     return 0
+
+
+def _count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: a count (0 or more)")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         if name == "trace":
             p.add_argument("query", help="a source file path or glob ([source:]path), a SHA-256, or corpus/<split>:N")
             p.add_argument("--json", action="store_true", help="print JSON for tools")
+            p.add_argument(
+                "--limit",
+                type=_count,
+                default=20,
+                help="documents traced at most, the rest counted (default 20; 0: all)",
+            )
         if name == "verify":
             p.add_argument("--wait", action="store_true", help="wait for a run holding the data dir to finish")
         if name == "gc":

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fnmatch import translate
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from albor_pipeline.runtime.layout import (
     sft_stage,
 )
 from albor_pipeline.runtime.shards import is_shard
-from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec, SourceKind
+from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec, SourceKind, SourceSpec
 from albor_pipeline.stages.corpus.encode_task import RowGroupEncoder, encode_rows
 from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.text.encode import make_encoder
@@ -244,6 +244,38 @@ def _line(text: bytes, at: int) -> int:
 
 FIM_COLUMNS = ["text", "source", "file", "sha256", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
 SHA256 = re.compile(r"[0-9a-f]{64}")
+SEQUENCE_QUERY = re.compile(r"corpus/([\w.-]+):(\d+)")
+
+
+class TraceError(ValueError):
+    """A query `albor trace` cannot answer; the message is the one line it prints."""
+
+
+def document_query(query: str) -> tuple[str, str]:
+    """(source or "", path, glob or SHA-256) of a document query. An empty one, or a path no
+    source's `file` can hold (absolute, or with `..`), is a `TraceError`, the same whether or
+    not such a file exists: a trace never tells what lies outside the sources' roots."""
+    source, _, pattern = query.rpartition(":") if ":" in query and not SHA256.fullmatch(query) else ("", "", query)
+    if not pattern.strip():
+        raise TraceError(f"{query!r}: an empty query; give a [source:]path or glob, a SHA-256 or corpus/<split>:N")
+    if pattern.startswith("/") or ".." in PurePosixPath(pattern).parts:
+        raise TraceError(f"{pattern}: not under any source's root (give a path or glob relative to it)")
+    return source, pattern
+
+
+def sequence_query(query: str) -> tuple[str, int] | None:
+    """(corpus name, sequence number) of a `corpus/<name>:N` query, else None; a corpus no
+    spec builds, or a number past int64 (the pieces' sequence numbers), is a `TraceError`."""
+    found = SEQUENCE_QUERY.fullmatch(query)
+    if found is None:
+        return None
+    name, digits = found[1], found[2]
+    names = corpus_names(SPLITS)
+    if name not in names:
+        raise TraceError(f"corpus/{name}: no such corpus (one of {', '.join(f'corpus/{n}' for n in names)})")
+    if len(digits.lstrip("0")) > 18:
+        raise TraceError(f"corpus/{name} has no sequence {digits[:24]}{'...' if len(digits) > 24 else ''}")
+    return name, int(digits)
 
 
 class Tracer:
@@ -262,24 +294,31 @@ class Tracer:
         return self._spans
 
     def documents(self, query: str) -> list[DocumentTrace]:
-        """Every ingested document `query` names: a SHA-256, or a file path or glob, optionally
-        `source:` first. An empty list: no source ingested such a document."""
-        source, _, pattern = query.rpartition(":") if ":" in query and not SHA256.fullmatch(query) else ("", "", query)
+        """Every ingested document `query` names, traced. An empty list: no source ingested
+        such a document."""
+        return [self.trace(*match) for match in self.matches(query)]
+
+    def matches(self, query: str) -> Iterator[tuple[SourceSpec, str, str]]:
+        """(source, file, SHA-256) of every ingested document `query` names, in spec and set
+        order: a SHA-256, or a file path or glob, optionally `source:` first. Cheap (the
+        ingested sets' two columns): tracing each is what costs."""
+        source, pattern = document_query(query)
         if SHA256.fullmatch(pattern):
             where = _equals("sha256", pattern)
         else:
             regex = _glob_regex(pattern)
             where = ("file", lambda files: pc.match_substring_regex(files, regex))
-        found = []
         for src in self.spec.sources_of(*DOCUMENT_KINDS, SourceKind.chat):
             if source and src.name != source:
                 continue
             for row in _rows(self.sets.files(ingested_stage(src.name)), ["file", "sha256"], where):
-                if src.kind is SourceKind.chat:
-                    found.append(self.follow_conversation(src.name, row["file"], row["sha256"]))
-                else:
-                    found.append(self.follow(src.name, row["file"], row["sha256"]))
-        return found
+                yield src, row["file"], row["sha256"]
+
+    def trace(self, src: SourceSpec, file: str, sha256: str) -> DocumentTrace:
+        """One ingested document (or conversation) followed through every stage."""
+        if src.kind is SourceKind.chat:
+            return self.follow_conversation(src.name, file, sha256)
+        return self.follow(src.name, file, sha256)
 
     def follow_conversation(self, source: str, file: str, sha256: str) -> DocumentTrace:
         """A conversation through hygiene, dedup and holdout, into the SFT rows that hold it."""
@@ -301,14 +340,13 @@ class Tracer:
     def missing(self, query: str) -> str:
         """Why nothing matched `query`: no such file under any local source, or one exists but
         ingest did not keep it (the stage's skip counts say by which reason)."""
-        pattern = query.rpartition(":")[2]
+        pattern = document_query(query)[1]
         lines = []
         for src in self.spec.sources_of(*DOCUMENT_KINDS):
             if self._removed(src.name, pattern):
                 lines.append(f"removed at ingested/{src.name} by a removal request (`remove:` in the spec)")
                 continue
-            root = Path(src.path)
-            if SHA256.fullmatch(pattern) or not root.is_dir() or not any(root.glob(pattern)):
+            if SHA256.fullmatch(pattern) or not _exists(Path(src.path), pattern):
                 continue
             manifest = self.sets.outputs(ingested_stage(src.name))
             skipped = manifest.summary.get("skipped", {}) if manifest is not None else {}
@@ -461,6 +499,15 @@ class Tracer:
     def _sequence_ids(self, name: str, number: int) -> np.ndarray:
         files = self.sets.files(corpus_stage(name))
         return np.asarray(_take(files, ["input_ids"], [number])[number]["input_ids"], dtype=np.int64)
+
+
+def _exists(root: Path, pattern: str) -> bool:
+    """Whether a file under the directory `root` matches `pattern` (False for a glob `Path.glob`
+    refuses, such as `a**`)."""
+    try:
+        return root.is_dir() and any(root.glob(pattern))
+    except (ValueError, OSError):
+        return False
 
 
 def _take(files: list[Path], columns: list[str], rows: list[int]) -> dict[int, dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import REPO_ROOT, SourceSpec
 from albor_pipeline.stages.ingest.ingest import ingest_source
-from albor_pipeline.text.chat_formats import ChatFormat, to_messages
+from albor_pipeline.text.chat import ChatError
+from albor_pipeline.text.chat_formats import ChatFormat, call_code, to_messages
 from albor_pipeline.text.datafiles import IngestError
 
 from .test_chat import _rendered, chat_tok  # noqa: F401  (the module's tokenizer fixture)
@@ -169,6 +171,14 @@ def test_the_shipped_samples_read_in_auto(tmp_path):
     assert result.summary.cleanup.get("folded_system", 0) > 0
 
 
+def _assistant_calls(name: str, arguments: dict) -> dict:
+    return {"role": "assistant", "content": None, "tool_calls": [_call(name, arguments)]}
+
+
+def _function_call(name: str, arguments: dict) -> dict:
+    return {"from": "function_call", "value": json.dumps({"name": name, "arguments": arguments})}
+
+
 BAD_ROWS = [
     (
         "openai",
@@ -191,6 +201,37 @@ BAD_ROWS = [
         {"conversations": [{"from": "function_call", "value": "{oops"}]},
         "turn 0: a function_call's value is not JSON",
     ),
+    # A tool call renders as a python part: only names, keys and values that make a Python call.
+    (
+        "openai",
+        {"messages": [{"role": "user", "content": "q"}, _assistant_calls("os.system('id') #", {"x": 1})]},
+        r"tool call \"os.system\('id'\) #\": the name is not a Python name",
+    ),
+    (
+        "openai",
+        {"messages": [{"role": "user", "content": "q"}, _assistant_calls("f", {'y"; z': 1})]},
+        r"tool call 'f': argument key 'y\"; z' is not a Python identifier",
+    ),
+    (
+        "openai",
+        {"messages": [{"role": "user", "content": "q"}, _assistant_calls("f", {"class": 1})]},
+        r"tool call 'f': argument key 'class' is not a Python identifier",
+    ),
+    (
+        "sharegpt",
+        {"conversations": [{"from": "human", "value": "q"}, _function_call("f", {"x": [1, float("inf")]})]},
+        "tool call 'f': an argument is Infinity or NaN",
+    ),
+    (
+        "sharegpt",
+        {"conversations": [{"from": "human", "value": "q"}, _function_call("import os; f", {})]},
+        "tool call 'import os; f': the name is not a Python name",
+    ),
+    (
+        "openai",
+        {"messages": [{"role": "user", "content": "q"}, _assistant_calls("f", {"x": {"y": float("nan")}})]},
+        "tool call 'f': an argument is Infinity or NaN",
+    ),
     ("alpaca", {"instruction": "Do it.", "output": 3}, "output must be a string, got int"),
     ("alpaca", {"instruction": "", "output": "x"}, "instruction and output must be non-empty"),
     (
@@ -199,6 +240,17 @@ BAD_ROWS = [
         r"cannot tell the chat format: .* the row has \['completion', 'prompt'\]",
     ),
 ]
+
+
+def test_tool_calls_render_as_python_calls():
+    """What a call may hold renders as valid Python: dotted names, keyword keys, nested literals."""
+    code = call_code("tools.search", {"query": "a'b", "limit": 3, "opts": {"deep": [True, None, 1.5]}, "match": 1})
+    assert code == "tools.search(query=\"a'b\", limit=3, opts={'deep': [True, None, 1.5]}, match=1)"
+    assert isinstance(ast.parse(code, mode="eval").body, ast.Call)
+    assert call_code("f", '{"x": 1}') == "f(x=1)"
+    for name, arguments in [("os.system('id') #", {}), ("a..b", {}), ("f", {"y z": 1}), ("f", '{"x": Infinity}')]:
+        with pytest.raises(ChatError):
+            call_code(name, arguments)
 
 
 @pytest.mark.parametrize(("fmt", "row", "message"), BAD_ROWS, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_ROWS)])

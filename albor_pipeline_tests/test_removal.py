@@ -122,10 +122,10 @@ def test_removal_requests_are_checked_when_the_spec_loads(tmp_path: Path) -> Non
     base = {"sources": [{"name": "a", "kind": "code", "path": str(STDLIB / "json")}]}
     with pytest.raises(SpecError, match=r"remove\.b: unknown source"):
         parse_spec({**base, "remove": {"b": {"paths": ["x.py"]}}}, tmp_path)
-    with pytest.raises(SpecError, match=r"remove\.a\.sha256.*'abc' is not a SHA-256"):
+    with pytest.raises(SpecError, match=r"remove\.a\.sha256: \[0\]: not a SHA-256"):
         parse_spec({**base, "remove": {"a": {"sha256": ["abc"]}}}, tmp_path)
     (tmp_path / "takedowns.txt").write_text(f"# requests\n{'A' * 64}  # one\n\nnot-a-digest\n")
-    with pytest.raises(SpecError, match=r"takedowns\.txt:4: 'not-a-digest' is not a SHA-256"):
+    with pytest.raises(SpecError, match=r"takedowns\.txt:4: not a SHA-256"):
         parse_spec({**base, "remove": {"a": {"sha256_file": "takedowns.txt"}}}, tmp_path)
     (tmp_path / "takedowns.txt").write_text(f"# requests\n{'A' * 64}  # one\n")
     spec = parse_spec({**base, "remove": {"a": {"sha256_file": "takedowns.txt"}}}, tmp_path)

@@ -4,6 +4,7 @@ and a sequence back to the source lines it holds; the ledger says why a document
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -142,3 +143,59 @@ def test_a_conversation_traces_to_the_sft_rows_that_hold_it(tmp_path):
     assert sum(len(r) for d in found for r in d.sft_rows.values()) == sum(
         pq.read_metadata(p).num_rows for p in (built.out / "sft").rglob("part-*.parquet")
     )
+
+
+def _trace(built, *args: str) -> int:
+    return main(["trace", *args, "--spec", str(built.spec_path), "--data-dir", str(built.out)])
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("", "'': an empty query; give a [source:]path or glob, a SHA-256 or corpus/<split>:N"),
+        ("stdlib_async:", "'stdlib_async:': an empty query"),
+        ("/etc/passwd", "/etc/passwd: not under any source's root"),
+        ("corpus/train:99999999999999999999", "corpus/train has no sequence 99999999999999999999"),
+        ("corpus/train:" + "9" * 5000, "corpus/train has no sequence 999999999999999999999999..."),
+        ("corpus/nope:3", "corpus/nope: no such corpus (one of corpus/train, "),
+    ],
+)
+def test_a_query_that_names_nothing_is_a_one_line_error(tiny_reference, capsys, query, message):
+    """These ended in raw tracebacks (Path.glob's ValueError and NotImplementedError, Arrow's
+    int64 overflow)."""
+    assert _trace(tiny_reference, query) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"albor trace: {message}") and err.count("\n") == 1, err
+
+
+def test_a_path_outside_the_source_root_answers_alike_whether_or_not_it_exists(tiny_reference, tmp_path, capsys):
+    """`../../etc/shadow` said "a file under source …'s path" when it existed: a trace told
+    anyone which files exist outside the sources."""
+    (tmp_path / "secret.txt").write_text("x")
+    root = tiny_reference.spec.source("stdlib_json_email").path
+    answers = []
+    for name in ("secret.txt", "no_such_file.txt"):
+        query = os.path.relpath(tmp_path / name, root)
+        assert query.startswith("../")
+        assert _trace(tiny_reference, query) == 2
+        answers.append(capsys.readouterr().err.replace(name, "NAME"))
+    assert answers[0] == answers[1] and "not under any source's root" in answers[0]
+
+
+def test_a_pattern_matching_many_documents_traces_the_first_and_counts_the_rest(tiny_reference, capsys):
+    """`**` traced every document (147 s for 350): now the first --limit (default 20), and a
+    line counts the others."""
+    tracer = Tracer(tiny_reference.spec, Layout(tiny_reference.out))
+    total = sum(1 for _ in tracer.matches("**"))
+    assert total > 20
+    assert _trace(tiny_reference, "**", "--limit", "2") == 0
+    out, err = capsys.readouterr()
+    assert sum(line.startswith("stdlib_") for line in out.splitlines()) == 2
+    assert err == f"albor trace: {total - 2:,} more matching document(s) not shown (--limit 0 shows all)\n"
+    assert _trace(tiny_reference, "**", "--json", "--limit", "1") == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == 1 and f" {total - 1:,} more" in err
+    two = "stdlib_json_email:json/[de]*.py"  # decoder.py, encoder.py
+    assert _trace(tiny_reference, two, "--limit", "0", "--json") == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == sum(1 for _ in tracer.matches(two)) == 2 and not err

@@ -5,6 +5,8 @@ the pipeline's back."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,16 @@ from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.bucket import SHA256_META, Bucket
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import (
+    MAX_CHARS,
+    MAX_CHARS_PER_TOKEN,
+    MAX_NAME_CHARS,
+    MAX_REPEAT,
+    MAX_ROWS,
     MAX_SEQ_LEN,
+    MAX_TOKENS,
     MAX_VOCAB_SIZE,
+    MAX_WORKERS,
+    MAX_YAML_DEPTH,
     ChatTokens,
     SpecError,
     apply_overrides,
@@ -92,11 +102,133 @@ def test_inf_written_in_yaml_or_a_run_config_override_is_refused(tmp_path):
         ("corpus.long.seq_len", MAX_SEQ_LEN + 1, f"less than or equal to {MAX_SEQ_LEN}"),
         ("shard_mb", 1e13, "less than or equal to"),  # its bytes overflow int64 in the mix
         ("mix.train.seed", -1, "greater than or equal to 0"),  # numpy's generator refuses it
+        ("mix.train.repeat.stdlib_async", 1e15, f"less than or equal to {MAX_REPEAT}"),  # 483 PiB of rows
+        ("mix.train.tokens", 10**29, f"less than or equal to {MAX_TOKENS}"),
+        ("mix.train.chars", 10**29, f"less than or equal to {MAX_CHARS}"),
+        ("mix.val.rows", 10**15, f"less than or equal to {MAX_ROWS}"),
+        ("mix.train.chars_per_token", 1e300, f"less than or equal to {MAX_CHARS_PER_TOKEN}"),
+        ("execution.workers", 100_000, f"less than or equal to {MAX_WORKERS}"),  # processes
     ],
 )
 def test_a_size_beyond_what_the_stages_can_store_is_refused_naming_key_and_limit(tmp_path, key, value, message):
     got = _refused(_set(small_spec_dict(), key, value), tmp_path)
     assert got.startswith(f"{key}: Input should be {message}"), got
+
+
+def test_the_largest_budget_allowed_fits_int64(tmp_path):
+    raw = small_spec_dict()
+    raw["mix"]["train"].update(tokens=MAX_TOKENS, chars_per_token=MAX_CHARS_PER_TOKEN)
+    budget = parse_spec(raw, tmp_path).mix.train.budget_chars
+    assert budget is not None and np.iinfo(np.int64).max > budget >= MAX_TOKENS * MAX_CHARS_PER_TOKEN
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("mix.train.weights.stdlib_async", True),  # pydantic read it as weight 1.0
+        ("mix.val.repeat.stdlib_async", True),
+        ("corpus.seq_len", True),
+        ("holdout.val_fraction", False),
+        ("execution.workers", True),
+    ],
+)
+def test_a_boolean_is_no_number(tmp_path, key, value):
+    raw = small_spec_dict()
+    if ".weights." in key:
+        raw["mix"]["train"]["weights"] = {"stdlib_json_email": 1.0}
+    message = _refused(_set(raw, key, value), tmp_path)
+    assert message == f"{key}: expected a number, got {str(value).lower()}"
+
+
+def test_a_source_name_is_short_and_plain(tmp_path):
+    """A name becomes directory names and asset keys: 300 characters passed, and failed at the
+    first file written under it."""
+    raw = small_spec_dict()
+    raw["sources"][0]["name"] = "a" * 300
+    assert _refused(raw, tmp_path) == f"sources[0].name: String should have at most {MAX_NAME_CHARS} characters"
+    raw["sources"][0]["name"] = "a" * MAX_NAME_CHARS
+    assert parse_spec(raw, tmp_path).sources[0].name == "a" * MAX_NAME_CHARS
+    raw["sources"][0]["name"] = "../x"
+    assert _refused(raw, tmp_path).startswith("sources[0].name: String should match pattern")
+
+
+@pytest.mark.parametrize(("key", "token"), [("user_start", "</s>"), ("python_end", "<|fim_middle|>")])
+def test_a_chat_token_that_is_already_a_special_token_is_a_spec_error(tmp_path, key, token):
+    """Before, the spec loaded and the tokenizer stage failed with an error about its vocabulary."""
+    message = _refused(small_spec_dict(chat={"tokens": {key: token}}), tmp_path)
+    assert message.startswith(f"chat.tokens: {key}: {token!r} is already a special token of the tokenizer")
+
+
+def test_a_file_url_is_its_local_path(tmp_path):
+    raw = small_spec_dict()
+    raw["sources"][0]["path"] = (tmp_path / "src dir").as_uri()  # file:///…/src%20dir
+    raw["decontaminate"] = {"benchmarks": [{"name": "b", "path": f"file://localhost{tmp_path}/b.jsonl"}]}
+    spec = parse_spec(raw, tmp_path)
+    assert spec.sources[0].path == tmp_path / "src dir"
+    assert spec.decontaminate.benchmarks[0].path == tmp_path / "b.jsonl"
+    raw["sources"][0]["path"] = "file://fileserver/share/src"
+    assert _refused(raw, tmp_path).startswith("sources[0].path: 'file://fileserver/share/src': a file:// URL names")
+
+
+def _load_text(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    return str(err.value)
+
+
+def test_a_key_given_twice_is_an_error_naming_key_and_lines(tmp_path):
+    """PyYAML keeps the last of two equal keys, silently: the first weight was lost."""
+    raw = small_spec_dict()
+    raw["mix"]["train"]["weights"] = {"stdlib_json_email": 0.7, "stdlib_async": 0.3}
+    text = write_spec(tmp_path / "ok.yaml", raw).read_text(encoding="utf-8")
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "stdlib_async: 0.3" in t)
+    twice = text.replace("stdlib_async: 0.3", "stdlib_async: 0.3\n      stdlib_async: 3")
+    assert "      stdlib_async: 3" in twice  # the writer's indentation
+    message = _load_text(tmp_path, twice)
+    assert message.endswith(f"invalid YAML: line {line + 1}: duplicate key 'stdlib_async' (first at line {line})")
+    merged = "base: &b {seed: 1}\nmix:\n  train:\n    <<: *b\n    seed: 2\n"  # a merge key may be overridden
+    assert "duplicate" not in _load_text(tmp_path, merged)
+
+
+def test_deep_nesting_is_an_error_not_a_recursion_error(tmp_path):
+    for text in ("sources: " + "[" * 5000 + "]" * 5000, "a:\n" + "".join("  " * i + "- \n" for i in range(1, 5000))):
+        message = _load_text(tmp_path, text)
+        assert f"invalid YAML: line {1 if text.startswith('s') else 1 + MAX_YAML_DEPTH}" in message
+        assert message.endswith(f"nested deeper than {MAX_YAML_DEPTH} levels")
+
+
+def _no_hang(seconds: int) -> None:
+    def fail(*_: object) -> None:
+        raise TimeoutError(f"still loading the spec after {seconds} s")
+
+    signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+
+
+def test_a_sha256_file_that_is_not_a_regular_file_is_never_opened(tmp_path):
+    """A FIFO blocked the spec's loading forever and `/dev/zero` read until memory ran out."""
+    raw = small_spec_dict()
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", Path("/dev/zero"), tmp_path):
+        raw["remove"] = {"stdlib_async": {"sha256_file": str(path)}}
+        _no_hang(10)
+        try:
+            message = _refused(raw, tmp_path)
+        finally:
+            signal.alarm(0)
+        assert message == f"remove.stdlib_async: sha256_file {path}: not a regular file (a FIFO, device or directory)"
+
+
+def test_a_sha256_file_line_is_never_quoted(tmp_path):
+    """A `sha256_file` pointing at a secret file (/etc/shadow) printed its first line."""
+    shadow = tmp_path / "shadow"
+    shadow.write_text("root:$6$Xq8PzS3cr3tSalt$Hh0oKs9dF:19700:0:99999:7:::\n", encoding="utf-8")
+    raw = small_spec_dict(remove={"stdlib_async": {"sha256_file": str(shadow)}})
+    message = _refused(raw, tmp_path)
+    assert message.startswith(f"remove.stdlib_async: {shadow}:1: not a SHA-256 (64 hex digits")
+    assert "S3cr3t" not in message and "19700" not in message
 
 
 def test_the_largest_sizes_allowed_fit_the_token_dtypes(tmp_path):

@@ -11,7 +11,8 @@
 Tool use becomes nanochat's tool parts, so every format trains the same tokens: a call of
 a code-execution tool (`python`, `code_interpreter`, ...) is a python part holding its
 code; any other call is a python part holding a Python call expression,
-`name(key='value', ...)` from its JSON arguments; a tool's reply is a python_output part.
+`name(key='value', ...)` from its JSON arguments (a call that would not be valid Python is
+an error); a tool's reply is a python_output part.
 The assistant turns around a call fold into one assistant message, as nanochat keeps a
 tool exchange inside one assistant turn.
 """
@@ -19,7 +20,9 @@ tool exchange inside one assistant turn.
 from __future__ import annotations
 
 import json
+import math
 from enum import Enum
+from keyword import iskeyword
 from typing import Any
 
 from albor_pipeline.text.chat import ChatError, Message
@@ -194,9 +197,36 @@ class _Turns:
         return parts
 
 
+def _python_name(name: str) -> bool:
+    """An identifier, or identifiers joined by dots (`get_weather`, `tools.search`)."""
+    return all(part.isidentifier() and not iskeyword(part) for part in name.split("."))
+
+
+def _finite(value: Any) -> bool:
+    """Whether a JSON value holds no Infinity or NaN (Python's repr writes them as the names
+    `inf` and `nan`); iterative, as a JSON value may nest deeply."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
 def call_code(name: str, arguments: Any) -> str:
     """A tool call as the python part nanochat trains on: a code tool's code as is, any other
-    call as `name(key=value, ...)` with Python literals for the JSON arguments."""
+    call as `name(key=value, ...)` with Python literals for the JSON arguments.
+
+    A call that would not render as a valid Python call is a `ChatError`, so its conversation
+    is refused (or counted as malformed), never trained on: a name that is not a dotted Python
+    name (`os.system('id') #`), an argument key that is not an identifier (`y"; z`), or an
+    Infinity or NaN among the arguments (JSON has neither; `inf` in Python is a name)."""
+    if not _python_name(name):
+        raise ChatError(f"tool call {name[:50]!r}: the name is not a Python name (identifiers joined by dots)")
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -208,6 +238,11 @@ def call_code(name: str, arguments: Any) -> str:
         code = next((arguments[k] for k in CODE_ARGUMENTS if isinstance(arguments.get(k), str)), None)
         if code is not None:
             return code
+    if not _finite(arguments):
+        raise ChatError(f"tool call {name!r}: an argument is Infinity or NaN, which no Python literal writes")
     if isinstance(arguments, dict):
+        bad = [k for k in arguments if not (isinstance(k, str) and k.isidentifier() and not iskeyword(k))]
+        if bad:
+            raise ChatError(f"tool call {name!r}: argument key {str(bad[0])[:50]!r} is not a Python identifier")
         return f"{name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
     return f"{name}({arguments!r})"
