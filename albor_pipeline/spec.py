@@ -383,7 +383,7 @@ corpus warn beyond it."""
 MAX_REPEAT = 1000
 """`mix.<split>.repeat` copies at most: 250x past MAX_EPOCHS, where repeats are worth nothing."""
 MAX_ROWS = 10**12
-MAX_CHARS = 10**16
+MAX_SPLIT_CHARS = 10**16
 MAX_TOKENS = 10**15
 MAX_CHARS_PER_TOKEN = 100
 """A split's size at most: 40x the documents and 60x the tokens of the largest open pretraining
@@ -426,7 +426,7 @@ class SplitMixSpec(_Model):
 
     seed: Int = Field(42, ge=0)  # numpy's generator takes no negative seed
     rows: Int | None = Field(None, gt=0, le=MAX_ROWS)
-    chars: Int | None = Field(None, gt=0, le=MAX_CHARS)
+    chars: Int | None = Field(None, gt=0, le=MAX_SPLIT_CHARS)
     tokens: Int | None = Field(None, gt=0, le=MAX_TOKENS)
     # The default: this project's BPE on the default build's train mix (docs/spec.md).
     chars_per_token: Float = Field(CHARS_PER_TOKEN, gt=0, le=MAX_CHARS_PER_TOKEN)

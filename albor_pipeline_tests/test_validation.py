@@ -21,12 +21,12 @@ from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.bucket import SHA256_META, Bucket
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import (
-    MAX_CHARS,
     MAX_CHARS_PER_TOKEN,
     MAX_NAME_CHARS,
     MAX_REPEAT,
     MAX_ROWS,
     MAX_SEQ_LEN,
+    MAX_SPLIT_CHARS,
     MAX_TOKENS,
     MAX_VOCAB_SIZE,
     MAX_WORKERS,
@@ -104,7 +104,7 @@ def test_inf_written_in_yaml_or_a_run_config_override_is_refused(tmp_path):
         ("mix.train.seed", -1, "greater than or equal to 0"),  # numpy's generator refuses it
         ("mix.train.repeat.stdlib_async", 1e15, f"less than or equal to {MAX_REPEAT}"),  # 483 PiB of rows
         ("mix.train.tokens", 10**29, f"less than or equal to {MAX_TOKENS}"),
-        ("mix.train.chars", 10**29, f"less than or equal to {MAX_CHARS}"),
+        ("mix.train.chars", 10**29, f"less than or equal to {MAX_SPLIT_CHARS}"),
         ("mix.val.rows", 10**15, f"less than or equal to {MAX_ROWS}"),
         ("mix.train.chars_per_token", 1e300, f"less than or equal to {MAX_CHARS_PER_TOKEN}"),
         ("execution.workers", 100_000, f"less than or equal to {MAX_WORKERS}"),  # processes
