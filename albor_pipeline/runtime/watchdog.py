@@ -5,6 +5,9 @@ The limit is SIGALRM in the step's process: a read blocked on a FIFO or spinning
 is interrupted there, the stage raises `StageTimeout`, its commit is undone, and the run
 releases the lock. Readers note the file they are on (`reading`) and executors the tasks in
 flight (`in_flight`), so the error says where it hung.
+
+A run's helper processes (pool workers, the fork server) watch the run (`exit_with`): a
+SIGKILLed run cannot stop them itself.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,3 +118,36 @@ def time_limit(seconds: float | None, stage: str, log: Callable[[str], object] =
         if main:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+
+
+def exit_with(run: int, started: str | None, every: float) -> None:
+    """End this process (exit 1) within `every` seconds of process `run` (started at `started`)
+    ending, however it ends: a thread looks every `every` seconds."""
+
+    def watch() -> None:
+        while start_time(run) == started if started is not None else _exists(run):
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-run", daemon=True).start()
+
+
+def start_time(pid: int) -> str | None:
+    """When process `pid` started (`/proc/<pid>/stat`'s 22nd field: a reused pid differs), or
+    None when it has exited (gone, or a zombie nobody reaped) or there is no `/proc`."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _exists(pid: int) -> bool:
+    """Whether process `pid` exists, where there is no `/proc` to tell a zombie or a reused pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
