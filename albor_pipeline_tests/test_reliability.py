@@ -6,6 +6,7 @@ a source, compressed and empty data files. Each case was a failure before the fi
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import re
@@ -17,14 +18,17 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from albor_pipeline.cli import main as albor
 from albor_pipeline.cli import run_failures
-from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, read_manifest, sha256_file
+from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, read_manifest, sha256_file, write_array
+from albor_pipeline.runtime.hashpart import scatter, spool_file
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import DataDirBusy, data_dir_lock
+from albor_pipeline.runtime.nodes import IN_PLACE
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import MANIFEST_ROOM
 from albor_pipeline.spec import REPO_ROOT, load_spec
@@ -88,6 +92,20 @@ def test_full_disk_fails_naming_stage_and_file_and_keeps_earlier_artifacts(small
     assert artifact_bytes(out) == before  # nothing earlier replaced, truncated or half-written
     assert albor(["verify", "--data-dir", str(out)]) == 0
     assert "0 failed" in capsys.readouterr().err
+
+
+def test_a_full_disk_names_enospc_and_the_file_where_numpy_would_not(small_disk):
+    """numpy's `tofile` and `np.save` (spool files of ids, signatures and hash partitions)
+    report a full disk as `5000000 requested and 3670016 written`, with no errno: a rebuild
+    failed saying only that. The spool writers now say ENOSPC and name the file."""
+    records = np.arange(5_000_000, dtype=np.uint64)  # 40 MB on a 30 MB disk
+    with pytest.raises(OSError) as npy:
+        scatter(IN_PLACE, str(small_disk), "keys", 0, records, records % 4, 4)
+    with pytest.raises(OSError) as raw:
+        write_array(small_disk / "tokens-000000.bin", records)
+    for err, name in ((npy.value, spool_file(small_disk, "keys", 0)), (raw.value, small_disk / "tokens-000000.bin")):
+        assert err.errno == errno.ENOSPC, err
+        assert f"cannot write {name}: No space left on device" in str(err)
 
 
 # --- 2. concurrent runs on one data dir ------------------------------------------------------
