@@ -335,7 +335,7 @@ def write_array(path: Path, array: np.ndarray, npy: bool = False) -> None:
     with naming_write_errors(path), open(path, "wb") as fh:
         if npy:
             np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(data))
-        fh.write(data.data.cast("B"))
+        fh.write(data.reshape(-1).view(np.uint8).data)
 
 
 def write_bytes(path: Path, data: bytes) -> None:
