@@ -228,10 +228,10 @@ class RayExecutor:
         self._connect = connect
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        if self._connect is not None:
+            self._connect()  # first: a local Ray is set up before `ray` is imported (`defs/ray.py`)
         import ray
 
-        if self._connect is not None:
-            self._connect()
         if not ray.is_initialized():
             raise RuntimeError("execution.backend is ray but Ray is not initialised (no Ray resource connected)")
         remote: Any = ray.remote(num_cpus=1, max_retries=0)(_apply)  # ray.remote takes no partials
