@@ -3,11 +3,15 @@ cluster (started here on loopback with 2 CPUs) gives byte-identical artifacts.""
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -461,6 +465,97 @@ def test_without_an_address_the_run_starts_and_stops_its_own_local_ray(reference
         for name, root in (("local", reference.out), ("ray", tmp_path / "ray"))
     }
     assert digests["ray"] == digests["local"] and len(digests["local"]) == 2
+
+
+LOCAL_RAY = """
+import sys, time
+import dagster as dg
+from albor_pipeline.defs.ray import ray_resource
+from albor_pipeline.spec import ExecutionSpec
+with ray_resource(ExecutionSpec(backend="ray", workers=1)).yield_for_execution(dg.build_init_resource_context()):
+    print("connected", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_s_local_ray_listens_on_loopback_and_its_agent_s_death_is_named(tmp_path):
+    """The local Ray a run starts (no `execution.address`) listened on every interface, and
+    when its dashboard agent died the raylet went with it and took the run process down
+    (exit 1) without a word. Now every Ray server listens on 127.0.0.1 only, and the death
+    is logged, naming the process, before Ray ends the run."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    err = tmp_path / "err.log"
+    with open(err, "w") as log:
+        command = [sys.executable, "-c", LOCAL_RAY]
+        run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    tree: set[int] = set()
+    try:
+        assert run.stdout is not None and run.stdout.readline() == "connected\n", err.read_text()[-2000:]
+        tree = _descendants(run.pid)
+        listening = _listening(tree | {run.pid})
+        assert listening and all(map(_loopback, listening)), listening
+        agent = next(pid for pid in tree if _command(pid) == "ray::DashboardAgent")
+        os.kill(agent, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while "died" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert f"Ray's dashboard agent (pid {agent}) died" in err.read_text(), err.read_text()[-2000:]
+    finally:
+        run.terminate()  # Ray's SIGTERM handler exits, and its exit ends the local Ray
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run.wait(30)
+        for pid in [run.pid, *tree]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        run.wait()
+
+
+def _descendants(root: int) -> set[int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    tree, todo = set(), [root]
+    while todo:
+        parent = todo.pop()
+        for pid in (p for p, pp in parents.items() if pp == parent):
+            tree.add(pid)
+            todo.append(pid)
+    return tree
+
+
+def _command(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    return ""
+
+
+def _listening(pids: set[int]) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses the TCP sockets of `pids` listen on (`/proc/net/tcp*`: 32-bit words in
+    host order)."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if (target := os.readlink(fd)).startswith("socket:["):
+                        inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                word = fields[1].split(":")[0]
+                found.append(
+                    ipaddress.ip_address(b"".join(bytes.fromhex(word[i : i + 8])[::-1] for i in range(0, len(word), 8)))
+                )
+    return found
+
+
+def _loopback(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def test_a_bad_launchpad_backend_fails_before_any_stage(tmp_path):

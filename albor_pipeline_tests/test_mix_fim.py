@@ -75,6 +75,18 @@ def test_repeat_rows_and_no_upsample_cap():
         plan_counts({"a": 0}, SplitMixSpec(), ["a"])
 
 
+def test_an_empty_split_says_why_and_what_to_change():
+    """A held-out split no document reached said `mix draws 0 rows (input rows per source: {})`:
+    neither why nor which setting to change."""
+    with pytest.raises(MixError) as empty:
+        plan_counts({}, SplitMixSpec(rows=2, upsample=False), ["code", "docs"])
+    assert "no documents reached this split" in str(empty.value)
+    assert "holdout.val_fraction" in str(empty.value) and "holdout.test_fraction" in str(empty.value)
+    with pytest.raises(MixError) as unweighted:
+        plan_counts({"code": 0, "docs": 3}, SplitMixSpec(weights={"code": 1.0}, repeat={"docs": 0.1}), ["code", "docs"])
+    assert "{'code': 0, 'docs': 3}" in str(unweighted.value) and "mix.<split>.weights" in str(unweighted.value)
+
+
 @pytest.mark.parametrize(("n_in", "n_out"), [(1843, 6829), (7, 7), (10, 3), (5, 23)])
 def test_each_document_appears_floor_or_ceil_times(n_in, n_out):
     idx = draw_indices(n_in, n_out, np.random.default_rng(0))

@@ -6,6 +6,7 @@ a source, compressed and empty data files. Each case was a failure before the fi
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import re
@@ -13,17 +14,21 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from albor_pipeline.cli import main as albor
 from albor_pipeline.cli import run_failures
-from albor_pipeline.runtime.artifacts import read_manifest, sha256_file
+from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, read_manifest, sha256_file, write_array
+from albor_pipeline.runtime.hashpart import scatter, spool_file
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.lock import data_dir_lock
+from albor_pipeline.runtime.lock import DataDirBusy, data_dir_lock
+from albor_pipeline.runtime.nodes import IN_PLACE
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stage import MANIFEST_ROOM
 from albor_pipeline.spec import REPO_ROOT, load_spec
@@ -89,6 +94,20 @@ def test_full_disk_fails_naming_stage_and_file_and_keeps_earlier_artifacts(small
     assert "0 failed" in capsys.readouterr().err
 
 
+def test_a_full_disk_names_enospc_and_the_file_where_numpy_would_not(small_disk):
+    """numpy's `tofile` and `np.save` (spool files of ids, signatures and hash partitions)
+    report a full disk as `5000000 requested and 3670016 written`, with no errno: a rebuild
+    failed saying only that. The spool writers now say ENOSPC and name the file."""
+    records = np.arange(5_000_000, dtype=np.uint64)  # 40 MB on a 30 MB disk
+    with pytest.raises(OSError) as npy:
+        scatter(IN_PLACE, str(small_disk), "keys", 0, records, records % 4, 4)
+    with pytest.raises(OSError) as raw:
+        write_array(small_disk / "tokens-000000.bin", records)
+    for err, name in ((npy.value, spool_file(small_disk, "keys", 0)), (raw.value, small_disk / "tokens-000000.bin")):
+        assert err.errno == errno.ENOSPC, err
+        assert f"cannot write {name}: No space left on device" in str(err)
+
+
 # --- 2. concurrent runs on one data dir ------------------------------------------------------
 
 
@@ -146,6 +165,35 @@ def test_concurrent_runs_on_one_data_dir_wait_or_fail_and_never_mix(tiny_referen
         for c in cold.values()
     )
     assert albor(["verify", "--data-dir", str(out)]) == 0
+
+
+def test_a_deleted_lock_file_keeps_the_data_dir_locked(tmp_path, monkeypatch):
+    """`.albor.lock` deleted while a run holds it: a second run's open created a new file,
+    locked that and went in, removing the first run's temp file as left by a dead run;
+    `albor gc` went in too. The data dir itself is locked as well, so both wait or refuse."""
+    for name in ("ALBOR_DATA_DIR", "ALBOR_SPEC"):  # `albor gc --data-dir` sets them
+        monkeypatch.setenv(name, "")
+    layout = Layout(tmp_path / "data")
+    writing = layout.root / "filtered" / f".part-00000.parquet.1234{TEMP_SUFFIX}"
+    with data_dir_lock(layout, "pid 1, run first"):
+        writing.parent.mkdir(parents=True)
+        writing.write_bytes(b"half a shard")
+        layout.lock_file.unlink()
+        with pytest.raises(DataDirBusy), data_dir_lock(layout, "pid 2, run second", wait=False):
+            pass
+        assert albor(["gc", "--data-dir", str(layout.root)]) == 1
+        held: list[str] = []
+        waiter = threading.Thread(target=lambda: held.extend(map(str, _hold(layout))))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and writing.exists()
+    waiter.join(30)
+    assert held == [str(writing)]  # the first run is gone: now its temp file is a dead run's
+
+
+def _hold(layout: Layout) -> list[Path]:
+    with data_dir_lock(layout, "pid 3, run third", log=lambda _: None) as removed:
+        return removed
 
 
 # --- 4. symlinks leaving the source root ---------------------------------------------------------

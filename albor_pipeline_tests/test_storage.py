@@ -16,6 +16,7 @@ import pytest
 from albor_pipeline.cli import main as albor
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
+from albor_pipeline.runtime import bucket as bucket_module
 from albor_pipeline.runtime import lock
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, iter_manifests, read_manifest, record
 from albor_pipeline.runtime.bucket import Bucket
@@ -251,3 +252,32 @@ def test_a_bucket_data_dir_is_locked_in_the_bucket_for_runs_on_any_machine(s3, t
             Bucket(uri, layout).publish(manifest, lease.check)
     assert "Contents" not in s3.list_objects_v2(Bucket="albor-lock", Prefix="team/v1/manifests/")
     assert b"run G" in s3.get_object(Bucket="albor-lock", Key=key)["Body"].read()  # G's lock is left alone
+
+
+@pytest.mark.parametrize("parts", [1, 3], ids=["one-put", "multipart"])
+def test_an_object_overwritten_with_its_metadata_copied_is_uploaded_again(s3, tmp_path, monkeypatch, parts):
+    """Sync and restore tools copy an object's metadata onto whatever bytes they write, so a
+    record of the SHA-256 in `x-amz-meta-sha256` proves nothing: a publish checks the
+    server's own SHA-256 checksum. Before, other bytes under the original's metadata (with
+    or without a checksum of their own) counted as sealed and were never replaced."""
+    monkeypatch.setattr(bucket_module, "PART_BYTES", 5 << 20, raising=False)  # S3's smallest part
+    s3.create_bucket(Bucket=f"albor-sync-{parts}")
+    uri = f"s3://albor-sync-{parts}/v1"
+    layout = Layout(tmp_path / "copy")
+    src = layout.root / "corpus" / "shard.bin"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(bytes(range(256)) * ((2 * (5 << 20) + 1000) // 256 if parts > 1 else 4))
+    art = record(src, layout.root)
+    bucket = Bucket(uri, layout)
+    bucket_name, key = bucket.object_key(art.sha256).split("/", 1)
+    assert bucket.upload(src, art) == art.bytes
+    assert bucket.upload(src, art) == 0  # sealed: nothing sent
+    for checksum in ({}, {"ChecksumAlgorithm": "SHA256"}):  # the tool checksums its own bytes, or not
+        head = s3.head_object(Bucket=bucket_name, Key=key)
+        corrupt = bytearray(src.read_bytes())
+        corrupt[len(corrupt) // 2] ^= 0xFF
+        metadata = {**head["Metadata"], "sha256": art.sha256}  # as this package once recorded it
+        s3.put_object(Bucket=bucket_name, Key=key, Body=bytes(corrupt), Metadata=metadata, **checksum)
+        assert bucket.upload(src, art) == art.bytes, checksum
+        assert s3.get_object(Bucket=bucket_name, Key=key)["Body"].read() == src.read_bytes()
+        assert bucket.upload(src, art) == 0

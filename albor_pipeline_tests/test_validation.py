@@ -18,7 +18,7 @@ from albor_pipeline.cli import main as albor
 from albor_pipeline.definitions import build_definitions
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.runtime.artifacts import read_manifest
-from albor_pipeline.runtime.bucket import SHA256_META, Bucket
+from albor_pipeline.runtime.bucket import Bucket, server_checksum
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import (
     MAX_CHARS_PER_TOKEN,
@@ -297,7 +297,8 @@ def test_a_corrupted_object_in_a_bucket_is_replaced_by_the_next_run(s3, tmp_path
         if a.path.endswith("part-00000-0000.parquet")
     )
     key = f"team/v1/objects/{shard.sha256[:2]}/{shard.sha256}"
-    assert s3.head_object(Bucket="albor-heal", Key=key)["Metadata"] == {SHA256_META: shard.sha256}
+    head = s3.head_object(Bucket="albor-heal", Key=key, ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == server_checksum(tmp_path / "work" / shard.path, shard)
     fim_train = dg.AssetKey(["fim", "train"])
     for copy in ("work", "fresh"):
         _flip_a_byte(s3, "albor-heal", key)
@@ -314,11 +315,11 @@ def test_a_corrupted_object_in_a_bucket_is_replaced_by_the_next_run(s3, tmp_path
         assert albor(["verify", "--data-dir", uri]) == 0, copy
         assert " 0 failed, 0 stale stage(s)" in capsys.readouterr().err
 
-    # Another object's bytes and record copied over it: the record names other bytes.
+    # Another object's bytes copied over it, with its checksum.
     bucket, src = Bucket(uri, Layout(tmp_path / "fresh")), tmp_path / "fresh" / shard.path
     assert bucket.upload(src, shard) == 0  # sealed: one HEAD, nothing sent
     body = bytearray(src.read_bytes())
     body[0] ^= 0xFF
-    s3.put_object(Bucket="albor-heal", Key=key, Body=bytes(body), Metadata={SHA256_META: "0" * 64})
+    s3.put_object(Bucket="albor-heal", Key=key, Body=bytes(body), ChecksumAlgorithm="SHA256")
     assert bucket.upload(src, shard) == shard.bytes
     assert s3.get_object(Bucket="albor-heal", Key=key)["Body"].read() == src.read_bytes()

@@ -3,6 +3,7 @@ ends it and the next map starts a new one, and the outputs are the bytes of an i
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -94,6 +95,55 @@ def test_a_killed_run_s_workers_exit() -> None:
     while any(map(_alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(map(_alive, workers))
+
+
+SLOW_PRELOAD = """
+import os, pathlib, time
+pathlib.Path(os.environ["PRELOADING"]).write_text(str(os.getpid()))
+time.sleep(120)  # a fork server's imports on a busy machine
+"""
+
+
+def test_a_run_killed_while_its_fork_server_preloads_leaves_no_process(tmp_path: Path) -> None:
+    """A run SIGKILLed while its fork server still imports the preloaded modules: the server
+    and the resource tracker (whose pipe a request queued to the server holds) lived on until
+    the imports were done, 14-21 s on a busy machine, since `multiprocessing` watches the run
+    only from then on. The server's first import watches the run, so both end at once."""
+    (tmp_path / "slow_preload.py").write_text(SLOW_PRELOAD)
+    marker = tmp_path / "preloading"
+    code = (
+        "import time\n"
+        "from albor_pipeline.runtime import executor\n"
+        "executor.PRELOADED.insert(1, 'slow_preload')\n"
+        "executor.WorkerPool(2).warm()\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{Path(__file__).parents[1]}:{tmp_path}", "PRELOADING": str(marker)}
+    run = subprocess.Popen([sys.executable, "-c", code], env=env)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _parent(pid) == run.pid]
+    try:
+        assert int(marker.read_text()) in children and len(children) == 2  # the server, the tracker
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 3
+        while any(map(_alive, children)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(_alive, children))
+    finally:
+        for pid in [run.pid, *children]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        run.wait()
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError):
+        return None
 
 
 def _alive(pid: int) -> bool:

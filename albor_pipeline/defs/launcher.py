@@ -16,7 +16,7 @@ import dagster as dg
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 
-from albor_pipeline.runtime.executor import start_time
+from albor_pipeline.runtime.watchdog import start_time
 
 WORKER_TAG = "albor/worker"
 

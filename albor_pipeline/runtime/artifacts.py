@@ -21,6 +21,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
@@ -323,6 +324,18 @@ def check_recorded(
             "re-materialize the stage that writes it"
         )
     return artifacts
+
+
+def write_array(path: Path, array: np.ndarray, npy: bool = False) -> None:
+    """`array`'s bytes at `path`, raw or with `npy` as `np.save` writes them, through Python's
+    file writes: numpy's own (`tofile`, which `np.save` uses too) report a full disk as
+    `354661 requested and 262144 written`, without its errno; this says `cannot write <path>:
+    No space left on device`."""
+    data = np.require(array, requirements="C")
+    with naming_write_errors(path), open(path, "wb") as fh:
+        if npy:
+            np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(data))
+        fh.write(data.reshape(-1).view(np.uint8).data)
 
 
 def write_bytes(path: Path, data: bytes) -> None:

@@ -8,11 +8,13 @@ through the manifests therefore sees a stage's previous outputs or its new ones,
 mix, whatever happened to the run that was publishing; an unchanged shard is never
 uploaded twice.
 
-A key is only a claim about the bytes under it, so an upload also records the object's
-SHA-256 in its metadata (`x-amz-meta-sha256`, through boto3: pyarrow.fs drops user
-metadata), and a publish skips an object only when its size and that record match. An
-object written any other way (a byte flipped by hand, another object copied over it)
-lacks the record or names other bytes, and the next run holding the right bytes replaces it.
+A key is only a claim about the bytes under it, so an upload asks the server to checksum
+them (`ChecksumAlgorithm: SHA256`, through boto3: pyarrow.fs cannot), and a publish skips
+an object only when its size and the server's own checksum (`ChecksumMode: ENABLED`) are
+those of the bytes it holds. Metadata proves nothing: sync and restore tools copy it onto
+other bytes. An object written any other way (a byte flipped by hand, another object
+copied over it with its metadata) has no such checksum or another one, and the next run
+holding the right bytes replaces it.
 
 The run works in a local working copy of the data dir (`Layout`): stages read and write
 files there exactly as on a local data dir, `pull` makes its manifests the bucket's,
@@ -23,6 +25,7 @@ stay until `collect` removes them (`albor gc`); `verify` counts them.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +43,9 @@ from albor_pipeline.runtime.layout import Layout
 
 IO_THREADS = 8  # concurrent object transfers: an object store's latency, not its bandwidth, bounds one
 CHUNK = 1 << 20
-SHA256_META = "sha256"
-"""The user metadata key (`x-amz-meta-sha256`) where an upload records its object's SHA-256."""
+PART_BYTES = 64 << 20
+"""An upload of at least this many bytes goes in parts of this size (more for a file of over
+10,000 parts, as boto3 adjusts them); a smaller one in one PUT."""
 
 
 def is_remote(location: str | Path) -> bool:
@@ -184,34 +188,41 @@ class Bucket:
         return self.upload(self.layout.root / art.path, art)
 
     def upload(self, src: Path, art: Artifact) -> int:
-        """The file `src` (recorded as `art`) stored as its object unless the bucket holds it as
-        an upload left it (`sealed`); bytes sent. One PUT, or a multipart upload that S3 shows
+        """The file `src` (recorded as `art`) stored as its object unless the bucket holds
+        exactly its bytes (`_sealed`); bytes sent. One PUT, or a multipart upload that S3 shows
         only once complete and that boto3 aborts on an error: a failed upload leaves no object."""
-        if self.sealed(art):
+        if self._sealed(src, art):
             return 0
         from boto3.s3.transfer import TransferConfig
 
         bucket, key = self.object_key(art.sha256).split("/", 1)
-        extra = {"Metadata": {SHA256_META: art.sha256}}
-        self._s3.upload_file(str(src), bucket, key, ExtraArgs=extra, Config=TransferConfig(max_concurrency=IO_THREADS))
+        config = TransferConfig(
+            multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=IO_THREADS
+        )
+        self._s3.upload_file(str(src), bucket, key, ExtraArgs={"ChecksumAlgorithm": "SHA256"}, Config=config)
         return art.bytes
 
-    def sealed(self, art: Artifact) -> bool:
-        """The bucket holds `art`'s object with its size and its SHA-256 recorded by an upload.
+    def _sealed(self, src: Path, art: Artifact) -> bool:
+        """The bucket holds `art`'s object with its size and the SHA-256 checksum the server
+        computed when it was uploaded from `src` (`server_checksum`).
 
-        One HEAD, no read: the record tells an object written by `upload` from bytes put there
-        any other way. Only a deliberate forgery of the record escapes; `albor verify` re-hashes.
+        One HEAD, and no read unless the object was uploaded in parts. Metadata is never
+        trusted: a copy of another object's (as `aws s3 sync` makes) names bytes it does not hold.
         """
         from botocore.exceptions import ClientError
 
         bucket, key = self.object_key(art.sha256).split("/", 1)
         try:
-            head = self._s3.head_object(Bucket=bucket, Key=key)
+            head = self._s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
         except ClientError as exc:
             if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
                 return False
             raise
-        return head["ContentLength"] == art.bytes and head.get("Metadata", {}).get(SHA256_META) == art.sha256
+        found = head.get("ChecksumSHA256")
+        if head["ContentLength"] != art.bytes or not found:
+            return False
+        # A multipart object's checksum ends in `-<parts>` on S3 (not on moto's server).
+        return found.split("-")[0] == server_checksum(src, art)
 
     def read(self, art: Artifact) -> bytes:
         """A small recorded file's bytes, straight from the bucket."""
@@ -256,6 +267,25 @@ class Bucket:
             done.deleted += 1
             done.bytes += info.size
         return done
+
+
+def server_checksum(path: Path, art: Artifact) -> str:
+    """What S3 reports as `ChecksumSHA256` (base64) for `path` (recorded as `art`) uploaded by
+    `Bucket.upload`: the file's SHA-256 for one PUT; for parts, the SHA-256 of its parts'."""
+    if art.bytes < PART_BYTES:
+        return base64.b64encode(bytes.fromhex(art.sha256)).decode()
+    from s3transfer.utils import ChunksizeAdjuster
+
+    part = ChunksizeAdjuster().adjust_chunksize(PART_BYTES, art.bytes)
+    parts = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for _ in range(0, art.bytes, part):
+            digest, left = hashlib.sha256(), part
+            while left and (chunk := fh.read(min(CHUNK, left))):
+                digest.update(chunk)
+                left -= len(chunk)
+            parts.update(digest.digest())
+    return base64.b64encode(parts.digest()).decode()
 
 
 @dataclass

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import suppress
 from multiprocessing import get_context, spawn
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -28,7 +27,7 @@ from albor_pipeline.runtime.memory import release_memory_if_grown
 from albor_pipeline.runtime.nodes import Node
 from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.runtime.taskstore import note_worker_code
-from albor_pipeline.runtime.watchdog import in_flight
+from albor_pipeline.runtime.watchdog import exit_with, in_flight, start_time
 
 if TYPE_CHECKING:  # the spec sits above the runtime
     from albor_pipeline.spec import ExecutionSpec
@@ -197,40 +196,13 @@ def _in_worker(timed: _Timed[T, R], item: T) -> tuple[float, R]:
         release_memory_if_grown()
 
 
-def _start_worker(run: int, started: str | None, every: float = 1.0) -> None:
+def _start_worker(run: int, started: str | None) -> None:
     """A pool worker's start: it notes the code its package's files hold (a task refuses to run
     other code than the run's), and watches the run (`run`, started at `started`), exiting once
     it is gone: a SIGKILLed run cannot stop its workers itself, and the fork server stays up
     while its workers do."""
     note_worker_code()
-
-    def watch() -> None:
-        while start_time(run) == started if started is not None else _exists(run):
-            time.sleep(every)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-run", daemon=True).start()
-
-
-def start_time(pid: int) -> str | None:
-    """When process `pid` started (`/proc/<pid>/stat`'s 22nd field: a reused pid differs), or
-    None when it has exited (gone, or a zombie nobody reaped) or there is no `/proc`."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else fields[19]
-
-
-def _exists(pid: int) -> bool:
-    """Whether process `pid` exists, where there is no `/proc` to tell a zombie or a reused pid."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    exit_with(run, started, every=1.0)
 
 
 class RayExecutor:
@@ -256,10 +228,10 @@ class RayExecutor:
         self._connect = connect
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        if self._connect is not None:
+            self._connect()  # first: a local Ray is set up before `ray` is imported (`defs/ray.py`)
         import ray
 
-        if self._connect is not None:
-            self._connect()
         if not ray.is_initialized():
             raise RuntimeError("execution.backend is ray but Ray is not initialised (no Ray resource connected)")
         remote: Any = ray.remote(num_cpus=1, max_retries=0)(_apply)  # ray.remote takes no partials

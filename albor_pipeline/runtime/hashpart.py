@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from albor_pipeline.runtime.artifacts import write_array
 from albor_pipeline.runtime.nodes import Node, Spooled
 from albor_pipeline.runtime.shards import MB
 
@@ -40,7 +41,7 @@ def scatter(
     partitions' start offsets (partitions + 1) and the file's record (`Node.spool`)."""
     order = np.argsort(part, kind="stable")
     path = spool_file(node.directory(spool), kind, task)
-    np.save(path, records[order])
+    write_array(path, records[order], npy=True)
     return np.searchsorted(part[order], np.arange(partitions + 1)).astype(np.int64), node.spool(path)
 
 

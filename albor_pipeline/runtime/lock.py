@@ -1,8 +1,9 @@
 """One run per data dir: an advisory lock held for a run's whole lifetime.
 
-`fcntl.flock` on the data dir's lock file: the OS releases it when the holding process
-exits, however it dies, so a killed run never blocks the next one. While held, the
-file names its holder (pid, run id), which a second run shows while it waits or fails.
+`fcntl.flock` on the data dir's lock file and on the data dir itself (the file can be
+deleted while held): the OS releases them when the holding process exits, however it dies,
+so a killed run never blocks the next one. While held, the file names its holder (pid,
+run id), which a second run shows while it waits or fails.
 Whoever takes the lock finishes or undoes the commits of runs that died, then removes
 their temp files: no writer is alive.
 
@@ -44,34 +45,62 @@ def _holder(fd: int) -> str:
     return text or "another process (no holder recorded yet)"
 
 
+def _flock(fd: int, named: int, path: Path, wait: bool, log: Progress) -> None:
+    """flock `fd`; when it is taken, `wait` (logging the holder recorded in `named`) or raise."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = _holder(named)
+        if not wait:
+            raise DataDirBusy(
+                f"data dir {path.parent} is in use by {other}; one run per data dir "
+                "(set locking.on_busy: wait to queue behind it)",
+                other,
+            ) from None
+        log(f"waiting for data dir {path.parent}: in use by {other}")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file `fd` is still the one at `path` (not deleted, not replaced)."""
+    try:
+        at = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (at.st_dev, at.st_ino)
+
+
 @contextmanager
 def exclusive(path: Path, holder: str, wait: bool = True, log: Progress = print) -> Iterator[None]:
     """Hold an flock on `path` for the block, recording `holder` in it while held.
 
     `wait`: block until the current holder is done (logging who it is), else raise `DataDirBusy`.
+    The lock is on `path`'s directory too: a file can be deleted while held, and the next
+    run's open would create a new one that nobody holds. The file's own lock is what reaches
+    other machines on a network filesystem; a file deleted or replaced while this waited
+    for it is opened again, so the lock held is always the one at `path`.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    directory = os.open(path.parent, os.O_RDONLY)
+    fd = -1
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = _holder(fd)
-            if not wait:
-                raise DataDirBusy(
-                    f"data dir {path.parent} is in use by {other}; one run per data dir "
-                    "(set locking.on_busy: wait to queue behind it)",
-                    other,
-                ) from None
-            log(f"waiting for data dir {path.parent}: in use by {other}")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        _flock(directory, fd, path, wait, log)
+        _flock(fd, fd, path, wait, log)
+        while not _is_at(fd, path):
+            os.close(fd)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            _flock(fd, fd, path, wait, log)
         os.ftruncate(fd, 0)
         os.pwrite(fd, holder.encode(), 0)
         yield
     finally:
         # The holder text stays until the next holder overwrites it: a run that finds the
         # lock taken at the moment of a hand-over still reads a name, not an empty file.
-        os.close(fd)  # releases the lock
+        if fd >= 0:
+            os.close(fd)  # closing releases a lock
+        os.close(directory)
 
 
 @contextmanager

@@ -5,16 +5,22 @@ The limit is SIGALRM in the step's process: a read blocked on a FIFO or spinning
 is interrupted there, the stage raises `StageTimeout`, its commit is undone, and the run
 releases the lock. Readers note the file they are on (`reading`) and executors the tasks in
 flight (`in_flight`), so the error says where it hung.
+
+A run's helper processes (pool workers, the fork server) watch the run (`exit_with`): a
+SIGKILLed run cannot stop them itself. A run watches the processes it cannot do without
+(`watch_processes`: a local Ray's), so their death is named, not silent.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
 
@@ -114,3 +120,71 @@ def time_limit(seconds: float | None, stage: str, log: Callable[[str], object] =
         if main:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+
+
+def exit_with(run: int, started: str | None, every: float) -> None:
+    """End this process (exit 1) within `every` seconds of process `run` (started at `started`)
+    ending, however it ends: a thread looks every `every` seconds."""
+
+    def watch() -> None:
+        while start_time(run) == started if started is not None else _exists(run):
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-run", daemon=True).start()
+
+
+def start_time(pid: int) -> str | None:
+    """When process `pid` started (`/proc/<pid>/stat`'s 22nd field: a reused pid differs), or
+    None when it has exited (gone, or a zombie nobody reaped) or there is no `/proc`."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _exists(pid: int) -> bool:
+    """Whether process `pid` exists, where there is no `/proc` to tell a zombie or a reused pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watch_processes(processes: dict[int, str], on_exit: Callable[[str], None]) -> Callable[[], None]:
+    """Call `on_exit("<name> (pid N)")` from a thread the moment the first of `processes`
+    (pid -> name) exits; returns what stops the watch (before they are ended on purpose).
+
+    Through pidfds (Linux 5.3+), which wake a poll as the process exits: a local Ray's raylet
+    takes the run process down with it within a second, and the name must be out first.
+    Where there are none, nothing is watched."""
+    if not hasattr(os, "pidfd_open"):
+        return lambda: None
+    stop_r, stop_w = os.pipe()
+    names = {}
+    for pid, name in processes.items():
+        with suppress(OSError):  # gone already, or no pidfds in this kernel
+            names[os.pidfd_open(pid)] = f"{name} (pid {pid})"
+
+    def watch() -> None:
+        poller = select.poll()
+        for fd in (stop_r, *names):
+            poller.register(fd, select.POLLIN)
+        ready = [fd for fd, _ in poller.poll()]
+        if stop_r not in ready:
+            on_exit(names[ready[0]])
+
+    thread = threading.Thread(target=watch, name="watch-processes", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        os.write(stop_w, b"x")
+        thread.join()
+        for fd in (stop_r, stop_w, *names):
+            os.close(fd)
+
+    return stop

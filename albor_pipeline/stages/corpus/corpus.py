@@ -24,6 +24,7 @@ from albor_pipeline.runtime.artifacts import (
     TEMP_SUFFIX,
     Artifact,
     record,
+    write_array,
     write_json,
 )
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
@@ -243,14 +244,15 @@ def _save_plan(spool: Path, encoded: _Encoded, spec: CorpusSpec) -> tuple[PlanSu
     """The plan's arrays into the spool, where the packing tasks read them; and the plan's
     segments, every sequence's document pieces (the corpus's ledger)."""
     lengths, ends = encoded.lengths, np.cumsum(encoded.lengths)
-    np.save(spool / "offsets.npy", encoded.offsets)
+    write_array(spool / "offsets.npy", encoded.offsets, npy=True)
     if spec.packing is Packing.best_fit:
         segments, plan = best_fit_plan(lengths, spec.seq_len, spec.best_fit_window)
-        np.save(spool / "seg_starts.npy", segments.starts)
-        np.save(spool / "seg_lens.npy", segments.lens)
-        np.save(spool / "seq_first.npy", np.concatenate([[0], np.cumsum(segments.counts)]).astype(np.int64))
+        write_array(spool / "seg_starts.npy", segments.starts, npy=True)
+        write_array(spool / "seg_lens.npy", segments.lens, npy=True)
+        seq_first = np.concatenate([[0], np.cumsum(segments.counts)]).astype(np.int64)
+        write_array(spool / "seq_first.npy", seq_first, npy=True)
         return plan, segments
-    np.save(spool / "ends.npy", ends)
+    write_array(spool / "ends.npy", ends, npy=True)
     plan = concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad, encoded.limit)
     return plan, concat_pieces(lengths, plan.sequences, spec.seq_len, encoded.limit)
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
+from albor_pipeline.runtime.artifacts import write_array
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import READS, TaskIO, shared_task
 from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, row_group_sha256
@@ -198,7 +199,7 @@ def encode_row_group(job: EncodeJob, io: TaskIO, item: SpoolItem) -> GroupTokens
         encoder = job.own or _row_group_encoder(tokenizer, job.encoder, job.bos, job.min_chars)
         flat, tokens = encoder.encode(group)
     spooled = spool_tokens(io.directory, item.task)
-    flat.astype(job.dtype, copy=False).tofile(spooled)
+    write_array(spooled, flat.astype(job.dtype, copy=False))
     return replace(tokens, shards=(Shard.of(spooled, len(tokens.lengths), io.directory),), spooled=node.spool(spooled))
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime import hashpart
-from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, file_sha256
+from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, file_sha256, write_array
 from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import READS, StageIO, TaskIO, map_shards, map_tasks
@@ -118,7 +118,7 @@ def _scan_group(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) ->
     if not sigs:
         return _GroupScan((), hits, removed=removed)
     out = io.directory / _signatures_name(path, group)
-    np.save(out, np.stack(sigs))
+    write_array(out, np.stack(sigs), npy=True)
     shard = Shard.of(out, len(sigs), io.directory)
     return _GroupScan((shard,), hits, io.node.spool(out), removed)
 
@@ -411,7 +411,7 @@ def _write_signatures(job: _SignatureJob, io: TaskIO, i: int, codes: np.ndarray,
     out = []
     for split in SPLITS:
         path = io.directory / signature_file(f"{split}/{shard_name(i)}")
-        np.save(path, sigs[codes == SPLIT_CODES[split]])
+        write_array(path, sigs[codes == SPLIT_CODES[split]], npy=True)
         out.append(Shard.of(path, int((codes == SPLIT_CODES[split]).sum()), io.directory))
     return out
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from albor_pipeline.runtime import hashpart
+from albor_pipeline.runtime.artifacts import write_array
 from albor_pipeline.runtime.executor import Executor
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled
 from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
@@ -103,7 +104,7 @@ class LshJob:
         `lsh_candidates` and the two spool files."""
         sigs = np.asarray(sigs, dtype=U64).reshape(-1, self.num_perm)
         path = hashpart.spool_file(node.directory(self.spool), "sigs", task)
-        np.save(path, sigs)
+        write_array(path, sigs, npy=True)
         docs = np.flatnonzero(sigs[:, 0] != MAX_HASH)  # a document without shingles has no buckets
         keys = band_keys(sigs[docs], self.bands)  # (documents, bands)
         records = np.empty(keys.size, LSH_RECORD)

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from albor_pipeline.runtime.artifacts import write_array
 from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import TaskIO
 from albor_pipeline.runtime.shards import Shard
@@ -82,7 +83,7 @@ def shingle_file(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> S
     texts = pq.read_table(io.local(path), columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
     sets = [shingles(text, ngram) for text in texts]
     spooled = io.directory / f"{f:05d}.npy"
-    np.save(spooled, np.concatenate([np.zeros(0, U64), *sets]))
+    write_array(spooled, np.concatenate([np.zeros(0, U64), *sets]), npy=True)
     shard = Shard.of(spooled, len(sets))
     return Shingled(np.cumsum([0, *map(len, sets)]), io.node.spool(spooled), (shard,))
 

@@ -117,8 +117,24 @@ def plan_counts(
         p.input_chars = chars_of.get(p.source, 0) if chars is not None else None
         warnings += _cap(p, mix.upsample)
     if sum(p.output_rows for p in plans) == 0:
-        raise MixError(f"mix draws 0 rows (input rows per source: {counts})")
+        raise MixError(_why_no_rows(counts))
     return plans, warnings
+
+
+def _why_no_rows(counts: dict[str, int]) -> str:
+    """Why a mix draws nothing, and which spec fields change that."""
+    if not any(counts.values()):
+        return (
+            "mix draws 0 rows: no documents reached this split. A held-out split gets about "
+            "holdout.val_fraction (val) or holdout.test_fraction (test) of the documents, by a hash "
+            "of each text, so a small fraction of few documents can leave it empty: raise that "
+            "fraction or add documents (for train, see what ingestion and filtering left out)"
+        )
+    return (
+        f"mix draws 0 rows from input rows per source {counts}: the split's mix.<split>.weights "
+        "or repeat name only sources with no rows here, or its rows size is too small to "
+        "give any source a row; weight a source that has rows, or raise mix.<split>.rows"
+    )
 
 
 def _mean(chars: dict[str, int], counts: dict[str, int], source: str) -> float:

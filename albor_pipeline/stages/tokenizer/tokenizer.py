@@ -36,6 +36,7 @@ from albor_pipeline.runtime.artifacts import (
     Artifact,
     atomic_path,
     record,
+    write_array,
     write_bytes,
     write_json,
 )
@@ -546,8 +547,8 @@ def build_tokenizer(
             tok.save(str(tmp))
         write_bytes(staging / "vocab.json", vocab_json)
         write_bytes(staging / "merges.txt", merges_txt)
-        with atomic_path(staging / "token_bytes.npy") as tmp, open(tmp, "wb") as fh:
-            np.save(fh, lengths)
+        with atomic_path(staging / "token_bytes.npy") as tmp:
+            write_array(tmp, lengths, npy=True)
         write_bytes(staging / "tokenizer.pkl", pkl)
         write_bytes(staging / "token_bytes.pt", pt)
         write_json(staging / "report.json", stable)
