@@ -27,10 +27,14 @@ class TokenizerSummary(Report):
     val_documents: int
     roundtrip_ok: int
     roundtrip_failures_first: list[int]
-    # Val documents tokenizer.pkl (nanochat's tiktoken) encodes to the HF ids; None in a
-    # tokenizer built before tokenizer.pkl existed (its data dir still reads).
+    # Val documents tokenizer.pkl (nanochat's tiktoken) encodes to tokenizer.json's ids; None in
+    # a tokenizer built before tokenizer.pkl existed (its data dir still reads).
     tiktoken_ids_equal: int | None = None
     tiktoken_mismatches_first: list[int] = []
+    # Val documents tokenizer.json, loaded as a user loads it (`Tokenizer.from_file`,
+    # `encode_special_tokens`), encodes to the corpus's ids; None in an older report.
+    json_ids_equal: int | None = None
+    json_mismatches_first: list[int] = []
     keyword_coverage: dict[str, bool]
     keywords_single_token: int
     val_bytes: int
@@ -66,6 +70,7 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         ("merges", report["merges"]),
         ("special ids", ", ".join(f"`{k}`={v}" for k, v in report["special_ids"].items())),
         ("val round-trip", f"{report['roundtrip_ok']}/{report['val_documents']}"),
+        ("tokenizer.json ids = corpus ids (val)", f"{report.get('json_ids_equal')}/{report['val_documents']}"),
         ("tokenizer.pkl ids = tokenizer.json ids (val)", f"{report['tiktoken_ids_equal']}/{report['val_documents']}"),
         ("keywords single-token", f"{report['keywords_single_token']}/{len(PYTHON_KEYWORDS)}"),
         ("bytes/token (val)", report["bytes_per_token"]),
