@@ -9,6 +9,7 @@ from pydantic import Field
 
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.report import Report
+from albor_pipeline.text.vocab import padded_vocab_size
 
 PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
 TIMING = ("train_seconds", "train_mb_per_s")  # vary run to run: metadata only, never in the summary
@@ -104,3 +105,17 @@ def card_tokenizer(summary: TokenizerSummary | None) -> list[dict[str, Any]]:
             {"tokenizer": name, "bytes per token": total[f"{name}_bytes_per_token"], "ours against it": against}
         )
     return rows
+
+
+def card_vocab(summary: TokenizerSummary | None) -> list[str]:
+    """Which vocabulary size sizes a model: `len(tokenizer)`, not transformers' `vocab_size`."""
+    if summary is None:
+        return []
+    return [
+        f"Size a model's embedding from {summary.vocab_size:,} ids: `len(tokenizer)`, `vocab_size` in "
+        f"`tokens.json` and `meta.pkl`, the learned tokens with the FIM and chat tokens. `AutoTokenizer`'s "
+        f"`vocab_size` ({summary.learned_vocab_size:,}) leaves the added tokens out, and corpus ids reach past it. "
+        f"Padded to a multiple of 64 (as nanoGPT pads GPT-2's): {padded_vocab_size(summary.vocab_size):,} "
+        "(`padded_vocab_size` in `tokens.json`).",
+        "",
+    ]

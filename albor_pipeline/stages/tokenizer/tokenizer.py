@@ -50,6 +50,7 @@ from albor_pipeline.text.vocab import (
     EOS,
     FIM_TOKENS,
     PAD,
+    PICKLE_PROTOCOL,
     SPECIALS,
     UNK,
     added_tokens,
@@ -174,7 +175,6 @@ def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
 
 NANOCHAT_BOS = "<|bos|>"  # nanochat's name for the document-start token, our `<s>`
 ENCODING_NAME = "albor"  # no registered tiktoken name: the pickle holds the whole table, not a reference
-PICKLE_PROTOCOL = 4  # fixed, so the bytes do not follow a Python's default protocol
 
 
 def tiktoken_encoding(tok: Tokenizer) -> tiktoken.Encoding:
