@@ -210,9 +210,10 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
         Stage(
             name=corpus_stage(split),
             group="corpus",
-            description=f"The {split} split pretokenized: every document + `</s>`, concatenated and cut into "
-            "`seq_len` sequences (Parquet `input_ids: list<uint32>` with each sequence's document pieces in "
-            "`doc_lens: list<uint32>`, and `index.json` for random access), plus Megatron/nanoGPT exports on request.",
+            description=f"The {split} split pretokenized: every document + `</s>` (`<s>` first with `corpus.bos`), "
+            "concatenated and cut into `seq_len` sequences (Parquet `input_ids: list<uint32>` with each sequence's "
+            "document pieces in `doc_lens: list<uint32>`, and `index.json` for random access), plus Megatron/nanoGPT "
+            "exports on request.",
             config=CorpusConfig,
             defaults=spec_defaults(CorpusConfig, spec.corpus),
             work=partial(corpus, spec, split),
