@@ -27,6 +27,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -562,7 +563,9 @@ class CorpusSpec(_Model):
     # streaming cuts 64 MB), so even a split of ~60 MB of text packs on two workers at once.
     shard_sequences: Int = Field(4_096, gt=0)
     encoder: str = Field("auto", pattern="^(auto|hf|gigatoken)$")
-    bos: bool = False  # prepend <s> to every document (nanochat); </s> after every document always
+    # Prepend <s> to every document (nanochat); </s> after every document always. Unset in a
+    # pipeline spec: on when it renders SFT or eval sets (`PipelineSpec._bos`).
+    bos: bool = False
     packing: Packing = Packing.concat
     best_fit_window: Int = Field(1024, gt=0)  # documents packed together by best_fit (bounds memory)
     long: LongSpec | None = None  # also build corpus/long_<split> (length staging)
@@ -621,9 +624,17 @@ class ChatSpec(_Model):
     overlong: Overlong = Overlong.skip
     packing: SftPacking = SftPacking.none
     pack_window: Int = Field(100, gt=0)  # conversations best_fit chooses from (nanochat's buffer_size)
+    # best_fit rows of max_tokens + 1, as nanochat's SFT loader packs them: a row's inputs
+    # (row[:-1]) and targets (row[1:]) are then both max_tokens long.
+    pack_plus_one: bool = False
     splits: Splits = ("train", "val")
     formats: tuple[SftFormat, ...] = (SftFormat.parquet, SftFormat.nanochat)
     shard_tokens: Int = Field(50_000_000, gt=0)  # tokens per nanochat .bin shard
+
+    @property
+    def row_tokens(self) -> int:
+        """A packed row's length (`packing: best_fit`)."""
+        return self.max_tokens + self.pack_plus_one
 
 
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")
@@ -699,7 +710,7 @@ class PipelineSpec(_Model):
     mix: MixSpec = MixSpec()
     fim: FimSpec = FimSpec()
     tokenizer: TokenizerSpec = TokenizerSpec()
-    corpus: CorpusSpec = CorpusSpec()
+    corpus: CorpusSpec = Field(CorpusSpec(), validate_default=True)  # `_bos` sets its default
     chat: ChatSpec = ChatSpec()
     automation: AutomationSpec = AutomationSpec()
     locking: LockingSpec = LockingSpec()
@@ -713,6 +724,17 @@ class PipelineSpec(_Model):
     # the bytes. An edit rewrites the shards holding it, so smaller shards make edits cheaper
     # and a cold build dearer (more tasks): the shipped spec sets 8 for its few hundred MB.
     shard_mb: Float = Field(32, gt=0, le=MAX_SHARD_MB)
+
+    @field_validator("corpus")
+    @classmethod
+    def _bos(cls, corpus: CorpusSpec, info: ValidationInfo) -> CorpusSpec:
+        """`corpus.bos` left unset: on when the spec renders SFT or eval sets, as their sequences
+        start with `<s>` (a model pretrained without it meets an untrained embedding at their
+        position 0)."""
+        renders = any(s.kind in (*CHAT_KINDS, *EVAL_KINDS) for s in info.data.get("sources", ()))
+        if "bos" in corpus.model_fields_set or not renders:
+            return corpus
+        return corpus.model_copy(update={"bos": True})
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineSpec:

@@ -359,12 +359,21 @@ def test_chat_tokens_move_no_pretraining_id(chat_tok, pipeline, tmp_path):
     assert shards and all(x.sha256 == y.sha256 for x, y in shards)
 
 
+def _megatron_documents(folder: Path) -> list[list[int]]:
+    """Each document's ids in a corpus's Megatron export (uint16: a small vocab)."""
+    raw = (folder / "megatron.idx").read_bytes()
+    n = int(np.frombuffer(raw[18:26], "<u8")[0])
+    ends = np.cumsum(np.frombuffer(raw, "<i4", count=n, offset=34))
+    return [doc.tolist() for doc in np.split(np.fromfile(folder / "megatron.bin", np.uint16), ends[:-1])]
+
+
 @pytest.mark.slow
 @pytest.mark.graph
 def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(reference, tmp_path, monkeypatch):
     """The small spec with chat sources and without (the session's reference build): every
-    check passes, the pretraining artifacts are byte-identical, and a second build of the
-    chat branch is too."""
+    check passes, the pretraining artifacts are byte-identical but for the `<s>` each corpus
+    document starts with (`corpus.bos` defaults on with chat sources), and a second build of
+    the chat branch is byte-identical."""
     from albor_pipeline.runtime.artifacts import read_manifest
     from albor_pipeline.runtime.layout import Layout
     from albor_pipeline.spec import load_spec
@@ -397,8 +406,10 @@ def test_chat_branch_builds_in_the_graph_and_leaves_the_corpus_alone(reference, 
             )
             if (out / "manifests").joinpath(stage.replace("/", "__") + ".json").exists()
         }
-    for stage in ("documents", "mixed/train", "tokenizer", "corpus/train"):
+    for stage in ("documents", "mixed/train", "tokenizer"):
         assert results["plain"][stage] == results["chat"][stage], stage
+    plain, with_bos = (_megatron_documents(out / "corpus" / "train") for out in (reference.out, tmp_path / "chat"))
+    assert chat.corpus.bos and [[1, *doc] for doc in plain] == with_bos
     assert results["chat"] == results["chat_again"]
     assert {"sft/train", "sft/val", "eval/python_mc"} <= set(results["chat"])
     prov = (tmp_path / "chat" / "PROVENANCE.md").read_text()

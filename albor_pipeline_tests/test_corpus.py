@@ -574,7 +574,8 @@ def test_auto_falls_back_to_hf_when_gigatoken_disagrees(pipeline):
 
 def test_autotokenizer_folder_matches_the_corpus_ids(pipeline, tmp_path):
     """`AutoTokenizer.from_pretrained(tokenizer dir)` knows its specials and max length and
-    encodes every real document (literal `</s>` and FIM strings included) to the corpus ids."""
+    encodes every real document (literal `</s>` and FIM strings included) to the corpus ids, as
+    does `tokenizer.json` in raw `tokenizers` with `encode_special_tokens`."""
     transformers = pytest.importorskip("transformers")
     tmp, docs = pipeline
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp / "tok"))
@@ -591,6 +592,9 @@ def test_autotokenizer_folder_matches_the_corpus_ids(pipeline, tmp_path):
     corpus_docs = [d[:-1].tolist() for d in np.split(stream, ends[:-1])]  # each without its EOS
     assert len(corpus_docs) == len(docs) and any("</s>" in d for d in docs)
     assert [hf(d)["input_ids"] for d in docs] == corpus_docs
+    raw = Tokenizer.from_file(str(tmp / "tok" / "tokenizer.json"))  # a raw `tokenizers` user, as docs/outputs.md says
+    raw.encode_special_tokens = True
+    assert [e.ids for e in raw.encode_batch(docs, add_special_tokens=False)] == corpus_docs
     padded = hf.pad({"input_ids": corpus_docs[-3:]})
     assert [row[-1] for row in padded["input_ids"]].count(3) >= 1 and len({len(r) for r in padded["input_ids"]}) == 1
 

@@ -14,7 +14,7 @@ import pytest
 from albor_pipeline.dataset import IGNORE_INDEX, Sequences
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import ChatSpec, SyntheticTask
-from albor_pipeline.stages.chat.checks import check_packed_rows, check_sft_mask, check_sft_structure
+from albor_pipeline.stages.chat.checks import check_max_tokens, check_packed_rows, check_sft_mask, check_sft_structure
 from albor_pipeline.stages.chat.pack import Conversation, best_fit
 from albor_pipeline.stages.chat.sft import build_sft
 from albor_pipeline.stages.ingest.tasks import generate, read_words
@@ -171,3 +171,27 @@ def test_packing_is_deterministic_and_overlong_never_clogs(chat_tok, tmp_path): 
     assert [x.sha256 for x in a.artifacts] == [x.sha256 for x in b.artifacts]
     assert a.summary.skipped_overlong > 0 and a.summary.packed is not None
     assert check_packed_rows([tmp_path / "a" / "part-00000.parquet"], chat_tok[0], 256).passed
+
+
+def test_pack_plus_one_packs_nanochat_s_rows(chat_tok, tmp_path):  # noqa: F811
+    """`chat.pack_plus_one`: rows of `max_tokens + 1`, nanochat's `row_capacity = max_seq_len + 1`,
+    so a row's inputs and targets are both `max_tokens` long; the conversations fill the rows as
+    nanochat's packer fills rows of that capacity, and every check holds the rows to it."""
+    mixed = _conversations_file(tmp_path / "mixed.parquet", _real_conversations())
+    spec = ChatSpec(max_tokens=256, overlong="truncate", packing="best_fit", pack_plus_one=True)
+    result = build_sft(mixed, chat_tok[0], spec, "auto", tmp_path / "packed", StageIO(tmp_path))
+    rows = ChatSpec(**{**spec.model_dump(), "packing": "none"})
+    build_sft(mixed, chat_tok[0], rows, "auto", tmp_path / "rows", StageIO(tmp_path))
+    unpacked = pq.read_table(tmp_path / "rows" / "part-00000.parquet").to_pylist()
+    lengths = [len(r["input_ids"]) for r in unpacked if 1 in r["loss_mask"]]
+    table = pq.read_table(tmp_path / "packed" / "part-00000.parquet").to_pylist()
+    assert all(len(r["input_ids"]) == len(r["loss_mask"]) == 257 for r in table)
+    expected = [[lengths[k] for k in row] for row in _nanochat_rows(lengths, 257, spec.pack_window)]
+    assert [r["doc_lens"] for r in table] == expected
+    assert any(sum(r["doc_lens"]) == 257 for r in table)  # a row max_tokens rows could not hold
+    paths = [tmp_path / "packed" / "part-00000.parquet"]
+    assert check_packed_rows(paths, chat_tok[0], 257).passed and check_max_tokens(paths, 256).passed
+    assert check_sft_mask(paths, chat_tok[0], TOKENS, 256).passed
+    assert result.summary.packed is not None and result.summary.packed.row_tokens == 257
+    side = json.loads((tmp_path / "packed" / "sft.json").read_text())
+    assert side["row_tokens"] == 257 and len(Sequences(tmp_path / "packed")[0]["input_ids"]) == 257

@@ -99,3 +99,21 @@ def test_missing_and_invalid_files(tmp_path):
     (tmp_path / "broken.yaml").write_text("sources: [\n", encoding="utf-8")
     with pytest.raises(SpecError, match="invalid YAML"):
         load_spec(tmp_path / "broken.yaml")
+
+
+def test_corpus_bos_defaults_on_when_the_spec_renders_sft_or_eval_sets(tmp_path):
+    """SFT and eval sequences start with `<s>`: a spec that renders them pretrains with `<s>`
+    before every document unless it says otherwise (nanochat prepends it to every document)."""
+    assert load_spec(DEFAULT_SPEC).corpus.bos
+    assert not parse_spec(small_spec_dict(), tmp_path).corpus.bos  # documents only: nothing to agree with
+    rendered = {
+        "chat": {},
+        "synthetic": {"task": "spelling_bee"},
+        "mc": {},
+        "base_eval": {"task_type": "language_modeling"},
+    }
+    for kind, fields in rendered.items():
+        raw = small_spec_dict([{"name": "x", "kind": kind, "path": "x.jsonl", **fields}])
+        assert parse_spec(raw, tmp_path).corpus.bos, kind
+        raw["corpus"]["bos"] = False
+        assert not parse_spec(raw, tmp_path).corpus.bos, kind

@@ -29,6 +29,7 @@ from albor_pipeline.stages.tokenizer.tokenizer import (
     O200K_PATTERN,
     TokenizerError,
     build_tokenizer,
+    consumer_tokenizer,
     evaluate,
     openai_counter,
     openai_encoding,
@@ -455,8 +456,34 @@ def test_a_tiktoken_disagreement_is_reported(tmp_path):
     enc = tiktoken_encoding(tok)
     assert enc.encode_single_token("<|bos|>") == 1 and enc.encode_ordinary("abc") == [262]
     assert plain_tokenizer(tok).encode("abc").ids == [4 + ord("a"), 260]
-    report = evaluate(tok, iter([["abc", " " * 1_000_000 + "x", "abx"]]), enc).report
+    tok.save(str(tmp_path / "tokenizer.json"))
+    report = evaluate(
+        tok, iter([["abc", " " * 1_000_000 + "x", "abx"]]), enc, consumer_tokenizer(tmp_path / "tokenizer.json")
+    ).report
     assert report["tiktoken_ids_equal"] == 1 and report["tiktoken_mismatches_first"] == [0, 1]
     (tmp_path / "r.json").write_text(json.dumps({**report, "val_documents": 3}), encoding="utf-8")
     outcome = check_tiktoken_ids(tmp_path / "r.json")
     assert not outcome.passed and "1/3" in outcome.description
+
+
+def test_the_ids_check_loads_tokenizer_json_as_a_user_does(trained, corpus_files, tmp_path):
+    """The build compares the corpus's ids with tokenizer.json loaded as a raw `tokenizers` user
+    loads it (docs/outputs.md): `from_file`, `encode_special_tokens = True`, no added specials.
+    The val text holds literal `</s>`, `<s>`, `<pad>` and `<|fim_prefix|>`; loaded without the
+    setting, the file turns them into special ids, and the check fails on that document."""
+    out, result = trained
+    assert result.summary.json_ids_equal == result.summary.val_documents
+    assert check_tiktoken_ids(out / "report.json").passed
+    user = Tokenizer.from_file(str(out / "tokenizer.json"))
+    user.encode_special_tokens = True
+    corpus = plain_tokenizer(user)  # the corpus stage's reference encoder
+    assert user.encode(LITERAL, add_special_tokens=False).ids == corpus.encode(LITERAL, add_special_tokens=False).ids
+    with open(out / "tokenizer.pkl", "rb") as fh:
+        enc = pickle.load(fh)
+    val = [LITERAL, "def f():\n    return 1\n"]
+    unset = Tokenizer.from_file(str(out / "tokenizer.json"))  # encode_special_tokens left False
+    report = evaluate(unset, iter([val]), enc, unset).report
+    assert report["json_ids_equal"] == 1 and report["json_mismatches_first"] == [0]
+    (tmp_path / "r.json").write_text(json.dumps({**report, "val_documents": 2}), encoding="utf-8")
+    outcome = check_tiktoken_ids(tmp_path / "r.json")
+    assert not outcome.passed and "1/2" in outcome.description

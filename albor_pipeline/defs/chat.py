@@ -165,7 +165,8 @@ def _length(ctx: CheckContext) -> CheckOutcome:
 
 
 def _packed(ctx: CheckContext) -> CheckOutcome:
-    return check_packed_rows(ctx.parquet_outputs, ctx.layout.tokenizer_json, _max_tokens(ctx.manifest))
+    row_tokens = ChatSpec.model_validate(ctx.manifest.config).row_tokens
+    return check_packed_rows(ctx.parquet_outputs, ctx.layout.tokenizer_json, row_tokens)
 
 
 def _choices(ctx: CheckContext) -> CheckOutcome:
@@ -174,7 +175,8 @@ def _choices(ctx: CheckContext) -> CheckOutcome:
 
 PACKED_ROWS = Check(
     "packed_rows",
-    "Every packed row is `max_tokens` long, each conversation starts with BOS, the padding is BOS "
+    "Every packed row is `max_tokens` long (+1 with `pack_plus_one`), each conversation starts with BOS, "
+    "the padding is BOS "
     "with mask 0, and the row has a trained token.",
     _packed,
     blocking=True,
@@ -209,7 +211,7 @@ def _sft_stage(spec: PipelineSpec, split: str) -> Stage[SftConfig]:
                 _structure,
                 blocking=True,
             ),
-            Check("max_tokens", "No row is longer than `chat.max_tokens`.", _length),
+            Check("max_tokens", "No conversation is longer than `chat.max_tokens`.", _length),
             *((removal_check(spec, CHAT_KINDS),) if spec.remove else ()),
         ),
     )

@@ -71,8 +71,6 @@ def pack(
         ledger=ledger,
     )
     summary = result.summary
-    if not summary.sequences:
-        ctx.log.warning(f"corpus/{out}: no full sequence ({summary.documents} documents, {summary.tokens} tokens)")
     for warning in summary.warnings:
         ctx.log.warning(f"corpus/{out}: {warning}")
     bytes_per_token = result.text_bytes / summary.tokens if summary.tokens else 0.0
@@ -156,20 +154,28 @@ def _min_chars(ctx: CheckContext) -> CheckOutcome:
 
 
 def _unless_empty(check: Check) -> Check:
-    """A long subset may hold no sequence (a small split with no long document): that passes,
-    saying so, instead of failing every check of an empty corpus."""
+    """A corpus may hold no sequence (a split smaller than one sequence, a long subset with no
+    long document): that passes, saying so (its summary warns), instead of failing every check
+    of an empty corpus."""
 
     def run(ctx: CheckContext) -> CheckOutcome:
         summary = CorpusSummary.model_validate(ctx.manifest.summary)
         if summary.sequences == 0:
-            return CheckOutcome(True, f"empty: {summary.documents} long document(s), no full sequence")
+            return CheckOutcome(
+                True, f"empty: {summary.documents} document(s), {summary.tokens} tokens, no full sequence"
+            )
         return check.run(ctx)
 
     return replace(check, run=run)
 
 
 def _checks(spec: PipelineSpec) -> tuple[Check, ...]:
-    """The checks of every packed corpus (corpus/<split> and corpus/long_<split>)."""
+    """The checks of every packed corpus (corpus/<split> and corpus/long_<split>), each passing
+    on an empty one."""
+    return tuple(map(_unless_empty, _packed_checks(spec)))
+
+
+def _packed_checks(spec: PipelineSpec) -> tuple[Check, ...]:
     return (
         schema_check(SEQ_SCHEMA),
         Check(
@@ -204,9 +210,10 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
         Stage(
             name=corpus_stage(split),
             group="corpus",
-            description=f"The {split} split pretokenized: every document + `</s>`, concatenated and cut into "
-            "`seq_len` sequences (Parquet `input_ids: list<uint32>` with each sequence's document pieces in "
-            "`doc_lens: list<uint32>`, and `index.json` for random access), plus Megatron/nanoGPT exports on request.",
+            description=f"The {split} split pretokenized: every document + `</s>` (`<s>` first with `corpus.bos`), "
+            "concatenated and cut into `seq_len` sequences (Parquet `input_ids: list<uint32>` with each sequence's "
+            "document pieces in `doc_lens: list<uint32>`, and `index.json` for random access), plus Megatron/nanoGPT "
+            "exports on request.",
             config=CorpusConfig,
             defaults=spec_defaults(CorpusConfig, spec.corpus),
             work=partial(corpus, spec, split),
@@ -230,19 +237,16 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
             defaults=spec_defaults(LongCorpusConfig, long),
             work=partial(long_corpus, long, spec, split),
             deps=(fim_stage(split), TOKENIZER),
-            checks=tuple(
-                map(
-                    _unless_empty,
-                    (
-                        *_checks(spec),
-                        Check(
-                            "min_chars",
-                            "Every whole document in the long subset has at least `min_chars` characters.",
-                            _min_chars,
-                            blocking=True,
-                        ),
-                    ),
-                )
+            checks=(
+                *_checks(spec),
+                _unless_empty(
+                    Check(
+                        "min_chars",
+                        "Every whole document in the long subset has at least `min_chars` characters.",
+                        _min_chars,
+                        blocking=True,
+                    )
+                ),
             ),
         )
         for split in SPLITS

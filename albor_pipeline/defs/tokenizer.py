@@ -56,6 +56,7 @@ def tokenizer(spec: PipelineSpec, ctx: StageContext, config: TokenizerConfig) ->
             "vocab_size": summary.vocab_size,
             "roundtrip_ok": summary.roundtrip_ok,
             "tiktoken_ids_equal": summary.tiktoken_ids_equal,
+            "json_ids_equal": summary.json_ids_equal,
             "val_documents": summary.val_documents,
             "bytes_per_token": summary.bytes_per_token,
             "train_seconds": result.timings["train_seconds"],
@@ -88,7 +89,8 @@ def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
                 Check("val_roundtrip", "Every val document decodes back to its exact text.", _val_roundtrip, True),
                 Check(
                     "nanochat_ids",
-                    "tokenizer.pkl (nanochat's tiktoken) encodes every val document to tokenizer.json's ids.",
+                    "tokenizer.json, loaded as a user loads it (`Tokenizer.from_file`, `encode_special_tokens`), "
+                    "and tokenizer.pkl (nanochat's tiktoken) encode every val document to the corpus's ids.",
                     _nanochat_ids,
                 ),
             ),

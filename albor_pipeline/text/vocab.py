@@ -97,6 +97,15 @@ def plain_json(tokenizer_json: str) -> str:
     return json.dumps(data)
 
 
+PICKLE_PROTOCOL = 4  # fixed, so a pickle's bytes do not follow a Python's default protocol
+PAD_VOCAB_TO = 64  # nanoGPT pads GPT-2's 50,257 to 50,304, a multiple of 64, for faster matmuls
+
+
+def padded_vocab_size(vocab_size: int) -> int:
+    """A model's vocabulary size for a tokenizer of `vocab_size` ids: the next multiple of 64."""
+    return -(-vocab_size // PAD_VOCAB_TO) * PAD_VOCAB_TO
+
+
 def token_dtype(vocab_size: int, signed: bool = False) -> np.dtype:
     """uint16 when every id fits, else int32 (Megatron) / uint32 (flat stream)."""
     if vocab_size <= 65536:

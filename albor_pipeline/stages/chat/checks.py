@@ -152,17 +152,24 @@ def check_sft_structure(paths: list[Path], tokenizer_path: Path, tokens: ChatTok
 
 
 def check_max_tokens(paths: list[Path], max_tokens: int) -> CheckOutcome:
-    """No rendered conversation is longer than `max_tokens`."""
+    """No rendered conversation is longer than `max_tokens`: a row's, or in packed rows each of
+    their `doc_lens` (a row may be `max_tokens + 1` long)."""
+    packed = bool(paths) and "doc_lens" in pq.read_schema(paths[0]).names
     rows = longest = over = 0
     for path in paths:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096, columns=["input_ids"]):
-            lengths = pc.list_value_length(batch.column(0)).to_numpy(zero_copy_only=False)
+        for batch in pq.ParquetFile(path).iter_batches(
+            batch_size=4096, columns=["doc_lens" if packed else "input_ids"]
+        ):
+            column = batch.column(0)
+            lengths = (pc.list_flatten(column) if packed else pc.list_value_length(column)).to_numpy(
+                zero_copy_only=False
+            )
             rows += len(lengths)
             over += int(np.count_nonzero(lengths > max_tokens))
             longest = max(longest, int(lengths.max(initial=0)))
     return CheckOutcome(
         over == 0,
-        f"{over} of {rows} rows longer than {max_tokens} tokens (longest {longest})",
+        f"{over} of {rows} conversations longer than {max_tokens} tokens (longest {longest})",
         {"rows": rows, "over": over, "longest": longest},
     )
 

@@ -192,8 +192,8 @@ def _write_rows(render: _Render, mixed_path: Path, sink: ParquetSink, bins: _Bin
 def _write_packed(
     render: _Render, mixed_path: Path, sink: ParquetSink, bins: _BinShards | None, io: StageIO
 ) -> PackedFacts:
-    """Rows of conversations packed best-fit, each `max_tokens` long."""
-    spec, capacity = render.spec, render.spec.max_tokens
+    """Rows of conversations packed best-fit, each `row_tokens` long."""
+    spec, capacity = render.spec, render.spec.row_tokens
     rows = pad = 0
     packed = best_fit(render.conversations(mixed_path), capacity, spec.pack_window)
     for chunk in batched(packed, ROW_GROUP_SEQUENCES * 8):
@@ -245,7 +245,7 @@ def build_sft(
                 "bos_id": render.ids.bos,
                 "max_tokens": spec.max_tokens,
                 "packing": spec.packing.value,
-                **({"rows": sink.rows, "row_tokens": spec.max_tokens} if pack else {}),
+                **({"rows": sink.rows, "row_tokens": spec.row_tokens} if pack else {}),
                 "shards": bins.shards,
             }
             write_json(staging / SIDECAR, sidecar)
@@ -260,7 +260,7 @@ def _index(spec: ChatSpec, rows: int, special: dict[str, int], summary: SftSumma
     dir, with `loss_mask` masking the targets)."""
     return {
         "format": INDEX_FORMAT,
-        "seq_len": spec.max_tokens,
+        "seq_len": spec.row_tokens,
         "packing": spec.packing.value,
         "loss_mask": True,
         "documents": summary.conversations,

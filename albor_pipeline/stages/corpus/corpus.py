@@ -39,7 +39,7 @@ from albor_pipeline.stages.corpus.encode_task import (
     RowGroupEncoder,
     encode_row_group,
 )
-from albor_pipeline.stages.corpus.exports import STREAMS, concat_streams, write_sidecars
+from albor_pipeline.stages.corpus.exports import NANOGPT_META, STREAMS, concat_streams, write_sidecars
 from albor_pipeline.stages.corpus.index import reader_index
 from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces, write_pieces
 from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
@@ -362,11 +362,19 @@ def _pack_split(
         cut_fraction=round(cut["cut_documents"] / docs, 6) if docs else 0.0,
         pad_fraction=round(cut["padded_tokens"] / (sequences * spec.seq_len), 6) if sequences else 0.0,
         sources=sources,
-        warnings=repeat_warnings({name: f.epochs for name, f in sources.items()}, "epochs"),
+        warnings=_empty_warning(plan.sequences, docs, tokens, spec.seq_len)
+        + repeat_warnings({name: f.epochs for name, f in sources.items()}, "epochs"),
         token_lengths=token_lengths,
     )
     artifacts = _artifacts(out_dir, io.root, shards, formats, stream, docs, tokens)
     return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - start)
+
+
+def _empty_warning(sequences: int, docs: int, tokens: int, seq_len: int) -> list[str]:
+    """A split too small for one sequence: an empty corpus, said so (its checks pass on it)."""
+    if sequences:
+        return []
+    return [f"empty: {docs:,} document(s), {tokens:,} tokens, not one full {seq_len:,}-token sequence"]
 
 
 def _with_budget(summary: CorpusSummary, budget: Budget, mix_tokens: int) -> CorpusSummary:
@@ -410,15 +418,15 @@ def _artifacts(
     """The committed set's records, in the manifest's order: shards, each export's stream
     and its sidecar, the index."""
     artifacts = [shard.artifact(out_dir, root) for shard in shards]
-    for fmt, name, sidecar, rows in (
-        (ExportFormat.megatron, "megatron.bin", "megatron.idx", docs),
-        (ExportFormat.nanogpt, "tokens.bin", "tokens.json", tokens),
+    for fmt, name, sidecars, rows in (
+        (ExportFormat.megatron, "megatron.bin", ("megatron.idx",), docs),
+        (ExportFormat.nanogpt, "tokens.bin", ("tokens.json", NANOGPT_META), tokens),
     ):
         if fmt in formats:
             path = (out_dir / name).relative_to(root).as_posix()
             artifacts += [
                 Artifact(path=path, sha256=str(stream["sha256"]), bytes=int(stream["bytes"]), rows=rows),
-                record(out_dir / sidecar, root),
+                *(record(out_dir / sidecar, root) for sidecar in sidecars),
             ]
     pieces = [record(out_dir / PIECES, root)] if (out_dir / PIECES).exists() else []
     return [*artifacts, record(out_dir / INDEX_FILE, root), *pieces]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import struct
 from contextlib import ExitStack
 from pathlib import Path
@@ -12,17 +13,20 @@ import numpy as np
 
 from albor_pipeline.runtime.artifacts import (
     atomic_path,
+    write_bytes,
     write_json,
 )
 from albor_pipeline.spec import ExportFormat
 from albor_pipeline.stages.corpus.encode_task import (
     spool_tokens,
 )
-from albor_pipeline.text.vocab import token_dtype
+from albor_pipeline.text.vocab import PICKLE_PROTOCOL, padded_vocab_size, token_dtype
 
 STREAMS = ((ExportFormat.megatron, "megatron.bin", True), (ExportFormat.nanogpt, "tokens.bin", False))
 """Token-stream exports: (format, file, signed dtype): Megatron wants int32 past uint16, nanoGPT uint32."""
 
+
+NANOGPT_META = "meta.pkl"
 
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
 
@@ -66,7 +70,9 @@ def concat_streams(spool: Path, tasks: int, names: list[str], into: Path, limit:
 
 
 def write_sidecars(out: Path, formats: set[ExportFormat], lengths: np.ndarray, nanogpt: dict[str, int]) -> list[Path]:
-    """The exports' index files: Megatron's `.idx` (a record per document) and nanoGPT's JSON."""
+    """The exports' index files: Megatron's `.idx` (a record per document), nanoGPT's JSON (with
+    the padded vocab size a model takes) and its `meta.pkl`, whose `vocab_size` nanoGPT's
+    train.py sizes the model from (as its prepare scripts write it)."""
     written = []
     vocab = nanogpt["vocab_size"]
     if ExportFormat.megatron in formats:
@@ -74,6 +80,8 @@ def write_sidecars(out: Path, formats: set[ExportFormat], lengths: np.ndarray, n
             tmp.write_bytes(megatron_index(lengths, token_dtype(vocab, signed=True)))
         written.append(out / "megatron.idx")
     if ExportFormat.nanogpt in formats:
-        write_json(out / "tokens.json", {"dtype": token_dtype(vocab).name, **nanogpt})
-        written.append(out / "tokens.json")
+        meta = {"dtype": token_dtype(vocab).name, **nanogpt, "padded_vocab_size": padded_vocab_size(vocab)}
+        write_json(out / "tokens.json", meta)
+        write_bytes(out / NANOGPT_META, pickle.dumps({"vocab_size": vocab}, protocol=PICKLE_PROTOCOL))
+        written += [out / "tokens.json", out / NANOGPT_META]
     return written

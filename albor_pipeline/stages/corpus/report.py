@@ -163,16 +163,41 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
+CONFIG_TOKENS = (
+    "`tokens`: the non-pad ids a config's Parquet rows hold (a remainder `drop` left out, so "
+    "`sequences` x `seq_len` when nothing is padded); the Megatron and nanoGPT streams hold all "
+    "of the split's `stream tokens`."
+)
+
+
 def card_corpora(corpora: Sequence[Corpus]) -> list[dict[str, Any]]:
-    """The card's `Configs` rows."""
+    """The card's `Configs` rows: what each config's files hold."""
     return [
         {
             "config": "corpus_long" if c.name.startswith("long_") else "corpus",
             "split": hf_split(c.name),
             "seq_len": c.settings.seq_len,
             "sequences": c.summary.sequences,
-            "tokens": c.summary.tokens,
+            "tokens": c.summary.tokens - c.summary.dropped_tokens if c.summary.sequences else 0,
+            "stream tokens": c.summary.tokens,
             "documents": c.summary.documents,
         }
         for c in corpora
     ]
+
+
+def card_bos(corpora: Sequence[Corpus], renders: bool) -> str:
+    """The BOS convention in words: whether every corpus document starts with `<s>`, against the
+    SFT and eval sequences (`renders`: the build made some), which always do."""
+    bos = {c.settings.bos for c in corpora}
+    if bos == {True}:
+        rest = ", as every SFT and eval sequence does" if renders else ""
+        return f"Every corpus document starts with `<s>` (`corpus.bos`) and ends with `</s>`{rest}."
+    where = "no" if bos == {False} else "not every"
+    line = f"{where.capitalize()} corpus document starts with `<s>` (`corpus.bos: false`); each ends with `</s>`."
+    if renders:
+        line += (
+            " SFT and eval sequences start with `<s>`: a model pretrained on this corpus meets an untrained "
+            "embedding at their first position."
+        )
+    return line

@@ -20,11 +20,11 @@ from albor_pipeline.stages.chat.base_eval import BASE_EVAL_SCHEMA
 from albor_pipeline.stages.chat.pack import PACKED_SCHEMA
 from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA
 from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
-from albor_pipeline.stages.corpus.report import card_corpora, card_size, hf_split
+from albor_pipeline.stages.corpus.report import CONFIG_TOKENS, card_bos, card_corpora, card_size, hf_split
 from albor_pipeline.stages.ingest.report import card_sources
 from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.stats.report import StatsSummary, card_charts
-from albor_pipeline.stages.tokenizer.report import TokenizerSummary, card_tokenizer
+from albor_pipeline.stages.tokenizer.report import TokenizerSummary, card_tokenizer, card_vocab
 
 
 def _feature(kind: pa.DataType) -> dict[str, Any]:
@@ -131,8 +131,20 @@ INTENDED_USE = (
 )
 
 
+def _config_lines(built: Built) -> list[str]:
+    """The corpora's rows, what their tokens count, and the BOS convention."""
+    corpora = built.corpora()
+    if not corpora:
+        return ["No corpus built yet."]
+    renders = any(sft_stage(s) in built.stages for s in SPLITS) or any(
+        eval_stage(n) in built.stages for n in built.names()
+    )
+    return [markdown_table(card_corpora(corpora)), "", CONFIG_TOKENS, "", card_bos(corpora, renders)]
+
+
 def render_card(prov: dict[str, Any]) -> str:
     built = Built.of(prov)
+    tokenizer = built.summary(TOKENIZER, TokenizerSummary)
     configs, infos = _configs(built)
     header = {
         "license": "other",
@@ -144,9 +156,9 @@ def render_card(prov: dict[str, Any]) -> str:
     default = configs[0]["config_name"] if configs else "corpus"
     sections = [
         ("Sources and licences", [LICENCES, "", markdown_table(card_sources(built.sources, built.ingested()))]),
-        ("Configs", [markdown_table(card_corpora(built.corpora())) or "No corpus built yet."]),
+        ("Configs", _config_lines(built)),
         ("Size and epochs", card_size(built.corpora()) or ["No train corpus built yet."]),
-        ("Tokenizer", [TOKENIZER_TEXT, "", markdown_table(card_tokenizer(built.summary(TOKENIZER, TokenizerSummary)))]),
+        ("Tokenizer", [TOKENIZER_TEXT, "", *card_vocab(tokenizer), markdown_table(card_tokenizer(tokenizer))]),
         ("Statistics", [STATISTICS, "", *card_charts(built.summary(STATS, StatsSummary))]),
         ("Settings", [SETTINGS, "", "```yaml", _yaml(_settings(built)), "```"]),
         *([("Removal requests", [applied.sentence()])] if (applied := built.removals()) else []),

@@ -1,4 +1,5 @@
-"""The tokenizer round-trips its evaluation texts, and nanochat's tokenizer.pkl gives them the same ids."""
+"""The tokenizer round-trips its evaluation texts, and tokenizer.json (as users load it) and nanochat's
+tokenizer.pkl give them the corpus's ids."""
 
 from __future__ import annotations
 
@@ -19,13 +20,19 @@ def check_roundtrip(report_path: Path) -> CheckOutcome:
 
 
 def check_tiktoken_ids(report_path: Path) -> CheckOutcome:
-    """tokenizer.pkl, what nanochat encodes with, gives every val document tokenizer.json's ids.
-    tiktoken merges by the rank of a pair's result, HF by its list of merges: they can disagree
-    (a token reachable from two pairs), so the build encodes the val text with both."""
+    """tokenizer.json, loaded as a user loads it (`Tokenizer.from_file` with
+    `encode_special_tokens`), gives every val document the corpus's ids, and tokenizer.pkl (what
+    nanochat encodes with) gives it the same. tiktoken merges by the rank of a pair's result, HF by
+    its list of merges: they can disagree (a token reachable from two pairs), so the build encodes
+    the val text with each."""
     report = json.loads(report_path.read_text(encoding="utf-8"))
-    same, docs = report["tiktoken_ids_equal"], report["val_documents"]
+    docs, users, same = report["val_documents"], report.get("json_ids_equal"), report["tiktoken_ids_equal"]
     return CheckOutcome(
-        same == docs,
-        f"{same}/{docs} val documents: tokenizer.pkl ids = tokenizer.json ids",
-        {"mismatches_first": report["tiktoken_mismatches_first"]},
+        users == docs and same == docs,
+        f"{users}/{docs} val documents: tokenizer.json ids (from_file, encode_special_tokens) = corpus ids; "
+        f"{same}/{docs}: tokenizer.pkl ids = tokenizer.json ids",
+        {
+            "json_mismatches_first": report.get("json_mismatches_first", []),
+            "mismatches_first": report["tiktoken_mismatches_first"],
+        },
     )

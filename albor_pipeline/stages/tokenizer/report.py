@@ -9,6 +9,7 @@ from pydantic import Field
 
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.report import Report
+from albor_pipeline.text.vocab import padded_vocab_size
 
 PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
 TIMING = ("train_seconds", "train_mb_per_s")  # vary run to run: metadata only, never in the summary
@@ -27,10 +28,14 @@ class TokenizerSummary(Report):
     val_documents: int
     roundtrip_ok: int
     roundtrip_failures_first: list[int]
-    # Val documents tokenizer.pkl (nanochat's tiktoken) encodes to the HF ids; None in a
-    # tokenizer built before tokenizer.pkl existed (its data dir still reads).
+    # Val documents tokenizer.pkl (nanochat's tiktoken) encodes to tokenizer.json's ids; None in
+    # a tokenizer built before tokenizer.pkl existed (its data dir still reads).
     tiktoken_ids_equal: int | None = None
     tiktoken_mismatches_first: list[int] = []
+    # Val documents tokenizer.json, loaded as a user loads it (`Tokenizer.from_file`,
+    # `encode_special_tokens`), encodes to the corpus's ids; None in an older report.
+    json_ids_equal: int | None = None
+    json_mismatches_first: list[int] = []
     keyword_coverage: dict[str, bool]
     keywords_single_token: int
     val_bytes: int
@@ -66,6 +71,7 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         ("merges", report["merges"]),
         ("special ids", ", ".join(f"`{k}`={v}" for k, v in report["special_ids"].items())),
         ("val round-trip", f"{report['roundtrip_ok']}/{report['val_documents']}"),
+        ("tokenizer.json ids = corpus ids (val)", f"{report.get('json_ids_equal')}/{report['val_documents']}"),
         ("tokenizer.pkl ids = tokenizer.json ids (val)", f"{report['tiktoken_ids_equal']}/{report['val_documents']}"),
         ("keywords single-token", f"{report['keywords_single_token']}/{len(PYTHON_KEYWORDS)}"),
         ("bytes/token (val)", report["bytes_per_token"]),
@@ -99,3 +105,17 @@ def card_tokenizer(summary: TokenizerSummary | None) -> list[dict[str, Any]]:
             {"tokenizer": name, "bytes per token": total[f"{name}_bytes_per_token"], "ours against it": against}
         )
     return rows
+
+
+def card_vocab(summary: TokenizerSummary | None) -> list[str]:
+    """Which vocabulary size sizes a model: `len(tokenizer)`, not transformers' `vocab_size`."""
+    if summary is None:
+        return []
+    return [
+        f"Size a model's embedding from {summary.vocab_size:,} ids: `len(tokenizer)`, `vocab_size` in "
+        f"`tokens.json` and `meta.pkl`, the learned tokens with the FIM and chat tokens. `AutoTokenizer`'s "
+        f"`vocab_size` ({summary.learned_vocab_size:,}) leaves the added tokens out, and corpus ids reach past it. "
+        f"Padded to a multiple of 64 (as nanoGPT pads GPT-2's): {padded_vocab_size(summary.vocab_size):,} "
+        "(`padded_vocab_size` in `tokens.json`).",
+        "",
+    ]

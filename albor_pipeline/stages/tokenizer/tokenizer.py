@@ -51,6 +51,7 @@ from albor_pipeline.text.vocab import (
     EOS,
     FIM_TOKENS,
     PAD,
+    PICKLE_PROTOCOL,
     SPECIALS,
     UNK,
     added_tokens,
@@ -175,7 +176,6 @@ def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
 
 NANOCHAT_BOS = "<|bos|>"  # nanochat's name for the document-start token, our `<s>`
 ENCODING_NAME = "albor"  # no registered tiktoken name: the pickle holds the whole table, not a reference
-PICKLE_PROTOCOL = 4  # fixed, so the bytes do not follow a Python's default protocol
 
 
 def tiktoken_encoding(tok: Tokenizer) -> tiktoken.Encoding:
@@ -253,6 +253,15 @@ def bpe_files(model: dict[str, Any]) -> tuple[bytes, bytes]:
     return vocab_json, merges_txt
 
 
+def consumer_tokenizer(path: Path) -> Tokenizer:
+    """`tokenizer.json` as a raw `tokenizers` user must load it to get the corpus ids:
+    `encode_special_tokens = True` (a setting the file cannot hold) keeps a literal `</s>` or
+    `<|fim_prefix|>` in text as text, as the corpus, nanochat and `AutoTokenizer` do."""
+    tok = Tokenizer.from_file(str(path))
+    tok.encode_special_tokens = True
+    return tok
+
+
 def _tiktoken_batch(enc: tiktoken.Encoding, texts: list[str]) -> list[list[int] | None]:
     """`_tiktoken_ids` of each text, on every core; one at a time when tiktoken panics on one."""
     try:
@@ -282,27 +291,24 @@ class Evaluation:
     token_counts: list[int]
 
 
-def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encoding) -> Evaluation:
-    """Round-trip every val document, keyword coverage, bytes/token, and whether `enc`
-    (tokenizer.pkl, what nanochat encodes with) gives every document the HF ids."""
+def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encoding, consumer: Tokenizer) -> Evaluation:
+    """Round-trip every val document, keyword coverage, bytes/token, and whether `consumer`
+    (tokenizer.json as a user loads it, `consumer_tokenizer`) gives every document the corpus's
+    ids and `enc` (tokenizer.pkl, what nanochat encodes with) gives it `consumer`'s."""
     plain = plain_tokenizer(tok)
-    docs = ok = same = n_bytes = n_tokens = 0
-    failures: list[int] = []
-    differ: list[int] = []
+    docs = n_bytes = n_tokens = 0
+    failures: list[int] = []  # every document that does not round-trip, ...
+    differ: list[int] = []  # ... whose tokenizer.pkl ids differ, ...
+    json_differ: list[int] = []  # ... whose tokenizer.json ids differ
     counts: list[int] = []
     for batch in val_texts:
-        encs = plain.encode_batch_fast(batch, add_special_tokens=False)
-        ids = [e.ids for e in encs]
+        ids = [e.ids for e in plain.encode_batch_fast(batch, add_special_tokens=False)]
+        users = [e.ids for e in consumer.encode_batch_fast(batch, add_special_tokens=False)]
         decoded = plain.decode_batch(ids, skip_special_tokens=False)
-        for text, back, tids, theirs in zip(batch, decoded, ids, _tiktoken_batch(enc, batch)):
-            if back == text:
-                ok += 1
-            elif len(failures) < 20:
-                failures.append(docs)
-            if theirs == tids:
-                same += 1
-            elif len(differ) < 20:
-                differ.append(docs)
+        for text, back, tids, uids, theirs in zip(batch, decoded, ids, users, _tiktoken_batch(enc, batch)):
+            for equal, misses in ((back == text, failures), (theirs == uids, differ), (uids == tids, json_differ)):
+                if not equal:
+                    misses.append(docs)
             docs += 1
             n_bytes += len(text.encode("utf-8"))
             n_tokens += len(tids)
@@ -310,10 +316,12 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encod
     coverage = {kw: len(plain.encode(kw, add_special_tokens=False).ids) == 1 for kw in PYTHON_KEYWORDS}
     report = {
         "val_documents": docs,
-        "roundtrip_ok": ok,
-        "roundtrip_failures_first": failures,
-        "tiktoken_ids_equal": same,
-        "tiktoken_mismatches_first": differ,
+        "roundtrip_ok": docs - len(failures),
+        "roundtrip_failures_first": failures[:20],
+        "tiktoken_ids_equal": docs - len(differ),
+        "tiktoken_mismatches_first": differ[:20],
+        "json_ids_equal": docs - len(json_differ),
+        "json_mismatches_first": json_differ[:20],
         "keyword_coverage": coverage,
         "keywords_single_token": sum(coverage.values()),
         "val_bytes": n_bytes,
@@ -533,25 +541,26 @@ def build_tokenizer(
             "the appended special tokens follow the learned vocabulary"
         )
     pkl = encoding_pickle(tok)
-    evaluation = evaluate(tok, iter_texts(val_path), pickle.loads(pkl))  # the very bytes written
-    report.update(evaluation.report)
-    report.update(compare(evaluation.token_counts, val_path, spec.baselines, spec.openai_ranks, io))
     lengths = token_byte_lengths(tok)
     pt = token_bytes_pt(lengths)
-    # The report's timing fields vary run to run; keep them out of the hashed file.
-    summary = TokenizerSummary.of(report)
-    stable = summary.to_json()
     vocab_json, merges_txt = bpe_files(model)
     with output_set(out_dir) as staging:
         with atomic_path(staging / "tokenizer.json") as tmp:
             tok.save(str(tmp))
+        # The very files written, loaded as their users load them.
+        consumer = consumer_tokenizer(staging / "tokenizer.json")
+        evaluation = evaluate(tok, iter_texts(val_path), pickle.loads(pkl), consumer)
+        report.update(evaluation.report)
+        report.update(compare(evaluation.token_counts, val_path, spec.baselines, spec.openai_ranks, io))
+        # The report's timing fields vary run to run; keep them out of the hashed file.
+        summary = TokenizerSummary.of(report)
         write_bytes(staging / "vocab.json", vocab_json)
         write_bytes(staging / "merges.txt", merges_txt)
         with atomic_path(staging / "token_bytes.npy") as tmp:
             write_array(tmp, lengths, npy=True)
         write_bytes(staging / "tokenizer.pkl", pkl)
         write_bytes(staging / "token_bytes.pt", pt)
-        write_json(staging / "report.json", stable)
+        write_json(staging / "report.json", summary.to_json())
         for name, content in hf_configs(appended, model_max_length).items():
             write_json(staging / name, content)
     nanochat = ("tokenizer.pkl", "token_bytes.pt")
