@@ -19,6 +19,7 @@ import dagster as dg
 
 from albor_pipeline.definitions import build_definitions, pipeline_stages
 from albor_pipeline.defs.automation import BUILD_JOB
+from albor_pipeline.runtime.versions import CODE_VERSION
 from albor_pipeline.spec import REPO_ROOT, parse_spec
 
 from .support import small_spec_dict
@@ -37,7 +38,8 @@ def describe(defs: dg.Definitions) -> dict[str, Any]:
             "kinds": sorted(node.kinds),
             "observable": node.is_observable,
             "automated": node.automation_condition is not None,
-            "code_version": node.code_version,
+            # The package's code hash (the task store's too): the UI shows which builds ran older code.
+            "code_version": "CODE_VERSION" if node.code_version == CODE_VERSION else node.code_version,
         }
     checks = sorted(
         f"{k.asset_key.to_user_string()}:{k.name}{' (blocking)' if graph.get_check_spec(k).blocking else ''}"

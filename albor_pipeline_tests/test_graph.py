@@ -131,7 +131,15 @@ def test_every_stage_materializes_with_provenance_metadata(reference):
         assert {r.data["path"]: r.data["sha256"] for r in meta["outputs"].value.records} == {
             a.path: a.sha256 for a in manifest.outputs
         }
-        assert set(meta["versions"].value) >= {"dagster", "polars", "pyarrow", "tokenizers", "albor-pipeline"}
+        assert set(meta["versions"].value) >= {
+            "dagster",
+            "polars",
+            "pyarrow",
+            "tokenizers",
+            "detect-secrets",
+            "matplotlib",
+            "albor-pipeline",
+        }
         assert isinstance(meta["config"].value, dict)
     assert set(mats["ingested/stdlib_async"].metadata["inputs"].value) == {"source/stdlib_async"}
     assert mats["documents"].metadata["inputs"].value == {

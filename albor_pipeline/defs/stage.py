@@ -13,7 +13,6 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -37,22 +36,10 @@ from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
 from albor_pipeline.runtime.stage import Inputs, Settings, StageOutput, run_stage
 from albor_pipeline.runtime.taskstore import Verbatim, check_refs, reusing
+from albor_pipeline.runtime.versions import CODE_VERSION, library_versions
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, PipelineSpec, apply_overrides
 from albor_pipeline.text.ledger import is_ledger
-
-CODE_VERSION = "1"
-LIBRARIES = (
-    "albor-pipeline",
-    "dagster",
-    "polars",
-    "pyarrow",
-    "tokenizers",
-    "gigatoken",
-    "tiktoken",
-    "numpy",
-    "pydantic",
-)
 
 C = TypeVar("C", bound=dg.Config)
 
@@ -258,16 +245,6 @@ def resolve(section: M, config: dg.Config, where: str) -> M:
     """The spec section with the run's overrides (fields left unset keep the spec's value)."""
     overrides = {k: v for k, v in config.model_dump(exclude_none=True).items() if k in type(section).model_fields}
     return apply_overrides(section, overrides, where)
-
-
-def library_versions() -> dict[str, str]:
-    versions = {}
-    for lib in LIBRARIES:
-        try:
-            versions[lib] = importlib_metadata.version(lib)
-        except importlib_metadata.PackageNotFoundError:
-            versions[lib] = "not installed"
-    return versions
 
 
 def outputs_table(artifacts: list[Artifact]) -> dg.MetadataValue:

@@ -28,7 +28,6 @@ from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.runtime.taskstore import (
-    CODE_VERSION,
     NotReusable,
     Outcome,
     TaskStore,
@@ -37,6 +36,7 @@ from albor_pipeline.runtime.taskstore import (
     session,
     worker_code,
 )
+from albor_pipeline.runtime.versions import CODE_VERSION
 
 PROGRESS_LOG_SECONDS = 2.0
 """How often a map logs its step's progress line (`progress`), besides after its last task."""

@@ -30,16 +30,13 @@ import hashlib
 import json
 import os
 import pickle
-import re
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from enum import Enum
 from functools import partial
-from importlib import metadata
 from pathlib import Path
 from types import FunctionType
 from typing import Any, NamedTuple, TypeVar, cast
@@ -51,24 +48,12 @@ from albor_pipeline.runtime.artifacts import file_sha256, load_digests, write_js
 from albor_pipeline.runtime.commit import TEMP_SUFFIX
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.versions import CODE_VERSION, code_version
 
 T = TypeVar("T")
 RESULT = "result.pickle"
 REFS = "refs"  # beside the entries: per stage, the identities its current outputs were made of
 FILES = "files"
-# Beside the package's own dependencies: matplotlib (the charts) and the package's own version
-# (provenance names it).
-LIBRARIES = (
-    "pyarrow",
-    "numpy",
-    "gigatoken",
-    "tokenizers",
-    "tiktoken",
-    "polars",
-    "detect-secrets",
-    "matplotlib",
-    "albor-pipeline",
-)
 
 
 NOT_IDENTITY = {"identity": "none"}
@@ -87,44 +72,13 @@ class NotReusable(ValueError):
     value with no stable description): the task runs."""
 
 
-def _libraries() -> list[str]:
-    """This package's own dependencies (not its extras): the libraries its output bytes may
-    depend on (an upgrade of the secret detectors changes what is redacted, of pyarrow what
-    a shard's bytes are)."""
-    try:
-        required = metadata.requires("albor-pipeline") or []
-    except metadata.PackageNotFoundError:
-        required = []
-    names = {re.split(r"[<>=!~; \[]", req, maxsplit=1)[0] for req in required if "extra ==" not in req}
-    return sorted(names | set(LIBRARIES))
-
-
-def _code_version() -> str:
-    """SHA-256 over every module of this package and the versions of the libraries whose
-    output bytes it relies on: any code change starts the store afresh."""
-    digest = hashlib.sha256(sys.version.encode())
-    package = Path(__file__).resolve().parents[1]
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
-    for lib in _libraries():
-        try:
-            digest.update(f"{lib}={metadata.version(lib)}\n".encode())
-        except metadata.PackageNotFoundError:
-            digest.update(f"{lib}=-\n".encode())
-    return digest.hexdigest()
-
-
-CODE_VERSION = _code_version()
-"""Taken when the package is imported, as its modules are: an edit during a run makes no
-entry under the new code's identity from the old code's work."""
-
 _WORKER: dict[str, str] = {}  # in a pool worker: the code its package's files held when it started
 
 
 def note_worker_code() -> None:
     """In a pool worker forked from a server that imported this package earlier: the code the
     package's files hold now, which the modules the worker imports from here on are."""
-    _WORKER["code"] = _code_version()
+    _WORKER["code"] = code_version()
 
 
 def worker_code() -> str:
