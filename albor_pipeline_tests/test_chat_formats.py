@@ -201,36 +201,21 @@ BAD_ROWS = [
         {"conversations": [{"from": "function_call", "value": "{oops"}]},
         "turn 0: a function_call's value is not JSON",
     ),
-    # A tool call renders as a python part: only names, keys and values that make a Python call.
-    (
-        "openai",
-        {"messages": [{"role": "user", "content": "q"}, _assistant_calls("os.system('id') #", {"x": 1})]},
-        r"tool call \"os.system\('id'\) #\": the name is not a Python name",
-    ),
-    (
-        "openai",
-        {"messages": [{"role": "user", "content": "q"}, _assistant_calls("f", {'y"; z': 1})]},
-        r"tool call 'f': argument key 'y\"; z' is not a Python identifier",
-    ),
-    (
-        "openai",
-        {"messages": [{"role": "user", "content": "q"}, _assistant_calls("f", {"class": 1})]},
-        r"tool call 'f': argument key 'class' is not a Python identifier",
-    ),
+    # A tool call renders as a python part; no Python literal writes Infinity or NaN.
     (
         "sharegpt",
         {"conversations": [{"from": "human", "value": "q"}, _function_call("f", {"x": [1, float("inf")]})]},
         "tool call 'f': an argument is Infinity or NaN",
     ),
     (
-        "sharegpt",
-        {"conversations": [{"from": "human", "value": "q"}, _function_call("import os; f", {})]},
-        "tool call 'import os; f': the name is not a Python name",
-    ),
-    (
         "openai",
         {"messages": [{"role": "user", "content": "q"}, _assistant_calls("f", {"x": {"y": float("nan")}})]},
         "tool call 'f': an argument is Infinity or NaN",
+    ),
+    (
+        "openai",
+        {"messages": [{"role": "user", "content": "q"}, _assistant_calls(" ", {})]},
+        "a tool call with an empty name",
     ),
     ("alpaca", {"instruction": "Do it.", "output": 3}, "output must be a string, got int"),
     ("alpaca", {"instruction": "", "output": "x"}, "instruction and output must be non-empty"),
@@ -242,15 +227,50 @@ BAD_ROWS = [
 ]
 
 
-def test_tool_calls_render_as_python_calls():
-    """What a call may hold renders as valid Python: dotted names, keyword keys, nested literals."""
+# (name, arguments, rendered): every tool name and key a dataset may hold renders as a
+# Python call that runs nothing of the data: OpenAI allows `[a-zA-Z0-9_-]+` names, ToolACE
+# spaces, and a hostile row tries to inject code through either.
+CALLS = [
+    ("get_weather", {"city": "Paris", "days": 3}, "get_weather(city='Paris', days=3)"),
+    ("get-weather", {"max-results": 5}, "get_weather(**{'max-results': 5})"),
+    ("brave-search", {"q": "x", "max-results": 5, "class": 1}, "brave_search(q='x', **{'max-results': 5, 'class': 1})"),
+    ("Market Trends API", {"region": "EU"}, "Market_Trends_API(region='EU')"),
+    ("3d.class", {}, "_3d.class_()"),
+    ("a..b", {}, "a._.b()"),
+    ("os.system('id') #", {"x": 1}, "os.system__id____(x=1)"),
+    ("import os; f", {}, "import_os__f()"),
+    ("f", {'y"; z': 1, "a\n)": "b"}, "f(**{'y\"; z': 1, 'a\\n)': 'b'})"),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments", "rendered"), CALLS, ids=[c[0] for c in CALLS])
+def test_tool_calls_render_as_python_calls(name, arguments, rendered):
+    """A call renders as one Python call of a dotted name whose arguments are literals equal to
+    the JSON ones (keys that are not identifiers passed as `**{...}`), and its conversation is kept."""
+    assert call_code(name, arguments) == call_code(name, json.dumps(arguments)) == rendered
+    call = ast.parse(rendered, mode="eval").body
+    assert isinstance(call, ast.Call) and not call.args
+    func = call.func
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    assert isinstance(func, ast.Name)
+    passed: dict = {}
+    for keyword in call.keywords:
+        value = ast.literal_eval(keyword.value)  # a literal, or this raises
+        passed.update(value if keyword.arg is None else {keyword.arg: value})
+    assert passed == arguments
+    row = {"messages": [{"role": "user", "content": "q"}, _assistant_calls(name, arguments)]}
+    assert to_messages(row, ChatFormat.openai, None)[1]["content"] == [{"type": "python", "text": rendered}]
+
+
+def test_tool_call_literals_render_as_python():
+    """Nested JSON values become Python literals; Infinity and NaN, which none writes, are refused."""
     code = call_code("tools.search", {"query": "a'b", "limit": 3, "opts": {"deep": [True, None, 1.5]}, "match": 1})
     assert code == "tools.search(query=\"a'b\", limit=3, opts={'deep': [True, None, 1.5]}, match=1)"
     assert isinstance(ast.parse(code, mode="eval").body, ast.Call)
-    assert call_code("f", '{"x": 1}') == "f(x=1)"
-    for name, arguments in [("os.system('id') #", {}), ("a..b", {}), ("f", {"y z": 1}), ("f", '{"x": Infinity}')]:
-        with pytest.raises(ChatError):
-            call_code(name, arguments)
+    for arguments in ['{"x": Infinity}', '{"x": [NaN]}', '{"x": -Infinity}']:
+        with pytest.raises(ChatError, match="Infinity or NaN"):
+            call_code("f", arguments)
 
 
 @pytest.mark.parametrize(("fmt", "row", "message"), BAD_ROWS, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_ROWS)])

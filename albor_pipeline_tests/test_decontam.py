@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 import re
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.runtime.artifacts import sha256_file
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.spec import REPO_ROOT, BenchmarkSpec, DecontaminateSpec, HoldoutSpec, SpecError, parse_spec
+from albor_pipeline.spec import (
+    MAX_CHARS,
+    REPO_ROOT,
+    BenchmarkSpec,
+    DecontaminateSpec,
+    HoldoutSpec,
+    SpecError,
+    parse_spec,
+)
 from albor_pipeline.stages.dedup.checks import check_no_contamination
 from albor_pipeline.stages.dedup.decontam import Decontaminator, load_benchmark
 from albor_pipeline.stages.dedup.documents import build_documents
@@ -104,6 +113,26 @@ def test_bad_benchmark_files_fail_clearly(tmp_path):
     )
     from_parquet = load_benchmark(BenchmarkSpec(name="p", path=table, fields=("text",)), 13)
     assert from_parquet.items == 1 and len(from_parquet.ngrams) > 0
+
+
+@pytest.mark.parametrize("name", ["bench.jsonl", "bench.parquet"])
+def test_a_benchmark_item_the_reader_would_skip_is_an_error(tmp_path, name):
+    """Every item's n-grams matter: a JSONL line over its cap (12 x MAX_CHARS bytes) or a null
+    field is an error naming the file, never a silent skip; a blank line is no item."""
+    good = [_item(e) for e in ("merge_intervals", "digit_root")]
+    path = tmp_path / name
+    if name.endswith(".jsonl"):
+        long = {"prompt": "word " * (3 * MAX_CHARS), "canonical_solution": "return 1"}
+        path.write_text("".join(json.dumps(r) + "\n" for r in [good[0], long, good[1]]) + "\n", encoding="utf-8")
+        why = "too_long: 1"
+    else:
+        solutions = [good[0]["canonical_solution"], None]
+        pq.write_table(pa.table({"prompt": [g["prompt"] for g in good], "canonical_solution": solutions}), path)
+        why = "null_text: 1"
+    with pytest.raises(IngestError, match=rf"decontaminate.benchmarks.b: \S*{name}: 1 item\(s\) unread \({why}\)"):
+        load_benchmark(BenchmarkSpec(name="b", path=path), 13)
+    (tmp_path / "ok.jsonl").write_text("".join(json.dumps(r) + "\n\n" for r in good), encoding="utf-8")
+    assert load_benchmark(BenchmarkSpec(name="b", path=tmp_path / "ok.jsonl"), 13).items == 2
 
 
 def test_spec_resolves_benchmark_paths_and_rejects_duplicates(tmp_path):

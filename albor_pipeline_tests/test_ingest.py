@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
+import io
 import json
 import os
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +21,7 @@ from albor_pipeline.spec import HoldoutSpec, SourceSpec, SplitMixSpec
 from albor_pipeline.stages.dedup.documents import build_documents
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_files, source_fingerprint
 from albor_pipeline.stages.mix.mix import mix_documents
-from albor_pipeline.text.datafiles import IngestError
+from albor_pipeline.text.datafiles import DATA_READERS, PIECE, IngestError
 
 from .support import STDLIB
 
@@ -84,8 +87,6 @@ def test_jsonl_csv_parquet_sources(tmp_path):
     assert [r["text"] for r in rows] == docs
     assert rows[2]["file"] == "a.jsonl:3"
     assert result.summary.skipped == {"blank_line": 1}
-
-    import csv
 
     with open(data / "b.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
@@ -253,6 +254,28 @@ def test_a_line_over_its_cap_is_too_long_and_never_held(tmp_path, kind):
     assert [r["text"] for r in out] == docs
     first = 1 if kind == "jsonl" else 2  # a CSV's header is line 1
     assert [r["file"] for r in out] == [f"x.{kind}.gz:{first + i}" for i in (0, 1, 3, 4)]
+
+
+LONG = "y" * PIECE + '""' + "y" * 99  # far over a 1-character cap: read past in pieces, an escaped quote in the last
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        f'"l1\n{LONG}\nab",2\n',  # the field's rest once read as a record of its own: 'ab"'
+        f'"l1\n{LONG}\n"",2\nend",2\n',  # ... and as an empty one ('""' is an escaped quote)
+        f'"{LONG}\nzz\n",2\n',  # ... and as a record of one field
+    ],
+)
+def test_a_too_long_line_inside_a_quoted_csv_field_skips_the_whole_record(tmp_path, record):
+    """A quoted field spans lines: past the cap, the record is read past to its real end (its
+    quotes even at a line end), counted once as `too_long`, and the next record is read."""
+    content = f'text,x\n{record}"ok",3\n'
+    assert len(list(csv.reader(io.StringIO(content, newline="")))) == 3  # the header and two records
+    (tmp_path / "a.csv").write_text(content, encoding="utf-8", newline="")
+    skipped: Counter[str] = Counter()
+    docs = list(DATA_READERS["csv"](tmp_path / "a.csv", "a.csv", "text", skipped, 1))
+    assert docs == [(f"a.csv:{content.count(chr(10))}", "ok")] and skipped == {"too_long": 1}
 
 
 @pytest.mark.parametrize("name", ["x.jsonl", "x.parquet"])

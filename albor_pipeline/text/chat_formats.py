@@ -11,8 +11,8 @@
 Tool use becomes nanochat's tool parts, so every format trains the same tokens: a call of
 a code-execution tool (`python`, `code_interpreter`, ...) is a python part holding its
 code; any other call is a python part holding a Python call expression,
-`name(key='value', ...)` from its JSON arguments (a call that would not be valid Python is
-an error); a tool's reply is a python_output part.
+`name(key='value', ...)` from its JSON arguments, always valid Python (`call_code`); a
+tool's reply is a python_output part.
 The assistant turns around a call fold into one assistant message, as nanochat keeps a
 tool exchange inside one assistant turn.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from enum import Enum
 from keyword import iskeyword
 from typing import Any
@@ -197,9 +198,21 @@ class _Turns:
         return parts
 
 
-def _python_name(name: str) -> bool:
-    """An identifier, or identifiers joined by dots (`get_weather`, `tools.search`)."""
-    return all(part.isidentifier() and not iskeyword(part) for part in name.split("."))
+def _identifier(key: Any) -> bool:
+    return isinstance(key, str) and key.isidentifier() and not iskeyword(key)
+
+
+def _python_name(name: str) -> str:
+    """A tool's name as a dotted Python name: as is when it is one (`get_weather`,
+    `tools.search`); else each character outside [A-Za-z0-9_.] becomes `_`, an empty or
+    digit-led part gains a `_` prefix and a keyword a `_` suffix (`get-weather` ->
+    `get_weather`, `Market Trends API` -> `Market_Trends_API`, `3d.class` -> `_3d.class_`).
+    Deterministic, and no name can inject code."""
+    if all(_identifier(part) for part in name.split(".")):
+        return name
+    parts = re.sub(r"[^A-Za-z0-9_.]", "_", name).split(".")
+    parts = ["_" + part if not part or part[0].isdigit() else part for part in parts]
+    return ".".join(part + "_" if iskeyword(part) else part for part in parts)
 
 
 def _finite(value: Any) -> bool:
@@ -219,30 +232,31 @@ def _finite(value: Any) -> bool:
 
 def call_code(name: str, arguments: Any) -> str:
     """A tool call as the python part nanochat trains on: a code tool's code as is, any other
-    call as `name(key=value, ...)` with Python literals for the JSON arguments.
+    call as `name(key=value, ...)` with Python literals for the JSON arguments, always a valid
+    Python call that runs nothing of the data: the name as `_python_name` writes it, and keys
+    that are not identifiers (`max-results`, `y"; z`, `class`) as `**{'max-results': 5}`
+    after the others.
 
-    A call that would not render as a valid Python call is a `ChatError`, so its conversation
-    is refused (or counted as malformed), never trained on: a name that is not a dotted Python
-    name (`os.system('id') #`), an argument key that is not an identifier (`y"; z`), or an
-    Infinity or NaN among the arguments (JSON has neither; `inf` in Python is a name)."""
-    if not _python_name(name):
-        raise ChatError(f"tool call {name[:50]!r}: the name is not a Python name (identifiers joined by dots)")
+    Arguments that are not JSON, or hold an Infinity or NaN (JSON has neither; `inf` in
+    Python is a name), are a `ChatError`: the conversation is refused (or counted as
+    malformed), never trained on."""
+    if not name.strip():
+        raise ChatError("a tool call with an empty name")
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:
             if name in CODE_TOOLS:  # code tools often send the code itself
                 return arguments
-            raise ChatError(f"tool call {name!r}: arguments are not JSON") from None
+            raise ChatError(f"tool call {name[:50]!r}: arguments are not JSON") from None
     if name in CODE_TOOLS and isinstance(arguments, dict):
         code = next((arguments[k] for k in CODE_ARGUMENTS if isinstance(arguments.get(k), str)), None)
         if code is not None:
             return code
     if not _finite(arguments):
-        raise ChatError(f"tool call {name!r}: an argument is Infinity or NaN, which no Python literal writes")
-    if isinstance(arguments, dict):
-        bad = [k for k in arguments if not (isinstance(k, str) and k.isidentifier() and not iskeyword(k))]
-        if bad:
-            raise ChatError(f"tool call {name!r}: argument key {str(bad[0])[:50]!r} is not a Python identifier")
-        return f"{name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
-    return f"{name}({arguments!r})"
+        raise ChatError(f"tool call {name[:50]!r}: an argument is Infinity or NaN, which no Python literal writes")
+    if not isinstance(arguments, dict):
+        return f"{_python_name(name)}({arguments!r})"
+    named = [f"{k}={v!r}" for k, v in arguments.items() if _identifier(k)]
+    others = {k: v for k, v in arguments.items() if not _identifier(k)}
+    return f"{_python_name(name)}({', '.join(named + ([f'**{others!r}'] if others else []))})"

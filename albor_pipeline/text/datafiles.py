@@ -185,28 +185,44 @@ class TooLong(Exception):
 
 class _RecordLines:
     """A CSV file's lines for `csv.reader`, each record's (its lines since `record()`) at most
-    `limit` characters together: past it, `TooLong` is raised with the line read past. Counts
-    the lines read, the one read past included."""
+    `limit` characters together. Past it, the rest of the record is read past in pieces, up to
+    a line end where the record's quotes are even (no quoted field, which may span lines, is
+    open), and `TooLong` is raised: the reader resumes at the next record, never inside a
+    field. Counts the lines read, those read past included."""
 
     def __init__(self, fh: IO[str], limit: int) -> None:
         self.fh, self.limit = fh, limit
-        self.lines = self.held = 0
+        self.lines = self.held = self.quotes = 0
 
     def __iter__(self) -> _RecordLines:
         return self
 
     def __next__(self) -> str:
-        line = bounded_line(self.fh, max(self.limit - self.held, 0), "\r\n")
+        room = max(self.limit - self.held, 0)
+        line = self.fh.readline(room + 2)  # room for the longest line ending, "\r\n"
         if line == "":
             raise StopIteration
-        self.lines += 1
-        if line is None:
+        if len(line.rstrip("\r\n")) > room:
+            self._read_past(line)
             raise TooLong
+        self.lines += 1
         self.held += len(line)
+        self.quotes += line.count('"')
         return line
 
+    def _read_past(self, piece: str) -> None:
+        """Read past the rest of the record `piece` (its first piece over the limit) is in."""
+        quotes = self.quotes
+        while piece:
+            quotes += piece.count('"')
+            if piece[-1] in "\r\n":
+                self.lines += 1
+                if quotes % 2 == 0:
+                    return
+            piece = self.fh.readline(PIECE)
+
     def record(self) -> None:
-        self.held = 0
+        self.held = self.quotes = 0
 
 
 def _csv_documents(

@@ -39,20 +39,33 @@ class Benchmark:
 
 
 def load_benchmark(spec: BenchmarkSpec, n: int) -> Benchmark:
-    """Read every item of `spec` (all `fields` are required on every row) into its n-gram set."""
+    """Read every item of `spec` (all `fields` are required on every row) into its n-gram set.
+    Every item's n-grams matter, so an item the reader would skip (over the line cap, a null
+    field) is an error naming the file, not a count."""
+    where = f"decontaminate.benchmarks.{spec.name}"
     if not spec.path.is_file():
-        raise IngestError(f"decontaminate.benchmarks.{spec.name}: no such file {spec.path}")
+        raise IngestError(f"{where}: no such file {spec.path}")
     skipped: Counter[str] = Counter()  # an unreadable or empty file reads as no items: say why
-    columns = [list(data_file_texts(spec.path, f, skipped, MAX_CHARS)) for f in spec.fields]
+    columns = []
+    for field in spec.fields:
+        read: Counter[str] = Counter()
+        columns.append(list(data_file_texts(spec.path, field, read, MAX_CHARS)))
+        skipped |= read  # a line skipped is skipped for every field: counted once
+    if not columns[0]:
+        why = f" ({', '.join(sorted(skipped))})" if skipped else ""
+        raise IngestError(f"{where}: {spec.path} has no items{why}")
+    lost = {why: n for why, n in sorted(skipped.items()) if why != "blank_line"}
+    if lost:
+        counts = ", ".join(f"{why}: {n}" for why, n in lost.items())
+        raise IngestError(
+            f"{where}: {spec.path}: {sum(lost.values())} item(s) unread ({counts}); a benchmark is read whole"
+        )
     grams: list[np.ndarray] = []
     too_short = 0
     for parts in zip(*columns, strict=True):
         found = ngrams(word_hashes("\n".join(text for _, text in parts)), n, short=False)
         too_short += not len(found)
         grams.append(found)
-    if not columns[0]:
-        why = f" ({', '.join(sorted(skipped))})" if skipped else ""
-        raise IngestError(f"decontaminate.benchmarks.{spec.name}: {spec.path} has no items{why}")
     merged = np.unique(np.concatenate(grams)) if grams else np.zeros(0, dtype=np.uint64)
     return Benchmark(spec.name, merged, len(columns[0]), too_short)
 
