@@ -178,8 +178,9 @@ def test_the_no_secrets_check_is_independent_of_the_redactor(tmp_path, local2):
     aws = next(line for line, _, kind in TOKENS if "AKIA" in line)
     old = _todays_redaction(_real_code(ghp)[0])
     assert "<KEY>_" in old and SecretScanner().scan(old).counts == {}  # the old, same-detector re-scan passed
-    # The redactor's entropy detector reads quoted strings only; a YAML-style value is its blind spot.
-    unquoted = f"db_password: {_random(32)}\n"
+    # The redactor's entropy detector reads quoted strings only; a YAML-style value of a token
+    # name is its blind spot (an unquoted password it redacts: `test_short_passwords_...`).
+    unquoted = f"api_token: {_random(32)}\n"
     assert SecretScanner().scan(_real_code(unquoted)[0]).counts == {}
     expected = ["token cut by <KEY>", "GitHub token", "AWS access key id", "high-entropy value of a secret name"]
     for text, kind in zip((old, _real_code(pat)[0], _real_code(aws)[0], _real_code(unquoted)[0]), expected):
