@@ -3,12 +3,14 @@
 Secrets are found by detect-secrets' detectors (the tool BigCode used): AWS, GitHub,
 GitLab, Slack, Stripe, npm, PyPI, OpenAI, JWT and other token formats, private key
 blocks, and high-entropy strings assigned to a key/secret/token/password name; plus our
-own patterns for formats detect-secrets 1.5 lacks (GitHub's fine-grained tokens, npm
-tokens outside an .npmrc, OpenAI's project keys). A finding is the whole token: the
+own patterns for what detect-secrets 1.5 lacks or finds only quoted after a name (GitHub's
+fine-grained tokens, npm tokens outside an .npmrc, OpenAI's project keys, Hugging Face,
+Anthropic, Google and W&B keys, AWS secret keys in prose, passwords of any length assigned to
+a password name, Azure SAS signatures). A finding is the whole token: the
 pattern's match (or its captured value, where it also matched the name) widened to the
 run of token characters around it, since detect-secrets reports a pattern's group (the
 GitHub prefix `ghp`) and some patterns stop short (Stripe's 24 of up to 99 characters,
-the JWT before its signature). E-mail addresses and public IP addresses (not private,
+the JWT before its signature). E-mail addresses (any script) and public IP addresses (not private,
 loopback, link-local or documentation ranges) are found by regex; phone numbers written
 with their country code (`+44 20 7946 0958`) by libphonenumber (`phonenumbers`), on the
 runs of digits after a "+" that a regex finds. A line pre-filter sends only lines that
@@ -289,8 +291,8 @@ class SecretScanner:
     def _screens(self) -> list[str | None]:
         """Each detector's pattern as RE2 reads it, then SECRET_NAME's: lookarounds dropped and
         bounded repeats left open (RE2 allows none over 1000, and compiles a bound as copies),
-        which only widens what it matches (None: RE2 still
-        cannot; that detector sees every candidate line)."""
+        which only widens what it matches (None: RE2 still cannot; that detector sees every
+        candidate line)."""
         screens: list[str | None] = []
         for regex in [*(r for _, r in self._detectors), SECRET_NAME]:
             relaxed = RE2_OPEN_REPEAT.sub(r"{\1,}", LOOKAROUND.sub("", regex.pattern))
