@@ -106,7 +106,7 @@ CANDIDATE = re.compile(
     r"AKIA|ASIA|ABIA|ACCA|A3T|gh[pousr]_|github_pat_|gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-|GR1348941"
     r"|xox[abposr]-|hooks\.slack|eyJ|PRIVATE KEY|PuTTY-User|[rs]k_live_"
     r"|sk-|SG\.|npm_|pypi-|AccountKey=|-us\d|:AA|['\"][A-Za-z0-9+/=_.\-]{16,}['\"]"
-    r"|(?:hf|api_org)_[A-Za-z0-9]{34}|AIza|(?:AC|SK)[a-z0-9]{32}|[?&]sig=|\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27}"
+    r"|hf_[A-Za-z0-9]{34}|api_org_|AIza|SK[0-9a-f]{32}|[?&]sig=|\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27}"
     r"|(?i:wandb|secret)|(?i:pass|pwd)[\w.'\"\]-]*\s*[:=]"
 )
 # Lines that could hold an e-mail (a local-part character, or any non-ASCII one, right before the
@@ -288,31 +288,27 @@ class SecretScanner:
         return [(plugin, regex) for plugin in self._plugins for regex in plugin.denylist]
 
     @cached_property
-    def _screens(self) -> list[str | None]:
-        """Each detector's pattern as RE2 reads it, then SECRET_NAME's: lookarounds dropped and
-        bounded repeats left open (RE2 allows none over 1000, and compiles a bound as copies),
-        which only widens what it matches (None: RE2 still cannot; that detector sees every
-        candidate line)."""
-        screens: list[str | None] = []
-        for regex in [*(r for _, r in self._detectors), SECRET_NAME]:
-            relaxed = RE2_OPEN_REPEAT.sub(r"{\1,}", LOOKAROUND.sub("", regex.pattern))
-            pattern = ("(?i)" if regex.flags & re.IGNORECASE else "") + relaxed
-            verbose = regex.flags & re.VERBOSE and any(c.isspace() or c == "#" for c in regex.pattern)
-            try:
-                pc.match_substring_regex(pa.array([""]), pattern)
-                screens.append(None if verbose else pattern)
-            except pa.ArrowInvalid:
-                screens.append(None)
-        return screens
+    def _screens(self) -> list[tuple[int, str | None]]:
+        """(the bits of its patterns, RE2's pattern) of each plugin, then SECRET_NAME's: its
+        patterns as RE2 reads them, as one (one pass per plugin: GitLab has seven), lookarounds
+        dropped and bounded repeats left open (RE2 allows none over 1000, and compiles a bound
+        as copies), which only widens what they match (None: RE2 still cannot; those detectors
+        see every candidate line)."""
+        screens, k = [], 0  # the plugin's first bit (`_detectors` lists each plugin's patterns in a row)
+        for plugin in self._plugins:
+            n = len(list(plugin.denylist))
+            screens.append((((1 << n) - 1) << k, _re2_union(list(plugin.denylist))))
+            k += n
+        return [*screens, (1 << k, _re2_union([SECRET_NAME]))]
 
     def screen(self, lines: pa.Array) -> np.ndarray:
         """Per candidate line, a bit per detector (the last for SECRET_NAME) that may match it:
-        one RE2 pass per pattern over the column. On printable ASCII (and tabs) RE2 and `re`
+        one RE2 pass per plugin over the column. On printable ASCII (and tabs) RE2 and `re`
         agree; a line with any other character gets every bit (`re`'s Unicode classes)."""
         bits = np.zeros(len(lines), np.int64)
-        for k, pattern in enumerate(self._screens):
+        for mask, pattern in self._screens:
             hit = True if pattern is None else pc.match_substring_regex(lines, pattern).to_numpy(zero_copy_only=False)
-            bits |= np.where(hit, 1 << k, 0)
+            bits |= np.where(hit, mask, 0)
         other = pc.match_substring_regex(lines, r"[^\t\x20-\x7e]").to_numpy(zero_copy_only=False)
         return np.where(other, ALL_DETECTORS, bits)
 
@@ -374,6 +370,21 @@ class Lines:
 ALL_DETECTORS = -1  # every bit set: a line every detector sees
 LOOKAROUND = re.compile(r"\(\?<?[!=][^()]*\)")  # what RE2 lacks (not nested in the detectors' patterns)
 RE2_OPEN_REPEAT = re.compile(r"\{(\d+),\d+\}")  # {m,n}: RE2 compiles n copies, {m,} m and a loop
+
+
+def _re2_union(regexes: list[re.Pattern[str]]) -> str | None:
+    """`regexes` as one RE2 pattern that matches wherever one of them may (`_screens`), or None."""
+    parts = []
+    for regex in regexes:
+        relaxed = RE2_OPEN_REPEAT.sub(r"{\1,}", LOOKAROUND.sub("", regex.pattern))
+        if regex.flags & re.VERBOSE and any(c.isspace() or c == "#" for c in regex.pattern):
+            return None
+        parts.append(f"(?:{'(?i)' if regex.flags & re.IGNORECASE else ''}{relaxed})")
+    try:
+        pc.match_substring_regex(pa.array([""]), "|".join(parts))
+    except pa.ArrowInvalid:
+        return None
+    return "|".join(parts)
 
 
 def _candidate_starts(text: str) -> Iterator[tuple[int, int]]:
