@@ -1,4 +1,4 @@
-"""Issue 37 (security): secrets and PII never outlive hygiene, in any output or record.
+"""Issues 37 and 61 (security): secrets and PII never outlive hygiene, in any output or record.
 
 Every token below is real-shaped (its format's prefix and length, a random body drawn
 here), planted in real standard-library code or in real conversations; "gone" means that
@@ -27,24 +27,25 @@ from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
 from albor_pipeline.stages.dedup.documents import build_documents
-from albor_pipeline.stages.hygiene.checks import check_no_secrets
+from albor_pipeline.stages.hygiene.checks import check_no_secrets, find_leaks
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.ingest.ingest import ingest_source
-from albor_pipeline.text.chat import clean_conversation
+from albor_pipeline.text.chat import clean_conversation, conversation_json
 from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
-from albor_pipeline.text.secrets import SecretScanner
+from albor_pipeline.text.secrets import SecretScanner, candidate_lines, redact_path, redacted
 
 from .support import STDLIB, STDLIB_PACKAGES
 
 RNG = random.Random(37)
+RNG61 = random.Random(61)  # issue 61's tokens, drawn apart: the draws of issue 37's tests stay as they were
 ALNUM = string.ascii_letters + string.digits
 B64 = ALNUM + "+/"
 B64URL = ALNUM + "-_"
 EMAIL_IN_NAME = "jane.doe@corp-mail.net"
 
 
-def _random(n: int, chars: str = ALNUM) -> str:
-    return "".join(RNG.choice(chars) for _ in range(n))
+def _random(n: int, chars: str = ALNUM, rng: random.Random = RNG) -> str:
+    return "".join(rng.choice(chars) for _ in range(n))
 
 
 def _jwt() -> tuple[str, str]:
@@ -178,8 +179,9 @@ def test_the_no_secrets_check_is_independent_of_the_redactor(tmp_path, local2):
     aws = next(line for line, _, kind in TOKENS if "AKIA" in line)
     old = _todays_redaction(_real_code(ghp)[0])
     assert "<KEY>_" in old and SecretScanner().scan(old).counts == {}  # the old, same-detector re-scan passed
-    # The redactor's entropy detector reads quoted strings only; a YAML-style value is its blind spot.
-    unquoted = f"db_password: {_random(32)}\n"
+    # The redactor's entropy detector reads quoted strings only; a YAML-style value of a token
+    # name is its blind spot (an unquoted password it redacts: `test_short_passwords_...`).
+    unquoted = f"api_token: {_random(32)}\n"
     assert SecretScanner().scan(_real_code(unquoted)[0]).counts == {}
     expected = ["token cut by <KEY>", "GitHub token", "AWS access key id", "high-entropy value of a secret name"]
     for text, kind in zip((old, _real_code(pat)[0], _real_code(aws)[0], _real_code(unquoted)[0]), expected):
@@ -441,3 +443,208 @@ def test_hygiene_scans_for_secrets_when_ingestion_kept_them(tmp_path):
     assert all(any(_left(b, t) for t in ingested) for b in bodies)  # `report`: kept at ingest
     filtered = pq.read_table(data / "filtered" / "planted").column("text").to_pylist()
     assert filtered and not [b for b in bodies for t in filtered if _left(b, t)]
+
+
+def _both_ways(text: str) -> tuple[str, Counter[str]]:
+    """`redacted` as ingestion and hygiene call it (the batch's RE2 pre-filter, `candidate_lines`)
+    and as a path or a message is (Python's `re` pre-filter): the same either way."""
+    batch = redacted(text, lines=candidate_lines(pa.array([text], pa.large_string()))[0])
+    assert batch == redacted(text), text
+    return batch
+
+
+def _ml_credentials() -> list[tuple[str, str, str, str]]:
+    """(planted text, the token's random part, the redactor's kind, the check's kind) for the
+    credentials of issue 61 item 10, where they are written: shell, CLI, prose, comments."""
+    hf, ant, goog = (
+        _random(34, string.ascii_letters, rng=RNG61),
+        _random(93, B64URL, rng=RNG61) + "AA",
+        _random(35, B64URL, rng=RNG61),
+    )
+    twilio, wandb = _random(32, string.hexdigits[:16], rng=RNG61), _random(40, string.hexdigits[:16], rng=RNG61)
+    discord = f"M{_random(23, B64URL, rng=RNG61)}.{_random(6, B64URL, rng=RNG61)}.{_random(27, B64URL, rng=RNG61)}"
+    aws = [_random(40, B64, rng=RNG61) for _ in range(2)]
+    return [
+        (
+            "export HF_TOKEN=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\n",
+            "QgGnRfXBkgQysDFISXzmPBqsfHuumXrxWU",
+            "Hugging Face Token",
+            "Hugging Face token",
+        ),
+        (f"huggingface-cli login --token hf_{hf}\n", hf, "Hugging Face Token", "Hugging Face token"),
+        (f"# My token is hf_{hf}, please don't share it.\n", hf, "Hugging Face Token", "Hugging Face token"),
+        (f"# The Claude key for CI: sk-ant-api03-{ant}\n", ant, "Anthropic Key", "Anthropic key"),
+        (f"# Maps is called with AIza{goog} (restricted to our domain).\n", goog, "Google API Key", "Google API key"),
+        (
+            "# twilio sid SK4af1acc4a3e5c3b8dfd6d98f788cde61 here\n",
+            "4af1acc4a3e5c3b8dfd6d98f788cde61",
+            "Twilio API Key",
+            "Twilio API key",
+        ),
+        (f"# the SMS sender authenticates as SK{twilio}\n", twilio, "Twilio API Key", "Twilio API key"),
+        (f"# discord bot token: {discord}\n", discord[1:], "Discord Bot Token", "Discord bot token"),
+        (f"# aws secret: {aws[0]}\n", aws[0], "AWS Access Key", "AWS secret key"),
+        (f"# {aws[1]} is the AWS secret access key of the test account\n", aws[1], "AWS Access Key", "AWS secret key"),
+        (
+            "WANDB_API_KEY=6f1e9a0c4b2d7e8f3a5c6b9d0e1f2a3b4c5d6e7f\n",
+            "6f1e9a0c4b2d7e8f3a5c6b9d0e1f2a3b4c5d6e7f",
+            "W&B Key",
+            "W&B key",
+        ),
+        (f"# then run: wandb login {wandb}\n", wandb, "W&B Key", "W&B key"),
+    ]
+
+
+ML_CREDENTIALS = _ml_credentials()
+
+
+@pytest.mark.parametrize(("line", "secret", "kind", "leak"), ML_CREDENTIALS, ids=[c[3] for c in ML_CREDENTIALS])
+def test_ml_credentials_are_redacted_and_left_ones_fail_the_check(line, secret, kind, leak):
+    """Issue 61 item 10: the credentials an ML team pastes (shell, CLI, prose, comments) are
+    redacted whole, and the independent check finds each in the unredacted text (and nothing
+    in the redacted one)."""
+    assert find_leaks(line)[leak] == 1, line  # the check, on its own patterns
+    text, tail = _real_code(line)
+    cleaned, found = _both_ways(text)
+    assert found == {kind: 1} and not _left(secret, cleaned) and cleaned.endswith(tail), found
+    assert find_leaks(cleaned) == {}
+
+
+def test_ml_credentials_in_a_chat_are_redacted():
+    """Issue 61 item 10: a token a user pastes into a conversation is redacted there too."""
+    hf, secret, _, _ = ML_CREDENTIALS[1]
+    messages = [
+        {"role": "user", "content": f"Why does `{hf.strip()}` fail? My token is hf_{secret}."},
+        {"role": "assistant", "content": "Revoke that token now: it is public."},
+    ]
+    cleaned, found = redacted(conversation_json(messages), conversation=True)
+    assert found == {"Hugging Face Token": 2} and not _left(secret, cleaned)
+    assert (
+        json.loads(cleaned)[0]["content"] == "Why does `huggingface-cli login --token <KEY>` fail? My token is <KEY>."
+    )
+
+
+LOOKS_SECRET_BUT_IS_NOT = [
+    "# secret sauce: 6f1e9a0c4b2d7e8f3a5c6b9d0e1f2a3b4c5d6e7f (the commit that fixed it)\n",  # a git SHA
+    "SecretsManagerRotationLambdaFunctionV2X1 = secret_rotation()\n",  # an identifier
+    "# See: http://docs.aws.amazon.com/AmazonS3/latest/dev/UploadingObjects.html on secrets\n",  # a URL's path
+    "wandb @ git+https://github.com/wandb/wandb@6f1e9a0c4b2d7e8f3a5c6b9d0e1f2a3b4c5d6e7f\n",  # a pinned commit
+    "hf_hub_download(repo_id=repo, filename=name, token=token)\n",
+]
+
+
+@pytest.mark.parametrize("line", LOOKS_SECRET_BUT_IS_NOT)
+def test_shas_identifiers_and_urls_near_a_secret_word_are_kept(line):
+    """Issue 61 item 10's false positives: a 40-character run near "secret" or "wandb" is a key
+    only when it looks random (both cases, a digit, 4.3 bits per character) and stands alone."""
+    assert _both_ways(line) == (line, Counter()) and find_leaks(line) == {}
+
+
+PUBLIC_IPS = [
+    ("proxy = 45.33.101.17:8080\n", "proxy = <IP_ADDRESS>:8080\n"),
+    ('url = "http://45.33.101.20:9000/metrics"\n', 'url = "http://<IP_ADDRESS>:9000/metrics"\n'),
+    ("# The old server is 45.33.101.19.\n", "# The old server is <IP_ADDRESS>.\n"),
+    ("# Resolve with 2606:4700:4700::1111.\n", "# Resolve with <IP_ADDRESS>.\n"),
+    ("# Ask 45.33.101.19: it knows.\n", "# Ask 45.33.101.19: it knows.\n"),  # a heading's "3.8.2.4:" as well
+]
+NOT_ADDRESSES = [
+    "# RFC 5445 3.8.2.4: The VALUE parameter is optional\n",
+    "# see section 7.4.7.1. of the handbook\n",
+    "oid = (1, 3, 6, 1)  # 1.3.6.1.4.1 enterprises\n",
+    'wheel = "libfoo-1.2.3.4.tar.gz"\n',
+    "assertBadOctet('1.2.3.4::', '4::')\n",
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), PUBLIC_IPS)
+def test_public_ips_before_a_port_or_a_sentence_end_are_redacted(line, expected):
+    """Issue 61 item 12: an address followed by its port, in a URL, or ending a sentence is an
+    address (a ":" before a port and a "." before a space end it), in a text and in a path."""
+    text = _real_code(line)[0]
+    cleaned, found = redacted(text, lines=candidate_lines(pa.array([text], pa.large_string()))[0])
+    assert cleaned == _real_code(expected)[0] and found == ({"IP address": 1} if "<" in expected else {})
+
+
+def test_addresses_in_file_paths_are_redacted():
+    """Issue 61 item 12: every file path a stage records goes through `redact_path`."""
+    assert redact_path("hosts/45.33.101.20:9000/app.py") == "hosts/<IP_ADDRESS>:9000/app.py"
+    assert redact_path("logs/at 45.33.101.19./run.py") == "logs/at <IP_ADDRESS>./run.py"
+    assert redact_path("libfoo-1.2.3.4.tar.gz/setup.py") == "libfoo-1.2.3.4.tar.gz/setup.py"
+
+
+@pytest.mark.parametrize("line", NOT_ADDRESSES)
+def test_section_numbers_oids_and_versions_are_not_addresses(line):
+    assert redacted(line) == (line, Counter())
+
+
+def _passwords_and_signatures() -> list[tuple[str, str, str, str]]:
+    """(planted text, the secret, the redactor's kind, the check's kind): issue 61 item 14."""
+    sig = _random(43, B64, rng=RNG61).replace("+", "%2B").replace("/", "%2F") + "%3D"
+    sas = f"https://acct.blob.core.windows.net/data/x.csv?sv=2022-11-02&ss=b&srt=o&sp=r&se=2030-01-01&sig={sig}"
+    pw, yaml_pw, env_pw = (
+        _random(11, B64, rng=RNG61) + "4",
+        "hunter2xyz" + _random(4, string.digits, rng=RNG61),
+        _random(10, rng=RNG61) + "7",
+    )
+    return [
+        ('DB_PASSWORD = "Tr0ub4dor&3xK9!qLm2"\n', "Tr0ub4dor&3xK9!qLm2", "Password", "password"),
+        (f'conn = connect(user="app", password="{pw}")\n', pw, "Password", "password"),
+        (f'CONFIG = """\ndatabase:\n  password: {yaml_pw}  # prod\n"""\n', yaml_pw, "Password", "password"),
+        (f'ENV = """\nexport PGPASSWORD={env_pw}\n"""\n', env_pw, "Password", "password"),
+        (f'URL = "{sas}"\n', sig, "Azure SAS Signature", "Azure SAS signature"),
+    ]
+
+
+PASSWORDS = _passwords_and_signatures()
+
+
+@pytest.mark.parametrize(
+    ("line", "secret", "kind", "leak"), PASSWORDS, ids=[f"{c[3]}-{i}" for i, c in enumerate(PASSWORDS)]
+)
+def test_short_passwords_and_sas_signatures_are_redacted_and_checked(line, secret, kind, leak):
+    """Issue 61 item 14: a password assigned to a password name is a secret at any length
+    (quoted, or unquoted in YAML or an .env line), as is an Azure SAS URL's signature; the
+    check finds each in the unredacted text."""
+    assert dict(find_leaks(line)) == {leak: 1}, line
+    text, tail = _real_code(line)
+    cleaned, found = _both_ways(text)
+    assert found == {kind: 1} and not _left(secret, cleaned) and cleaned.endswith(tail), found
+    assert "<KEY>" in cleaned and find_leaks(cleaned) == {}
+
+
+ORDINARY_CODE = [
+    "password = get_password()\n",
+    "    password: str\n",
+    "def connect(user, password=None):\n",
+    'password = os.environ["X"]\n',
+    "        self.password = password\n",
+    "    password = old_pw2xyz\n",  # indented code's name, not an .env line
+    'bypass = "abc12345x"\n',
+    'pwd = "/usr/lib64/app"\n',
+    'password = "%(password)s1"\n',
+    'password_field = "password_confirmation2"\n',
+]
+
+
+@pytest.mark.parametrize("line", ORDINARY_CODE)
+def test_ordinary_code_about_passwords_is_kept(line):
+    """Issue 61 item 14's false positives: calls, annotations, defaults, names, paths and
+    templates assigned to a password name are code, not passwords."""
+    assert _both_ways(line) == (line, Counter()) and find_leaks(line) == {}
+
+
+def test_an_unquoted_yaml_password_fails_the_check(tmp_path):
+    """docs/quality.md: an unquoted `password:` in YAML left in the text fails `no_secrets_left`."""
+    text = _real_code(PASSWORDS[2][0])[0]
+    outcome = check_no_secrets([_shard(tmp_path / "part-00000-0000.parquet", [text])])
+    assert not outcome.passed and outcome.metadata["left"] == {"password": 1}
+
+
+@pytest.mark.parametrize(
+    "address", ["josé@exämple.de", "用户@例子.广告", "wők@exàmple.com", "jörg.müller@xn--mller-kva.de"]
+)
+def test_internationalized_emails_are_redacted_whole(address):
+    """Issue 61 item 14: e-mails with non-ASCII local or domain parts."""
+    text = f"# Maintainer: {address}, ask there.\n"
+    cleaned, found = redacted(text, lines=candidate_lines(pa.array([text], pa.large_string()))[0])
+    assert cleaned == "# Maintainer: <EMAIL>, ask there.\n" and found == {"E-mail": 1}

@@ -3,12 +3,14 @@
 Secrets are found by detect-secrets' detectors (the tool BigCode used): AWS, GitHub,
 GitLab, Slack, Stripe, npm, PyPI, OpenAI, JWT and other token formats, private key
 blocks, and high-entropy strings assigned to a key/secret/token/password name; plus our
-own patterns for formats detect-secrets 1.5 lacks (GitHub's fine-grained tokens, npm
-tokens outside an .npmrc, OpenAI's project keys). A finding is the whole token: the
+own patterns for what detect-secrets 1.5 lacks or finds only quoted after a name (GitHub's
+fine-grained tokens, npm tokens outside an .npmrc, OpenAI's project keys, Hugging Face,
+Anthropic, Google and W&B keys, AWS secret keys in prose, passwords of any length assigned to
+a password name, Azure SAS signatures). A finding is the whole token: the
 pattern's match (or its captured value, where it also matched the name) widened to the
 run of token characters around it, since detect-secrets reports a pattern's group (the
 GitHub prefix `ghp`) and some patterns stop short (Stripe's 24 of up to 99 characters,
-the JWT before its signature). E-mail addresses and public IP addresses (not private,
+the JWT before its signature). E-mail addresses (any script) and public IP addresses (not private,
 loopback, link-local or documentation ranges) are found by regex; phone numbers written
 with their country code (`+44 20 7946 0958`) by libphonenumber (`phonenumbers`), on the
 runs of digits after a "+" that a regex finds. A line pre-filter sends only lines that
@@ -27,10 +29,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import pairwise
@@ -67,8 +70,9 @@ from albor_pipeline.text.lines import ColumnLines
 EMAIL, IP_ADDRESS, KEY, PHONE = "<EMAIL>", "<IP_ADDRESS>", "<KEY>", "<PHONE_NUMBER>"
 PLACEHOLDERS = (EMAIL, IP_ADDRESS, KEY, PHONE)
 # Found around each "@" (a literal the regex engine skips to fast), not by a regex tried at every position.
-EMAIL_LOCAL = re.compile(r"[A-Za-z0-9._%+-]{1,64}\Z")
-EMAIL_DOMAIN = re.compile(r"[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,}\b")
+# Letters and digits of any script: internationalized addresses (`josé@exämple.de`, `用户@例子.广告`).
+EMAIL_LOCAL = re.compile(r"[\w.%+-]{1,64}\Z")
+EMAIL_DOMAIN = re.compile(r"[\w-]{1,63}(?:\.[\w-]{1,63})*\.(?:[^\W\d_]{2,}|xn--[A-Za-z0-9-]+)\b")  # and no "_"
 IPV4_RE = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
 IPV6_RE = re.compile(r"[0-9a-fA-F]{1,4}::?[0-9a-fA-F]{0,4}:[0-9a-fA-F:]{1,34}")
 # What could be a phone number with its country code: a "+", then 7 to 17 digits, each pair
@@ -79,21 +83,35 @@ PHONE_RE = re.compile(r"\+[0-9](?:[ ().\-/]{0,2}[0-9]){6,16}")
 # version's `1.0+20130313144700`), and what after it means the run goes on (`.5`, `-12`).
 PHONE_OPERAND = "_.)]"
 PHONE_GOES_ON = re.compile(r"\w|[.\-/:][0-9]")
-# Dotted numbers that are not addresses: versions, and OIDs (2.5.29.17 in X.509 code).
-NOT_AN_ADDRESS = re.compile(r"version|release|\boid|ObjectIdentifier", re.IGNORECASE)
+# What right after an address means it is part of something longer (`1.2.3.4.5`, `1.2.3.4.tar.gz`,
+# `45.33.101.19_a`, a heading's `3.8.2.4:`); a "." that ends a sentence and a ":" before a port end it.
+ADDRESS_GOES_ON = re.compile(r"\w|\.\w|:(?!\d)")
+# Dotted numbers that are not addresses: versions, sections of a standard, and OIDs (2.5.29.17 in X.509 code).
+NOT_AN_ADDRESS = re.compile(r"version|release|\boid|ObjectIdentifier|section|\brfc\b", re.IGNORECASE)
 PRIVATE_KEY_BLOCK = re.compile(
     r"-----BEGIN[A-Z ]*PRIVATE KEY( BLOCK)?-----.*?(?:-----END[A-Z ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.DOTALL
 )
 SECRET_NAME = re.compile(r"key|secret|token|passw|pwd|auth|credential", re.IGNORECASE)
+# A name that ends in one saying password (`DB_PASSWORD`, `PGPASSWORD`, `db_pass`, `pwd`, not
+# `bypass`), then a quoted dict key's or a subscript's end (`["password"] =`).
+PASSWORD_NAME = r"""(?i:passw(?:or)?d|passphrase|(?<![A-Za-z])(?:pass|pwd))['"]?\]?[ \t]*"""
+# A password: 8 to 64 characters, a letter and a digit among them, no space, quote, bracket or
+# separator of code, not a template (`${X}`, `%(x)s`) nor a path (`/`, `~`, `.`).
+PASSWORD_VALUE = r"""(?=[^\s'"]*[A-Za-z])(?=[^\s'"]*[0-9])(?![/~.]|\$\{|%\x28)[^\s'"(){}\[\]<>,;\\]{8,64}"""
+LINE_END = r"(?=[ \t]*#|[ \t]*$)"  # what may follow an unquoted value: a comment
 # Lines that could hold a secret; the detectors only see these (most code lines are not): a known
-# token prefix, or a long quoted token-like string (keys, entropy secrets and the rest are quoted).
+# token prefix or format, a long quoted token-like string (keys, entropy secrets and the rest are
+# quoted), a line that says secret (a 40-character AWS key near) or wandb, or a password name assigned to.
 CANDIDATE = re.compile(
     r"AKIA|ASIA|ABIA|ACCA|A3T|gh[pousr]_|github_pat_|gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-|GR1348941"
     r"|xox[abposr]-|hooks\.slack|eyJ|PRIVATE KEY|PuTTY-User|[rs]k_live_"
     r"|sk-|SG\.|npm_|pypi-|AccountKey=|-us\d|:AA|['\"][A-Za-z0-9+/=_.\-]{16,}['\"]"
+    r"|hf_[A-Za-z0-9]{34}|api_org_|AIza|SK[0-9a-f]{32}|[?&]sig=|\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27}"
+    r"|(?i:wandb|secret)|(?i:pass|pwd)[\w.'\"\]-]*\s*[:=]"
 )
-# Lines that could hold an e-mail (a local-part character right before the "@"), an address or a phone number.
-PII_CANDIDATE = "|".join([r"[A-Za-z0-9._%+-]@", IPV4_RE.pattern, IPV6_RE.pattern, PHONE_RE.pattern])
+# Lines that could hold an e-mail (a local-part character, or any non-ASCII one, right before the
+# "@"), an address or a phone number.
+PII_CANDIDATE = "|".join([r"(?:[A-Za-z0-9._%+-]|[^\x00-\x7f])@", IPV4_RE.pattern, IPV6_RE.pattern, PHONE_RE.pattern])
 TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "_-")  # what a finding widens over
 EDGE = " \t\"'=:"  # delimiters a pattern may match around its token (Artifactory's)
 
@@ -118,6 +136,80 @@ class OpenAIProjectKeyDetector(RegexBasedDetector):
 
     secret_type = "OpenAI Token"
     denylist = (re.compile(r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}"),)
+
+
+class HuggingFaceTokenDetector(RegexBasedDetector):
+    """Hugging Face user and organization tokens, anywhere (`export HF_TOKEN=hf_…`, `--token hf_…`)."""
+
+    secret_type = "Hugging Face Token"
+    denylist = (re.compile(r"(?<![A-Za-z0-9])(?:hf|api_org)_[A-Za-z0-9]{34}"),)
+
+
+class AnthropicKeyDetector(RegexBasedDetector):
+    """Anthropic API and admin keys (`sk-ant-api03-…`), anywhere."""
+
+    secret_type = "Anthropic Key"
+    denylist = (re.compile(r"sk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{32,}"),)
+
+
+class GoogleApiKeyDetector(RegexBasedDetector):
+    """Google API keys (`AIza` and 35 characters), anywhere."""
+
+    secret_type = "Google API Key"
+    denylist = (re.compile(r"AIza[A-Za-z0-9_-]{35}"),)
+
+
+class WandbKeyDetector(RegexBasedDetector):
+    """Weights & Biases API keys (40 hex digits) after `WANDB_API_KEY`, `wandb.login(key=` or
+    `wandb login`: a 40-hex run alone is a git SHA as often."""
+
+    secret_type = "W&B Key"
+    denylist = (
+        re.compile(r"(?i:wandb)[\w.\s-]{0,20}?(?i:key|login).{0,16}?(?<![0-9A-Za-z])([0-9a-f]{40})(?![0-9A-Za-z])"),
+    )
+
+
+class AwsSecretKeyDetector(RegexBasedDetector):
+    """A 40-character AWS secret access key on a line that says secret (`AWS_SECRET_ACCESS_KEY`,
+    `SecretAccessKey`, "my AWS secret key is"), quoted or not (prose, comments, `export`):
+    detect-secrets finds it only quoted after such a name. "aws" alone is on most lines of AWS
+    SDKs' code. It must look random (`_looks_random`), which git SHAs, words and
+    identifiers do not, and stand apart from a "." (`docs.aws.amazon.com/AmazonS3/…/Objects.html`)."""
+
+    secret_type = "AWS Access Key"
+    denylist = (
+        re.compile(
+            r"(?i:secret).*?(?<![A-Za-z0-9/+=.])([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=]|\.\w)"
+            r"|(?<![A-Za-z0-9/+=.])([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=]|\.\w).*?(?i:secret)"
+        ),
+    )
+
+    def analyze_string(self, string: str) -> Generator[str, None, None]:
+        yield from filter(_looks_random, super().analyze_string(string))
+
+
+class AzureSasDetector(RegexBasedDetector):
+    """The signature of an Azure shared access signature URL (`?sv=…&sig=…`): the rest of the
+    URL stays."""
+
+    secret_type = "Azure SAS Signature"
+    denylist = (re.compile(r"[?&]sig=([A-Za-z0-9%+/=]{30,})"),)
+
+
+class PasswordDetector(RegexBasedDetector):
+    """A password (`PASSWORD_VALUE`) assigned to a password name, which the entropy detectors
+    cannot flag under ~23 characters: quoted (`DB_PASSWORD = "Tr0ub4dor&3xK9"`), or unquoted as
+    the rest of a line in YAML (`password: hunter2xyz`) or at the start of an .env or ini line
+    (`DB_PASSWORD=hunter2xyz`), where code would be a call or a name (`password = get_password()`)."""
+
+    secret_type = "Password"
+    denylist = (
+        re.compile(
+            rf"""{PASSWORD_NAME}(?:(?::=|=>|[:=])[ \t]*[rbuf]?['"]({PASSWORD_VALUE})['"]"""
+            rf"|:[ \t]+({PASSWORD_VALUE}){LINE_END})"
+            rf"|^(?:export[ \t]+|set[ \t]+)?[\w.-]*{PASSWORD_NAME}=[ \t]*({PASSWORD_VALUE}){LINE_END}"
+        ),
+    )
 
 
 @dataclass
@@ -172,6 +264,13 @@ class SecretScanner:
         GitHubFineGrainedTokenDetector,
         NpmTokenDetector,
         OpenAIProjectKeyDetector,
+        HuggingFaceTokenDetector,
+        AnthropicKeyDetector,
+        GoogleApiKeyDetector,
+        WandbKeyDetector,
+        AwsSecretKeyDetector,
+        AzureSasDetector,
+        PasswordDetector,
     )
 
     @cached_property
@@ -189,30 +288,27 @@ class SecretScanner:
         return [(plugin, regex) for plugin in self._plugins for regex in plugin.denylist]
 
     @cached_property
-    def _screens(self) -> list[str | None]:
-        """Each detector's pattern as RE2 reads it, then SECRET_NAME's: lookarounds dropped and
-        repeats over RE2's 1000 left open, which only widens what it matches (None: RE2 still
-        cannot; that detector sees every candidate line)."""
-        screens: list[str | None] = []
-        for regex in [*(r for _, r in self._detectors), SECRET_NAME]:
-            relaxed = RE2_OPEN_REPEAT.sub(r"{\1,}", LOOKAROUND.sub("", regex.pattern))
-            pattern = ("(?i)" if regex.flags & re.IGNORECASE else "") + relaxed
-            verbose = regex.flags & re.VERBOSE and any(c.isspace() or c == "#" for c in regex.pattern)
-            try:
-                pc.match_substring_regex(pa.array([""]), pattern)
-                screens.append(None if verbose else pattern)
-            except pa.ArrowInvalid:
-                screens.append(None)
-        return screens
+    def _screens(self) -> list[tuple[int, str | None]]:
+        """(the bits of its patterns, RE2's pattern) of each plugin, then SECRET_NAME's: its
+        patterns as RE2 reads them, as one (one pass per plugin: GitLab has seven), lookarounds
+        dropped and bounded repeats left open (RE2 allows none over 1000, and compiles a bound
+        as copies), which only widens what they match (None: RE2 still cannot; those detectors
+        see every candidate line)."""
+        screens, k = [], 0  # the plugin's first bit (`_detectors` lists each plugin's patterns in a row)
+        for plugin in self._plugins:
+            n = len(list(plugin.denylist))
+            screens.append((((1 << n) - 1) << k, _re2_union(list(plugin.denylist))))
+            k += n
+        return [*screens, (1 << k, _re2_union([SECRET_NAME]))]
 
     def screen(self, lines: pa.Array) -> np.ndarray:
         """Per candidate line, a bit per detector (the last for SECRET_NAME) that may match it:
-        one RE2 pass per pattern over the column. On printable ASCII (and tabs) RE2 and `re`
+        one RE2 pass per plugin over the column. On printable ASCII (and tabs) RE2 and `re`
         agree; a line with any other character gets every bit (`re`'s Unicode classes)."""
         bits = np.zeros(len(lines), np.int64)
-        for k, pattern in enumerate(self._screens):
+        for mask, pattern in self._screens:
             hit = True if pattern is None else pc.match_substring_regex(lines, pattern).to_numpy(zero_copy_only=False)
-            bits |= np.where(hit, 1 << k, 0)
+            bits |= np.where(hit, mask, 0)
         other = pc.match_substring_regex(lines, r"[^\t\x20-\x7e]").to_numpy(zero_copy_only=False)
         return np.where(other, ALL_DETECTORS, bits)
 
@@ -273,7 +369,22 @@ class Lines:
 
 ALL_DETECTORS = -1  # every bit set: a line every detector sees
 LOOKAROUND = re.compile(r"\(\?<?[!=][^()]*\)")  # what RE2 lacks (not nested in the detectors' patterns)
-RE2_OPEN_REPEAT = re.compile(r"\{(\d+),\d{4,}\}")
+RE2_OPEN_REPEAT = re.compile(r"\{(\d+),\d+\}")  # {m,n}: RE2 compiles n copies, {m,} m and a loop
+
+
+def _re2_union(regexes: list[re.Pattern[str]]) -> str | None:
+    """`regexes` as one RE2 pattern that matches wherever one of them may (`_screens`), or None."""
+    parts = []
+    for regex in regexes:
+        relaxed = RE2_OPEN_REPEAT.sub(r"{\1,}", LOOKAROUND.sub("", regex.pattern))
+        if regex.flags & re.VERBOSE and any(c.isspace() or c == "#" for c in regex.pattern):
+            return None
+        parts.append(f"(?:{'(?i)' if regex.flags & re.IGNORECASE else ''}{relaxed})")
+    try:
+        pc.match_substring_regex(pa.array([""]), "|".join(parts))
+    except pa.ArrowInvalid:
+        return None
+    return "|".join(parts)
 
 
 def _candidate_starts(text: str) -> Iterator[tuple[int, int]]:
@@ -318,13 +429,13 @@ def _scan_pii(text: str, offset: int, found: Findings) -> None:
     while at >= 0:
         local = EMAIL_LOCAL.search(text, max(0, at - 64), at)
         domain = EMAIL_DOMAIN.match(text, at + 1)
-        if local and domain and local.group()[0].isalnum():
+        if local and domain and local.group()[0].isalnum() and "_" not in domain.group():
             found.add(offset + local.start(), offset + domain.end(), "E-mail", EMAIL)
         at = text.find("@", at + 1)
     for regex in (IPV4_RE, IPV6_RE):
         for match in regex.finditer(text):
             start, end = match.span()
-            bounded = not _token_char(text, start - 1) and not _token_char(text, end)
+            bounded = not _token_char(text, start - 1) and not ADDRESS_GOES_ON.match(text, end)
             if bounded and _public_ip(match.group()) and not _not_an_address(text, start):
                 found.add(offset + start, offset + end, "IP address", IP_ADDRESS)
     for match in PHONE_RE.finditer(text):
@@ -393,8 +504,21 @@ def _high_entropy(plugin: Base64HighEntropyString | HexHighEntropyString, raw: s
 
 
 def _token_char(text: str, at: int) -> bool:
-    """Whether text[at] continues a token (so a match there is part of something longer)."""
+    """Whether text[at], right before a match, makes it part of something longer."""
     return 0 <= at < len(text) and (text[at].isalnum() or text[at] in "._:")
+
+
+AWS_SECRET_BITS = 4.3  # a random 40-character key has less once in a thousand; identifiers stay near 4.0
+
+
+def _looks_random(value: str) -> bool:
+    """Letters of both cases, a digit, and `AWS_SECRET_BITS` of entropy per character."""
+    return (
+        any(c.islower() for c in value)
+        and any(c.isupper() for c in value)
+        and any(c.isdigit() for c in value)
+        and -sum(n / len(value) * math.log2(n / len(value)) for n in Counter(value).values()) >= AWS_SECRET_BITS
+    )
 
 
 def _public_ip(value: str) -> bool:
