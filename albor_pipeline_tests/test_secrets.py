@@ -25,7 +25,7 @@ from detect_secrets.plugins.github_token import GitHubTokenDetector
 
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
-from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
+from albor_pipeline.spec import REPO_ROOT, HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
 from albor_pipeline.stages.dedup.documents import build_documents
 from albor_pipeline.stages.hygiene.checks import check_no_secrets, find_leaks
 from albor_pipeline.stages.hygiene.hygiene import clean_source
@@ -357,7 +357,7 @@ def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
     import dagster as dg
     from tokenizers import Tokenizer
 
-    from albor_pipeline.spec import REPO_ROOT, load_spec
+    from albor_pipeline.spec import load_spec
 
     from .support import instance_home, materialize_all, small_spec_dict, write_spec
 
@@ -648,3 +648,100 @@ def test_internationalized_emails_are_redacted_whole(address):
     text = f"# Maintainer: {address}, ask there.\n"
     cleaned, found = redacted(text, lines=candidate_lines(pa.array([text], pa.large_string()))[0])
     assert cleaned == "# Maintainer: <EMAIL>, ask there.\n" and found == {"E-mail": 1}
+
+
+ISSUE61_KINDS = ("code", "jsonl", "csv", "parquet", "chat", "mc", "base_eval")
+ISSUE61_ADDRESSES = {"45.33.101.17", "45.33.101.20", "45.33.101.19", "2606:4700:4700::1111", "josé@exämple.de"}
+MARKER = "Planted for issue 61 in a {} source."
+
+
+def _planted_prose(kind: str, topic: str, planted: str) -> str:
+    """A real Python help topic (prose) with a marker and `planted` after its first paragraph."""
+    rows = (REPO_ROOT / "data" / "samples" / "pydoc_topics.jsonl").read_text(encoding="utf-8").splitlines()
+    real = next(row["text"] for row in map(json.loads, rows) if row["topic"] == topic)
+    head, sep, tail = real.partition("\n\n")
+    return f"{head}{sep}{MARKER.format(kind)}\n{planted}\n{tail}"
+
+
+def _in_every_source_kind(root: Path, lines: list[str]) -> list[dict]:
+    """Sources of every kind holding `lines`: real code and prose around them, a conversation
+    quoting them, multiple-choice and base-eval items asking about them."""
+    planted, said = "".join(lines), " ".join(x.strip() for x in lines)
+    code = _code_dir(
+        root / "code",
+        {"planted.py": _real_code(f"# {MARKER.format('code')}\n{planted}", STDLIB / "http" / "cookies.py")[0]},
+    )
+    jsonl = _write_jsonl(root / "jsonl" / "t.jsonl", [{"text": _planted_prose("jsonl", "with", planted)}])
+    (root / "csv").mkdir()
+    (root / "csv" / "t.csv").write_text(
+        'text\n"' + _planted_prose("csv", "try", planted).replace('"', '""') + '"\n', encoding="utf-8"
+    )
+    (root / "parquet").mkdir()
+    pq.write_table(pa.table({"text": [_planted_prose("parquet", "while", planted)]}), root / "parquet" / "t.parquet")
+    ask = [{"role": "user", "content": f"{MARKER.format('chat')} Is this config safe? {said}"}]
+    samples = [json.loads(x) for x in (REPO_ROOT / "data" / "samples" / "python_chat.jsonl").open(encoding="utf-8")]
+    chat = _write_jsonl(
+        root / "chat" / "c.jsonl", [{"messages": [*ask, {"role": "assistant", "content": said}]}, *samples]
+    )
+    other = {"question": "Which built-in returns the length of a container?", "choices": ["len", "abs"], "answer": 0}
+    mc = _write_jsonl(
+        root / "mc" / "mc.jsonl",
+        [{"question": f"{MARKER.format('mc')} Which line leaks? {said}", "choices": lines[:3], "answer": 0}, other],
+    )
+    base = _write_jsonl(
+        root / "base" / "mc.jsonl",
+        [
+            {"query": f"Question: {MARKER.format('base_eval')} {said}\nAnswer:", "choices": lines[3:5], "gold": 1},
+            {"query": "Question: Which built-in returns a length?\nAnswer:", "choices": ["len", "abs"], "gold": 0},
+        ],
+    )
+    kinds = dict(
+        zip(ISSUE61_KINDS, (code, jsonl.parent, root / "csv", root / "parquet", chat.parent, mc.parent, base.parent))
+    )
+    sources = [{"name": f"planted_{kind}", "kind": kind, "path": str(path)} for kind, path in kinds.items()]
+    sources[-1]["task_type"] = "multiple_choice"
+    return sources
+
+
+@pytest.mark.graph
+def test_issue_61_s_secrets_and_addresses_are_gone_from_every_source_kind(tmp_path):
+    """Issue 61, done when: a planted token of every type it found (Hugging Face, Anthropic,
+    Google, Twilio, Discord, AWS secret keys in comments, W&B, short passwords, Azure SAS
+    signatures) and its addresses (IPs with a port, in a URL, ending a sentence, IPv6, an
+    IDN e-mail), in a source of every kind, are absent from every output file and from the
+    instance after a default-shaped build, token ids decoded too. Each source's marker shows
+    that its planted text reached the outputs (redacted), so absence is not a dropped document."""
+    import dagster as dg
+    from tokenizers import Tokenizer
+
+    from albor_pipeline.spec import load_spec
+
+    from .support import instance_home, materialize_all, small_spec_dict, write_spec
+
+    secrets = [(line, secret) for line, secret, _, _ in (*ML_CREDENTIALS, *PASSWORDS)]
+    lines = [line for line, _ in secrets] + [line for line, _ in PUBLIC_IPS[:4]] + ["# Maintainer: josé@exämple.de\n"]
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict(_in_every_source_kind(tmp_path, lines))))
+    home, data = instance_home(tmp_path / "home"), tmp_path / "data"
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        result = materialize_all(spec, data, instance)
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    tok = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
+
+    def decode(ids: np.ndarray) -> str:
+        return tok.decode(ids.astype(np.int64).tolist(), skip_special_tokens=False)
+
+    reached: set[str] = set()
+    ingested = {p.stat().st_ino for p in (data / "ingested").rglob("*") if p.is_file()}
+    for root in (data, home):
+        for path, text in _texts_under(root, decode, tok.get_vocab_size(with_added_tokens=True)):
+            rel = path.relative_to(tmp_path).as_posix()
+            assert not [line for line, secret in secrets if _left(secret, text)], rel
+            # A document's or conversation's PII is hygiene's to redact: ingested/ keeps it (as do
+            # the task store's links to those files); an eval item's is redacted at ingest.
+            evals = rel.startswith(("data/ingested/planted_mc", "data/ingested/planted_base_eval"))
+            kept = (rel.startswith("data/ingested/") or path.stat().st_ino in ingested) and not evals
+            assert kept or not [a for a in ISSUE61_ADDRESSES if a in text], rel
+            if rel.startswith(("data/documents/", "data/sft/", "data/eval/")):  # documents: before FIM cuts them
+                reached |= {kind for kind in ISSUE61_KINDS if MARKER.format(kind) in text}
+    assert reached == set(ISSUE61_KINDS), reached
