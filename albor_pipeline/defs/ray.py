@@ -89,7 +89,7 @@ class RayCluster(RayResource):
 def ray_processes(root: int) -> dict[int, str]:
     """The `VITAL` processes among `root`'s descendants (a local Ray's), pid -> what it is."""
     children: dict[int, list[int]] = {}
-    commands = {}
+    commands: dict[int, str] = {}  # pid -> its executable
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
         try:
             parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -97,7 +97,8 @@ def ray_processes(root: int) -> dict[int, str]:
         except (OSError, ValueError, IndexError):
             continue  # not a process, or gone
         children.setdefault(parent, []).append(int(entry.name))
-    found, todo = {}, [root]
+    found: dict[int, str] = {}
+    todo = [root]
     while todo:
         for pid in children.get(todo.pop(), []):
             todo.append(pid)
