@@ -631,6 +631,16 @@ class ChatSpec(_Model):
     formats: tuple[SftFormat, ...] = (SftFormat.parquet, SftFormat.nanochat)
     shard_tokens: Int = Field(50_000_000, gt=0)  # tokens per nanochat .bin shard
 
+    @model_validator(mode="after")
+    def _plus_one_packs(self) -> ChatSpec:
+        """`pack_plus_one` sizes packed rows: without packing it would be silently ignored."""
+        if self.pack_plus_one and self.packing is not SftPacking.best_fit:
+            raise ValueError(
+                f"pack_plus_one: true needs packing: best_fit (packing: {self.packing.value} "
+                "writes one row per conversation, and packs no row to lengthen)"
+            )
+        return self
+
     @property
     def row_tokens(self) -> int:
         """A packed row's length (`packing: best_fit`)."""

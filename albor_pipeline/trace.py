@@ -252,9 +252,10 @@ class TraceError(ValueError):
 
 
 def document_query(query: str) -> tuple[str, str]:
-    """(source or "", path, glob or SHA-256) of a document query. An empty one, or a path no
-    source's `file` can hold (absolute, or with `..`), is a `TraceError`, the same whether or
-    not such a file exists: a trace never tells what lies outside the sources' roots."""
+    """(source or "", pattern) of a document query, the pattern a path, glob or SHA-256. An
+    empty one, or a path no source's `file` can hold (absolute, or with `..`), is a `TraceError`,
+    the same whether or not such a file exists: a trace never tells what lies outside the
+    sources' roots."""
     source, _, pattern = query.rpartition(":") if ":" in query and not SHA256.fullmatch(query) else ("", "", query)
     if not pattern.strip():
         raise TraceError(f"{query!r}: an empty query; give a [source:]path or glob, a SHA-256 or corpus/<split>:N")

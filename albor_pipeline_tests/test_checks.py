@@ -7,10 +7,16 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from albor_pipeline.defs.corpus import stages as corpus_stages
+from albor_pipeline.defs.stage import CheckContext
+from albor_pipeline.runtime.artifacts import StageManifest
 from albor_pipeline.runtime.checks import check_schema
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.spec import load_spec
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_sequences
 from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA, sequences_batch
 from albor_pipeline.stages.corpus.plan import Packed
+from albor_pipeline.stages.corpus.report import CorpusSummary
 from albor_pipeline.stages.dedup.checks import check_no_leak
 from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip
@@ -96,3 +102,30 @@ def test_roundtrip_check(tmp_path):
     assert not check_roundtrip(tmp_path / "r.json").passed
     (tmp_path / "r.json").write_text(json.dumps({**report, "roundtrip_ok": 10, "roundtrip_failures_first": []}))
     assert check_roundtrip(tmp_path / "r.json").passed
+
+
+def test_an_empty_corpus_fails_its_checks_in_train_only(tmp_path):
+    """No full sequence: corpus/val (a split smaller than one sequence) and a long subset pass
+    saying so; corpus/train fails every blocking check, naming the spec fields to look at."""
+    empty = CorpusSummary(
+        documents=3,
+        sequences=0,
+        tokens=900,
+        dropped_tokens=900,
+        padded_tokens=0,
+        cut_documents=0,
+        cut_fraction=0.0,
+        pad_fraction=0.0,
+        sources={},
+    )
+    stages = {stage.name: stage for stage in corpus_stages(load_spec())}
+    for name in ("corpus/train", "corpus/val", "corpus/long_train"):
+        manifest = StageManifest(stage=name, outputs=[], config={"seq_len": 2048}, summary=empty.model_dump())
+        for check in stages[name].checks:
+            outcome = check.run(CheckContext(Layout(tmp_path), manifest))
+            if name == "corpus/train":
+                assert check.blocking and not outcome.passed, check.name
+                assert outcome.description.startswith("corpus/train is empty: 3 document(s), 900 tokens")
+                assert "corpus.seq_len 2,048" in outcome.description and "mix.train" in outcome.description
+            else:
+                assert outcome.passed and outcome.description.startswith("empty:"), (name, check.name)

@@ -468,12 +468,12 @@ def test_without_an_address_the_run_starts_and_stops_its_own_local_ray(reference
 
 
 LOCAL_RAY = """
-import sys, time
+import os, sys, time
 import dagster as dg
-from albor_pipeline.defs.ray import ray_resource
+from albor_pipeline.defs.ray import run_ray
 from albor_pipeline.spec import ExecutionSpec
-with ray_resource(ExecutionSpec(backend="ray", workers=1)).yield_for_execution(dg.build_init_resource_context()):
-    print("connected", flush=True)
+with run_ray(ExecutionSpec(backend="ray", workers=1), dg.build_init_resource_context()):
+    print("connected", os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"), flush=True)  # set only for ray.init
     time.sleep(120)
 """
 
@@ -482,8 +482,9 @@ with ray_resource(ExecutionSpec(backend="ray", workers=1)).yield_for_execution(d
 def test_a_run_s_local_ray_listens_on_loopback_and_its_agent_s_death_is_named(tmp_path):
     """The local Ray a run starts (no `execution.address`) listened on every interface, and
     when its dashboard agent died the raylet went with it and took the run process down
-    (exit 1) without a word. Now every Ray server listens on 127.0.0.1 only, and the death
-    is logged, naming the process, before Ray ends the run."""
+    (exit 1) without a word. Now every Ray server listens on 127.0.0.1 only (Ray's switch set
+    in the environment only while Ray starts), and the death is logged, naming the process,
+    before Ray ends the run."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     err = tmp_path / "err.log"
     with open(err, "w") as log:
@@ -491,7 +492,7 @@ def test_a_run_s_local_ray_listens_on_loopback_and_its_agent_s_death_is_named(tm
         run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
     tree: set[int] = set()
     try:
-        assert run.stdout is not None and run.stdout.readline() == "connected\n", err.read_text()[-2000:]
+        assert run.stdout is not None and run.stdout.readline() == "connected None\n", err.read_text()[-2000:]
         tree = _descendants(run.pid)
         listening = _listening(tree | {run.pid})
         assert listening and all(map(_loopback, listening)), listening

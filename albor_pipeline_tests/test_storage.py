@@ -254,13 +254,19 @@ def test_a_bucket_data_dir_is_locked_in_the_bucket_for_runs_on_any_machine(s3, t
     assert b"run G" in s3.get_object(Bucket="albor-lock", Key=key)["Body"].read()  # G's lock is left alone
 
 
+def _parts(s3, bucket: str, key: str) -> int:
+    """The parts an object was uploaded in: its ETag ends in `-<parts>` after a multipart upload."""
+    etag = s3.head_object(Bucket=bucket, Key=key)["ETag"].strip('"')
+    return int(etag.rsplit("-", 1)[1]) if "-" in etag else 1
+
+
 @pytest.mark.parametrize("parts", [1, 3], ids=["one-put", "multipart"])
 def test_an_object_overwritten_with_its_metadata_copied_is_uploaded_again(s3, tmp_path, monkeypatch, parts):
     """Sync and restore tools copy an object's metadata onto whatever bytes they write, so a
     record of the SHA-256 in `x-amz-meta-sha256` proves nothing: a publish checks the
     server's own SHA-256 checksum. Before, other bytes under the original's metadata (with
     or without a checksum of their own) counted as sealed and were never replaced."""
-    monkeypatch.setattr(bucket_module, "PART_BYTES", 5 << 20, raising=False)  # S3's smallest part
+    monkeypatch.setattr(bucket_module, "PART_BYTES", 5 << 20)  # S3's smallest part
     s3.create_bucket(Bucket=f"albor-sync-{parts}")
     uri = f"s3://albor-sync-{parts}/v1"
     layout = Layout(tmp_path / "copy")
@@ -271,6 +277,7 @@ def test_an_object_overwritten_with_its_metadata_copied_is_uploaded_again(s3, tm
     bucket = Bucket(uri, layout)
     bucket_name, key = bucket.object_key(art.sha256).split("/", 1)
     assert bucket.upload(src, art) == art.bytes
+    assert _parts(s3, bucket_name, key) == parts
     assert bucket.upload(src, art) == 0  # sealed: nothing sent
     for checksum in ({}, {"ChecksumAlgorithm": "SHA256"}):  # the tool checksums its own bytes, or not
         head = s3.head_object(Bucket=bucket_name, Key=key)
@@ -279,5 +286,6 @@ def test_an_object_overwritten_with_its_metadata_copied_is_uploaded_again(s3, tm
         metadata = {**head["Metadata"], "sha256": art.sha256}  # as this package once recorded it
         s3.put_object(Bucket=bucket_name, Key=key, Body=bytes(corrupt), Metadata=metadata, **checksum)
         assert bucket.upload(src, art) == art.bytes, checksum
+        assert _parts(s3, bucket_name, key) == parts, checksum
         assert s3.get_object(Bucket=bucket_name, Key=key)["Body"].read() == src.read_bytes()
         assert bucket.upload(src, art) == 0

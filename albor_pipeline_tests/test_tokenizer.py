@@ -26,6 +26,7 @@ from albor_pipeline.stages.tokenizer.checks import check_tiktoken_ids
 from albor_pipeline.stages.tokenizer.report import card_tokenizer
 from albor_pipeline.stages.tokenizer.tokenizer import (
     CL100K_PATTERN,
+    FIRST_MISSES,
     O200K_PATTERN,
     TokenizerError,
     build_tokenizer,
@@ -464,6 +465,19 @@ def test_a_tiktoken_disagreement_is_reported(tmp_path):
     (tmp_path / "r.json").write_text(json.dumps({**report, "val_documents": 3}), encoding="utf-8")
     outcome = check_tiktoken_ids(tmp_path / "r.json")
     assert not outcome.passed and "1/3" in outcome.description
+
+
+def test_mismatches_are_counted_and_the_first_20_named(tmp_path):
+    """Every mismatching val document is counted, across batches; the report names the first
+    FIRST_MISSES (`abc` is one, as in the test above)."""
+    tok = tokenizer_from_merges([(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")])
+    tok.add_special_tokens(list(FIM_TOKENS))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    batches = iter([["abc"] * 15, ["abx", *["abc"] * 15]])
+    report = evaluate(tok, batches, tiktoken_encoding(tok), consumer_tokenizer(tmp_path / "tokenizer.json")).report
+    assert report["val_documents"] == 31 and report["tiktoken_ids_equal"] == 1
+    assert report["tiktoken_mismatches_first"] == [*range(15), *range(16, 16 + FIRST_MISSES - 15)]
+    assert report["roundtrip_ok"] == report["json_ids_equal"] == 31 and report["json_mismatches_first"] == []
 
 
 def test_the_ids_check_loads_tokenizer_json_as_a_user_does(trained, corpus_files, tmp_path):

@@ -159,6 +159,14 @@ def test_a_chat_token_that_is_already_a_special_token_is_a_spec_error(tmp_path, 
     assert message.startswith(f"chat.tokens: {key}: {token!r} is already a special token of the tokenizer")
 
 
+def test_pack_plus_one_without_packing_is_a_spec_error(tmp_path):
+    """Before, `chat.pack_plus_one: true` with `packing: none` loaded and was silently ignored."""
+    message = _refused(small_spec_dict(chat={"pack_plus_one": True}), tmp_path)
+    assert message.startswith("chat: pack_plus_one: true needs packing: best_fit (packing: none"), message
+    spec = parse_spec(small_spec_dict(chat={"pack_plus_one": True, "packing": "best_fit"}), tmp_path)
+    assert spec.chat.row_tokens == spec.chat.max_tokens + 1
+
+
 def test_a_file_url_is_its_local_path(tmp_path):
     raw = small_spec_dict()
     raw["sources"][0]["path"] = (tmp_path / "src dir").as_uri()  # file:///…/src%20dir

@@ -21,7 +21,7 @@ from albor_pipeline import cli
 from albor_pipeline.runtime.executor import LocalExecutor
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import exclusive
-from albor_pipeline.runtime.watchdog import EXIT_TIMEOUT, StageTimeout, reading, time_limit
+from albor_pipeline.runtime.watchdog import EXIT_TIMEOUT, StageTimeout, reading, time_limit, watch_processes
 
 from .support import ALBOR, tiny_spec, write_spec
 
@@ -186,3 +186,30 @@ def test_a_hung_inline_task_is_named_too():
 
     with pytest.raises(StageTimeout, match=r"waiting for task _hang on 1 \(inline\)"), time_limit(1.0, "fim/val"):
         list(InlineExecutor().map(partial(_hang, 3600.0), [1, 2]))
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="watch_processes needs pidfds")
+def test_watch_processes_names_an_exit_and_stops_twice_harmlessly():
+    """The first of the watched processes to exit is named; `stop` may be called again (Ray's
+    shutdown and a failing run both stop the watch): before, a second call wrote to and closed
+    the first's fds, by then another pipe's."""
+    exits: list[str] = []
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        stop = watch_processes({child.pid: "raylet"}, exits.append)
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 5
+        while not exits and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert exits == [f"raylet (pid {child.pid})"]
+        stop()
+        reused_r, reused_w = os.pipe()  # the lowest free fds: likely the ones stop closed
+        stop()
+        os.write(reused_w, b"ok")
+        assert os.read(reused_r, 2) == b"ok"
+        os.close(reused_r)
+        os.close(reused_w)
+    finally:
+        child.kill()
+        child.wait()

@@ -153,26 +153,33 @@ def _min_chars(ctx: CheckContext) -> CheckOutcome:
     return check_min_chars(ctx.parquet_outputs, tok, min_chars, ctx.executor, pieces[0] if pieces else None)
 
 
-def _unless_empty(check: Check) -> Check:
-    """A corpus may hold no sequence (a split smaller than one sequence, a long subset with no
-    long document): that passes, saying so (its summary warns), instead of failing every check
-    of an empty corpus."""
+def _when_empty(check: Check, out: str) -> Check:
+    """A corpus with no full sequence: a held-out split smaller than one sequence or a long
+    subset with no long document passes, saying so (its summary warns). An empty corpus/train
+    fails, naming what to look at: it almost always means a misconfigured spec."""
 
     def run(ctx: CheckContext) -> CheckOutcome:
         summary = CorpusSummary.model_validate(ctx.manifest.summary)
-        if summary.sequences == 0:
-            return CheckOutcome(
-                True, f"empty: {summary.documents} document(s), {summary.tokens} tokens, no full sequence"
-            )
-        return check.run(ctx)
+        if summary.sequences:
+            return check.run(ctx)
+        facts = f"{summary.documents:,} document(s), {summary.tokens:,} tokens, no full sequence"
+        if out != "train":
+            return CheckOutcome(True, f"empty: {facts}")
+        seq_len = ctx.manifest.config["seq_len"]
+        return CheckOutcome(
+            False,
+            f"corpus/train is empty: {facts} of corpus.seq_len {seq_len:,}. Look at the sources "
+            "(path, include, filters), holdout's val_fraction and test_fraction, mix.train's size "
+            "(rows, chars or tokens) and corpus.seq_len.",
+        )
 
     return replace(check, run=run)
 
 
-def _checks(spec: PipelineSpec) -> tuple[Check, ...]:
-    """The checks of every packed corpus (corpus/<split> and corpus/long_<split>), each passing
-    on an empty one."""
-    return tuple(map(_unless_empty, _packed_checks(spec)))
+def _checks(spec: PipelineSpec, out: str, *extra: Check) -> tuple[Check, ...]:
+    """The checks of packed corpus `out` (<split> or long_<split>), with what they do on an
+    empty one (`_when_empty`)."""
+    return tuple(_when_empty(check, out) for check in (*_packed_checks(spec), *extra))
 
 
 def _packed_checks(spec: PipelineSpec) -> tuple[Check, ...]:
@@ -219,7 +226,7 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
             work=partial(corpus, spec, split),
             deps=(fim_stage(split), TOKENIZER),
             reads=(mixed_stage(split),),  # the mix's pool and budget, from its manifest
-            checks=_checks(spec),
+            checks=_checks(spec, split),
         )
         for split in SPLITS
     ]
@@ -237,15 +244,14 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
             defaults=spec_defaults(LongCorpusConfig, long),
             work=partial(long_corpus, long, spec, split),
             deps=(fim_stage(split), TOKENIZER),
-            checks=(
-                *_checks(spec),
-                _unless_empty(
-                    Check(
-                        "min_chars",
-                        "Every whole document in the long subset has at least `min_chars` characters.",
-                        _min_chars,
-                        blocking=True,
-                    )
+            checks=_checks(
+                spec,
+                long_split(split),
+                Check(
+                    "min_chars",
+                    "Every whole document in the long subset has at least `min_chars` characters.",
+                    _min_chars,
+                    blocking=True,
                 ),
             ),
         )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 from dagster_ray import RayResource
 from pydantic import PrivateAttr
 
@@ -15,9 +17,11 @@ from albor_pipeline.runtime.watchdog import watch_processes
 from albor_pipeline.spec import ExecutionSpec
 
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-"""Ray's switch, read as `ray` is imported: "0" puts a node on 127.0.0.1, and its every server
-(GCS, raylet, object manager, agents, workers) then listens on loopback only; otherwise Ray
-swaps 127.0.0.1 for the machine's address and listens on all interfaces."""
+"""Ray's switch, read once as `ray` is imported (`ray_constants.ENABLE_RAY_CLUSTER`): "0" puts
+a node on 127.0.0.1, and its every server (GCS, raylet, object manager, agents, workers) then
+listens on loopback only; otherwise Ray swaps 127.0.0.1 for the machine's address and listens
+on all interfaces. No `ray.init` option does it: `_node_ip_address="127.0.0.1"` goes through
+`services.resolve_ip_for_localhost`, which makes the same swap (Ray 2.60)."""
 
 VITAL = {
     "raylet": "raylet",
@@ -89,7 +93,7 @@ class RayCluster(RayResource):
 def ray_processes(root: int) -> dict[int, str]:
     """The `VITAL` processes among `root`'s descendants (a local Ray's), pid -> what it is."""
     children: dict[int, list[int]] = {}
-    commands = {}
+    commands: dict[int, str] = {}  # pid -> its executable
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
         try:
             parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -97,7 +101,8 @@ def ray_processes(root: int) -> dict[int, str]:
         except (OSError, ValueError, IndexError):
             continue  # not a process, or gone
         children.setdefault(parent, []).append(int(entry.name))
-    found, todo = {}, [root]
+    found: dict[int, str] = {}
+    todo = [root]
     while todo:
         for pid in children.get(todo.pop(), []):
             todo.append(pid)
@@ -110,6 +115,24 @@ def ray_resource(spec: ExecutionSpec) -> RayCluster:
     """The resource for `spec`: a local Ray gets `workers` CPUs, no dashboard and loopback only."""
     if spec.address:
         return RayCluster(address=spec.address)
-    os.environ[LOOPBACK_ONLY] = "0"  # before this process imports ray: the run's first connect does
     options = {"num_cpus": spec.workers or cpu_count(), "include_dashboard": False}
     return RayCluster(ray_init_options=options)
+
+
+@contextmanager
+def run_ray(spec: ExecutionSpec, context: dg.InitResourceContext) -> Iterator[RayCluster]:
+    """The run's Ray, connected for the block. A local one starts with LOOPBACK_ONLY=0 in the
+    environment, and only while it starts: `ray` is first imported then, and the GCS server
+    and raylet it starts (which start the agents and workers) inherit it."""
+    with ExitStack() as stack:
+        previous = os.environ.get(LOOPBACK_ONLY)
+        if not spec.address:
+            os.environ[LOOPBACK_ONLY] = "0"
+        try:
+            ray = stack.enter_context(ray_resource(spec).yield_for_execution(context))
+        finally:
+            if previous is None:
+                os.environ.pop(LOOPBACK_ONLY, None)
+            else:
+                os.environ[LOOPBACK_ONLY] = previous
+        yield ray

@@ -162,10 +162,10 @@ class Execution(dg.ConfigurableResource):
         if self._connected:
             return
         assert self._context is not None, "Execution is used outside a run"
-        from albor_pipeline.defs.ray import ray_resource
+        from albor_pipeline.defs.ray import run_ray
 
         spec = self.spec
-        self._stack.enter_context(ray_resource(spec).yield_for_execution(self._context))
+        self._stack.enter_context(run_ray(spec, self._context))
         self._connected = True
         where = spec.address or f"a local Ray with {spec.workers or cpu_count()} CPUs"
         if self._context.log:

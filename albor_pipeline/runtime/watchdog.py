@@ -165,7 +165,7 @@ def watch_processes(processes: dict[int, str], on_exit: Callable[[str], None]) -
     if not hasattr(os, "pidfd_open"):
         return lambda: None
     stop_r, stop_w = os.pipe()
-    names = {}
+    names: dict[int, str] = {}  # pidfd -> "<name> (pid N)"
     for pid, name in processes.items():
         with suppress(OSError):  # gone already, or no pidfds in this kernel
             names[os.pidfd_open(pid)] = f"{name} (pid {pid})"
@@ -181,7 +181,12 @@ def watch_processes(processes: dict[int, str], on_exit: Callable[[str], None]) -
     thread = threading.Thread(target=watch, name="watch-processes", daemon=True)
     thread.start()
 
+    once = threading.Lock()  # taken by the first stop, never released
+
     def stop() -> None:
+        """Idempotent: a second call must not write to, or close, fds closed (maybe reused) by the first."""
+        if not once.acquire(blocking=False):
+            return
         os.write(stop_w, b"x")
         thread.join()
         for fd in (stop_r, stop_w, *names):

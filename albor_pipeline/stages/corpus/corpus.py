@@ -371,7 +371,8 @@ def _pack_split(
 
 
 def _empty_warning(sequences: int, docs: int, tokens: int, seq_len: int) -> list[str]:
-    """A split too small for one sequence: an empty corpus, said so (its checks pass on it)."""
+    """A split too small for one sequence: an empty corpus, said so (a held-out split's checks
+    pass on it; corpus/train's fail)."""
     if sequences:
         return []
     return [f"empty: {docs:,} document(s), {tokens:,} tokens, not one full {seq_len:,}-token sequence"]

@@ -283,6 +283,10 @@ def _tiktoken_ids(enc: tiktoken.Encoding, text: str) -> list[int] | None:
         return None
 
 
+FIRST_MISSES = 20
+"""The documents a tokenizer report names of each kind of mismatch; the rest are counted."""
+
+
 @dataclass
 class Evaluation:
     """The report's val figures, and each val document's token count (for `compare`)."""
@@ -297,18 +301,21 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encod
     ids and `enc` (tokenizer.pkl, what nanochat encodes with) gives it `consumer`'s."""
     plain = plain_tokenizer(tok)
     docs = n_bytes = n_tokens = 0
-    failures: list[int] = []  # every document that does not round-trip, ...
-    differ: list[int] = []  # ... whose tokenizer.pkl ids differ, ...
-    json_differ: list[int] = []  # ... whose tokenizer.json ids differ
+    # Documents that do not round-trip, whose tokenizer.pkl ids differ, whose tokenizer.json ids
+    # differ: counted, and only the first FIRST_MISSES of each kept to name.
+    missed = {"roundtrip": 0, "tiktoken": 0, "json": 0}
+    first: dict[str, list[int]] = {kind: [] for kind in missed}
     counts: list[int] = []
     for batch in val_texts:
         ids = [e.ids for e in plain.encode_batch_fast(batch, add_special_tokens=False)]
         users = [e.ids for e in consumer.encode_batch_fast(batch, add_special_tokens=False)]
         decoded = plain.decode_batch(ids, skip_special_tokens=False)
         for text, back, tids, uids, theirs in zip(batch, decoded, ids, users, _tiktoken_batch(enc, batch)):
-            for equal, misses in ((back == text, failures), (theirs == uids, differ), (uids == tids, json_differ)):
+            for kind, equal in (("roundtrip", back == text), ("tiktoken", theirs == uids), ("json", uids == tids)):
                 if not equal:
-                    misses.append(docs)
+                    missed[kind] += 1
+                    if len(first[kind]) < FIRST_MISSES:
+                        first[kind].append(docs)
             docs += 1
             n_bytes += len(text.encode("utf-8"))
             n_tokens += len(tids)
@@ -316,12 +323,12 @@ def evaluate(tok: Tokenizer, val_texts: Iterator[list[str]], enc: tiktoken.Encod
     coverage = {kw: len(plain.encode(kw, add_special_tokens=False).ids) == 1 for kw in PYTHON_KEYWORDS}
     report = {
         "val_documents": docs,
-        "roundtrip_ok": docs - len(failures),
-        "roundtrip_failures_first": failures[:20],
-        "tiktoken_ids_equal": docs - len(differ),
-        "tiktoken_mismatches_first": differ[:20],
-        "json_ids_equal": docs - len(json_differ),
-        "json_mismatches_first": json_differ[:20],
+        "roundtrip_ok": docs - missed["roundtrip"],
+        "roundtrip_failures_first": first["roundtrip"],
+        "tiktoken_ids_equal": docs - missed["tiktoken"],
+        "tiktoken_mismatches_first": first["tiktoken"],
+        "json_ids_equal": docs - missed["json"],
+        "json_mismatches_first": first["json"],
         "keyword_coverage": coverage,
         "keywords_single_token": sum(coverage.values()),
         "val_bytes": n_bytes,
