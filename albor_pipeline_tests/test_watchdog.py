@@ -48,8 +48,16 @@ def _cmdline(pid: int) -> bytes:
 
 
 def _workers(pid: int) -> set[int]:
-    """`pid`'s live children but multiprocessing's resource tracker (one per process, for its lifetime)."""
-    return {c for c in _children(pid) if (cmd := _cmdline(c)) and b"resource_tracker" not in cmd}
+    """`pid`'s pool workers: its fork server's live children, and its own but the fork server and
+    multiprocessing's resource tracker (one each per process, for its lifetime)."""
+    found: set[int] = set()
+    for child in _children(pid):
+        cmd = _cmdline(child)
+        if b"forkserver" in cmd:
+            found.update(_children(child))
+        elif cmd and b"resource_tracker" not in cmd:
+            found.add(child)
+    return found
 
 
 def _hang(seconds: float, item: int) -> int:
