@@ -180,7 +180,7 @@ def test_pack_plus_one_packs_nanochat_s_rows(chat_tok, tmp_path):  # noqa: F811
     mixed = _conversations_file(tmp_path / "mixed.parquet", _real_conversations())
     spec = ChatSpec(max_tokens=256, overlong="truncate", packing="best_fit", pack_plus_one=True)
     result = build_sft(mixed, chat_tok[0], spec, "auto", tmp_path / "packed", StageIO(tmp_path))
-    rows = ChatSpec(**{**spec.model_dump(), "packing": "none"})
+    rows = ChatSpec(**{**spec.model_dump(), "packing": "none", "pack_plus_one": False})
     build_sft(mixed, chat_tok[0], rows, "auto", tmp_path / "rows", StageIO(tmp_path))
     unpacked = pq.read_table(tmp_path / "rows" / "part-00000.parquet").to_pylist()
     lengths = [len(r["input_ids"]) for r in unpacked if 1 in r["loss_mask"]]
