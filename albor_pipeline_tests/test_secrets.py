@@ -14,6 +14,7 @@ import string
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -346,6 +347,39 @@ def _texts_under(root: Path, decode: Decode, vocab_size: int) -> Iterator[tuple[
             yield path, decode(np.fromfile(path, dtype=dtype))
 
 
+def _build_and_read(tmp_path: Path, extra: list[dict]) -> tuple[Any, Iterator[tuple[str, str, bool]]]:
+    """The small spec with `extra` sources built into tmp_path/data with an instance in
+    tmp_path/home, every check passing; and (path under tmp_path, text, whether ingested/ holds
+    it: the task store's entries are links to its files) for every file of both, as text: its
+    bytes, Parquet's strings, token ids decoded with the run's tokenizer."""
+    import dagster as dg
+    from tokenizers import Tokenizer
+
+    from albor_pipeline.spec import load_spec
+
+    from .support import instance_home, materialize_all, small_spec_dict, write_spec
+
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict(extra)))
+    home, data = instance_home(tmp_path / "home"), tmp_path / "data"
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        result = materialize_all(spec, data, instance)
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    tok = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
+
+    def decode(ids: np.ndarray) -> str:
+        return tok.decode(ids.astype(np.int64).tolist(), skip_special_tokens=False)
+
+    def texts() -> Iterator[tuple[str, str, bool]]:
+        ingested = {p.stat().st_ino for p in (data / "ingested").rglob("*") if p.is_file()}
+        for root in (data, home):
+            for path, text in _texts_under(root, decode, tok.get_vocab_size(with_added_tokens=True)):
+                rel = path.relative_to(tmp_path).as_posix()
+                yield rel, text, rel.startswith("data/ingested/") or path.stat().st_ino in ingested
+
+    return result, texts()
+
+
 @pytest.mark.graph
 def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
     """Issue 37, done when: a GitHub, GitLab and AWS token planted in a code source and in a
@@ -354,13 +388,6 @@ def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
     Markdown) and from every file of the Dagster instance; an e-mail in a file name is
     absent too, but from the fingerprint cache (the file name is its key) and from the text
     ingested/ keeps for hygiene (an e-mail in a text is PII, not a secret)."""
-    import dagster as dg
-    from tokenizers import Tokenizer
-
-    from albor_pipeline.spec import load_spec
-
-    from .support import instance_home, materialize_all, small_spec_dict, write_spec
-
     secrets, bodies = _planted_secrets()
     ghp, glpat, akia = secrets
     planted = f'GITHUB_TOKEN = "{ghp}"\nGITLAB = {{"token": "{glpat}"}}\nAWS_ACCESS_KEY_ID = "{akia}"\n'
@@ -378,38 +405,23 @@ def test_planted_tokens_are_gone_from_every_output_and_the_instance(tmp_path):
         {"name": "planted", "kind": "code", "path": str(code)},
         {"name": "planted_chat", "kind": "chat", "path": str(chat.parent)},
     ]
-    spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict(extra)))
-    home, data = instance_home(tmp_path / "home"), tmp_path / "data"
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        result = materialize_all(spec, data, instance)
-        checks = result.get_asset_check_evaluations()
-    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    result, texts = _build_and_read(tmp_path, extra)
     conversations = result.asset_materializations_for_node("conversations")[0].metadata
     redaction = conversations["redaction"].value
     assert isinstance(redaction, dict) and redaction["planted_chat"]["secrets"]["GitHub Token"] == 1
-
-    tok = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
-
-    def decode(ids: np.ndarray) -> str:
-        return tok.decode(ids.astype(np.int64).tolist(), skip_special_tokens=False)
-
     reached: set[str] = set()
-    ingested = {p.stat().st_ino for p in (data / "ingested").rglob("*") if p.is_file()}
-    for root in (data, home):
-        for path, text in _texts_under(root, decode, tok.get_vocab_size(with_added_tokens=True)):
-            rel = path.relative_to(tmp_path).as_posix()
-            assert not [b for b in bodies if _left(b, text)], f"a planted token survives in {rel}"
-            # PII in a text is hygiene's to redact: ingested/ keeps the e-mail in parser.py's text
-            # (and so does the task store, whose entry of that ingest task is a link to the same file).
-            kept = rel.startswith(("data/cache/fingerprints/", "data/ingested/")) or path.stat().st_ino in ingested
-            assert EMAIL_IN_NAME not in text or kept, rel
-            if "GITHUB_TOKEN = " in text or "Never paste a token" in text:
-                reached.add(rel.split("/")[1])
-            if root == home and "<EMAIL>/parser.py" in text:
-                reached.add("examples in the event log")
-            if root == home and "<EMAIL>/outside.py" in text:
-                reached.add("skips in the event log")
-    files = pq.read_table(data / "ingested" / "planted", columns=["file"]).column("file").to_pylist()
+    for rel, text, ingested in texts:
+        assert not [b for b in bodies if _left(b, text)], f"a planted token survives in {rel}"
+        # PII in a text is hygiene's to redact: ingested/ keeps the e-mail in parser.py's text
+        # (and so does the task store, whose entry of that ingest task is a link to the same file).
+        assert EMAIL_IN_NAME not in text or ingested or rel.startswith("data/cache/fingerprints/"), rel
+        if "GITHUB_TOKEN = " in text or "Never paste a token" in text:
+            reached.add(rel.split("/")[1])
+        if rel.startswith("home/") and "<EMAIL>/parser.py" in text:
+            reached.add("examples in the event log")
+        if rel.startswith("home/") and "<EMAIL>/outside.py" in text:
+            reached.add("skips in the event log")
+    files = pq.read_table(tmp_path / "data" / "ingested" / "planted", columns=["file"]).column("file").to_pylist()
     assert "<EMAIL>/parser.py" in files and not [f for f in files if EMAIL_IN_NAME in f]
     # The planted code and conversations did reach the corpus and the SFT data, redacted, and
     # the file named with an e-mail reached the event log, redacted.
@@ -711,37 +723,16 @@ def test_issue_61_s_secrets_and_addresses_are_gone_from_every_source_kind(tmp_pa
     IDN e-mail), in a source of every kind, are absent from every output file and from the
     instance after a default-shaped build, token ids decoded too. Each source's marker shows
     that its planted text reached the outputs (redacted), so absence is not a dropped document."""
-    import dagster as dg
-    from tokenizers import Tokenizer
-
-    from albor_pipeline.spec import load_spec
-
-    from .support import instance_home, materialize_all, small_spec_dict, write_spec
-
     secrets = [(line, secret) for line, secret, _, _ in (*ML_CREDENTIALS, *PASSWORDS)]
     lines = [line for line, _ in secrets] + [line for line, _ in PUBLIC_IPS[:4]] + ["# Maintainer: josé@exämple.de\n"]
-    spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict(_in_every_source_kind(tmp_path, lines))))
-    home, data = instance_home(tmp_path / "home"), tmp_path / "data"
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        result = materialize_all(spec, data, instance)
-    checks = result.get_asset_check_evaluations()
-    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
-    tok = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
-
-    def decode(ids: np.ndarray) -> str:
-        return tok.decode(ids.astype(np.int64).tolist(), skip_special_tokens=False)
-
+    _, texts = _build_and_read(tmp_path, _in_every_source_kind(tmp_path, lines))
     reached: set[str] = set()
-    ingested = {p.stat().st_ino for p in (data / "ingested").rglob("*") if p.is_file()}
-    for root in (data, home):
-        for path, text in _texts_under(root, decode, tok.get_vocab_size(with_added_tokens=True)):
-            rel = path.relative_to(tmp_path).as_posix()
-            assert not [line for line, secret in secrets if _left(secret, text)], rel
-            # A document's or conversation's PII is hygiene's to redact: ingested/ keeps it (as do
-            # the task store's links to those files); an eval item's is redacted at ingest.
-            evals = rel.startswith(("data/ingested/planted_mc", "data/ingested/planted_base_eval"))
-            kept = (rel.startswith("data/ingested/") or path.stat().st_ino in ingested) and not evals
-            assert kept or not [a for a in ISSUE61_ADDRESSES if a in text], rel
-            if rel.startswith(("data/documents/", "data/sft/", "data/eval/")):  # documents: before FIM cuts them
-                reached |= {kind for kind in ISSUE61_KINDS if MARKER.format(kind) in text}
+    for rel, text, ingested in texts:
+        assert not [line for line, secret in secrets if _left(secret, text)], rel
+        # A document's or conversation's PII is hygiene's to redact: ingested/ keeps it (as do the
+        # task store's links to those files); an eval item's is redacted at ingest.
+        evals = rel.startswith(("data/ingested/planted_mc", "data/ingested/planted_base_eval"))
+        assert (ingested and not evals) or not [a for a in ISSUE61_ADDRESSES if a in text], rel
+        if rel.startswith(("data/documents/", "data/sft/", "data/eval/")):  # documents: before FIM cuts them
+            reached |= {kind for kind in ISSUE61_KINDS if MARKER.format(kind) in text}
     assert reached == set(ISSUE61_KINDS), reached
