@@ -89,12 +89,7 @@ def test_a_killed_run_s_workers_exit() -> None:
     assert run.stdout is not None
     workers = [int(pid) for pid in run.stdout.readline().split()]
     assert len(workers) == 2 and run.pid not in workers
-    os.kill(run.pid, signal.SIGKILL)
-    run.wait()
-    deadline = time.monotonic() + 10
-    while any(map(_alive, workers)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(map(_alive, workers))
+    assert _gone_after_kill(run, workers, 10)
 
 
 SLOW_PRELOAD = """
@@ -126,12 +121,7 @@ def test_a_run_killed_while_its_fork_server_preloads_leaves_no_process(tmp_path:
     children = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _parent(pid) == run.pid]
     try:
         assert int(marker.read_text()) in children and len(children) == 2  # the server, the tracker
-        os.kill(run.pid, signal.SIGKILL)
-        run.wait()
-        deadline = time.monotonic() + 3
-        while any(map(_alive, children)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(map(_alive, children))
+        assert _gone_after_kill(run, children, 3)
     finally:
         for pid in [run.pid, *children]:
             with contextlib.suppress(ProcessLookupError):
@@ -144,6 +134,16 @@ def _parent(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError):
         return None
+
+
+def _gone_after_kill(run: subprocess.Popen, pids: list[int], seconds: float) -> bool:
+    """SIGKILL `run`; whether every one of `pids` has exited within `seconds` after."""
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + seconds
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(map(_alive, pids))
 
 
 def _alive(pid: int) -> bool:
