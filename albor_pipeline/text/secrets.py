@@ -558,19 +558,29 @@ def redact_path(path: str) -> str:
     return found.redact(path) if found.spans else path
 
 
+def redacted_json(value: Any, secrets: bool = True, pii: bool = True) -> tuple[Any, Counter[str]]:
+    """`value` (parsed JSON: a conversation, an eval item) with every string in it redacted on
+    its own, so a placeholder never cuts a JSON escape and a list keeps its length; the
+    findings by type."""
+    found: Counter[str] = Counter()
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            scan = scanner().scan(value, secrets, pii)
+            found.update(scan.counts)
+            return scan.redact(value) if scan.spans else value
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return value
+
+    return clean(value), found
+
+
 def _redacted_conversation(text: str, secrets: bool, pii: bool) -> tuple[str, Counter[str]]:
-    """A conversation's canonical JSON with every message's text (and every part's) redacted
-    on its own, so a placeholder never cuts a JSON escape; the findings by type."""
-    messages = json.loads(text)
-    counts: Counter[str] = Counter()
-    for message in messages:
-        parts = [message] if isinstance(message["content"], str) else message["content"]
-        key = "content" if isinstance(message["content"], str) else "text"
-        for part in parts:
-            found = scanner().scan(part[key], secrets, pii)
-            counts.update(found.counts)
-            if found.spans:
-                part[key] = found.redact(part[key])
+    """A conversation's canonical JSON with every message's text (and every part's) redacted."""
+    messages, counts = redacted_json(json.loads(text), secrets, pii)
     return (conversation_json(messages) if counts else text), counts
 
 

@@ -51,7 +51,7 @@ from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_me
 from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column, parse_json
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.text.removal import REMOVED, Tombstone, write_tombstones
-from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted
+from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted, redacted_json
 
 BATCH_BYTES = 32 << 20
 READ_CHUNK = 256  # code files read ahead at most
@@ -396,22 +396,8 @@ def _without_secrets(
 
 def _redacted_item(text: str) -> tuple[str, Counter[str]]:
     """An eval item's JSON with its secrets and PII redacted string by string (`question`, each
-    choice, `query`, `context`, ...), so a placeholder never cuts a JSON escape and a list keeps
-    its length; the findings by type."""
-    found: Counter[str] = Counter()
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, str):
-            value, counts = redacted(value)
-            found.update(counts)
-            return value
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        return value
-
-    item = clean(json.loads(text))
+    choice, `query`, `context`, ...); the findings by type."""
+    item, found = redacted_json(json.loads(text))
     return (_item_json(item) if found else text), found
 
 
