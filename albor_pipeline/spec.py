@@ -56,11 +56,6 @@ Splits = Annotated[tuple[str, ...], AfterValidator(_known_splits)]
 """A subset of SPLITS (FIM's and SFT's)."""
 
 
-def is_uri(path: Path | str) -> bool:
-    """An object-store location (`s3://...`), as opposed to a local path."""
-    return isinstance(path, str) and "://" in path
-
-
 def _file_url_path(url: str) -> Path:
     """The local path of a `file://` URL (`file:///data/x` or `file://localhost/data/x`)."""
     parts = urlsplit(url)
@@ -70,9 +65,10 @@ def _file_url_path(url: str) -> Path:
 
 
 def _local_or_uri(value: Path | str) -> Path | str:
-    if isinstance(value, str) and value.startswith("file://"):
-        return _file_url_path(value)
-    return value if is_uri(value) else Path(value)
+    """An object-store URI as it is; a local path (or `file://` URL) as a Path."""
+    if is_remote(value):
+        return value
+    return _file_url_path(value) if isinstance(value, str) and value.startswith("file://") else Path(value)
 
 
 class SpecError(ValueError):
