@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections import Counter
+from collections.abc import Container
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -153,8 +155,9 @@ def _spool_group(lsh: LshJob, io: TaskIO, item: tuple[int, int, str]) -> tuple[n
 class _Locator:
     """(input, row) of scanned documents, from the scan's items (a 4-byte row per document)."""
 
-    def __init__(self, items: list[_ScanItem], firsts: np.ndarray) -> None:
-        self.firsts, self.documents = firsts, int(firsts[-1])
+    def __init__(self, items: list[_ScanItem]) -> None:
+        self.documents = items[-1].first + len(items[-1].rows) if items else 0
+        self.firsts = np.array([it.first for it in items] + [self.documents], dtype=np.int64)
         self.inputs = np.array([it.input for it in items], dtype=np.int64)
         self.group_rows = np.array([it.group_row for it in items], dtype=np.int64)
         self.rows = np.concatenate([np.zeros(0, np.int32), *(it.rows for it in items)])
@@ -213,6 +216,47 @@ def _scan_items(inputs: list[tuple[str, Path]], codes: list[np.ndarray]) -> list
 
 
 @dataclass(frozen=True)
+class _Scan:
+    """What the scan works on and with, by name: the inputs (source, Parquet shard) and their
+    split `codes` (which its steps update in place), where and how its tasks run, the steps
+    to take (each None when off), and whether a ledger is kept (near dedup then names each
+    removed member's representative)."""
+
+    inputs: list[tuple[str, Path]]
+    codes: list[np.ndarray]
+    spool: Path  # the scan's signature files and LSH spool; its parent holds the shingle spool
+    executor: Executor
+    progress: Progress | None
+    near: NearDedupSpec | None
+    decon: Decontaminator | None
+    removal: RemovalIndex | None
+    ledger: bool
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What the scan tasks found, by scanned document (`_Locator`): benchmark hits and removal
+    requests' matches (an entry per hit or match, not per document), and, with near dedup,
+    where the signatures are spooled (the index then holds the LSH candidates)."""
+
+    hits: dict[int, list[str]]
+    removed: dict[int, tuple[str, str]]  # how it matched (`exact`, `near`), the tombstone's SHA-256
+    spooled: list[Spooled | None]
+
+
+Report = TypeVar("Report", Removals, NearDuplicates, Decontaminated)
+
+
+@dataclass(frozen=True)
+class _Decided(Generic[Report]):
+    """A step's report and the fates of the documents it dropped (their codes are DROPPED):
+    the ledger records them as they are."""
+
+    report: Report
+    fates: Fates
+
+
+@dataclass(frozen=True)
 class _Scanned:
     """What the scan found, and where its signatures are spooled (for the split writers)."""
 
@@ -224,77 +268,145 @@ class _Scanned:
     fates: Fates
 
 
-def _scan(
-    inputs: list[tuple[str, Path]],
-    codes: list[np.ndarray],
-    near: NearDedupSpec | None,
-    decon: Decontaminator | None,
-    spool: Path,
-    progress: Progress | None,
-    executor: Executor,
-    removal: RemovalIndex | None = None,
-    ledger: bool = True,
-) -> _Scanned:
-    """One pass over the exact-unique documents (words hashed once) for near-dup signatures
-    (spooled to `spool`), benchmark n-grams and removed documents' copies, a task per row group
-    on `executor`; then those copies go, then near-dup clusters of the rest, then
-    decontamination, updating the split `codes` (and, with the `ledger`, noting why each
-    dropped document was dropped)."""
-    items = _scan_items(inputs, codes)
-    docs = items[-1].first + len(items[-1].rows) if items else 0
-    firsts = np.array([it.first for it in items] + [docs], dtype=np.int64)
-    where = _Locator(items, firsts)
+def _scan(scan: _Scan) -> _Scanned:
+    """One pass over the exact-unique documents finds what each step needs (`_find`); then
+    three steps decide in order, each on the codes the one before left: removal requests'
+    copies go, then near-duplicate clusters of the rest, then train documents holding
+    benchmark text. The ledger's fates are the union of theirs: a step drops only documents
+    the ones before kept, so no two decide on the same document."""
+    items = _scan_items(scan.inputs, scan.codes)
+    where = _Locator(items)
+    near = scan.near
     index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
-    hits: dict[int, list[str]] = {}
-    job = _ScanJob(index.signer if index else None, decon, removal)
-    groups = [(str(inputs[it.input][1]), it.group, it.rows) for it in items]
-    scanned = map_tasks(_scan_group, job, groups, spool, executor, inline_below=SCAN_MIN_GROUPS, reuse=True)
-    for item, group in zip(items, scanned):
-        hits.update({item.first + k: names for k, names in group.hits.items()})
-    gone = {item.first + k: hit for item, group in zip(items, scanned) for k, hit in group.removed.items()}
-    names, file_of = [name for name, _ in inputs], partial(_file_of, inputs)
-    removals = drop_removed(gone, where.one, names, codes, DROPPED, file_of, len(removal.sha256)) if removal else None
+    found = _find(scan, items, where, index)
+    removed = _remove(scan, scan.removal, where, found.removed) if scan.removal else None
+    clustered = _near_dedup(scan, near, index, where, found.removed) if near and index else None
+    decontaminated = _decontaminate(scan, scan.decon, where, found.hits) if scan.decon else None
+    fates: Fates = {}
+    for step in (removed, clustered, decontaminated):
+        for i, rows in step.fates.items() if step else ():
+            fates.setdefault(i, {}).update(rows)
+    return _Scanned(
+        near=clustered.report if clustered else None,
+        decontaminated=decontaminated.report if decontaminated else None,
+        items=items,
+        spooled=found.spooled,
+        removal=removed.report if removed else None,
+        fates=fates,
+    )
+
+
+def _find(scan: _Scan, items: list[_ScanItem], where: _Locator, index: NearDupIndex | None) -> _Found:
+    """A task per row group (`_scan_group`, words hashed once per document) finds each step's
+    evidence at once: benchmark hits, removal requests' matches and (with near dedup) MinHash
+    signatures, whose LSH candidates then go into `index`."""
+    job = _ScanJob(index.signer if index else None, scan.decon, scan.removal)
+    groups = [(str(scan.inputs[it.input][1]), it.group, it.rows) for it in items]
+    ex = scan.executor
+    scanned = map_tasks(_scan_group, job, groups, scan.spool, ex, inline_below=SCAN_MIN_GROUPS, reuse=True)
+    hits = {it.first + k: names for it, group in zip(items, scanned) for k, names in group.hits.items()}
+    removed = {it.first + k: hit for it, group in zip(items, scanned) for k, hit in group.removed.items()}
     spooled: list[Spooled | None] = []
     if index:
-        lsh = index.lsh(spool, docs)
-        signed = [(it.task, it.first, str(spool / g.shards[0].name)) for it, g in zip(items, scanned) if g.shards]
-        waves = map_tasks(_spool_group, lsh, signed, spool, executor, spools=[g.spooled for g in scanned])
+        lsh = index.lsh(scan.spool, where.documents)
+        signed = [(it.task, it.first, str(scan.spool / g.shards[0].name)) for it, g in zip(items, scanned) if g.shards]
+        waves = map_tasks(_spool_group, lsh, signed, scan.spool, ex, spools=[g.spooled for g in scanned])
         spooled = [sent for _, files in waves for sent in files]
         stacked = np.stack([o for o, _ in waves]) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
-        index.find_candidates(lsh, stacked, firsts, executor, spooled)
-        index.pairs = [(a, b) for a, b in index.pairs if a not in gone and b not in gone]  # removed already
-    near_report: NearDuplicates | None = None
+        index.find_candidates(lsh, stacked, where.firsts, ex, spooled)
+    return _Found(hits, removed, spooled)
+
+
+def _remove(
+    scan: _Scan, removal: RemovalIndex, where: _Locator, matched: dict[int, tuple[str, str]]
+) -> _Decided[Removals]:
+    """Removal requests' copies go first, so near dedup clusters only what they leave. Each
+    fate names the tombstone its document matched, exactly or as a near-duplicate."""
+    names, file_of = [name for name, _ in scan.inputs], partial(_file_of, scan.inputs)
+    report = drop_removed(matched, where.one, names, scan.codes, DROPPED, file_of, len(removal.sha256))
     fates: Fates = {}
-    for doc, (how, sha256) in sorted(gone.items()) if ledger else ():
+    for doc, (how, sha256) in sorted(matched.items()):
         i, row = where.one(doc)
         fates.setdefault(i, {})[row] = ("removed", f"{how} copy of a document removed by request (sha256 {sha256})")
-    if index and near:
-        near_report, near_fates = _near_dedup(
-            index, inputs, codes, where, near, spool.parent, progress, executor, ledger
-        )
-        for i, rows in near_fates.items():
-            fates.setdefault(i, {}).update(rows)
-    decon_report = None
-    if decon:
-        dropped: Counter[str] = Counter()
-        per_benchmark: Counter[str] = Counter()
-        examples: list[tuple[str, str]] = []
-        for doc, names in sorted(hits.items()):
-            i, row = where.one(doc)
-            if codes[i][row] != SPLIT_CODES["train"]:  # only train must not contain eval text
-                continue
-            _drop(codes, fates, i, row, "decontaminated", ", ".join(names))
-            dropped[inputs[i][0]] += 1
-            per_benchmark.update(names)
-            if len(examples) < 5:
-                examples.append((_file_of(inputs, i, row), ", ".join(names)))
-        decon_report = Decontaminated(
-            ngram=decon.n,
-            benchmarks={n: BenchmarkFacts(**r, train_dropped=per_benchmark[n]) for n, r in decon.report().items()},
-            dropped=dict(sorted(dropped.items())),
-            examples=examples,
-        )
-    return _Scanned(near_report, decon_report, items, spooled, removals, fates)
+    return _Decided(report, fates)
+
+
+def _near_dedup(
+    scan: _Scan, spec: NearDedupSpec, index: NearDupIndex, where: _Locator, removed: Container[int]
+) -> _Decided[NearDuplicates]:
+    """Cluster near-duplicates among the documents the removal requests left (a candidate pair
+    with a removed document goes: its copy is gone already); members either leave (remove)
+    or take their representative's split (cluster-aware holdout). The representative is the
+    first member in spec order, as in exact dedup. Each removed member's fate names its
+    representative (with the ledger) and the best Jaccard that joined it."""
+    inputs, codes = scan.inputs, scan.codes
+    index.pairs = [(a, b) for a, b in index.pairs if a not in removed and b not in removed]
+    if scan.progress:
+        scan.progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
+    index.verify_shards([str(p) for _, p in inputs], where, scan.spool.parent, scan.executor)
+    dropped: Counter[str] = Counter()
+    sizes: Counter[int] = Counter()
+    groups = index.clusters.groups()
+    jaccard: dict[int, float] = {}
+    for a, b, j in index.verified:
+        jaccard[a], jaccard[b] = max(jaccard.get(a, 0.0), j), max(jaccard.get(b, 0.0), j)
+    roots = {root: where.one(root) for root in groups} if spec.remove and scan.ledger else {}
+    wanted: dict[int, list[int]] = {}
+    for i, row in roots.values():
+        wanted.setdefault(i, []).append(row)
+    names = _identities(inputs, wanted)
+    fates: Fates = {}
+    for root, members in groups.items():
+        sizes[len(members)] += 1
+        ri, rrow = where.one(root)
+        for member in members[1:]:
+            i, row = where.one(member)
+            if spec.remove:
+                similar = f"of {names.get((ri, rrow), '?')}, Jaccard {jaccard.get(member, spec.threshold)}"
+                _drop(codes, fates, i, row, "near_duplicate", similar)
+                dropped[inputs[i][0]] += 1
+            else:
+                codes[i][row] = codes[ri][rrow]
+    report = NearDuplicates(
+        removed=dict(sorted(dropped.items())),
+        clusters=sum(sizes.values()),
+        cluster_sizes={str(k): v for k, v in sorted(sizes.items())},
+        candidate_pairs=len(index.pairs),
+        verified_pairs=len(index.verified),
+        examples=[
+            (_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j) for a, b, j in index.verified[:5]
+        ],
+    )
+    return _Decided(report, fates)
+
+
+def _decontaminate(
+    scan: _Scan, decon: Decontaminator, where: _Locator, hits: dict[int, list[str]]
+) -> _Decided[Decontaminated]:
+    """Train documents sharing an n-gram with a benchmark go (only train must not contain eval
+    text), decided last: a near-duplicate kept takes its representative's split, so only then
+    is its split known. Each fate names the benchmarks."""
+    inputs, codes = scan.inputs, scan.codes
+    fates: Fates = {}
+    dropped: Counter[str] = Counter()
+    per_benchmark: Counter[str] = Counter()
+    examples: list[tuple[str, str]] = []
+    for doc, names in sorted(hits.items()):
+        i, row = where.one(doc)
+        if codes[i][row] != SPLIT_CODES["train"]:
+            continue
+        _drop(codes, fates, i, row, "decontaminated", ", ".join(names))
+        dropped[inputs[i][0]] += 1
+        per_benchmark.update(names)
+        if len(examples) < 5:
+            examples.append((_file_of(inputs, i, row), ", ".join(names)))
+    report = Decontaminated(
+        ngram=decon.n,
+        benchmarks={n: BenchmarkFacts(**r, train_dropped=per_benchmark[n]) for n, r in decon.report().items()},
+        dropped=dict(sorted(dropped.items())),
+        examples=examples,
+    )
+    return _Decided(report, fates)
 
 
 SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
@@ -470,59 +582,6 @@ def _split_reads(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> dic
 setattr(_write_splits, READS, _split_reads)
 
 
-def _near_dedup(
-    index: NearDupIndex,
-    inputs: list[tuple[str, Path]],
-    codes: list[np.ndarray],
-    where: _Locator,
-    spec: NearDedupSpec,
-    spool_dir: Path,
-    progress: Progress | None,
-    executor: Executor,
-    ledger: bool = True,
-) -> tuple[NearDuplicates, Fates]:
-    """Cluster near-duplicates among the exact-unique documents; members either leave (remove)
-    or take their representative's split (cluster-aware holdout). The representative is the
-    first member in spec order, as in exact dedup. Returns the report and the removed
-    members' ledger fates (their representative, and the best Jaccard that joined them)."""
-    if progress:
-        progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
-    index.verify_shards([str(p) for _, p in inputs], where, spool_dir, executor)
-    removed: Counter[str] = Counter()
-    sizes: Counter[int] = Counter()
-    groups = index.clusters.groups()
-    jaccard: dict[int, float] = {}
-    for a, b, j in index.verified:
-        jaccard[a], jaccard[b] = max(jaccard.get(a, 0.0), j), max(jaccard.get(b, 0.0), j)
-    roots = {root: where.one(root) for root in groups} if spec.remove and ledger else {}
-    wanted: dict[int, list[int]] = {}
-    for i, row in roots.values():
-        wanted.setdefault(i, []).append(row)
-    names = _identities(inputs, wanted)
-    fates: Fates = {}
-    for root, members in groups.items():
-        sizes[len(members)] += 1
-        ri, rrow = where.one(root)
-        for member in members[1:]:
-            i, row = where.one(member)
-            if spec.remove:
-                similar = f"of {names.get((ri, rrow), '?')}, Jaccard {jaccard.get(member, spec.threshold)}"
-                _drop(codes, fates, i, row, "near_duplicate", similar)
-                removed[inputs[i][0]] += 1
-            else:
-                codes[i][row] = codes[ri][rrow]
-    return NearDuplicates(
-        removed=dict(sorted(removed.items())),
-        clusters=sum(sizes.values()),
-        cluster_sizes={str(k): v for k, v in sorted(sizes.items())},
-        candidate_pairs=len(index.pairs),
-        verified_pairs=len(index.verified),
-        examples=[
-            (_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j) for a, b, j in index.verified[:5]
-        ],
-    ), fates
-
-
 def _exact_fates(exact: ExactDedup, names: np.ndarray, fates: Fates) -> Fates:
     """`fates` with every exact repeat's: the source whose copy (the first in spec order) stays."""
     kept_in = names[exact.input_of(exact.repeats[:, 1])].tolist()
@@ -562,9 +621,18 @@ def build_documents(
     near = near if near is not None and near.enabled else None
     removal = RemovalIndex(tombstones, near) if tombstones is not None else None
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
-        scanning = near or decon or removal
-        scan = (inputs, codes, near, decon, Path(spool), progress, executor, removal, audit.ledger)
-        scanned = _scan(*scan) if scanning else None
+        scan = _Scan(
+            inputs=inputs,
+            codes=codes,
+            spool=Path(spool),
+            executor=executor,
+            progress=progress,
+            near=near,
+            decon=decon,
+            removal=removal,
+            ledger=audit.ledger,
+        )
+        scanned = _scan(scan) if near or decon or removal else None
         job = _SignatureJob(spool, near.num_perm) if near and scanned else None
         parts: list[list[tuple[int, int, np.ndarray]]] = [[] for _ in inputs]
         for it in scanned.items if job and scanned else []:
