@@ -17,14 +17,15 @@ from albor_pipeline.runtime.executor import INLINE, TASKS, LocalExecutor, TaskEr
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.taskstore import TaskStore, reusing
-from albor_pipeline.spec import CorpusSpec, FimSpec
+from albor_pipeline.spec import CorpusSpec, FimSpec, Packing
 from albor_pipeline.stages.corpus import pack as pack_module
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits
 from albor_pipeline.stages.corpus.corpus import build_corpus
 from albor_pipeline.stages.corpus.exports import megatron_index
-from albor_pipeline.stages.corpus.lineage import PIECES
+from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces
 from albor_pipeline.stages.corpus.plan import (
     Packed,
+    Plan,
     PlanSummary,
     Segments,
     best_fit_plan,
@@ -252,6 +253,40 @@ def test_best_fit_keeps_every_short_document_whole(doc_lengths, window, seq_len,
             assert len(set(flat[pos : pos + piece - 1].tolist())) <= 1
             pos += piece
         at += count
+
+
+@pytest.mark.parametrize("packing", list(Packing))
+def test_a_saved_plan_gives_each_task_its_sequences_segments(packing, tmp_path):
+    """The plan's contract between the stage's process and its packing tasks: the files `save`
+    writes are the ones `load` opens, and any range of sequences read back from them has the
+    segments the whole plan gives those sequences."""
+    lengths, seq_len = np.array([5, 3, 6, 2, 19, 1, 9, 4, 8], dtype=np.int64), 8
+    offsets = np.array([0, 20, 57], dtype=np.int64)
+    if packing is Packing.concat:
+        ends = np.cumsum(lengths)
+        whole = concat_pieces(lengths, int(ends[-1]) // seq_len, seq_len, None)
+        plan = Plan(offsets, ends=ends)
+    else:
+        whole, _ = best_fit_plan(lengths, seq_len, 4)
+        plan = Plan.best_fit(offsets, whole)
+    saved = plan.save(tmp_path)
+    opened: list[Path] = []
+
+    def local(path: Path) -> Path:
+        opened.append(path)
+        return path
+
+    loaded = Plan.load(tmp_path, packing, local)
+    assert sorted(opened) == saved == sorted(tmp_path.iterdir())
+    assert np.array_equal(loaded.offsets, offsets)
+    first_segment = np.concatenate([[0], np.cumsum(whole.counts)])
+    sequences = len(whole.counts)
+    for first, end in itertools.combinations(range(sequences + 1), 2):
+        got = loaded.segments(first, end, seq_len, int(lengths.sum()) // seq_len * seq_len)
+        a, b = first_segment[first], first_segment[end]
+        assert got.starts.tolist() == whole.starts[a:b].tolist()
+        assert got.lens.tolist() == whole.lens[a:b].tolist()
+        assert got.counts.tolist() == whole.counts[first:end].tolist()
 
 
 def test_best_fit_corpus_passes_its_checks_and_beats_concat_on_cuts(pipeline):

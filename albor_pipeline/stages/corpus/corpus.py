@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -24,7 +24,6 @@ from albor_pipeline.runtime.artifacts import (
     TEMP_SUFFIX,
     Artifact,
     record,
-    write_array,
     write_json,
 )
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
@@ -43,7 +42,7 @@ from albor_pipeline.stages.corpus.exports import NANOGPT_META, STREAMS, concat_s
 from albor_pipeline.stages.corpus.index import reader_index
 from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces, write_pieces
 from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
-from albor_pipeline.stages.corpus.plan import PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
+from albor_pipeline.stages.corpus.plan import Plan, PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
 from albor_pipeline.stages.corpus.report import CorpusBudget, CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import make_encoder, pick_encoder
 from albor_pipeline.text.sequences import INDEX_FILE
@@ -240,21 +239,16 @@ def _split_rows(groups: list[RowGroup], encoded: list[GroupTokens]) -> np.ndarra
     return np.concatenate([np.zeros(0, np.int64), *parts])
 
 
-def _save_plan(spool: Path, encoded: _Encoded, spec: CorpusSpec) -> tuple[PlanSummary, Segments]:
-    """The plan's arrays into the spool, where the packing tasks read them; and the plan's
-    segments, every sequence's document pieces (the corpus's ledger)."""
+def _plan(encoded: _Encoded, spec: CorpusSpec) -> tuple[Plan, PlanSummary, Segments]:
+    """The plan the packing tasks read, what packing does to the stream, and every sequence's
+    document pieces (the corpus's ledger)."""
     lengths, ends = encoded.lengths, np.cumsum(encoded.lengths)
-    write_array(spool / "offsets.npy", encoded.offsets, npy=True)
     if spec.packing is Packing.best_fit:
-        segments, plan = best_fit_plan(lengths, spec.seq_len, spec.best_fit_window)
-        write_array(spool / "seg_starts.npy", segments.starts, npy=True)
-        write_array(spool / "seg_lens.npy", segments.lens, npy=True)
-        seq_first = np.concatenate([[0], np.cumsum(segments.counts)]).astype(np.int64)
-        write_array(spool / "seq_first.npy", seq_first, npy=True)
-        return plan, segments
-    write_array(spool / "ends.npy", ends, npy=True)
-    plan = concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad, encoded.limit)
-    return plan, concat_pieces(lengths, plan.sequences, spec.seq_len, encoded.limit)
+        segments, summary = best_fit_plan(lengths, spec.seq_len, spec.best_fit_window)
+        return Plan.best_fit(encoded.offsets, segments), summary, segments
+    summary = concat_plan(ends, spec.seq_len, spec.remainder is RemainderPolicy.pad, encoded.limit)
+    pieces = concat_pieces(lengths, summary.sequences, spec.seq_len, encoded.limit)
+    return Plan(encoded.offsets, ends=ends), summary, pieces
 
 
 def _encode(
@@ -321,38 +315,39 @@ def _pack_split(
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
     if eos is None or pad is None:
         raise ValueError(f"{EOS} and {PAD} must be tokens of the tokenizer")
-    plan, segments = _save_plan(spool, encoded, spec)
+    plan, planned, segments = _plan(encoded, spec)
     tokens, docs, formats = int(encoded.lengths.sum()), len(encoded.lengths), set(spec.formats)
-    spooled = [*encoded.spooled, *(io.offer(npy) for npy in sorted(spool.glob("*.npy")))]
+    spooled = [*encoded.spooled, *(io.offer(path) for path in plan.save(spool))]
     dtype = token_dtype(vocab)
     job = PackJob(str(spool), spec.seq_len, pad, dtype.name, encoded.limit or tokens, spec.packing)
     streams = [name for fmt, name, _ in STREAMS if fmt in formats]
     exports = spool / "exports"
     exports.mkdir()
     counts = {"documents": docs, "tokens": tokens, "vocab_size": vocab}
-
-    def finish(staging: Path, packed: list[PackedShard]) -> None:
-        """The exports (written meanwhile) and the index join the shards' set."""
-        stream.update(zip(("sha256", "bytes"), streamed.result()))
-        for path in [*(exports / n for n in streams), *write_sidecars(exports, formats, encoded.lengths, nanogpt)]:
-            path.rename(staging / path.name)
-        shards = list(shards_of(packed))
-        write_json(staging / INDEX_FILE, reader_index(spec, counts, special, shards, min_chars))
-        if ledger:
-            write_pieces(staging / PIECES, segments, encoded.lengths, encoded.rows)
-
     nanogpt = {"vocab_size": vocab, "tokens": tokens, "eos_id": eos, "documents": docs, "seq_len": spec.seq_len}
     special = {"bos": tok.token_to_id(BOS), "eos": eos, "pad": pad}
-    items = _shard_items(plan.sequences, spec, formats)
-    stream: dict[str, str | int] = {}
+    items = _shard_items(planned.sequences, spec, formats)
     with ThreadPoolExecutor(1) as background:  # the exports are written here while tasks pack
         streamed = background.submit(concat_streams, spool, encoded.tasks, streams, exports, tokens * dtype.itemsize)
+        finish = partial(
+            _finish,
+            exports=exports,
+            streamed=streamed,
+            spec=spec,
+            encoded=encoded,
+            counts=counts,
+            special=special,
+            nanogpt=nanogpt,
+            min_chars=min_chars,
+            ledger=segments if ledger else None,
+        )
         packed = map_shards(pack_shard, job, items, out_dir, io.executor, spools=spooled, finish=finish)
+    stream = streamed.result()
     if io.progress and packed:
-        io.progress(f"corpus: {plan.sequences:,} sequences in {len(packed)} shard(s)")
+        io.progress(f"corpus: {planned.sequences:,} sequences in {len(packed)} shard(s)")
     shards = list(shards_of(packed))
     sequences = sum(shard.rows for shard in shards)
-    cut = _plan_counts(plan, ExportFormat.parquet in formats)
+    cut = _plan_counts(planned, ExportFormat.parquet in formats)
     sources, token_lengths = encoded.accounting.summary(docs, pool)
     summary = CorpusSummary(
         documents=docs,
@@ -362,12 +357,39 @@ def _pack_split(
         cut_fraction=round(cut["cut_documents"] / docs, 6) if docs else 0.0,
         pad_fraction=round(cut["padded_tokens"] / (sequences * spec.seq_len), 6) if sequences else 0.0,
         sources=sources,
-        warnings=_empty_warning(plan.sequences, docs, tokens, spec.seq_len)
+        warnings=_empty_warning(planned.sequences, docs, tokens, spec.seq_len)
         + repeat_warnings({name: f.epochs for name, f in sources.items()}, "epochs"),
         token_lengths=token_lengths,
     )
     artifacts = _artifacts(out_dir, io.root, shards, formats, stream, docs, tokens)
     return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - start)
+
+
+def _finish(
+    staging: Path,
+    packed: list[PackedShard],
+    *,
+    exports: Path,
+    streamed: Future[tuple[str, int]],
+    spec: CorpusSpec,
+    encoded: _Encoded,
+    counts: dict[str, int],
+    special: dict[str, int | None],
+    nanogpt: dict[str, int],
+    min_chars: int,
+    ledger: Segments | None,
+) -> None:
+    """What joins the packed shards' set (`staging`) before it commits: the exports, once
+    `streamed` has written their streams into `exports`, with their sidecars; the reader index;
+    and the ledger of every sequence's document pieces (`ledger`, unless None)."""
+    streamed.result()
+    formats = set(spec.formats)
+    streams = [exports / name for fmt, name, _ in STREAMS if fmt in formats]
+    for path in [*streams, *write_sidecars(exports, formats, encoded.lengths, nanogpt)]:
+        path.rename(staging / path.name)
+    write_json(staging / INDEX_FILE, reader_index(spec, counts, special, list(shards_of(packed)), min_chars))
+    if ledger is not None:
+        write_pieces(staging / PIECES, ledger, encoded.lengths, encoded.rows)
 
 
 def _empty_warning(sequences: int, docs: int, tokens: int, seq_len: int) -> list[str]:
@@ -412,12 +434,13 @@ def _artifacts(
     root: Path,
     shards: list[Shard],
     formats: set[ExportFormat],
-    stream: dict[str, str | int],
+    stream: tuple[str, int],
     docs: int,
     tokens: int,
 ) -> list[Artifact]:
     """The committed set's records, in the manifest's order: shards, each export's stream
-    and its sidecar, the index."""
+    (`stream`: its SHA-256 and bytes) and its sidecar, the index."""
+    sha256, size = stream
     artifacts = [shard.artifact(out_dir, root) for shard in shards]
     for fmt, name, sidecars, rows in (
         (ExportFormat.megatron, "megatron.bin", ("megatron.idx",), docs),
@@ -426,7 +449,7 @@ def _artifacts(
         if fmt in formats:
             path = (out_dir / name).relative_to(root).as_posix()
             artifacts += [
-                Artifact(path=path, sha256=str(stream["sha256"]), bytes=int(stream["bytes"]), rows=rows),
+                Artifact(path=path, sha256=sha256, bytes=size, rows=rows),
                 *(record(out_dir / sidecar, root) for sidecar in sidecars),
             ]
     pieces = [record(out_dir / PIECES, root)] if (out_dir / PIECES).exists() else []

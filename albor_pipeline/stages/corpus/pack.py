@@ -19,7 +19,7 @@ from albor_pipeline.spec import Packing
 from albor_pipeline.stages.corpus.encode_task import (
     spool_tokens,
 )
-from albor_pipeline.stages.corpus.plan import Packed, Segments, concat_segments, fill
+from albor_pipeline.stages.corpus.plan import Packed, Plan, Segments, fill
 from albor_pipeline.text.sequences import DOC_LENS, ROW_GROUP_SEQUENCES
 
 SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32())), ("doc_lens", DOC_LENS)])
@@ -42,9 +42,8 @@ def sequences_batch(packed: Packed) -> pa.RecordBatch:
 
 @dataclass(frozen=True)
 class PackJob:
-    """The plan a packing task reads from the token spool: token files, document ends
-    (`concat`) or explicit segments (`best_fit`). A task's identity is what it reads of
-    them (`pack_reads`), not the job."""
+    """Where a packing task reads its sequences: the plan (`plan.Plan`) and the token files in
+    the spool. A task's identity is what it reads of them (`pack_reads`), not the job."""
 
     spool: str  # the plan and token files
     seq_len: int
@@ -53,23 +52,13 @@ class PackJob:
     tokens: int
     packing: Packing
 
-    def _plan(self, io: TaskIO, name: str) -> np.ndarray:
-        return np.load(io.local(Path(self.spool) / f"{name}.npy"), mmap_mode="r")
+    def plan(self, io: TaskIO) -> Plan:
+        """The plan in the spool, where this task reads it."""
+        return Plan.load(Path(self.spool), self.packing, io.local)
 
-    def segments(self, io: TaskIO, first: int, end: int) -> Segments:
-        """Sequences [first, end)'s segments."""
-        if self.packing is Packing.concat:
-            lo, hi = first * self.seq_len, min(end * self.seq_len, self.tokens)
-            return concat_segments(self._plan(io, "ends"), lo, hi, self.seq_len)
-        bounds = np.asarray(self._plan(io, "seq_first")[first : end + 1])
-        a, b = int(bounds[0]), int(bounds[-1])
-        return Segments(
-            np.asarray(self._plan(io, "seg_starts")[a:b]), np.asarray(self._plan(io, "seg_lens")[a:b]), np.diff(bounds)
-        )
-
-    def read(self, io: TaskIO, lo: int, hi: int) -> np.ndarray:
-        """Stream positions [lo, hi) as uint32, from the row groups' token files."""
-        offsets = self._plan(io, "offsets")
+    def read(self, io: TaskIO, offsets: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """Stream positions [lo, hi) as uint32, from the row groups' token files (starting at
+        stream positions `offsets`)."""
         task = int(np.searchsorted(offsets, lo, side="right")) - 1
         parts, itemsize = [], np.dtype(self.dtype).itemsize
         while lo < hi:
@@ -90,10 +79,11 @@ class PackedShard:
 def _chunks(job: PackJob, io: TaskIO, first: int, end: int) -> Iterator[tuple[Segments, int, np.ndarray]]:
     """Sequences [first, end), `PACK_SEQUENCES` at a time: their segments, the stream position
     their tokens start at, and those tokens."""
+    plan = job.plan(io)
     for lo in range(first, end, PACK_SEQUENCES):
-        segments = job.segments(io, lo, min(lo + PACK_SEQUENCES, end))
+        segments = plan.segments(lo, min(lo + PACK_SEQUENCES, end), job.seq_len, job.tokens)
         base = int(segments.starts.min())
-        yield segments, base, job.read(io, base, int((segments.starts + segments.lens).max()))
+        yield segments, base, job.read(io, plan.offsets, base, int((segments.starts + segments.lens).max()))
 
 
 def pack_shard(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> PackedShard:

@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from albor_pipeline.runtime.artifacts import atomic_path, write_array
+from albor_pipeline.spec import Packing
 
 
 @dataclass
@@ -27,6 +32,69 @@ class Segments:
     starts: np.ndarray  # int64
     lens: np.ndarray  # int64
     counts: np.ndarray  # int64, one per sequence
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan as the packing tasks read it: the stage's process saves it into the token spool,
+    each task loads it there. The one owner of its files' names, so writer and readers agree.
+
+    `offsets`: where each row group's token file starts in the stream, then the total. `concat`
+    cuts its sequences from the documents' `ends`; `best_fit`'s are explicit segments
+    (`seg_starts`, `seg_lens`) with each sequence's first segment, then the total (`seq_first`),
+    so a task finds its own sequences' segments without reading the others'."""
+
+    offsets: np.ndarray  # int64
+    ends: np.ndarray | None = None  # int64, `concat`
+    seg_starts: np.ndarray | None = None  # int64, `best_fit`
+    seg_lens: np.ndarray | None = None
+    seq_first: np.ndarray | None = None
+
+    @classmethod
+    def best_fit(cls, offsets: np.ndarray, segments: Segments) -> Plan:
+        """`best_fit`'s plan of `segments`: their sequences become first segments."""
+        seq_first = np.concatenate([[0], np.cumsum(segments.counts)]).astype(np.int64)
+        return cls(offsets, seg_starts=segments.starts, seg_lens=segments.lens, seq_first=seq_first)
+
+    def save(self, spool: Path) -> list[Path]:
+        """The plan's files in `spool`, each written whole before a task can map it; returned
+        in name order, to offer them to tasks on other nodes."""
+        arrays = {
+            "ends": self.ends,
+            "offsets": self.offsets,
+            "seg_lens": self.seg_lens,
+            "seg_starts": self.seg_starts,
+            "seq_first": self.seq_first,
+        }
+        saved = [(spool / f"{name}.npy", array) for name, array in arrays.items() if array is not None]
+        for path, array in saved:
+            with atomic_path(path) as tmp:
+                write_array(tmp, array, npy=True)
+        return [path for path, _ in saved]
+
+    @classmethod
+    def load(cls, spool: Path, packing: Packing, local: Callable[[Path], Path]) -> Plan:
+        """The plan `save` wrote into `spool`, memory-mapped: a task reads only its sequences'
+        part. `local`: where the task reads a spool file (`TaskIO.local`)."""
+
+        def array(name: str) -> np.ndarray:
+            return np.load(local(spool / f"{name}.npy"), mmap_mode="r")
+
+        if packing is Packing.concat:
+            return cls(array("offsets"), ends=array("ends"))
+        return cls(
+            array("offsets"), seg_starts=array("seg_starts"), seg_lens=array("seg_lens"), seq_first=array("seq_first")
+        )
+
+    def segments(self, first: int, end: int, seq_len: int, tokens: int) -> Segments:
+        """Sequences [first, end)'s segments (`concat`: of a stream packed up to `tokens`)."""
+        if self.ends is not None:
+            return concat_segments(self.ends, first * seq_len, min(end * seq_len, tokens), seq_len)
+        if self.seg_starts is None or self.seg_lens is None or self.seq_first is None:
+            raise ValueError("a plan holds either document ends or segments")
+        bounds = np.asarray(self.seq_first[first : end + 1])
+        a, b = int(bounds[0]), int(bounds[-1])
+        return Segments(np.asarray(self.seg_starts[a:b]), np.asarray(self.seg_lens[a:b]), np.diff(bounds))
 
 
 @dataclass(frozen=True)
