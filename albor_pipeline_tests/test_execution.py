@@ -567,3 +567,13 @@ def test_a_bad_launchpad_backend_fails_before_any_stage(tmp_path):
     assert isinstance(failed.value.__cause__, SpecError)
     assert "resources.execution: backend: Input should be 'local' or 'ray'" in str(failed.value.__cause__)
     assert not (tmp_path / "out" / "ingested").exists()
+
+
+def test_a_ray_start_up_that_fails_before_connecting_cleans_up_with_its_own_error():
+    """dagster-ray calls `cleanup` when start-up fails (e.g. `ray.init` twice in a process);
+    before anything is watched, cleanup must leave that error to surface, not raise its own."""
+    from dagster_ray.configs import Lifecycle
+
+    from albor_pipeline.defs.ray import RayCluster
+
+    RayCluster(lifecycle=Lifecycle(cleanup="never")).cleanup(dg.build_init_resource_context(), RuntimeError("init"))

@@ -44,7 +44,7 @@ class RayCluster(RayResource):
 
     address: str | None = None
 
-    _stop_watching: Callable[[], None] = PrivateAttr(default=lambda: None)
+    _stop_watching: Callable[[], None] | None = PrivateAttr(default=None)  # set once connected
 
     @property
     def host(self) -> str:
@@ -86,7 +86,8 @@ class RayCluster(RayResource):
         )
 
     def cleanup(self, context: Any, exception: BaseException | None) -> None:
-        self._stop_watching()  # Ray's own shutdown ends them next
+        if self._stop_watching is not None:  # a start-up that failed before it connected watches nothing
+            self._stop_watching()  # Ray's own shutdown ends them next
         super().cleanup(context, exception)
 
 
