@@ -97,7 +97,10 @@ def on_upstream_change() -> dg.AutomationCondition:
         | AC.newly_requested()
         | AC.any_deps_match(AC.will_be_requested())
     )
-    gave_up = AC.execution_failed() & ~AC.any_deps_updated()  # no retry loop on a persistent failure
+    # No retry loop on a persistent failure: after a failed run, wait for a parent to update. Since
+    # the last request, not on this tick alone: a tick that is blocked when the update lands (a
+    # wave still running) must not make the asset wait forever.
+    gave_up = AC.execution_failed() & ~AC.any_deps_updated().since_last_handled()
     return (InputsChanged() & ~blocked & ~gave_up).with_label("upstream data version changed")
 
 
