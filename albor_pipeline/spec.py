@@ -769,6 +769,14 @@ class PipelineSpec(_Model):
                 raise ValueError(f"mix.{split}.weights: no weight or repeat given for source(s) {missing}")
         return self
 
+    def input_files(self) -> list[Path]:
+        """The files the spec names besides its sources': benchmarks, removal lists, tokenizer
+        baselines and ranks. A stage's identity takes them by content: an edit of one rebuilds
+        what reads it. A source's files reach the stages through its ingestion's outputs."""
+        removals = [r.sha256_file for r in self.remove.values() if r.sha256_file is not None]
+        ranks = self.tokenizer.openai_ranks.values()
+        return [*(b.path for b in self.decontaminate.benchmarks), *removals, *self.tokenizer.baselines, *ranks]
+
     def sources_of(self, *kinds: SourceKind) -> list[SourceSpec]:
         """The sources of these kinds, in spec order (documents, chat, eval sets)."""
         return [s for s in self.sources if s.kind in kinds]

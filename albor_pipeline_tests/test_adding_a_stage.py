@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
 from albor_pipeline.runtime.checks import CheckOutcome
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
-from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files, shard_name
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, job_and_file, map_shards, shards_of
+from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 
 SCHEMA = pa.schema([("sha256", pa.string()), ("words", pa.int64())])
 
@@ -38,18 +38,20 @@ class Counted:
     shards: tuple[Shard, ...]
 
 
-def count_shard(job: None, io: TaskIO, item: tuple[int, str]) -> Counted:
-    task, path = item
-    with ParquetSink(io.directory / shard_name(task), SCHEMA) as sink:
+def count_shard(job: None, io: TaskIO, path: str) -> Counted:
+    with ParquetSink(io.directory / Path(path).name, SCHEMA) as sink:
         for batch in iter_batches(io.local(path), ["sha256", "text"]):
             words = pa.array([len(text.split()) for text in batch.column("text").to_pylist()], pa.int64())
             sink.write(pa.RecordBatch.from_arrays([batch.column("sha256"), words], schema=SCHEMA))
     return Counted((Shard.of(sink.path, sink.rows),))
 
 
+COUNT_SHARD = Step(count_shard, job_and_file)
+
+
 def count_words(src: Path, out: Path, io: StageIO) -> list[Artifact]:
-    items = [(i, str(path)) for i, path in enumerate(parquet_files(src))]
-    return [s.artifact(out, io.root) for s in shards_of(map_shards(count_shard, None, items, out, io.executor))]
+    items = [str(path) for path in parquet_files(src)]
+    return [s.artifact(out, io.root) for s in shards_of(map_shards(COUNT_SHARD, None, items, out, io))]
 
 
 def check_counts(paths: list[Path]) -> CheckOutcome:

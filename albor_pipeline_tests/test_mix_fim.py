@@ -142,7 +142,7 @@ def test_hash_partitioned_exact_dedup_equals_a_dict_of_every_hash(tmp_path, monk
     holdout = HoldoutSpec(val_fraction=0.2, test_fraction=0.1)
     shards = [_ingest_stdlib(tmp_path, n, p) for n, p in (("a", "email"), ("b", "json"), ("c", "email"))]
     for paths in (shards, shards[::-1]):
-        exact = exact_dedup(paths, holdout, tmp_path, executor)
+        exact = exact_dedup(paths, holdout, tmp_path, StageIO(tmp_path, executor))
         seen: dict[str, int] = {}
         want_codes, want_repeats, want_inputs, doc, owner = [], [], [], 0, []
         for i, path in enumerate(paths):
@@ -251,7 +251,7 @@ def test_external_shuffle_equals_in_memory_take(tmp_path, local2):
     for name, executor in (("inline", INLINE), ("local2", local2)):
         out = tmp_path / name
         out.mkdir()
-        written = shuffle(shards, order, out, np.array([*range(0, 2300, 97), 2300]), executor)
+        written = shuffle(shards, order, out, np.array([*range(0, 2300, 97), 2300]), StageIO(tmp_path, executor))
         assert [s.rows for s in written] == [97] * 23 + [2300 - 97 * 23]
         assert read_shards(out).equals(table.take(order)), name
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # scatter files removed
@@ -273,7 +273,7 @@ def test_a_shard_drawn_many_times_over_is_scattered_an_output_shard_at_a_time(tm
     previous, pool = pa.default_memory_pool(), pa.proxy_memory_pool(pa.default_memory_pool())
     pa.set_memory_pool(pool)
     try:
-        shuffle(shards, order, out, np.arange(0, 20_001, 500), INLINE)
+        shuffle(shards, order, out, np.arange(0, 20_001, 500), StageIO(tmp_path))
     finally:
         pa.set_memory_pool(previous)
     assert 0 < pool.max_memory() < 6 * table.nbytes, (pool.max_memory(), table.nbytes)

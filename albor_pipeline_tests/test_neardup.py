@@ -201,6 +201,8 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
     partitions on two processes equal the in-memory index's (one partition) and a plain
     loop over every pair: share a band's key and agree in enough signature positions."""
     from albor_pipeline.runtime import hashpart
+    from albor_pipeline.runtime.nodes import IN_PLACE
+    from albor_pipeline.runtime.shardmap import TaskIO
     from albor_pipeline.stages.dedup.lsh import band_keys, lsh_candidates
     from albor_pipeline.text.shingles import word_hashes
 
@@ -222,6 +224,7 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
     job = index.lsh(tmp_path, len(texts))
     assert job.partitions > 8
     firsts = np.array([0, 7, 30, len(texts)])
-    offsets = np.stack([job.spool_signatures(t, firsts[t], sigs[firsts[t] : firsts[t + 1]])[0] for t in range(3)])
-    pooled = lsh_candidates(job, offsets, firsts, local2)
+    io = TaskIO(str(tmp_path), IN_PLACE)
+    offsets = np.stack([job.spool_signatures(t, firsts[t], sigs[firsts[t] : firsts[t + 1]], io) for t in range(3)])
+    pooled = lsh_candidates(job, offsets, firsts, StageIO(tmp_path, local2))
     assert [tuple(p) for p in pooled.tolist()] == serial

@@ -29,7 +29,7 @@ from albor_pipeline.runtime.hashpart import scatter, spool_file
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import DataDirBusy, data_dir_lock
 from albor_pipeline.runtime.nodes import IN_PLACE
-from albor_pipeline.runtime.shardmap import StageIO
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO
 from albor_pipeline.runtime.stage import MANIFEST_ROOM
 from albor_pipeline.spec import REPO_ROOT, load_spec
 from albor_pipeline.stages.ingest.ingest import ingest_source
@@ -100,7 +100,7 @@ def test_a_full_disk_names_enospc_and_the_file_where_numpy_would_not(small_disk)
     failed saying only that. The spool writers now say ENOSPC and name the file."""
     records = np.arange(5_000_000, dtype=np.uint64)  # 40 MB on a 30 MB disk
     with pytest.raises(OSError) as npy:
-        scatter(IN_PLACE, str(small_disk), "keys", 0, records, records % 4, 4)
+        scatter(TaskIO(str(small_disk), IN_PLACE), str(small_disk), "keys", 0, records, records % 4, 4)
     with pytest.raises(OSError) as raw:
         write_array(small_disk / "tokens-000000.bin", records)
     for err, name in ((npy.value, spool_file(small_disk, "keys", 0)), (raw.value, small_disk / "tokens-000000.bin")):

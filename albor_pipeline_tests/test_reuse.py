@@ -23,9 +23,9 @@ from albor_pipeline.runtime.checks import KeptOutcome, kept_outcome
 from albor_pipeline.runtime.executor import INLINE, TASKS
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.nodes import IN_PLACE
-from albor_pipeline.runtime.shardmap import CodeChanged, StageIO, TaskIO, _Task, map_shards
+from albor_pipeline.runtime.shardmap import CodeChanged, StageIO, Step, TaskIO, _Task, map_shards
 from albor_pipeline.runtime.shards import Shard, shard_name
-from albor_pipeline.runtime.taskstore import TaskStore, reusing
+from albor_pipeline.runtime.taskstore import InputFile, TaskStore, reusing
 from albor_pipeline.spec import REPO_ROOT, SPLITS, HygieneSpec, SourceSpec, load_spec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import clean_source
@@ -55,11 +55,19 @@ def _upper(job: _Upper, io: TaskIO, item: tuple[int, str]) -> _Written:
     return _Written([Shard.of(out, len(lines))])
 
 
+def _upper_reads(job: _Upper, io: TaskIO, item: tuple[int, str]) -> dict[str, object]:
+    task, path = item
+    return {"job": job, "task": task, "file": InputFile(path)}
+
+
+UPPER = Step(_upper, _upper_reads, reads_files_only=True)
+
+
 def _map(store: TaskStore, files: list[Path], out: Path, suffix: str = "!") -> dict[str, int]:
     """`_upper` over `files` into the set `out`, reusing from `store`: (ran, reused)."""
     mark = TASKS.mark()
     with reusing(store):
-        map_shards(_upper, _Upper(suffix), [(i, str(f)) for i, f in enumerate(files)], out, INLINE)
+        map_shards(UPPER, _Upper(suffix), [(i, str(f)) for i, f in enumerate(files)], out, StageIO(out.parent))
     seen = TASKS.since(mark)["_upper"]
     return {"ran": int(seen["tasks"] - seen["reused"]), "reused": int(seen["reused"])}
 
@@ -368,10 +376,10 @@ def test_a_task_whose_worker_runs_other_code_than_the_run_fails(tmp_path: Path) 
     source = tmp_path / "in.txt"
     source.write_text("a line\n")
     io = TaskIO(str(tmp_path), IN_PLACE)
-    task = _Task(_upper, _Upper("!"), io, ())
+    task = _Task(UPPER, _Upper("!"), io, ())
     assert task((0, str(source))).result.shards[0].rows == 1  # the same code: it runs
     with pytest.raises(CodeChanged, match="changed on disk during the run"):
-        _Task(_upper, _Upper("!"), replace(io, code="0" * 64), ())((0, str(source)))
+        _Task(UPPER, _Upper("!"), replace(io, code="0" * 64), ())((0, str(source)))
 
 
 def test_hygiene_and_its_secrets_check_redo_only_the_row_groups_whose_bytes_changed(tmp_path: Path) -> None:

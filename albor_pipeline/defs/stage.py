@@ -35,7 +35,7 @@ from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
 from albor_pipeline.runtime.stage import Inputs, Settings, StageOutput, run_stage
-from albor_pipeline.runtime.taskstore import Verbatim, check_refs, reusing
+from albor_pipeline.runtime.taskstore import InputFile, check_refs, reusing
 from albor_pipeline.runtime.versions import CODE_VERSION, library_versions
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, PipelineSpec, apply_overrides
@@ -449,12 +449,11 @@ def _keeps(execution: Execution, store: ArtifactStore) -> bool:
 
 
 def _spec_identity(spec: PipelineSpec) -> dict[str, Any]:
-    """The spec as a stage's or a check's identity takes it: but `RUNNING_ONLY`, the sources'
-    paths as written (only ingestion reads their files)."""
+    """The spec as a stage's or a check's identity takes it: but `RUNNING_ONLY`, with the files
+    its stages read besides the sources by content (`input_files`); the sources' paths as
+    written (only ingestion reads their files)."""
     dumped = spec.model_dump(mode="json", exclude=RUNNING_ONLY)
-    for source in dumped["sources"]:
-        source["path"] = Verbatim(source["path"])
-    return dumped
+    return {**dumped, "input_files": [InputFile(str(path)) for path in spec.input_files()]}
 
 
 def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpec | None = None) -> dg.Definitions:

@@ -15,9 +15,9 @@ from pydantic import BaseModel
 from albor_pipeline.runtime.artifacts import read_manifest, recorded_intact, sha256_bytes, write_json
 from albor_pipeline.runtime.executor import Executor
 from albor_pipeline.runtime.layout import Layout, benchmark_stage, source_stage
-from albor_pipeline.runtime.shardmap import NAMED_BY_JOB, TaskIO, map_tasks
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import Shard
-from albor_pipeline.runtime.taskstore import NotReusable, identity
+from albor_pipeline.runtime.taskstore import InputFile, NotReusable, identity
 
 T = TypeVar("T")
 
@@ -112,20 +112,39 @@ class _Checked(Generic[T]):
     shards: tuple[Shard, ...] = ()
 
 
-def _check_shard(fn: Callable[[Path], T], io: TaskIO, path: str) -> _Checked[T]:
-    return _Checked(fn(io.local(path)))
+@dataclass(frozen=True)
+class _CheckJob(Generic[T]):
+    """A per-shard check: its function, and the files it reads besides the shard."""
+
+    fn: Callable[[Path], T]
+    files: tuple[InputFile, ...] = ()
 
 
-setattr(_check_shard, NAMED_BY_JOB, True)  # its tasks are named by `fn` (the task log, the bench)
+def _check_shard(job: _CheckJob[T], io: TaskIO, path: str) -> _Checked[T]:
+    return _Checked(job.fn(io.local(path)))
 
 
-def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path]) -> list[T]:
+def _check_reads(job: _CheckJob[T], io: TaskIO, path: str) -> dict[str, Any]:
+    """A check task's identity: its function (settings and all), its files and its shard by content."""
+    return {"fn": job.fn, "files": job.files, "shard": InputFile(path)}
+
+
+def _check_fn(job: _CheckJob[T]) -> Callable[[Path], T]:
+    return job.fn
+
+
+CHECK_SHARD: Step[_CheckJob[Any], str, _Checked[Any]] = Step(_check_shard, _check_reads, reads_files_only=True, names=_check_fn)
+
+
+def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path], reads: Sequence[Path] = ()) -> list[T]:
     """`fn` of each shard of `paths`, a task each on `executor` (inline for one shard), on
     the shard's copy wherever the task runs. Reused as a stage's tasks are, by `fn` (a
-    function of this package, or a `partial` of one) and the shard's bytes: a rebuild checks
-    again only the shards that changed."""
+    function of this package, or a `partial` of one), the files it `reads` besides its shard
+    (a tokenizer, benchmarks) and the shard, by content: a rebuild checks again only the
+    shards that changed."""
     # The tasks write nothing: their directory is nominal, the shards' own (in the data dir,
     # where a node without the run's working copy maps it).
     directory = paths[0].parent if paths else Path()
-    checked = map_tasks(_check_shard, fn, [str(p) for p in paths], directory, executor, reuse=True)
+    job = _CheckJob(fn, tuple(InputFile(str(p)) for p in reads))
+    checked = map_tasks(CHECK_SHARD, job, [str(p) for p in paths], directory, StageIO(directory, executor))
     return [c.value for c in checked]

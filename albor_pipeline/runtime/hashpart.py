@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from albor_pipeline.runtime.artifacts import write_array
-from albor_pipeline.runtime.nodes import Node, Spooled
+from albor_pipeline.runtime.nodes import Node
 from albor_pipeline.runtime.shards import MB
+
+if TYPE_CHECKING:
+    from albor_pipeline.runtime.shardmap import TaskIO
 
 PARTITION_BYTES = 64 * MB  # records a partition task holds at most, about
 
@@ -34,15 +38,16 @@ def spool_file(spool: str | Path, kind: str, task: int) -> Path:
 
 
 def scatter(
-    node: Node, spool: str, kind: str, task: int, records: np.ndarray, part: np.ndarray, partitions: int
-) -> tuple[np.ndarray, Spooled | None]:
+    io: TaskIO, spool: str, kind: str, task: int, records: np.ndarray, part: np.ndarray, partitions: int
+) -> np.ndarray:
     """Write `records` grouped by their partition `part` (stably: each partition keeps the
-    records' order) to task `task`'s file of `kind` where `node` writes the spool; returns the
-    partitions' start offsets (partitions + 1) and the file's record (`Node.spool`)."""
+    records' order) to task `task`'s file of `kind` where the task writes the spool, sent to
+    the partition tasks (`TaskIO.spool`); returns the partitions' start offsets (partitions + 1)."""
     order = np.argsort(part, kind="stable")
-    path = spool_file(node.directory(spool), kind, task)
+    path = spool_file(io.node.directory(spool), kind, task)
     write_array(path, records[order], npy=True)
-    return np.searchsorted(part[order], np.arange(partitions + 1)).astype(np.int64), node.spool(path)
+    io.spool(path)
+    return np.searchsorted(part[order], np.arange(partitions + 1)).astype(np.int64)
 
 
 def gather(node: Node, spool: str | Path, kind: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:

@@ -2,14 +2,15 @@
 the shard set it writes. The only place staging, node shipping and landing, the inline
 threshold and progress live, so a per-shard stage is its step and its accounting.
 
-A step is a plain function `step(job, io, item) -> result`, where `result.shards` lists the
-shards it wrote into `io.directory`; `io.local(path)` is where it reads a data-dir file. It
-runs wherever the executor puts it (`runtime/nodes.py`): the map ships its shards from the
-task's node and lands them in the run's staging directory, which commits whole
-(`staged_dir`), so the set never depends on where tasks ran. A shard set's task is reused
-when the run reuses tasks (`runtime/taskstore.py`): its identity is its step, its job
-(settings) and its item, with the files they name by content; a task whose identity the
-store holds gets its stored shards instead of running.
+A step is declared once as a `Step`: its function `run(job, io, item) -> result` (where
+`result.shards` lists the shards it wrote into `io.directory`, and `io.local(path)` is where
+it reads a data-dir file), what a task reads (its identity: settings by value, files as
+`InputFile`, by content), whether the task store keeps its tasks, and when a map of it runs
+inline. A task runs wherever the executor puts it (`runtime/nodes.py`): the map ships its
+shards from the task's node and lands them in the run's staging directory, which commits
+whole (`staged_dir`), so the set never depends on where tasks ran. The files a task sends to
+a later wave (`io.spool`) go where that wave's tasks can read them, through the stage's
+`StageIO`; a task whose identity the store holds gets its stored outputs instead of running.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -28,6 +29,7 @@ from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.stage import Progress
 from albor_pipeline.runtime.taskstore import (
+    InputFile,
     NotReusable,
     Outcome,
     TaskStore,
@@ -58,13 +60,6 @@ class ShardResult(Protocol):
     def shards(self) -> Sequence[Shard]: ...
 
 
-NAMED_BY_JOB = "named_by_job"  # a step's attribute: its tasks are named by their job (a function)
-READS = "task_reads"
-"""A step's attribute: `reads(job, io, item)`, what its task reads, described in full; the
-task's identity instead of its job and item. A task that reads a slice of a large spool
-(a corpus shard's tokens) is then reused while its slice stays the same, wherever the
-slice sits in the spool."""
-
 J = TypeVar("J")
 I = TypeVar("I")  # noqa: E741 - an item
 R = TypeVar("R", bound=ShardResult)
@@ -79,6 +74,7 @@ class TaskIO:
     node: Node
     store: TaskStore | None = None  # where a shard set's tasks are kept for reuse (None: never)
     code: str = CODE_VERSION  # the code the run's process imported (a task checks its own against it)
+    sent: list[Spooled] = field(default_factory=list, compare=False)  # what this task sent (`spool`)
 
     @property
     def directory(self) -> Path:
@@ -89,22 +85,68 @@ class TaskIO:
         """Where this task reads the data-dir file `path`."""
         return self.node.local(path)
 
+    def spool(self, written: Path) -> None:
+        """A file this task wrote for a later wave of the stage's tasks, or for the stage's own
+        process (`StageIO.receive`): sent where they can read it, wherever they run."""
+        if (record := self.node.spool(written)) is not None:
+            self.sent.append(record)
+
+
+@dataclass(frozen=True)
+class Step(Generic[J, I, T]):
+    """A task step, declared once: the function its tasks run, what a task reads, whether the
+    task store keeps its tasks, and how a map of it runs. The shard map derives a task's
+    identity, its shipping and its name from this, and from nothing else."""
+
+    run: Callable[[J, TaskIO, I], T]
+    reads: Callable[[J, TaskIO, I], Any] | None = None
+    """What a task reads, described in full: its identity with the step's name. Settings
+    enter by value, a file as an `InputFile` (by its content). A task reading a slice of a
+    large spool (a corpus shard's tokens) is then reused while its slice stays the same,
+    wherever it sits. None: the task's job and item, by value. NotReusable: the task runs."""
+    kept: bool = True
+    """Whether the task store keeps its tasks (their results list the files they wrote in
+    `shards`); False for a wave whose files only this run reads."""
+    inline_below: int = INLINE_BELOW
+    """Fewer items than this run in the stage's own process on a local pool."""
+    reads_files_only: bool = False
+    """Whether `reads` only names files (it reads no data to describe a task): a map may then
+    ask the store which of its tasks it holds before choosing where to run them."""
+    names: Callable[[J], Callable[..., Any]] | None = None
+    """The function a task log names a task by, from its job (a check: its per-shard
+    function); None: `run`."""
+
+    def identity(self, job: J, io: TaskIO, item: I) -> tuple[Any, Any] | None:
+        """(job, item) as the task's identity holds them: `reads` (None when it cannot tell),
+        else the job and item themselves."""
+        if self.reads is None or io.store is None:
+            return job, item
+        try:
+            return None, self.reads(job, io, item)
+        except NotReusable:
+            return None
+
+
+def job_and_file(job: Any, io: TaskIO, path: str) -> dict[str, Any]:
+    """`reads` of a step whose item is a data-dir file it reads whole: its job by value, the
+    file by content."""
+    return {"job": job, "file": InputFile(path)}
+
 
 @dataclass(frozen=True)
 class _Task(Generic[J, I, T]):
     """One map's task as its executor runs it: the step on an item, its stored outputs when
     the store holds its identity; a shard set's task ships what it wrote."""
 
-    step: Callable[[J, TaskIO, I], T]
+    step: Step[J, I, T]
     job: J
     io: TaskIO
     subsets: tuple[str, ...] | None = None  # a shard set's task: ships what it wrote
 
     @property
     def func(self) -> Callable[..., Any]:
-        """The function a task log and an error name (`executor.task_name`): the step, or its
-        job when the step only applies it (`NAMED_BY_JOB`, a check's per-shard function)."""
-        return cast(Callable[..., Any], self.job) if getattr(self.step, NAMED_BY_JOB, False) else self.step
+        """The function a task log and an error name (`executor.task_name`)."""
+        return self.step.names(self.job) if self.step.names is not None else self.step.run
 
     def __call__(self, item: I) -> Outcome:
         if self.io.code != worker_code():  # a worker started after the package's files were edited
@@ -112,47 +154,39 @@ class _Task(Generic[J, I, T]):
                 "albor_pipeline's code changed on disk during the run: this worker imported other code "
                 "than the run's process, and a build must not mix them; run again"
             )
-        run = (lambda: self.step(self.job, self.io, item)) if self.subsets is None else (lambda: self._write(item))
-        identity = self.identity(self.io, item)
+        io = replace(self.io, sent=[])
+        run = (lambda: self.step.run(self.job, io, item)) if self.subsets is None else (lambda: self._write(io, item))
+        identity = self.step.identity(self.job, io, item)
         if identity is None:
-            return run_task(None, self.step, None, None, self.io.directory, run)
-        return run_task(self.io.store, self.step, *identity, self.io.directory, run)
+            outcome = run_task(None, self.step.run, None, None, io.directory, run)
+        else:
+            outcome = run_task(io.store, self.step.run, *identity, io.directory, run)
+        return outcome._replace(sent=tuple(io.sent))
 
-    def identity(self, io: TaskIO, item: I) -> tuple[Any, Any] | None:
-        """(job, item) as the task's identity holds them: the step's description of what it
-        reads (`READS`; None when it cannot tell), else its job and item."""
-        reads = getattr(self.step, READS, None)
-        if reads is None or io.store is None:
-            return self.job, item
-        try:
-            return None, reads(self.job, io, item)
-        except NotReusable:
-            return None
-
-    def _write(self, item: I) -> ShardResult:
+    def _write(self, io: TaskIO, item: I) -> ShardResult:
         """A shard set's task: the step, then its shards made reachable by the run."""
         for subset in cast(tuple[str, ...], self.subsets):  # on a node of its own, the directory starts empty
-            (self.io.directory / subset).mkdir(parents=True, exist_ok=True)
-        result = cast(ShardResult, self.step(self.job, self.io, item))
+            (io.directory / subset).mkdir(parents=True, exist_ok=True)
+        result = cast(ShardResult, self.step.run(self.job, io, item))
         for shard in result.shards:
-            self.io.node.ship(self.io.directory, shard)
+            io.node.ship(io.directory, shard)
         return result
 
 
-def shared_task(step: Callable[[J, TaskIO, I], T], job: J, io: TaskIO, item: I) -> T:
-    """`step(job, io, item)` called from inside another task, under the identity a map of
+def shared_task(step: Step[J, I, T], job: J, io: TaskIO, item: I) -> T:
+    """`step.run(job, io, item)` called from inside another task, under the identity a map of
     `step` gives it: reused from the store when a map (or another task) ran it, else run and
     kept, as a part of the calling task. Without a store, just the call."""
-    identity = _Task(step, job, io).identity(io, item)
+    identity = step.identity(job, io, item)
     if io.store is None or identity is None:
-        return step(job, io, item)
-    return cast(T, run_part(io.store, step, *identity, io.directory, lambda: step(job, io, item)))
+        return step.run(job, io, item)
+    return cast(T, run_part(io.store, step.run, *identity, io.directory, lambda: step.run(job, io, item)))
 
 
-def held(step: Callable[[J, TaskIO, I], Any], job: J, items: Sequence[I], executor: Executor) -> list[bool]:
+def held(step: Step[J, I, Any], job: J, items: Sequence[I], io: StageIO) -> list[bool]:
     """Whether the store holds each item's task of `step` now (it would be reused): a stage
     then prepares only what the others read (the mix's scatter, for the gathers that run)."""
-    store = _store(executor)
+    store = _store(io.executor)
     return _held(_Task(step, job, TaskIO("", IN_PLACE, store)), items) if store is not None else [False] * len(items)
 
 
@@ -161,22 +195,22 @@ def _held(task: _Task[J, I, Any], items: Sequence[I]) -> list[bool]:
     store, io = cast(TaskStore, task.io.store), replace(task.io, node=IN_PLACE)
     found = []
     for item in items:
-        identity = task.identity(io, item)
+        identity = task.step.identity(task.job, io, item)
         try:
-            found.append(identity is not None and store.holds(store.key(task.step, *identity)))
+            found.append(identity is not None and store.holds(store.key(task.step.run, *identity)))
         except NotReusable:
             found.append(False)
     return found
 
 
-def _to_run(task: _Task[J, I, Any], items: Sequence[I], executor: Executor, inline_below: int) -> int:
+def _to_run(task: _Task[J, I, Any], items: Sequence[I], executor: Executor) -> int:
     """How many of `items` a local pool would run: those the store does not hold. Asked only
-    when the answer is cheap (the tasks' identities name files by content, which this process
-    has mostly hashed already; a step describing what it reads (`READS`) may read data for it).
-    A rebuild's map whose tasks are nearly all reused then runs inline: no shipping, and no
-    wait for a pool still starting (the run's first stage)."""
-    cheap = task.io.store is not None and getattr(task.step, READS, None) is None
-    if not cheap or executor.name != LocalExecutor.name or len(items) < inline_below:
+    when the answer is cheap (the tasks' identities are their job and item, whose files this
+    process has mostly hashed already; a step's `reads` may read data for it). A rebuild's
+    map whose tasks are nearly all reused then runs inline: no shipping, and no wait for a
+    pool still starting (the run's first stage)."""
+    cheap = task.io.store is not None and (task.step.reads is None or task.step.reads_files_only)
+    if not cheap or executor.name != LocalExecutor.name or len(items) < task.step.inline_below:
         return len(items)
     return len(items) - sum(_held(task, items))
 
@@ -188,24 +222,20 @@ def runs_inline(executor: Executor, items: int, inline_below: int = INLINE_BELOW
 
 
 def _run(
-    task: _Task[J, I, T],
-    items: Sequence[I],
-    executor: Executor,
-    inline_below: int,
-    spools: Sequence[Spooled | None],
-    progress: Callable[[list[T]], str | None] | None,
-    log: Progress | None,
+    task: _Task[J, I, T], items: Sequence[I], io: StageIO, progress: Callable[[list[T]], str | None] | None
 ) -> Iterator[T]:
-    """`task` over `items` on `executor` (inline below `inline_below` items on a local pool),
-    results in item order as they come, logging what `progress(done)` says after each."""
-    executor = for_items(executor, _to_run(task, items, executor, inline_below), inline_below)
-    node = task_node(executor.node).with_spools(spools)
+    """`task` over `items` on the stage's executor (inline below the step's `inline_below`
+    items on a local pool), results in item order as they come, logging what `progress(done)`
+    says after each; what the tasks send (`TaskIO.spool`) is noted in `io`."""
+    executor = for_items(io.executor, _to_run(task, items, io.executor), task.step.inline_below)
+    node = task_node(executor.node).with_spools(io.sent_records())
     task = replace(task, io=replace(task.io, node=node))
     done: list[T] = []
     reuse = session()
     told = time.monotonic()
     for outcome in executor.map(task, items):
         result = cast(T, outcome.result)
+        io.note(outcome.sent)
         if outcome.reused:
             TASKS.reuse(task_name(task))
         else:
@@ -219,40 +249,36 @@ def _run(
         # event in the run's log, and a reused stage's tasks come back in a burst).
         last = len(done) == len(items)
         due = last or time.monotonic() - told >= PROGRESS_LOG_SECONDS
-        if progress and log and due and (line := progress(done)):
-            log(line)
+        if progress and io.progress and due and (line := progress(done)):
+            io.progress(line)
             told = time.monotonic()
         yield result
 
 
 def map_shards(
-    step: Callable[[J, TaskIO, I], R],
+    step: Step[J, I, R],
     job: J,
     items: Sequence[I],
     out: Path,
-    executor: Executor,
+    io: StageIO,
     progress: Callable[[list[R]], str | None] | None = None,
-    log: Progress | None = None,
     finish: Callable[[Path, list[R]], None] | None = None,
-    spools: Sequence[Spooled | None] = (),
-    inline_below: int = INLINE_BELOW,
     subsets: Sequence[str] = (),
 ) -> list[R]:
-    """Run `step(job, io, item)` for every item on `executor` and commit the shards they wrote
-    as the set `out`, in item order. `progress(done)` says what to `log` after each result
-    (None: nothing); `finish(staging, results)` may add the set's other files (an index,
-    exports) or refuse the set before it commits; `spools`: what an earlier wave (`map_tasks`)
-    sent back, for the steps to read; `subsets`: subdirectories of the set (one per split),
+    """Run `step` for every item on the stage's executor and commit the shards they wrote as
+    the set `out`, in item order. `progress(done)` says what to log after each result (None:
+    nothing); `finish(staging, results)` may add the set's other files (an index, exports) or
+    refuse the set before it commits; `subsets`: subdirectories of the set (one per split),
     each present even when empty, where steps write shards named `<subset>/part-….parquet`.
     If a step or `finish` fails, nothing is committed and `out` keeps its previous set."""
     done: list[R] = []
     with staged_dir(out) as staging:
         for subset in subsets:
             (staging / subset).mkdir(parents=True)
-        task = _Task(step, job, TaskIO(str(staging), IN_PLACE, _store(executor)), tuple(subsets))
-        for result in _run(task, items, executor, inline_below, spools, progress, log):
+        task = _Task(step, job, TaskIO(str(staging), IN_PLACE, _store(io.executor)), tuple(subsets))
+        for result in _run(task, items, io, progress):
             for shard in result.shards:
-                task_node(executor.node).land(staging, shard)
+                task_node(io.executor.node).land(staging, shard)
             done.append(result)
         if finish is not None:
             finish(staging, done)
@@ -260,26 +286,21 @@ def map_shards(
 
 
 def map_tasks(
-    step: Callable[[J, TaskIO, I], T],
+    step: Step[J, I, T],
     job: J,
     items: Sequence[I],
     directory: Path,
-    executor: Executor,
+    io: StageIO,
     progress: Callable[[list[T]], str | None] | None = None,
-    log: Progress | None = None,
-    spools: Sequence[Spooled | None] = (),
-    inline_below: int = INLINE_BELOW,
-    reuse: bool = False,
 ) -> list[T]:
     """A wave of tasks that write no shard of the stage, only files in `directory` that a later
-    wave reads (spools, sent back with `io.node.spool`), or nothing: the shard map without a
-    commit, its arguments as `map_shards`'. Results in item order. `reuse`: the steps' results
-    list the files they wrote in `directory` (`shards`, as a shard set's do), so the task store
-    may keep and restore them."""
-    io = TaskIO(str(directory), IN_PLACE, _store(executor) if reuse else None)
-    task: _Task[J, I, T] = _Task(step, job, io)
+    wave or the stage reads (`TaskIO.spool`), or nothing: the shard map without a commit, its
+    arguments as `map_shards`'. Results in item order. A step the store keeps lists the files
+    its tasks wrote in `directory` in its results' `shards`, so the store may restore them."""
+    store = _store(io.executor) if step.kept else None
+    task: _Task[J, I, T] = _Task(step, job, TaskIO(str(directory), IN_PLACE, store))
     with naming_write_errors(directory):  # a full disk names where the wave was writing
-        return list(_run(task, items, executor, inline_below, spools, progress, log))
+        return list(_run(task, items, io, progress))
 
 
 def _store(executor: Executor) -> TaskStore | None:
@@ -307,16 +328,31 @@ def shards_of(results: Sequence[ShardResult]) -> Iterator[Shard]:
 @dataclass(frozen=True)
 class StageIO:
     """What every stage's entry gets besides its inputs and settings: the data dir's root (artifact
-    paths are relative to it), where its per-shard tasks run, and where its progress lines go."""
+    paths are relative to it), where its per-shard tasks run, where its progress lines go, and
+    the files its tasks and its process sent through the data dir's bucket (a later wave reads
+    them wherever it runs)."""
 
     root: Path
     executor: Executor = INLINE
     progress: Progress | None = None
+    sent: dict[str, tuple[str, int]] = field(default_factory=dict, compare=False)  # data-dir path: SHA-256, bytes
 
-    def offer(self, path: Path) -> Spooled | None:
+    def note(self, records: Sequence[Spooled]) -> None:
+        """Files a task (or this process) sent: a later map's tasks may read them."""
+        self.sent.update((rel, (sha, size)) for rel, sha, size in records)
+
+    def sent_records(self) -> list[Spooled]:
+        return [(rel, sha, size) for rel, (sha, size) in self.sent.items()]
+
+    def offer(self, path: Path) -> None:
         """A file this process wrote for the stage's tasks (a plan), sent where they can read it."""
-        return task_node(self.executor.node).offer(path)
+        if (record := task_node(self.executor.node).offer(path)) is not None:
+            self.note([record])
 
-    def receive(self, spooled: Spooled | None) -> None:
-        """A spool file a task sent back, brought into this process's copy of the data dir."""
-        task_node(self.executor.node).receive(spooled)
+    def receive(self, path: Path) -> None:
+        """A file a task sent back (`TaskIO.spool`), brought into this process's copy of the
+        data dir if it is not there."""
+        node = task_node(self.executor.node)
+        rel = Path(path).relative_to(node.root).as_posix() if node.bucket is not None else ""
+        if rel in self.sent:
+            node.receive((rel, *self.sent[rel]))

@@ -13,13 +13,11 @@ edited or deleted behind the pipeline's back is found, the entry dropped and the
 A run killed mid-stage leaves the entries of every task that finished, so its rerun
 resumes there (datatrove's completion markers, by content instead of by task number).
 
-A job's field can say how it enters the identity (`dataclasses.field(metadata=…)`):
-`NOT_IDENTITY` for where a task writes or an in-process helper, `BY_CONTENTS` for a
-directory it reads whole (a spool of this run: its files' names and hashes, not its
-path). Any other job or item naming this run's temporary files (`….tmp`), or holding a
-value the identity cannot describe, is simply run: its identity would not recur. The
-store is bounded (`trim`: least recently used first), and `collect` removes what no
-stage manifest names (`albor gc`).
+What a task reads is declared by its step (`shardmap.Step.reads`): settings enter by value,
+a file as an `InputFile` (by its content), and a string is only ever a string. A task whose
+identity names this run's temporary files (`….tmp`), or holds a value the identity cannot
+describe, is simply run: its identity would not recur. The store is bounded (`trim`: least
+recently used first), and `collect` removes what no stage manifest names (`albor gc`).
 """
 
 from __future__ import annotations
@@ -56,15 +54,12 @@ REFS = "refs"  # beside the entries: per stage, the identities its current outpu
 FILES = "files"
 
 
-NOT_IDENTITY = {"identity": "none"}
-"""A job field that is no input of the task: where it writes, a helper the process holds."""
-BY_CONTENTS = {"identity": "contents"}
-"""A job field naming a directory the task reads whole: its files by content, wherever it is."""
+@dataclasses.dataclass(frozen=True)
+class InputFile:
+    """A file a task or stage reads: its identity holds the file's SHA-256 (and its name under
+    the data dir), so an edit to it is a new identity wherever the file sits."""
 
-
-class Verbatim(str):
-    """A string that enters an identity as it is, even where it names a file: a source's
-    path, whose files a stage reads through its ingestion's outputs, not itself."""
+    path: str
 
 
 class NotReusable(ValueError):
@@ -87,15 +82,22 @@ def worker_code() -> str:
 
 
 def _describe(value: Any, root: str) -> Any:
-    """`value` as JSON, a file it names replaced by (its path under the data dir, its SHA-256)."""
+    """`value` as JSON, an `InputFile` replaced by (its path under the data dir, its SHA-256)."""
     if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, Enum):
         return _describe(value.value, root)
-    if isinstance(value, Verbatim):
-        return str(value)
+    if isinstance(value, InputFile):
+        name = os.path.relpath(value.path, root) if value.path.startswith(root + os.sep) else value.path
+        try:
+            return {"file": name, "sha256": file_sha256(value.path)}
+        except OSError as exc:  # the work that reads it names the error
+            raise NotReusable(f"{value.path} cannot be read: {exc}") from None
     if isinstance(value, (str, Path)):
-        return _describe_path(str(value), root)
+        text = str(value)
+        if TEMP_SUFFIX in text and any(part.endswith(TEMP_SUFFIX) for part in Path(text).parts):
+            raise NotReusable(f"{text} is this run's temporary file")
+        return text
     if isinstance(value, BaseModel):
         return _describe(value.model_dump(mode="json"), root)
     if isinstance(value, partial):
@@ -105,10 +107,8 @@ def _describe(value: Any, root: str) -> Any:
         if not value.__module__.startswith(f"{__package__.split('.')[0]}.") or "<" in value.__qualname__:
             raise NotReusable(f"{value.__qualname__} is not a function of this package")
         return {"function": f"{value.__module__}.{value.__qualname__}"}
-    if callable(getattr(value, "task_identity", None)):  # an object saying what a task using it depends on
-        return {type(value).__qualname__: _describe(value.task_identity(), root)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _describe_field(f, getattr(value, f.name), root) for f in dataclasses.fields(value)}
+        return {f.name: _describe(getattr(value, f.name), root) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
         return [_describe(v, root) for v in value]
     if isinstance(value, dict):
@@ -121,32 +121,11 @@ def _describe(value: Any, root: str) -> Any:
 
 
 def identity(parts: dict[str, Any], root: str) -> str:
-    """SHA-256 over this code (`CODE_VERSION`) and `parts`, every file they name (under the
-    data dir `root` or elsewhere) by its content; NotReusable when a part has no stable
+    """SHA-256 over this code (`CODE_VERSION`) and `parts`, each `InputFile` (under the data
+    dir `root` or elsewhere) by its content; NotReusable when a part has no stable
     description. A task's identity, and a whole stage's (`runtime/stage.py`)."""
     described = {"code": CODE_VERSION, **{name: _describe(value, root) for name, value in parts.items()}}
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
-
-
-def _describe_field(field: dataclasses.Field[Any], value: Any, root: str) -> Any:
-    """A job field as its metadata says (`NOT_IDENTITY`, `BY_CONTENTS`), else as any value."""
-    rule = field.metadata.get("identity")
-    if rule == NOT_IDENTITY["identity"]:
-        return None
-    if rule == BY_CONTENTS["identity"]:
-        files = sorted(f for f in Path(value).iterdir() if f.is_file())  # its subdirectories are outputs
-        return {f.name: file_sha256(f) for f in files}
-    return _describe(value, root)
-
-
-def _describe_path(text: str, root: str) -> Any:
-    """A string: a file by its content (and its name under the data dir), else as it is."""
-    if TEMP_SUFFIX in text and any(part.endswith(TEMP_SUFFIX) for part in Path(text).parts):
-        raise NotReusable(f"{text} is this run's temporary file")
-    if not os.path.isabs(text) or not os.path.isfile(text):
-        return text
-    name = os.path.relpath(text, root) if text.startswith(root + os.sep) else text
-    return {"file": name, "sha256": file_sha256(text)}
 
 
 class Part(NamedTuple):
@@ -166,6 +145,7 @@ class Outcome(NamedTuple):
     reused: bool
     key: str | None
     parts: tuple[Part, ...] = ()
+    sent: tuple[tuple[str, str, int], ...] = ()  # the files it sent to later waves (`nodes.Spooled`)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -201,7 +201,9 @@ def check_min_chars(
     lows: list[int] = []
     carry_chars = carry_tokens = 0  # the document continued from earlier shards
     node = task_node(executor.node)
-    for shard in per_shard(executor, partial(_shard_chars, node, str(tokenizer_path), min_chars), paths):
+    for shard in per_shard(
+        executor, partial(_shard_chars, node, str(tokenizer_path), min_chars), paths, [tokenizer_path]
+    ):
         if shard.head is None:
             carry_chars, carry_tokens = carry_chars + shard.tail_chars, carry_tokens + shard.tail_tokens
             continue
@@ -245,7 +247,10 @@ def _min_chars_by_pieces(
     last piece lacks its EOS continues past the final sequence and is not whole."""
     node = task_node(executor.node)
     lens, chars, eos = np.concatenate(
-        [np.zeros((3, 0), np.int64), *per_shard(executor, partial(_piece_chars, node, str(tokenizer_path)), paths)],
+        [
+            np.zeros((3, 0), np.int64),
+            *per_shard(executor, partial(_piece_chars, node, str(tokenizer_path)), paths, [tokenizer_path]),
+        ],
         axis=1,
     )
     table = pq.read_table(pieces, columns=["length", "row", "doc_offset"])

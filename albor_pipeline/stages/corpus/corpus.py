@@ -27,21 +27,21 @@ from albor_pipeline.runtime.artifacts import (
     write_json,
 )
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
-from albor_pipeline.runtime.nodes import Spooled
 from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, row_groups
-from albor_pipeline.runtime.taskstore import memo
+from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy, repeat_warnings
 from albor_pipeline.stages.corpus.encode_task import (
+    ENCODE_ROW_GROUP,
     EncodeJob,
     GroupTokens,
     RowGroupEncoder,
-    encode_row_group,
+    spool_tokens,
 )
 from albor_pipeline.stages.corpus.exports import NANOGPT_META, STREAMS, concat_streams, write_sidecars
 from albor_pipeline.stages.corpus.index import reader_index
 from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces, write_pieces
-from albor_pipeline.stages.corpus.pack import PackedShard, PackJob, pack_shard
+from albor_pipeline.stages.corpus.pack import PACK_SHARD, PackedShard, PackJob
 from albor_pipeline.stages.corpus.plan import Plan, PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
 from albor_pipeline.stages.corpus.report import CorpusBudget, CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import make_encoder, pick_encoder
@@ -179,7 +179,6 @@ class _Encoded:
     tasks: int  # row groups, each a spooled token file
     text_bytes: int
     accounting: SourceAccounting
-    spooled: list[Spooled | None]
     encoder: str  # what the stage picked and why
     rows: np.ndarray  # int64: each document's row in the FIM split (the long subset skips some)
     limit: int | None = None  # a budget's cut of the stream (`concat`: whole sequences)
@@ -204,9 +203,8 @@ def _encode_split(
     # A quick guard on this data (the test suite proves id equality broadly): 32 documents, 8k chars each.
     first = pq.ParquetFile(groups[0][0]).read_row_group(groups[0][1], columns=["text"]) if groups else None
     sample = [t[:8192] for t in first.column(0).to_pylist()[:32]] if first is not None else []
-    name, encoder_note = memo(
-        _pick_encoder, spec.encoder, [str(tokenizer_path), sample], partial(_pick_encoder, tok, spec.encoder, sample)
-    )
+    reads = [InputFile(str(tokenizer_path)), sample]
+    name, encoder_note = memo(_pick_encoder, spec.encoder, reads, partial(_pick_encoder, tok, spec.encoder, sample))
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
     # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
     inline = runs_inline(io.executor, len(groups), 4)
@@ -216,9 +214,8 @@ def _encode_split(
     lengths = np.concatenate([g.lengths for g in encoded]) if encoded else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum([int(g.lengths.sum()) for g in encoded])]).astype(np.int64)
     text_bytes = sum(g.text_bytes for g in encoded)
-    spooled = [g.spooled for g in encoded]
     rows = _split_rows(groups, encoded)
-    return _Encoded(lengths, offsets, len(groups), text_bytes, accounting, spooled, encoder_note, rows)
+    return _Encoded(lengths, offsets, len(groups), text_bytes, accounting, encoder_note, rows)
 
 
 def _pick_encoder(tok: Tokenizer, choice: str, sample: list[str]) -> tuple[str, str]:
@@ -267,12 +264,10 @@ def _encode(
         return f"corpus: {docs:,} documents, {tokens:,} tokens, {text_bytes / 1e6 / (now - start):.1f} MB/s"
 
     items = [SpoolItem(group, task) for task, group in enumerate(groups)]
-    encoded = map_tasks(
-        encode_row_group, job, items, Path(job.spool), io.executor, rate, io.progress, inline_below=4, reuse=True
-    )
+    encoded = map_tasks(ENCODE_ROW_GROUP, job, items, Path(job.spool), io, rate)
     accounting = SourceAccounting()
-    for group in encoded:
-        io.receive(group.spooled)
+    for item, group in zip(items, encoded):
+        io.receive(spool_tokens(job.spool, item.task))
         accounting.add(group)
     if io.progress:
         docs, tokens, text_bytes = _totals(encoded)
@@ -317,7 +312,8 @@ def _pack_split(
         raise ValueError(f"{EOS} and {PAD} must be tokens of the tokenizer")
     plan, planned, segments = _plan(encoded, spec)
     tokens, docs, formats = int(encoded.lengths.sum()), len(encoded.lengths), set(spec.formats)
-    spooled = [*encoded.spooled, *(io.offer(path) for path in plan.save(spool))]
+    for path in plan.save(spool):
+        io.offer(path)
     dtype = token_dtype(vocab)
     job = PackJob(str(spool), spec.seq_len, pad, dtype.name, encoded.limit or tokens, spec.packing)
     streams = [name for fmt, name, _ in STREAMS if fmt in formats]
@@ -341,7 +337,7 @@ def _pack_split(
             min_chars=min_chars,
             ledger=segments if ledger else None,
         )
-        packed = map_shards(pack_shard, job, items, out_dir, io.executor, spools=spooled, finish=finish)
+        packed = map_shards(PACK_SHARD, job, items, out_dir, io, finish=finish)
     stream = streamed.result()
     if io.progress and packed:
         io.progress(f"corpus: {planned.sequences:,} sequences in {len(packed)} shard(s)")

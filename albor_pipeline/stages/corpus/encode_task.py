@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from array import array
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
@@ -24,10 +24,9 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.artifacts import write_array
-from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import READS, TaskIO, shared_task
+from albor_pipeline.runtime.shardmap import Step, TaskIO, shared_task
 from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, row_group_sha256
-from albor_pipeline.runtime.taskstore import NOT_IDENTITY
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.text.documents import sha_keys
 from albor_pipeline.text.encode import Encoder, make_encoder
 from albor_pipeline.text.vocab import BOS, EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX, load_tokenizer
@@ -88,7 +87,6 @@ class GroupTokens:
     keys: np.ndarray  # each kept document's SHA-256 key (`documents.sha_keys`)
     text_bytes: int
     rows: np.ndarray | None = None  # int32: each kept document's row in the row group (None: every row)
-    spooled: Spooled | None = None  # its token file, when sent through the data dir's bucket
     shards: tuple[Shard, ...] = ()  # its token file, as the task store keeps it
 
 
@@ -162,10 +160,9 @@ class EncodeJob:
     encoder: str  # `make_encoder`'s name: the one the stage picked
     bos: bool
     min_chars: int
-    spool: str = field(metadata=NOT_IDENTITY)  # the build's token spool: `spool_tokens(spool, task)` per row group
+    spool: str  # the build's token spool: `spool_tokens(spool, task)` per row group
     dtype: str  # the spooled ids' dtype: the exports' (`corpus.token_dtype`)
-    # The stage's own encoder (all cores), for an inline map only.
-    own: RowGroupEncoder | None = field(default=None, metadata=NOT_IDENTITY)
+    own: RowGroupEncoder | None = None  # the stage's own encoder (all cores), for an inline map only
 
 
 def spool_tokens(spool: str | Path, task: int) -> Path:
@@ -200,7 +197,8 @@ def encode_row_group(job: EncodeJob, io: TaskIO, item: SpoolItem) -> GroupTokens
         flat, tokens = encoder.encode(group)
     spooled = spool_tokens(io.directory, item.task)
     write_array(spooled, flat.astype(job.dtype, copy=False))
-    return replace(tokens, shards=(Shard.of(spooled, len(tokens.lengths), io.directory),), spooled=node.spool(spooled))
+    io.spool(spooled)
+    return replace(tokens, shards=(Shard.of(spooled, len(tokens.lengths), io.directory),))
 
 
 def _long_of_whole(job: EncodeJob, io: TaskIO, item: SpoolItem, group: RowGroup) -> tuple[np.ndarray, GroupTokens]:
@@ -212,7 +210,7 @@ def _long_of_whole(job: EncodeJob, io: TaskIO, item: SpoolItem, group: RowGroup)
     whole_job = replace(job, min_chars=0, own=own)
     scratch = io.directory / f"whole-{item.task:06d}"
     scratch.mkdir(exist_ok=True)
-    whole = shared_task(encode_row_group, whole_job, replace(io, staging=str(scratch)), item)
+    whole = shared_task(ENCODE_ROW_GROUP, whole_job, replace(io, staging=str(scratch)), item)
     ids_file = spool_tokens(scratch, item.task)
     ids = np.fromfile(ids_file, dtype=job.dtype)
     ids_file.unlink()  # read here once; the store keeps its own link
@@ -225,10 +223,16 @@ def _long_of_whole(job: EncodeJob, io: TaskIO, item: SpoolItem, group: RowGroup)
 
 
 def encode_reads(job: EncodeJob, io: TaskIO, item: SpoolItem) -> dict[str, object]:
-    """What an encoding task encodes (its identity): its row group's bytes, not its file's, so
-    a rebuild encodes again only the row groups holding an edited document."""
+    """What an encoding task encodes (its identity): the tokenizer by content, the encoding's
+    settings, and its row group's bytes, not its file's, so a rebuild encodes again only the
+    row groups holding an edited document."""
     path, index = item.group
-    return {"job": job, "row_group": row_group_sha256(io.node.local(path), index), "task": item.task}
+    return {
+        "tokenizer": InputFile(job.tokenizer_path),
+        "settings": (job.encoder, job.bos, job.min_chars, job.dtype),
+        "row_group": row_group_sha256(io.node.local(path), index),
+        "task": item.task,
+    }
 
 
-setattr(encode_row_group, READS, encode_reads)
+ENCODE_ROW_GROUP = Step(encode_row_group, encode_reads, inline_below=4)

@@ -13,7 +13,7 @@ import pyarrow as pa
 from albor_pipeline.runtime.artifacts import (
     ParquetSink,
 )
-from albor_pipeline.runtime.shardmap import READS, TaskIO
+from albor_pipeline.runtime.shardmap import Step, TaskIO
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.spec import Packing
 from albor_pipeline.stages.corpus.encode_task import (
@@ -110,4 +110,4 @@ def pack_reads(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> dict[str
     return {"shard": shard, "seq_len": job.seq_len, "pad_id": job.pad_id, "sequences": digest.hexdigest()}
 
 
-setattr(pack_shard, READS, pack_reads)
+PACK_SHARD = Step(pack_shard, pack_reads)

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
 from albor_pipeline.runtime.checks import CheckOutcome, per_shard
 from albor_pipeline.runtime.executor import INLINE, Executor
-from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import DecontaminateSpec
 from albor_pipeline.stages.dedup.decontam import contaminated
 from albor_pipeline.stages.dedup.lsh import LshJob
@@ -74,13 +74,20 @@ def _sample_stored(signer: Signer, io: TaskIO, item: tuple[str, str]) -> _Sample
     return _Sampled(0)
 
 
-def _signatures(
-    job: tuple[Signer, LshJob], io: TaskIO, item: tuple[int, int, Path, Path | None]
-) -> tuple[np.ndarray, list[Spooled | None]]:
+def _sample_reads(signer: Signer, io: TaskIO, item: tuple[str, str]) -> dict[str, object]:
+    """A sampling task's identity: the signer, the shard and its stored signatures by content."""
+    path, stored = item
+    return {"signer": signer, "shard": InputFile(path), "signatures": InputFile(stored)}
+
+
+SAMPLE_STORED = Step(_sample_stored, _sample_reads, reads_files_only=True)
+
+
+def _signatures(job: tuple[Signer, LshJob], io: TaskIO, item: tuple[int, int, Path, Path | None]) -> np.ndarray:
     """Shard `item` = (task, its first document, path, its stored signatures or None): its
     documents' MinHash signatures (the stored ones, else computed) spooled for LSH, a
-    per-shard task; returns the partition offsets and the spool files."""
-    (signer, lsh), node = job, io.node
+    per-shard task; returns the partition offsets."""
+    signer, lsh = job
     task, first, path, stored = item
     if stored is None:
         batches = iter_batches(io.local(path), ["text"])
@@ -88,7 +95,10 @@ def _signatures(
         stacked = np.stack(sigs) if sigs else np.zeros((0, signer.num_perm), np.uint64)
     else:
         stacked = np.load(io.local(stored))
-    return lsh.spool_signatures(task, first, stacked, node)
+    return lsh.spool_signatures(task, first, stacked, io)
+
+
+SIGNATURES = Step(_signatures, kept=False)
 
 
 def check_no_near_leak(
@@ -117,18 +127,19 @@ def check_no_near_leak(
         return np.stack([shard, docs - firsts[shard]], axis=1)
 
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
+        io = StageIO(Path(spool), executor)
         lsh = index.lsh(spool, int(firsts[-1]))
         items = [(k, int(firsts[k]), f, stored(f)) for k, (_, f) in enumerate(shards)]
         stored_pairs = [(str(f), str(sigs)) for _, _, f, sigs in items if sigs is not None]
-        sampled = map_tasks(_sample_stored, index.signer, stored_pairs, Path(spool), executor, reuse=True)
-        signed = map_tasks(_signatures, (index.signer, lsh), items, Path(spool), executor)
-        stacked = np.stack([o for o, _ in signed]) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
-        index.find_candidates(lsh, stacked, firsts, executor, [s for _, sent in signed for s in sent])
+        sampled = map_tasks(SAMPLE_STORED, index.signer, stored_pairs, Path(spool), io)
+        signed = map_tasks(SIGNATURES, (index.signer, lsh), items, Path(spool), io)
+        stacked = np.stack(signed) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
+        index.find_candidates(lsh, stacked, firsts, io)
     candidates = len(index.pairs)
     pairs = np.array(index.pairs, dtype=np.int64).reshape(-1, 2)
     sides = shard_split[locate(pairs.ravel())[:, 0]].reshape(-1, 2)
     index.pairs = [p for p, (x, y) in zip(index.pairs, sides) if x != y]  # within a split is no leak
-    index.verify_shards([str(f) for _, f in shards], locate, spool_dir, executor)
+    index.verify_shards([str(f) for _, f in shards], locate, spool_dir, io)
     wrong = sum(s.wrong for s in sampled)
     return CheckOutcome(
         not index.verified and not wrong,
@@ -149,7 +160,7 @@ def check_no_contamination(train: Path, spec: DecontaminateSpec, executor: Execu
     """No train document shares an n-gram with any benchmark item (a shard per task)."""
     files = parquet_files(train)
     found: Counter[str] = Counter()
-    for hits in per_shard(executor, partial(contaminated, spec=spec), files):
+    for hits in per_shard(executor, partial(contaminated, spec=spec), files, [b.path for b in spec.benchmarks]):
         found.update(hits)
     return CheckOutcome(
         not found,

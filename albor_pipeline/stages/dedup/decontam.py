@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 from albor_pipeline.runtime.artifacts import Artifact, sha256_file
 from albor_pipeline.runtime.layout import benchmark_stage
 from albor_pipeline.runtime.shards import parquet_files
-from albor_pipeline.runtime.taskstore import memo
+from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import MAX_CHARS, BenchmarkSpec, DecontaminateSpec
 from albor_pipeline.text.datafiles import IngestError, data_file_texts
 from albor_pipeline.text.shingles import ngrams, word_hashes
@@ -70,6 +71,11 @@ def load_benchmark(spec: BenchmarkSpec, n: int) -> Benchmark:
     return Benchmark(spec.name, merged, len(columns[0]), too_short)
 
 
+def decontamination_reads(spec: DecontaminateSpec) -> dict[str, Any]:
+    """What a decontamination depends on: its settings, and its benchmark files by content."""
+    return {"spec": spec, "benchmarks": [InputFile(str(b.path)) for b in spec.benchmarks]}
+
+
 class Decontaminator:
     """Which benchmarks a text shares an n-gram with."""
 
@@ -81,10 +87,9 @@ class Decontaminator:
     def __bool__(self) -> bool:
         return bool(self.benchmarks)
 
-    def task_identity(self) -> DecontaminateSpec:
-        """What a task using it depends on (`runtime/taskstore.py`): its settings, and with them
-        the benchmark files (the identity names a file by its bytes)."""
-        return self.spec
+    def reads(self) -> dict[str, Any]:
+        """What a task using it reads (part of the task's identity): its settings and its benchmarks."""
+        return decontamination_reads(self.spec)
 
     def hits(self, words: np.ndarray) -> list[str]:
         """The benchmarks (by name) sharing an n-gram with a text of these `word_hashes`."""
@@ -110,11 +115,12 @@ def contaminated(path: Path, spec: DecontaminateSpec) -> Counter[str]:
     rebuild scans again only the row groups holding an edited document."""
     found: Counter[str] = Counter()
     decon: list[Decontaminator] = []  # built once, and only if a row group is scanned
+    reads = decontamination_reads(spec)
     for file in parquet_files(path):
         parquet = pq.ParquetFile(file)
         for group in range(parquet.num_row_groups):
             texts = parquet.read_row_group(group, columns=["sha256"]).column(0).to_pylist()
-            found.update(memo(_group_hits, spec, texts, partial(_group_hits, spec, file, group, decon)))
+            found.update(memo(_group_hits, reads, texts, partial(_group_hits, spec, file, group, decon)))
     return found
 
 

@@ -22,11 +22,9 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime import hashpart
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink, file_sha256, write_array
-from albor_pipeline.runtime.executor import INLINE, Executor
-from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import READS, StageIO, TaskIO, map_shards, map_tasks
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, shard_name
-from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import SPLITS, AuditSpec, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.lsh import LshJob
@@ -95,7 +93,6 @@ class _GroupScan:
 
     shards: tuple[Shard, ...]
     hits: dict[int, list[str]]
-    spooled: Spooled | None = None
     removed: dict[int, tuple[str, str]] = field(default_factory=dict)  # removal requests' matches
 
 
@@ -118,11 +115,11 @@ def _scan_group(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) ->
         if job.removal and (hit := job.removal.match(table.column("sha256")[row].as_py(), sig, words)):
             removed[k] = hit
     if not sigs:
-        return _GroupScan((), hits, removed=removed)
+        return _GroupScan((), hits, removed)
     out = io.directory / _signatures_name(path, group)
     write_array(out, np.stack(sigs), npy=True)
-    shard = Shard.of(out, len(sigs), io.directory)
-    return _GroupScan((shard,), hits, io.node.spool(out), removed)
+    io.spool(out)
+    return _GroupScan((Shard.of(out, len(sigs), io.directory),), hits, removed)
 
 
 def _signatures_name(path: str, group: int) -> str:
@@ -136,20 +133,24 @@ def _scan_reads(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) ->
     path, group, rows = item
     shas = pq.ParquetFile(io.local(path)).read_row_group(group, columns=["sha256"]).column(0)
     return {
-        "job": job,
+        "signer": job.signer,
+        "decontamination": job.decon.reads() if job.decon else None,
+        "removal": job.removal.reads() if job.removal else None,
         "texts": shas.take(pa.array(rows, pa.int64())).to_pylist(),
         "file": _signatures_name(path, group),
     }
 
 
-setattr(_scan_group, READS, _scan_reads)
+SCAN_GROUP = Step(_scan_group, _scan_reads, inline_below=SCAN_MIN_GROUPS)
 
 
-def _spool_group(lsh: LshJob, io: TaskIO, item: tuple[int, int, str]) -> tuple[np.ndarray, list[Spooled | None]]:
-    """Scan task `task`'s signatures (documents `first`, ...) spooled for LSH: the partition
-    offsets and the spool files."""
+def _spool_group(lsh: LshJob, io: TaskIO, item: tuple[int, int, str]) -> np.ndarray:
+    """Scan task `task`'s signatures (documents `first`, ...) spooled for LSH: the partition offsets."""
     task, first, sigs = item
-    return lsh.spool_signatures(task, first, np.load(io.local(sigs)), io.node)
+    return lsh.spool_signatures(task, first, np.load(io.local(sigs)), io)
+
+
+SPOOL_GROUP = Step(_spool_group, kept=False)
 
 
 class _Locator:
@@ -225,8 +226,7 @@ class _Scan:
     inputs: list[tuple[str, Path]]
     codes: list[np.ndarray]
     spool: Path  # the scan's signature files and LSH spool; its parent holds the shingle spool
-    executor: Executor
-    progress: Progress | None
+    io: StageIO
     near: NearDedupSpec | None
     decon: Decontaminator | None
     removal: RemovalIndex | None
@@ -236,12 +236,11 @@ class _Scan:
 @dataclass(frozen=True)
 class _Found:
     """What the scan tasks found, by scanned document (`_Locator`): benchmark hits and removal
-    requests' matches (an entry per hit or match, not per document), and, with near dedup,
-    where the signatures are spooled (the index then holds the LSH candidates)."""
+    requests' matches (an entry per hit or match, not per document); with near dedup, the
+    index then holds the LSH candidates."""
 
     hits: dict[int, list[str]]
     removed: dict[int, tuple[str, str]]  # how it matched (`exact`, `near`), the tombstone's SHA-256
-    spooled: list[Spooled | None]
 
 
 Report = TypeVar("Report", Removals, NearDuplicates, Decontaminated)
@@ -258,12 +257,11 @@ class _Decided(Generic[Report]):
 
 @dataclass(frozen=True)
 class _Scanned:
-    """What the scan found, and where its signatures are spooled (for the split writers)."""
+    """What the scan found (its items say where its signatures are spooled, for the split writers)."""
 
     near: NearDuplicates | None
     decontaminated: Decontaminated | None
     items: list[_ScanItem]
-    spooled: list[Spooled | None]
     removal: Removals | None
     fates: Fates
 
@@ -290,7 +288,6 @@ def _scan(scan: _Scan) -> _Scanned:
         near=clustered.report if clustered else None,
         decontaminated=decontaminated.report if decontaminated else None,
         items=items,
-        spooled=found.spooled,
         removal=removed.report if removed else None,
         fates=fates,
     )
@@ -302,19 +299,16 @@ def _find(scan: _Scan, items: list[_ScanItem], where: _Locator, index: NearDupIn
     signatures, whose LSH candidates then go into `index`."""
     job = _ScanJob(index.signer if index else None, scan.decon, scan.removal)
     groups = [(str(scan.inputs[it.input][1]), it.group, it.rows) for it in items]
-    ex = scan.executor
-    scanned = map_tasks(_scan_group, job, groups, scan.spool, ex, inline_below=SCAN_MIN_GROUPS, reuse=True)
+    scanned = map_tasks(SCAN_GROUP, job, groups, scan.spool, scan.io)
     hits = {it.first + k: names for it, group in zip(items, scanned) for k, names in group.hits.items()}
     removed = {it.first + k: hit for it, group in zip(items, scanned) for k, hit in group.removed.items()}
-    spooled: list[Spooled | None] = []
     if index:
         lsh = index.lsh(scan.spool, where.documents)
         signed = [(it.task, it.first, str(scan.spool / g.shards[0].name)) for it, g in zip(items, scanned) if g.shards]
-        waves = map_tasks(_spool_group, lsh, signed, scan.spool, ex, spools=[g.spooled for g in scanned])
-        spooled = [sent for _, files in waves for sent in files]
-        stacked = np.stack([o for o, _ in waves]) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
-        index.find_candidates(lsh, stacked, where.firsts, ex, spooled)
-    return _Found(hits, removed, spooled)
+        waves = map_tasks(SPOOL_GROUP, lsh, signed, scan.spool, scan.io)
+        stacked = np.stack(waves) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
+        index.find_candidates(lsh, stacked, where.firsts, scan.io)
+    return _Found(hits, removed)
 
 
 def _remove(
@@ -341,9 +335,9 @@ def _near_dedup(
     representative (with the ledger) and the best Jaccard that joined it."""
     inputs, codes = scan.inputs, scan.codes
     index.pairs = [(a, b) for a, b in index.pairs if a not in removed and b not in removed]
-    if scan.progress:
-        scan.progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
-    index.verify_shards([str(p) for _, p in inputs], where, scan.spool.parent, scan.executor)
+    if scan.io.progress:
+        scan.io.progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
+    index.verify_shards([str(p) for _, p in inputs], where, scan.spool.parent, scan.io)
     dropped: Counter[str] = Counter()
     sizes: Counter[int] = Counter()
     groups = index.clusters.groups()
@@ -422,10 +416,10 @@ class _KeyJob:
     holdout: HoldoutSpec
 
 
-def _key_shard(job: _KeyJob, io: TaskIO, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray, Spooled | None]:
+def _key_shard(job: _KeyJob, io: TaskIO, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray]:
     """Input shard i's SHA-256 keys scattered by hash partition, tagged with their global
-    document index (`first` is the shard's first); returns the partition offsets, each
-    document's split code (its split is a function of its hash alone) and the spool file."""
+    document index (`first` is the shard's first); returns the partition offsets and each
+    document's split code (its split is a function of its hash alone)."""
     i, path, first = item
     keys, codes = [], []
     for batch in pq.ParquetFile(io.local(path)).iter_batches(batch_size=65536, columns=["sha256"]):
@@ -436,8 +430,11 @@ def _key_shard(job: _KeyJob, io: TaskIO, item: tuple[int, str, int]) -> tuple[np
     records["hi"], records["lo"] = words[:, 0], words[:, 1]
     records["doc"] = np.arange(first, first + len(words))
     part = words[:, 0] % np.uint64(job.partitions)
-    offsets, spooled = hashpart.scatter(io.node, job.spool, "keys", i, records, part, job.partitions)
-    return offsets, np.array(codes, dtype=np.uint8), spooled
+    offsets = hashpart.scatter(io, job.spool, "keys", i, records, part, job.partitions)
+    return offsets, np.array(codes, dtype=np.uint8)
+
+
+KEY_SHARD = Step(_key_shard, kept=False)
 
 
 def _repeats(job: _KeyJob, io: TaskIO, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
@@ -453,6 +450,9 @@ def _repeats(job: _KeyJob, io: TaskIO, item: tuple[int, np.ndarray, np.ndarray])
     return np.stack([doc[~starts], kept[~starts]], axis=1)
 
 
+REPEATS = Step(_repeats, kept=False)
+
+
 @dataclass
 class ExactDedup:
     """Exact dedup of a list of inputs, documents numbered in input order."""
@@ -465,7 +465,7 @@ class ExactDedup:
         return np.searchsorted(self.firsts, docs, side="right") - 1
 
 
-def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, executor: Executor = INLINE) -> ExactDedup:
+def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, io: StageIO) -> ExactDedup:
     """Exact dedup over every document of `paths` in order, by hash partitioning: a task per
     input scatters its 128-bit SHA-256 keys, a task per partition finds the repeats. Only the
     repeats and a byte per document reach this process, never a key per document."""
@@ -475,13 +475,13 @@ def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, execut
     with tempfile.TemporaryDirectory(prefix=".albor-keys-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
         job = _KeyJob(spool, *job_args)
         items = [(i, str(path), int(firsts[i])) for i, path in enumerate(paths)]
-        scattered = map_tasks(_key_shard, job, items, Path(spool), executor)
-        offsets = np.stack([o for o, _, _ in scattered]) if scattered else np.zeros((0, 2), np.int64)
+        scattered = map_tasks(KEY_SHARD, job, items, Path(spool), io)
+        offsets = np.stack([o for o, _ in scattered]) if scattered else np.zeros((0, 2), np.int64)
         parts = hashpart.partition_items(offsets)
-        found = map_tasks(_repeats, job, parts, Path(spool), executor, spools=[s for _, _, s in scattered])
+        found = map_tasks(REPEATS, job, parts, Path(spool), io)
     repeats = np.concatenate([np.zeros((0, 2), np.int64), *found])
     repeats = repeats[np.argsort(repeats[:, 0], kind="stable")]
-    codes = [np.array(c) for _, c, _ in scattered]  # writable (Ray hands back read-only arrays)
+    codes = [np.array(c) for _, c in scattered]  # writable (Ray hands back read-only arrays)
     for i in range(len(paths)):
         mine = repeats[(repeats[:, 0] >= firsts[i]) & (repeats[:, 0] < firsts[i + 1]), 0] - firsts[i]
         codes[i][mine] = DROPPED
@@ -576,10 +576,18 @@ def _split_reads(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> dic
     documents' codes and fates (the item), and with near dedup the scan's signature files it
     copies rows of, by content (they sit in this run's spool)."""
     sigs = [file_sha256(io.local(hashpart.spool_file(job.spool, "sigs", t))) for t, _, _ in item.parts] if job else []
-    return {"item": item, "num_perm": job.num_perm if job else None, "signatures": sigs}
+    return {
+        "shard": (item.index, InputFile(item.path)),
+        "codes": item.codes,
+        "parts": item.parts,
+        "fates": item.fates,
+        "audit": item.audit,
+        "num_perm": job.num_perm if job else None,
+        "signatures": sigs,
+    }
 
 
-setattr(_write_splits, READS, _split_reads)
+WRITE_SPLITS = Step(_write_splits, _split_reads)
 
 
 def _exact_fates(exact: ExactDedup, names: np.ndarray, fates: Fates) -> Fates:
@@ -612,8 +620,8 @@ def build_documents(
     tasks; this process holds a byte per document (its split). Each split shard's ledger
     (`_ledger/part-…`, unless `audit.ledger` is off) says why its input's other documents were
     dropped; `audit.keep_removed` keeps their text there."""
-    executor, progress, audit = io.executor, io.progress, audit or AuditSpec()
-    exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, executor)
+    progress, audit = io.progress, audit or AuditSpec()
+    exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, io)
     names = np.array([name for name, _ in inputs], dtype=object)
     kept_by, dropped_from = (names[exact.input_of(exact.repeats[:, k])].tolist() for k in (1, 0))
     duplicates = Counter(f"{a} <- {b}" for a, b in zip(kept_by, dropped_from))
@@ -625,8 +633,7 @@ def build_documents(
             inputs=inputs,
             codes=codes,
             spool=Path(spool),
-            executor=executor,
-            progress=progress,
+            io=io,
             near=near,
             decon=decon,
             removal=removal,
@@ -647,8 +654,7 @@ def build_documents(
             *([LEDGER] if audit.ledger else []),
             *([f"{SIGNATURES}/{s}" for s in SPLITS] if job else []),
         ]
-        spooled = scanned.spooled if scanned else []
-        written = map_shards(_write_splits, job, items, out_dir, executor, spools=spooled, subsets=subsets)
+        written = map_shards(WRITE_SPLITS, job, items, out_dir, io, subsets=subsets)
     rows: dict[str, Counter] = {s: Counter() for s in SPLITS}
     shards: dict[str, list[Artifact]] = {s: [] for s in [*SPLITS, SIGNATURES]}
     shards[LEDGER] = []

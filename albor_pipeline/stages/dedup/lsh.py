@@ -5,7 +5,6 @@ by the signature tasks, and a task per partition buckets each band by sorting it
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +12,8 @@ import numpy as np
 
 from albor_pipeline.runtime import hashpart
 from albor_pipeline.runtime.artifacts import write_array
-from albor_pipeline.runtime.executor import Executor
-from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled
-from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
+from albor_pipeline.runtime.nodes import IN_PLACE, Node
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
 from albor_pipeline.stages.dedup.minhash import MAX_HASH
 from albor_pipeline.text.shingles import P, mix64
 
@@ -96,15 +94,14 @@ class LshJob:
     agree: int  # signature positions a candidate pair shares (`min_agreement`)
     partitions: int
 
-    def spool_signatures(
-        self, task: int, first: int, sigs: np.ndarray, node: Node = IN_PLACE
-    ) -> tuple[np.ndarray, list[Spooled | None]]:
+    def spool_signatures(self, task: int, first: int, sigs: np.ndarray, io: TaskIO) -> np.ndarray:
         """Spool task `task`'s signatures (documents `first`, `first` + 1, ...) and scatter
-        their band keys where `node` writes; returns the partition offsets for
-        `lsh_candidates` and the two spool files."""
+        their band keys where the task writes, both sent to the partition tasks; returns the
+        partition offsets for `lsh_candidates`."""
         sigs = np.asarray(sigs, dtype=U64).reshape(-1, self.num_perm)
-        path = hashpart.spool_file(node.directory(self.spool), "sigs", task)
+        path = hashpart.spool_file(io.node.directory(self.spool), "sigs", task)
         write_array(path, sigs, npy=True)
+        io.spool(path)
         docs = np.flatnonzero(sigs[:, 0] != MAX_HASH)  # a document without shingles has no buckets
         keys = band_keys(sigs[docs], self.bands)  # (documents, bands)
         records = np.empty(keys.size, LSH_RECORD)
@@ -112,8 +109,7 @@ class LshJob:
         records["key"] = keys.T.ravel()
         records["doc"] = np.tile(first + docs, self.bands)
         part = records["key"] % U64(self.partitions)
-        offsets, keys_file = hashpart.scatter(node, self.spool, "lsh", task, records, part, self.partitions)
-        return offsets, [node.spool(path), keys_file]
+        return hashpart.scatter(io, self.spool, "lsh", task, records, part, self.partitions)
 
     def signatures(self, firsts: np.ndarray, docs: np.ndarray, node: Node = IN_PLACE) -> np.ndarray:
         """The spooled signatures of `docs`; task t spooled documents firsts[t] .. firsts[t+1]-1."""
@@ -157,13 +153,14 @@ def _bucket_partition(bucketing: _BucketJob, io: TaskIO, item: tuple[int, np.nda
     )
 
 
-def lsh_candidates(
-    job: LshJob, offsets: np.ndarray, firsts: np.ndarray, executor: Executor, spools: Sequence[Spooled | None] = ()
-) -> np.ndarray:
+BUCKET_PARTITION = Step(_bucket_partition, kept=False)
+
+
+def lsh_candidates(job: LshJob, offsets: np.ndarray, firsts: np.ndarray, io: StageIO) -> np.ndarray:
     """Every candidate pair (earlier, later), sorted, from the signature tasks' partition
     offsets (a row per task) and first documents (then the total): a task per partition,
-    reading the spool files the signature tasks sent back (`spools`)."""
+    reading the spool files the signature tasks sent."""
     items = hashpart.partition_items(offsets)
-    found = map_tasks(_bucket_partition, _BucketJob(job, firsts), items, Path(job.spool), executor, spools=spools)
+    found = map_tasks(BUCKET_PARTITION, _BucketJob(job, firsts), items, Path(job.spool), io)
     pairs = np.concatenate([np.zeros((0, 2), dtype=np.int64), *found])
     return np.unique(pairs, axis=0) if len(pairs) else pairs

@@ -4,26 +4,25 @@ verification (`verify`), joined by `NearDupIndex`."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from albor_pipeline.runtime import hashpart
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
-from albor_pipeline.runtime.executor import INLINE, Executor
-from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import map_tasks
+from albor_pipeline.runtime.nodes import IN_PLACE
+from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks
 from albor_pipeline.stages.dedup.lsh import LSH_RECORD, LshJob, lsh_candidates, min_agreement
 from albor_pipeline.stages.dedup.minhash import Signer
 from albor_pipeline.stages.dedup.verify import (
     MIN_PAIR_BLOCK,
     PAIR_BLOCKS_PER_WORKER,
+    SCORE_PAIR_BLOCK,
+    SHINGLE_FILE,
     Clusters,
     PairJob,
-    score_pair_block,
     score_pairs,
-    shingle_file,
 )
 from albor_pipeline.text.shingles import shingles, word_hashes
 
@@ -48,26 +47,15 @@ class NearDupIndex:
         agree = min_agreement(self.threshold, self.num_perm)
         return LshJob(str(spool), self.num_perm, self.bands, agree, partitions)
 
-    def find_candidates(
-        self,
-        job: LshJob,
-        offsets: np.ndarray,
-        firsts: np.ndarray,
-        executor: Executor,
-        spools: Sequence[Spooled | None] = (),
-    ) -> None:
+    def find_candidates(self, job: LshJob, offsets: np.ndarray, firsts: np.ndarray, io: StageIO) -> None:
         """`pairs` from spooled signature tasks (`lsh_candidates`)."""
-        pairs = lsh_candidates(job, offsets, firsts, executor, spools)
+        pairs = lsh_candidates(job, offsets, firsts, io)
         self.pairs = [(int(a), int(b)) for a, b in pairs.tolist()]
 
     def verify_shards(
-        self,
-        files: list[str],
-        locate: Callable[[np.ndarray], np.ndarray],
-        spool_dir: Path | None,
-        executor: Executor,
+        self, files: list[str], locate: Callable[[np.ndarray], np.ndarray], spool_dir: Path | None, io: StageIO
     ) -> None:
-        """Exact Jaccard of the candidate pairs in `executor` tasks, then the clusters here.
+        """Exact Jaccard of the candidate pairs in the stage's tasks, then the clusters here.
         `locate(docs)` gives each document's (index into `files`, row). A task per
         file spools its candidate documents' shingles to `spool_dir` (shared with the
         workers), then a task per run of pairs scores them (`score_pair_block`); this
@@ -79,20 +67,17 @@ class NearDupIndex:
             used = np.unique(loc[:, 0])
             items = [(int(f), files[f], loc[loc[:, 0] == f, 1]) for f in used]
             spans = np.zeros((len(docs), 3), dtype=np.int64)  # (spool file, start, end) per doc
-            spooled = []
-            shingled = map_tasks(shingle_file, self.ngram, items, Path(spool), executor, reuse=True)
+            shingled = map_tasks(SHINGLE_FILE, self.ngram, items, Path(spool), io)
             for (f, _, _), done in zip(items, shingled):
-                spooled.append(done.spooled)
                 mine = np.flatnonzero(loc[:, 0] == f)
                 spans[mine] = np.stack([np.full(len(mine), f), done.offsets[:-1], done.offsets[1:]], axis=1)
-            size = max(MIN_PAIR_BLOCK, -(-len(pairs) // (PAIR_BLOCKS_PER_WORKER * executor.workers)))
+            size = max(MIN_PAIR_BLOCK, -(-len(pairs) // (PAIR_BLOCKS_PER_WORKER * io.executor.workers)))
             blocks = []
             for start in range(0, len(pairs), size):
                 block = pairs[start : start + size]
                 block_docs = np.unique(block)
                 blocks.append((block, block_docs, spans[np.searchsorted(docs, block_docs)]))
-            job = PairJob(spool, self.threshold)
-            scored = map_tasks(score_pair_block, job, blocks, Path(spool), executor, spools=spooled)
+            scored = map_tasks(SCORE_PAIR_BLOCK, PairJob(spool, self.threshold), blocks, Path(spool), io)
         self.cluster(np.concatenate(scored) if scored else np.zeros(0))
 
     def cluster(self, scores: np.ndarray) -> None:
@@ -122,8 +107,9 @@ def near_duplicates(
     sigs = [index.signer.signature(word_hashes(text)) for text in texts]
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX) as spool:
         job = index.lsh(spool, len(sigs))
-        offsets, _ = job.spool_signatures(0, 0, np.stack(sigs) if sigs else np.zeros((0, num_perm), dtype=U64))
-        index.find_candidates(job, offsets[None], np.array([0, len(sigs)]), INLINE)
+        stacked = np.stack(sigs) if sigs else np.zeros((0, num_perm), dtype=U64)
+        offsets = job.spool_signatures(0, 0, stacked, TaskIO(spool, IN_PLACE))
+        index.find_candidates(job, offsets[None], np.array([0, len(sigs)]), StageIO(Path(spool)))
     needed = {d for pair in index.pairs for d in pair}
     sets = {d: shingles(t, ngram) for d, t in enumerate(texts) if d in needed}
     index.cluster(score_pairs(np.array(index.pairs, dtype=np.int64).reshape(-1, 2), sets.__getitem__, threshold))

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.executor import INLINE, Executor
-from albor_pipeline.runtime.shardmap import TaskIO, map_tasks
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import parquet_files
 from albor_pipeline.spec import NearDedupSpec
 from albor_pipeline.stages.dedup.lsh import band_keys, min_agreement
@@ -59,9 +59,9 @@ class RemovalIndex:
                 self._buckets.setdefault((band, key), []).append(t)
         self._agree = min_agreement(near.threshold, near.num_perm)
 
-    def task_identity(self) -> dict[str, Any]:
-        """What a scan task using the index depends on: the tombstones (by their SHA-256, which
-        with `ngram` fixes their shingles) and the rule."""
+    def reads(self) -> dict[str, Any]:
+        """What a scan task using the index reads (part of its identity): the tombstones (by
+        their SHA-256, which with `ngram` fixes their shingles) and the rule."""
         return {"sha256": self.sha256, "near": self.near.model_dump(mode="json") if self.near else None}
 
     @property
@@ -134,6 +134,9 @@ def _removed_in_shard(index: RemovalIndex, io: TaskIO, item: tuple[str, str | No
     return len(shas), found
 
 
+REMOVED_IN_SHARD = Step(_removed_in_shard, kept=False)
+
+
 def check_no_removed(
     tombstones: list[Tombstone],
     sets: Mapping[str, Path],
@@ -147,7 +150,9 @@ def check_no_removed(
     index = RemovalIndex(tombstones, near)
     items = [(name, str(f), str(s) if (s := stored(f)) else None) for name, p in sets.items() for f in parquet_files(p)]
     with tempfile.TemporaryDirectory(prefix=".albor-removal-", suffix=TEMP_SUFFIX) as spool:
-        results = map_tasks(_removed_in_shard, index, [(f, s) for _, f, s in items], Path(spool), executor)
+        results = map_tasks(
+            REMOVED_IN_SHARD, index, [(f, s) for _, f, s in items], Path(spool), StageIO(Path(spool), executor)
+        )
     per_set: Counter[str] = Counter()
     how: Counter[str] = Counter()
     for (name, _, _), (_, found) in zip(items, results):

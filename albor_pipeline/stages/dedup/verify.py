@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import write_array
-from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import TaskIO
+from albor_pipeline.runtime.shardmap import Step, TaskIO
 from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.stages.dedup.minhash import jaccard
 from albor_pipeline.text.shingles import shingles
 
@@ -71,7 +71,6 @@ class Shingled:
     """A shingling task's spool file, and its documents' offsets in it."""
 
     offsets: np.ndarray
-    spooled: Spooled | None
     shards: tuple[Shard, ...]  # the spool file: the task store keeps it
 
 
@@ -84,8 +83,17 @@ def shingle_file(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> S
     sets = [shingles(text, ngram) for text in texts]
     spooled = io.directory / f"{f:05d}.npy"
     write_array(spooled, np.concatenate([np.zeros(0, U64), *sets]), npy=True)
-    shard = Shard.of(spooled, len(sets))
-    return Shingled(np.cumsum([0, *map(len, sets)]), io.node.spool(spooled), (shard,))
+    io.spool(spooled)
+    return Shingled(np.cumsum([0, *map(len, sets)]), (Shard.of(spooled, len(sets)),))
+
+
+def _shingle_reads(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> dict[str, object]:
+    """A shingling task's identity: the shingle size, its spool file's number, and its rows of the file by content."""
+    f, path, rows = item
+    return {"ngram": ngram, "spool_file": f, "file": InputFile(path), "rows": rows}
+
+
+SHINGLE_FILE = Step(shingle_file, _shingle_reads, reads_files_only=True)
 
 
 PAIR_BLOCKS_PER_WORKER = 4  # pair blocks per worker: an even spread, and few tasks
@@ -116,3 +124,6 @@ def score_pair_block(job: PairJob, io: TaskIO, block: tuple[np.ndarray, np.ndarr
         return np.asarray(files[f][start:end])
 
     return score_pairs(pairs, shingles_of, job.threshold)
+
+
+SCORE_PAIR_BLOCK = Step(score_pair_block, kept=False)

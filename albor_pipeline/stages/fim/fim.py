@@ -16,8 +16,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards
 from albor_pipeline.runtime.shards import Shard, first_rows, parquet_files, shard_name
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import FimFormat, FimSpec
 from albor_pipeline.stages.fim.report import FimSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
@@ -141,6 +142,15 @@ def _fim_shard(job: _FimJob, io: TaskIO, item: tuple[int, str, int]) -> _FimShar
     return _FimShard(Shard.of(sink.path, sink.rows), transformed, spm, text_bytes)
 
 
+def _fim_reads(job: _FimJob, io: TaskIO, item: tuple[int, str, int]) -> dict[str, object]:
+    """A FIM task's identity: the settings, its shard's number and first row, its input by content."""
+    i, src, first_row = item
+    return {"job": job, "shard": i, "input": InputFile(src), "first_row": first_row}
+
+
+FIM_SHARD = Step(_fim_shard, _fim_reads, reads_files_only=True, inline_below=4)
+
+
 def apply_fim(
     src: Path,
     fim: FimSpec,
@@ -159,7 +169,7 @@ def apply_fim(
         mb = sum(d.text_bytes for d in done) / 1e6
         return f"fim: {len(done)}/{len(items)} shards, {sum(d.shard.rows for d in done):,} rows, {mb:.1f} MB"
 
-    done = map_shards(_fim_shard, _FimJob(fim, enabled), items, out, io.executor, fimmed, io.progress, inline_below=4)
+    done = map_shards(FIM_SHARD, _FimJob(fim, enabled), items, out, io, fimmed)
     rows, transformed = sum(d.shard.rows for d in done), sum(d.transformed for d in done)
     summary = FimSummary(
         rows=rows,

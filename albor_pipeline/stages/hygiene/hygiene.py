@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, job_and_file, map_shards, shards_of
 from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
 from albor_pipeline.runtime.taskstore import memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
@@ -192,6 +192,9 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
     return total
 
 
+CLEAN_SHARD = Step(_clean_shard, job_and_file, reads_files_only=True)
+
+
 def clean_source(
     ingested: Path,
     spec: HygieneSpec,
@@ -224,17 +227,7 @@ def clean_source(
     def carry(staging: Path, _: list[_Chunk]) -> None:
         carry_tombstones(ingested, staging)  # ingestion's removals, for `documents`
 
-    chunks = map_shards(
-        _clean_shard,
-        job,
-        inputs,
-        out,
-        io.executor,
-        done,
-        io.progress,
-        carry,
-        subsets=[LEDGER] if job.audit.ledger else [],
-    )
+    chunks = map_shards(CLEAN_SHARD, job, inputs, out, io, done, carry, subsets=[LEDGER] if job.audit.ledger else [])
     total = _Chunk()
     for chunk in chunks:
         total.add(chunk)

@@ -36,7 +36,7 @@ from albor_pipeline.runtime.files import (
     source_root,
 )
 from albor_pipeline.runtime.layout import Layout, source_stage
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
 from albor_pipeline.runtime.taskstore import memo, session
 from albor_pipeline.runtime.watchdog import reading
@@ -295,6 +295,9 @@ def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str], str |
     return _Part(writer.shards, counts, text_bytes, removed)
 
 
+INGEST_GROUP = Step(_ingest_group)  # its item names its files' content (`_tasks`)
+
+
 def _screened(src: SourceSpec, documents: Iterable[tuple[str, str]], counts: Counts) -> Iterator[tuple[str, str]]:
     """`documents` in order, less those outside the source's length bounds, with their secrets
     redacted (`_without_secrets`) a batch at a time."""
@@ -426,13 +429,16 @@ def _hash_files(root: Location, io: TaskIO, files: list[str]) -> Hashes:
     return hash_files(root, files)
 
 
+HASH_TASK = Step(_hash_files, kept=False)
+
+
 def _hash_on(io: StageIO, root: Location, files: list[str]) -> Hashes:
     """`files`' SHA-256s, spread over the stage's workers: on a cold build they are per-file
     work in the run's own process otherwise (~150 us a file, 20k files in site-packages)."""
     chunks = [files[i : i + HASH_FILES] for i in range(0, len(files), HASH_FILES)]
     hashed: dict[str, str] = {}
     failed: dict[str, str] = {}
-    for done, skipped in map_tasks(_hash_files, root, chunks, io.root, io.executor, inline_below=2):
+    for done, skipped in map_tasks(HASH_TASK, root, chunks, io.root, io):
         hashed.update(done)
         failed.update(skipped)
     return hashed, failed
@@ -505,7 +511,7 @@ def ingest_source(
             write_tombstones(staging / REMOVED, (stone for part in parts for stone in part.removed))
 
     job = _IngestJob(src, max_bytes, removal)
-    parts = map_shards(_ingest_group, job, groups, out, io.executor, ingested, progress, not_empty)
+    parts = map_shards(INGEST_GROUP, job, groups, out, io, ingested, not_empty)
     shards = list(shards_of(parts))
     text_bytes = sum(part.text_bytes for part in parts)
     skipped = counts.skipped

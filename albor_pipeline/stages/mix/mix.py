@@ -25,9 +25,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink
-from albor_pipeline.runtime.executor import INLINE, Executor
-from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import READS, StageIO, TaskIO, held, map_shards, map_tasks, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, held, job_and_file, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.runtime.taskstore import NotReusable
 from albor_pipeline.spec import MixUnit, SplitMixSpec, repeat_warnings
@@ -236,7 +234,7 @@ class _Gathered:
         return [self.shard]
 
 
-def _scatter(job: _ShuffleJob, io: TaskIO, item: tuple[int, str, np.ndarray, np.ndarray]) -> Spooled | None:
+def _scatter(job: _ShuffleJob, io: TaskIO, item: tuple[int, str, np.ndarray, np.ndarray]) -> None:
     """Send the picked rows of input shard i (`rows`, bound for output positions `pos`) to
     the output shards holding those positions: one Arrow file, a record batch per output shard.
     The picks of one output shard at a time are copied out of the input shard: a source drawn
@@ -257,7 +255,7 @@ def _scatter(job: _ShuffleJob, io: TaskIO, item: tuple[int, str, np.ndarray, np.
             writer.write_batch(
                 pa.RecordBatch.from_arrays([c.combine_chunks() for c in part.columns], schema=_SCATTER_SCHEMA)
             )
-    return io.node.spool(spool)
+    io.spool(spool)
 
 
 def _gather(job: _ShuffleJob, io: TaskIO, item: tuple[int, str | None]) -> _Gathered:
@@ -288,9 +286,10 @@ def _gather_reads(job: _ShuffleJob, io: TaskIO, item: tuple[int, str | None]) ->
     return {"shard": k, "rows": rows}
 
 
-setattr(_gather, READS, _gather_reads)
 _SCATTER_SCHEMA = DOC_SCHEMA.append(pa.field("_pos", pa.int64()))
 CHEAP = 4  # the mix's waves cost about a second a shard: a pool pays off from 4 (`inline_below`)
+SCATTER = Step(_scatter, kept=False, inline_below=CHEAP)
+GATHER = Step(_gather, _gather_reads, inline_below=CHEAP)
 
 
 def shuffle(
@@ -298,7 +297,7 @@ def shuffle(
     order_idx: np.ndarray,
     out: Path,
     bounds: np.ndarray,
-    executor: Executor = INLINE,
+    io: StageIO,
     row_keys: np.ndarray | None = None,
 ) -> list[Shard]:
     """Write rows `order_idx[0], order_idx[1], ...` of `src` (a Parquet file or shard set, rows
@@ -310,7 +309,7 @@ def shuffle(
     row to the output shard that holds its position, then a gather task per output shard
     sorts its rows into place and writes it. A task holds one input or one output shard,
     never the split; disk holds one extra copy of the output meanwhile. On a cluster, the
-    scatter files go from node to node through the data dir's bucket (`executor.node`).
+    scatter files go from node to node through the data dir's bucket (`TaskIO.spool`).
     """
     files = parquet_files(src)
     starts = first_rows(files)
@@ -328,10 +327,11 @@ def shuffle(
             (k, None if row_keys is None else _digest(row_keys[a:b])) for k, (a, b) in enumerate(pairwise(bounds))
         ]
         job = _ShuffleJob(tmp, tuple(int(b) for b in bounds), len(files), frozenset(range(len(gathers))))
-        wanted = frozenset(k for k, held_ in enumerate(held(_gather, job, gathers, executor)) if not held_)
+        wanted = frozenset(k for k, held_ in enumerate(held(GATHER, job, gathers, io)) if not held_)
         job = replace(job, wanted=wanted)
-        spooled = map_tasks(_scatter, job, scatter, Path(tmp), executor, inline_below=CHEAP) if wanted else []
-        gathered = map_shards(_gather, job, gathers, out, executor, spools=spooled, inline_below=CHEAP)
+        if wanted:
+            map_tasks(SCATTER, job, scatter, Path(tmp), io)
+        gathered = map_shards(GATHER, job, gathers, out, io)
         return list(shards_of(gathered))
 
 
@@ -378,6 +378,9 @@ def _text_sizes(_: None, io: TaskIO, path: str) -> _Sizes:
     return _Sizes(nbytes.astype(np.int64), chars.astype(np.int64), _row_keys(table))
 
 
+TEXT_SIZES = Step(_text_sizes, job_and_file, reads_files_only=True, inline_below=CHEAP)
+
+
 def _draw(plans: list[SourcePlan], positions: dict[str, np.ndarray], lengths: np.ndarray, seed: int) -> np.ndarray:
     """The split's row numbers each plan draws (by rows, or by characters for a budget),
     shuffled together; each plan learns its output rows and characters."""
@@ -421,7 +424,7 @@ def mix_documents(
     counts = {name: len(pos) for name, pos in positions.items()}
     files = parquet_files(split_path)
     items = [str(f) for f in files]
-    sizes = map_tasks(_text_sizes, None, items, out.parent, io.executor, inline_below=CHEAP, reuse=True)
+    sizes = map_tasks(TEXT_SIZES, None, items, out.parent, io)
     nbytes = np.concatenate([s.nbytes for s in sizes])
     lengths = np.concatenate([s.chars for s in sizes])
     row_keys = np.concatenate([s.keys for s in sizes])
@@ -429,7 +432,7 @@ def mix_documents(
     plans, warnings = plan_counts(counts, mix, order, chars)
     order_idx = _draw(plans, positions, lengths, mix.seed)
     bounds = shard_bounds(nbytes[order_idx], int(shard_mb * MB))
-    shards = shuffle(split_path, order_idx, out, bounds, io.executor, row_keys[order_idx])
+    shards = shuffle(split_path, order_idx, out, bounds, io, row_keys[order_idx])
     if io.progress:
         io.progress(f"mix: wrote {sum(s.rows for s in shards):,} rows in {len(shards)} shard(s) to {out.name}/")
     summary = MixSummary(

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from albor_pipeline.runtime.artifacts import Artifact, record, write_bytes, write_json
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_shards, map_tasks
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, job_and_file, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import SPLITS
 from albor_pipeline.stages.corpus.report import Corpus
@@ -98,11 +98,14 @@ def _measure_shard(job: None, io: TaskIO, path: str) -> _Measured:
     return _Measured(stream_split(io.local(path)))
 
 
+MEASURE_SHARD = Step(_measure_shard, job_and_file, reads_files_only=True)
+
+
 def measure_splits(fim_dirs: dict[str, Path], directory: Path, io: StageIO) -> dict[str, dict[str, _Streamed]]:
     """`stream_split` of every split's FIM shard set, a task per shard on the stage's workers,
     merged per split and source (exact counts: the same whatever order the shards come in)."""
     items = [(split, str(f)) for split, d in fim_dirs.items() for f in parquet_files(d)]
-    measured = map_tasks(_measure_shard, None, [f for _, f in items], directory, io.executor, reuse=True)
+    measured = map_tasks(MEASURE_SHARD, None, [f for _, f in items], directory, io)
     out: dict[str, dict[str, _Streamed]] = {split: {} for split in fim_dirs}
     for (split, _), shard in zip(items, measured, strict=True):
         for name, s in shard.sources.items():
@@ -282,16 +285,19 @@ def _draw_chart(job: None, io: TaskIO, item: tuple[str, str]) -> _Drawn:
     return _Drawn((Shard.of(path, 0),))
 
 
+DRAW_CHART = Step(_draw_chart)
+
+
 def build_stats(recorded: Recorded, layout: Layout, out_dir: Path, io: StageIO) -> StatsResult:
     """`stats.json` and the charts into `out_dir`, committed as one set (a rerun: the same bytes)."""
     stats = compute_statistics(recorded, layout, out_dir.parent, io)
     items = [(chart.name, chart_input(stats, chart).model_dump_json()) for chart in CHARTS]
     map_shards(
-        _draw_chart,
+        DRAW_CHART,
         None,
         items,
         out_dir,
-        io.executor,
+        io,
         finish=lambda staging, _: write_json(staging / STATS_JSON, stats.to_json()),
     )
     root = io.root

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from albor_pipeline.runtime.nodes import Spooled
-from albor_pipeline.runtime.shardmap import READS, StageIO, TaskIO, map_tasks
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import Shard, SpoolItem, row_group_sha256, row_groups
-from albor_pipeline.runtime.taskstore import NOT_IDENTITY
 
 SEPARATOR = b"\xff"  # never inside UTF-8 text: it parts the documents handed to gigatoken's trainer
 LONG_RUN = 1000  # bytes: the longest run of one character class a trainer sees whole
@@ -70,7 +68,7 @@ class FeedJob:
     """How every row group's text is cut, and where its file goes."""
 
     doc_cap: int | None
-    spool: str = field(metadata=NOT_IDENTITY)
+    spool: str
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,6 @@ class TextChunk:
     docs: int
     chars: int
     shards: tuple[Shard, ...] = ()  # its text file, as the task store keeps it
-    spooled: Spooled | None = None  # its text file, when sent through the data dir's bucket
 
 
 def text_file(spool: str | Path, task: int) -> Path:
@@ -99,18 +96,19 @@ def train_text(job: FeedJob, io: TaskIO, item: SpoolItem) -> TextChunk:
     out = text_file(io.directory, item.task)
     out.write_bytes(text_bytes(texts))
     shard = Shard.of(out, len(texts), io.directory)
-    # Only the run's process reads it: sent through the bucket only from a node without its copy.
-    return TextChunk(len(texts), sum(map(len, texts)), (shard,), None if io.node.shared() else io.node.spool(out))
+    if not io.node.shared():  # only the run's process reads it: sent only from a node without its copy
+        io.spool(out)
+    return TextChunk(len(texts), sum(map(len, texts)), (shard,))
 
 
 def train_text_reads(job: FeedJob, io: TaskIO, item: SpoolItem) -> dict[str, object]:
     """What a text task reads (its identity): its row group's bytes, so a rebuild writes again
     only the row groups holding an edited document."""
     path, index = item.group
-    return {"job": job, "row_group": row_group_sha256(io.node.local(path), index), "task": item.task}
+    return {"doc_cap": job.doc_cap, "row_group": row_group_sha256(io.node.local(path), index), "task": item.task}
 
 
-setattr(train_text, READS, train_text_reads)
+TRAIN_TEXT = Step(train_text, train_text_reads, inline_below=4)
 
 
 @dataclass(frozen=True)
@@ -145,9 +143,9 @@ def feed_files(train: Path, spool: Path, io: StageIO, doc_cap: int | None, max_c
     while len(done) < len(items) and (max_chars is None or sum(c.chars for _, c in done) < max_chars):
         left = None if max_chars is None else max_chars - sum(c.chars for _, c in done)
         wave = _reach(items[len(done) :], left, doc_cap)
-        chunks = map_tasks(train_text, job, wave, spool, io.executor, rate, io.progress, inline_below=4, reuse=True)
-        for chunk in chunks:
-            io.receive(chunk.spooled)
+        chunks = map_tasks(TRAIN_TEXT, job, wave, spool, io, rate)
+        for item in wave:
+            io.receive(text_file(spool, item.task))
         done += zip(wave, chunks, strict=True)
     if io.progress:
         io.progress(f"tokenizer: text of {len(done)} row groups ready in {time.perf_counter() - start:.1f} s")

@@ -21,7 +21,7 @@ import time
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,9 @@ from albor_pipeline.runtime.artifacts import (
     write_json,
 )
 from albor_pipeline.runtime.executor import INLINE, LocalExecutor, cpu_count
-from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks, output_set
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks, output_set
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
 from albor_pipeline.stages.tokenizer.feed import SEPARATOR, budgeted, chunk_texts, feed_files, text_bytes
 from albor_pipeline.stages.tokenizer.report import PYTHON_KEYWORDS, TIMING, TokenizerSummary
@@ -422,6 +423,15 @@ def _baseline_tokens(_: None, io: TaskIO, item: tuple[str, str, tuple[str, ...]]
     return _Baseline(dict(tokens))
 
 
+def _baseline_reads(_: None, io: TaskIO, item: tuple[str, str, tuple[str, ...]]) -> dict[str, object]:
+    """A baseline task's identity: the baseline's name and file and the val shards, by content."""
+    name, file, shards = item
+    return {"name": name, "file": InputFile(file), "shards": [InputFile(shard) for shard in shards]}
+
+
+BASELINE_TOKENS = Step(_baseline_tokens, _baseline_reads, reads_files_only=True)
+
+
 def compare(
     ours: Sequence[int],
     val_path: Path,
@@ -440,8 +450,8 @@ def compare(
     named += [(p.name if p.name != "tokenizer.json" else str(p), str(p)) for p in baselines]
     items = [(name, file, shards) for name, file in named]
     # The baselines' files are the spec's, on this machine: a remote node has none of them.
-    executor = io.executor if io.executor.name == LocalExecutor.name else INLINE
-    counted = map_tasks(_baseline_tokens, None, items, val_path.parent, executor, reuse=True)
+    local = io if io.executor.name == LocalExecutor.name else replace(io, executor=INLINE)
+    counted = map_tasks(BASELINE_TOKENS, None, items, val_path.parent, local)
     notes = [c.note for c in counted if c.note is not None]
     others = {name: c.tokens for (name, _), c in zip(named, counted, strict=True) if c.note is None}
     totals: dict[str, Counter[str]] = defaultdict(Counter)
