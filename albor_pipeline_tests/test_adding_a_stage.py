@@ -1,10 +1,12 @@
-"""The README's "Adding a stage": a new per-shard stage is its package, its Dagster module and
-one registry line, nothing else. The test writes such a stage (word counts per document of
-a filtered source) as those files, registers it, and materializes it with its upstream."""
+"""docs/development.md's "Adding a stage": a new per-shard stage is its package and one
+registry line, and the code the page shows is the code that runs. The test writes the page's
+code blocks as the files they name, registers the stage, and materializes it with its
+upstream, then restores a lost output from its kept tasks."""
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -12,124 +14,76 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+import albor_pipeline.defs
+import albor_pipeline.stages
 from albor_pipeline.defs import pipeline
 from albor_pipeline.defs.automation import BUILD_JOB
-from albor_pipeline.spec import load_spec
+from albor_pipeline.runtime.executor import TASKS
+from albor_pipeline.spec import REPO_ROOT, load_spec
 from albor_pipeline_tests.support import small_spec_dict, write_spec
 
-# albor_pipeline/stages/wordcount/wordcount.py: the step, the entry, the check.
-STAGE = """
-from dataclasses import dataclass
-from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.checks import CheckOutcome
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, job_and_file, map_shards, shards_of
-from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
-
-SCHEMA = pa.schema([("sha256", pa.string()), ("words", pa.int64())])
+PAGE = REPO_ROOT / "docs" / "development.md"
+MAX_LINES = 40  # the step and its declarations, Dagster included: lines of code (no blank or comment line)
+SOURCE = "stdlib_json_email"
 
 
-@dataclass(frozen=True)
-class Counted:
-    shards: tuple[Shard, ...]
+def recipe() -> dict[str, str]:
+    """The code blocks of the page's "Adding a stage", by the file their first line names."""
+    section = PAGE.read_text().split("## Adding a stage", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```", section, re.M | re.S)
+    return {re.match(r"# (\S+)", block)[1]: block for block in blocks}  # type: ignore[index]
 
 
-def count_shard(job: None, io: TaskIO, path: str) -> Counted:
-    with ParquetSink(io.directory / Path(path).name, SCHEMA) as sink:
-        for batch in iter_batches(io.local(path), ["sha256", "text"]):
-            words = pa.array([len(text.split()) for text in batch.column("text").to_pylist()], pa.int64())
-            sink.write(pa.RecordBatch.from_arrays([batch.column("sha256"), words], schema=SCHEMA))
-    return Counted((Shard.of(sink.path, sink.rows),))
+def test_the_recipe_is_a_step_and_its_declarations_in_at_most_40_lines() -> None:
+    files = recipe()
+    assert set(files) == {"albor_pipeline/stages/wordcount/wordcount.py", "albor_pipeline/defs/wordcount.py"}
+    lines = sum(1 for code in files.values() for line in code.splitlines() if line.strip() and line[0] != "#")
+    assert lines <= MAX_LINES, f"the page's stage takes {lines} lines of code"
 
 
-COUNT_SHARD = Step(count_shard, job_and_file)
+def _install(root: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """The page's files under `root`, importable as the modules they name; the stage's module."""
+    for name, code in recipe().items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(code)
+    (root / "albor_pipeline/stages/wordcount/__init__.py").write_text("")
+    for package in (albor_pipeline.stages, albor_pipeline.defs):
+        extra = str(root / package.__name__.replace(".", "/"))
+        monkeypatch.setattr(package, "__path__", [*package.__path__, extra])
+    for name in ("albor_pipeline.defs.wordcount", "albor_pipeline.stages.wordcount.wordcount"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module("albor_pipeline.defs.wordcount")
 
 
-def count_words(src: Path, out: Path, io: StageIO) -> list[Artifact]:
-    items = [str(path) for path in parquet_files(src)]
-    return [s.artifact(out, io.root) for s in shards_of(map_shards(COUNT_SHARD, None, items, out, io))]
+def _run(job: dg.JobDefinition) -> tuple[dg.ExecuteInProcessResult, dict[str, float]]:
+    mark = TASKS.mark()
+    keys = [["ingested", SOURCE], ["filtered", SOURCE], ["wordcount", SOURCE]]
+    result = job.execute_in_process(asset_selection=[dg.AssetKey(k) for k in keys])
+    return result, TASKS.since(mark).get("count_shard", {"tasks": 0, "reused": 0})
 
 
-def check_counts(paths: list[Path]) -> CheckOutcome:
-    empty = sum(pc.sum(pc.equal(pq.read_table(p).column("words"), 0)).as_py() or 0 for p in paths)
-    return CheckOutcome(True, f"{empty} document(s) without words")
-""".replace("import pyarrow.compute as pc\n", "import pyarrow.compute as pc\nimport pyarrow.parquet as pq\n")
-
-# albor_pipeline/defs/wordcount.py: the run config, the work function, the declaration.
-DEFS = '''
-from functools import partial
-
-import dagster as dg
-
-from albor_pipeline.defs.stage import Check, Stage, StageContext, schema_check
-from albor_pipeline.runtime.layout import filtered_stage
-from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.runtime.stage import StageOutput
-from albor_pipeline.spec import DOCUMENT_KINDS, PipelineSpec
-from wordcount.wordcount import SCHEMA, check_counts, count_words
-
-
-class WordcountConfig(dg.Config):
-    """Nothing to override."""
-
-
-def wordcount(source: str, ctx: StageContext, config: WordcountConfig) -> StageOutput:
-    stage = f"wordcount/{source}"
-    io = StageIO(ctx.layout.root, ctx.executor, ctx.log.info)
-    artifacts = count_words(ctx.layout.filtered(source), ctx.layout.stage_dir(stage), io)
-    return StageOutput(artifacts=artifacts, config={})
-
-
-def stages(spec: PipelineSpec) -> list[Stage[WordcountConfig]]:
-    return [
-        Stage(
-            name=f"wordcount/{s.name}",
-            group="wordcount",
-            description="Words per document of a filtered source.",
-            config=WordcountConfig,
-            defaults=WordcountConfig(),
-            work=partial(wordcount, s.name),
-            deps=(filtered_stage(s.name),),
-            checks=(schema_check(SCHEMA), Check("counted", "Counts.", lambda ctx: check_counts(ctx.parquet_outputs))),
-        )
-        for s in spec.sources_of(*DOCUMENT_KINDS)
-    ]
-'''
-
-
-def test_a_new_per_shard_stage_is_its_package_its_dagster_module_and_one_registry_line(
+def test_a_new_per_shard_stage_is_its_package_and_one_registry_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = tmp_path / "code" / "wordcount"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")  # file 1
-    (package / "wordcount.py").write_text(STAGE)  # file 2
-    (tmp_path / "code" / "wordcount_defs.py").write_text(DEFS)  # file 3
-    monkeypatch.syspath_prepend(str(tmp_path / "code"))
-    module = importlib.import_module("wordcount_defs")
-    monkeypatch.setattr(pipeline, "STAGE_MODULES", (*pipeline.STAGE_MODULES, module))  # file 4: the registry line
-
+    module = _install(tmp_path / "code", monkeypatch)
+    monkeypatch.setattr(pipeline, "STAGE_MODULES", (*pipeline.STAGE_MODULES, module))  # the registry line
     spec = load_spec(write_spec(tmp_path / "spec.yaml", small_spec_dict()))
     out = tmp_path / "data"
     job = pipeline.build_definitions(spec, out).resolve_job_def(BUILD_JOB)
-    source = "stdlib_json_email"
-    keys = [["ingested", source], ["filtered", source], ["wordcount", source]]
-    result = job.execute_in_process(asset_selection=[dg.AssetKey(k) for k in keys])
-    assert result.success
-    counts = pq.read_table(out / "wordcount" / source)
-    filtered = pq.read_table(out / "filtered" / source, columns=["sha256", "text"])
+    result, tasks = _run(job)
+    assert result.success and tasks["tasks"] >= 1 and tasks["reused"] == 0
+    counts = pq.read_table(out / "wordcount" / SOURCE)
+    filtered = pq.read_table(out / "filtered" / SOURCE, columns=["sha256", "text"])
     assert counts.column("sha256").to_pylist() == filtered.column("sha256").to_pylist()
     expected = [len(t.split()) for t in filtered.column("text").to_pylist()]
     assert counts.column("words").to_pylist() == expected and sum(expected) > 1000
-    # The stage got what every stage gets: a manifest with each shard's SHA-256, and its checks ran.
-    manifest = (out / "manifests" / f"wordcount__{source}.json").read_text()
-    assert all(p.name in manifest for p in (out / "wordcount" / source).iterdir())
-    checks = {e.asset_check_key.name for e in result.get_asset_check_evaluations()}
-    assert {"schema", "counted"} <= checks
-    sys.modules.pop("wordcount_defs", None)
-    sys.modules.pop("wordcount.wordcount", None)
-    sys.modules.pop("wordcount", None)
+    # The stage got what every stage gets: a manifest with each shard's SHA-256, and its check ran.
+    manifest = (out / "manifests" / f"wordcount__{SOURCE}.json").read_text()
+    assert all(p.name in manifest for p in (out / "wordcount" / SOURCE).iterdir())
+    checked = {e.asset_check_key for e in result.get_asset_check_evaluations()}
+    assert dg.AssetCheckKey(dg.AssetKey(["wordcount", SOURCE]), "schema") in checked
+    # Its tasks were kept under what they read: a lost output shard is restored, no task runs.
+    next((out / "wordcount" / SOURCE).glob("part-*.parquet")).unlink()
+    again, kept = _run(job)
+    assert again.success and kept == {**kept, "tasks": tasks["tasks"], "reused": tasks["tasks"]}
+    assert pq.read_table(out / "wordcount" / SOURCE).equals(counts)

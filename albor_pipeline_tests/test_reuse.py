@@ -93,7 +93,8 @@ def test_a_task_runs_again_only_when_its_input_settings_or_stored_files_change(t
     assert _map(store, files, out) == {"ran": 0, "reused": 4}  # back to the first bytes: all stored
     assert _set(out) == cold
 
-    entry = store.entry(store.key(_upper, _Upper("!"), (1, str(files[1]))))
+    io = TaskIO(str(out), IN_PLACE, store)
+    entry = store.entry(store.key(_upper, *UPPER.identity(_Upper("!"), io, (1, str(files[1])))))
     stored = next((entry / "files").iterdir())
     stored.unlink()  # a stored shard deleted behind the pipeline's back...
     shutil.copyfile(out / "part-00000-0000.parquet", stored)  # ...and replaced by other bytes

@@ -133,7 +133,9 @@ def _check_fn(job: _CheckJob[T]) -> Callable[[Path], T]:
     return job.fn
 
 
-CHECK_SHARD: Step[_CheckJob[Any], str, _Checked[Any]] = Step(_check_shard, _check_reads, reads_files_only=True, names=_check_fn)
+CHECK_SHARD: Step[_CheckJob[Any], str, _Checked[Any]] = Step(
+    _check_shard, _check_reads, reads_files_only=True, names=_check_fn
+)
 
 
 def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path], reads: Sequence[Path] = ()) -> list[T]:

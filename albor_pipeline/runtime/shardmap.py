@@ -67,6 +67,13 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class Written:
+    """A step's result when it is only the shards its task wrote."""
+
+    shards: tuple[Shard, ...]
+
+
+@dataclass(frozen=True)
 class TaskIO:
     """Where a task reads and writes, wherever it runs."""
 

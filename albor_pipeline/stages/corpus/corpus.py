@@ -27,7 +27,7 @@ from albor_pipeline.runtime.artifacts import (
     write_json,
 )
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
-from albor_pipeline.runtime.shardmap import StageIO, map_shards, map_tasks, runs_inline, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, Written, map_shards, map_tasks, runs_inline, shards_of
 from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, row_groups
 from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy, repeat_warnings
@@ -41,7 +41,7 @@ from albor_pipeline.stages.corpus.encode_task import (
 from albor_pipeline.stages.corpus.exports import NANOGPT_META, STREAMS, concat_streams, write_sidecars
 from albor_pipeline.stages.corpus.index import reader_index
 from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces, write_pieces
-from albor_pipeline.stages.corpus.pack import PACK_SHARD, PackedShard, PackJob
+from albor_pipeline.stages.corpus.pack import PACK_SHARD, PackJob
 from albor_pipeline.stages.corpus.plan import Plan, PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
 from albor_pipeline.stages.corpus.report import CorpusBudget, CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import make_encoder, pick_encoder
@@ -363,7 +363,7 @@ def _pack_split(
 
 def _finish(
     staging: Path,
-    packed: list[PackedShard],
+    packed: list[Written],
     *,
     exports: Path,
     streamed: Future[tuple[str, int]],

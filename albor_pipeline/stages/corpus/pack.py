@@ -13,7 +13,7 @@ import pyarrow as pa
 from albor_pipeline.runtime.artifacts import (
     ParquetSink,
 )
-from albor_pipeline.runtime.shardmap import Step, TaskIO
+from albor_pipeline.runtime.shardmap import Step, TaskIO, Written
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.spec import Packing
 from albor_pipeline.stages.corpus.encode_task import (
@@ -71,11 +71,6 @@ class PackJob:
         return np.concatenate(parts).astype(np.uint32) if parts else np.zeros(0, np.uint32)
 
 
-@dataclass(frozen=True)
-class PackedShard:
-    shards: tuple[Shard, ...]  # the one shard the task wrote
-
-
 def _chunks(job: PackJob, io: TaskIO, first: int, end: int) -> Iterator[tuple[Segments, int, np.ndarray]]:
     """Sequences [first, end), `PACK_SEQUENCES` at a time: their segments, the stream position
     their tokens start at, and those tokens."""
@@ -86,7 +81,7 @@ def _chunks(job: PackJob, io: TaskIO, first: int, end: int) -> Iterator[tuple[Se
         yield segments, base, job.read(io, plan.offsets, base, int((segments.starts + segments.lens).max()))
 
 
-def pack_shard(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> PackedShard:
+def pack_shard(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> Written:
     """Write corpus shard `part-NNNNN.parquet` holding sequences [first, end) of the plan:
     a task per shard, so no sequence passes through the stage's own process."""
     shard, first, end = item
@@ -95,7 +90,7 @@ def pack_shard(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> PackedSh
     with ParquetSink(path, SEQ_SCHEMA, ROW_GROUP_SEQUENCES, use_dictionary=False) as sink:
         for segments, base, stream in _chunks(job, io, first, end):
             sink.write(sequences_batch(fill(stream, base, segments, job.seq_len, job.pad_id)))
-    return PackedShard((Shard.of(path, sink.rows),))
+    return Written((Shard.of(path, sink.rows),))
 
 
 def pack_reads(job: PackJob, io: TaskIO, item: tuple[int, int, int]) -> dict[str, object]:

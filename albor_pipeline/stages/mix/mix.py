@@ -25,7 +25,17 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, Artifact, ParquetSink
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, held, job_and_file, map_shards, map_tasks, shards_of
+from albor_pipeline.runtime.shardmap import (
+    StageIO,
+    Step,
+    TaskIO,
+    Written,
+    held,
+    job_and_file,
+    map_shards,
+    map_tasks,
+    shards_of,
+)
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.runtime.taskstore import NotReusable
 from albor_pipeline.spec import MixUnit, SplitMixSpec, repeat_warnings
@@ -225,15 +235,6 @@ class _ShuffleJob:
         return len(self.bounds) - 1
 
 
-@dataclass(frozen=True)
-class _Gathered:
-    shard: Shard
-
-    @property
-    def shards(self) -> list[Shard]:
-        return [self.shard]
-
-
 def _scatter(job: _ShuffleJob, io: TaskIO, item: tuple[int, str, np.ndarray, np.ndarray]) -> None:
     """Send the picked rows of input shard i (`rows`, bound for output positions `pos`) to
     the output shards holding those positions: one Arrow file, a record batch per output shard.
@@ -258,7 +259,7 @@ def _scatter(job: _ShuffleJob, io: TaskIO, item: tuple[int, str, np.ndarray, np.
     io.spool(spool)
 
 
-def _gather(job: _ShuffleJob, io: TaskIO, item: tuple[int, str | None]) -> _Gathered:
+def _gather(job: _ShuffleJob, io: TaskIO, item: tuple[int, str | None]) -> Written:
     """Output shard k: its rows from every scatter file, in output order. `item`: (k, the
     digest of its rows, None when unknown)."""
     k = item[0]
@@ -274,7 +275,7 @@ def _gather(job: _ShuffleJob, io: TaskIO, item: tuple[int, str | None]) -> _Gath
     table = pa.Table.from_batches(parts, _SCATTER_SCHEMA).sort_by("_pos").drop_columns(["_pos"])
     with ParquetSink(io.directory / shard_name(k), DOC_SCHEMA) as sink:
         sink.write(table)
-    return _Gathered(Shard.of(sink.path, sink.rows))
+    return Written((Shard.of(sink.path, sink.rows),))
 
 
 def _gather_reads(job: _ShuffleJob, io: TaskIO, item: tuple[int, str | None]) -> dict[str, Any]:

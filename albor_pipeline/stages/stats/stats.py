@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from albor_pipeline.runtime.artifacts import Artifact, record, write_bytes, write_json
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, job_and_file, map_shards, map_tasks
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, Written, job_and_file, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.spec import SPLITS
 from albor_pipeline.stages.corpus.report import Corpus
@@ -266,14 +266,7 @@ class StatsResult:
     statistics: Statistics
 
 
-@dataclass(frozen=True)
-class _Drawn:
-    """A chart task's result: the PNG it wrote."""
-
-    shards: tuple[Shard, ...]
-
-
-def _draw_chart(job: None, io: TaskIO, item: tuple[str, str]) -> _Drawn:
+def _draw_chart(job: None, io: TaskIO, item: tuple[str, str]) -> Written:
     """One chart's PNG: a task on the stage's workers, reused while the figures it draws
     (`chart_input`, as JSON: its keys' order is the charts' order too) stay the same;
     matplotlib is imported only where a chart is drawn."""
@@ -282,7 +275,7 @@ def _draw_chart(job: None, io: TaskIO, item: tuple[str, str]) -> _Drawn:
     name, figures = item
     path = io.directory / name
     write_bytes(path, render(name, Statistics.model_validate_json(figures)))
-    return _Drawn((Shard.of(path, 0),))
+    return Written((Shard.of(path, 0),))
 
 
 DRAW_CHART = Step(_draw_chart)
