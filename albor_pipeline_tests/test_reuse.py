@@ -20,7 +20,7 @@ import pytest
 from albor_pipeline.definitions import build_definitions, pipeline_stages
 from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.runtime.checks import KeptOutcome, kept_outcome
-from albor_pipeline.runtime.executor import INLINE, TASKS
+from albor_pipeline.runtime.executor import TASKS
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.nodes import IN_PLACE
 from albor_pipeline.runtime.shardmap import CodeChanged, StageIO, Step, TaskIO, _Task, map_shards
