@@ -12,10 +12,8 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
 from albor_pipeline.runtime import artifacts
-from albor_pipeline.runtime.artifacts import BackgroundWrites
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import data_dir_lock
 
@@ -112,31 +110,6 @@ def test_staged_dir_replaces_a_file_set_whole_or_not_at_all(tmp_path):
     assert {p.name: p.read_bytes() for p in final.iterdir()} == {"part-00000.parquet": b"new 0"}
     assert sorted(p.name for p in final.parent.iterdir()) == ["train"]  # no staging or old dirs left
     assert final.stat().st_mode & 0o755 == 0o755  # readable by the team, like any directory
-
-
-def test_background_writes_keep_order_and_hand_back_the_first_error():
-    """The corpus stage's writer thread: items written in submission order; an error in the
-    thread stops later writes and reaches the caller (at submit or close), never lost."""
-    written: list[int] = []
-
-    def write(item: int) -> None:
-        if item == 3:
-            raise OSError(28, "No space left on device")
-        written.append(item)
-
-    ok = BackgroundWrites(write)
-    for i in range(100):
-        ok.submit(i if i != 3 else 4)
-    ok.close()
-    assert written == [i if i != 3 else 4 for i in range(100)]
-
-    written.clear()
-    failing = BackgroundWrites(write)
-    with pytest.raises(OSError, match="No space left"):
-        for i in range(100):
-            failing.submit(i)
-        failing.close()
-    assert written == [0, 1, 2]
 
 
 def test_a_file_is_hashed_again_only_when_it_changed_even_across_runs(tmp_path, monkeypatch):

@@ -11,15 +11,13 @@ import errno
 import hashlib
 import json
 import os
-import queue
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -418,44 +416,6 @@ class ParquetSink:
             raise
         finally:
             self._ctx.__exit__(type(failure) if failure else None, failure, failure.__traceback__ if failure else None)
-
-
-class BackgroundWrites(Generic[T]):
-    """Calls `write(item)` on one thread, in submission order, at most `depth` items behind.
-
-    Arrow's Parquet encoder releases the GIL, so the caller reads and packs the next batch
-    while this one is encoded: the output is the same, only the wall time changes. The
-    first error is re-raised by the next `submit` or by `close`.
-    """
-
-    _DONE = object()
-
-    def __init__(self, write: Callable[[T], None], depth: int = 2) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(write,), name="background-writes", daemon=True)
-        self._thread.start()
-
-    def _run(self, write: Callable[[T], None]) -> None:
-        while (item := self._queue.get()) is not self._DONE:
-            if self._error is None:
-                try:
-                    write(item)
-                except BaseException as exc:  # handed to the caller's thread
-                    self._error = exc
-
-    def submit(self, item: T) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put(item)
-
-    def close(self) -> None:
-        """Wait for every write; raise the first error, if any."""
-        if self._thread.is_alive():
-            self._queue.put(self._DONE)
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
 
 
 def read_manifest(layout: Layout, stage: str) -> StageManifest:

@@ -18,10 +18,10 @@ same machine, or a mount at the same path), it holds a token file only this run 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Generic, TypeVar, cast
+from typing import TypeVar
 
 from albor_pipeline.runtime.artifacts import Artifact, sha256_file
 from albor_pipeline.runtime.bucket import Bucket
@@ -163,22 +163,6 @@ class Node:
     def _store(self) -> Bucket:
         assert self.bucket is not None
         return Bucket(self.bucket, Layout(self._home()))
-
-
-@dataclass(frozen=True)
-class OnNode(Generic[T]):
-    """`fn` of a data-dir file, given the file's copy on whichever node the task runs."""
-
-    node: Node
-    fn: Callable[[Path], T]
-
-    @property
-    def func(self) -> Callable[..., T]:
-        """The function a task log names (`executor.task_name`)."""
-        return cast(Callable[..., T], getattr(self.fn, "func", self.fn))
-
-    def __call__(self, path: str | Path) -> T:
-        return self.fn(self.node.local(path))
 
 
 IN_PLACE = Node("")

@@ -107,7 +107,7 @@ class ChartSpec(NamedTuple):
 
     name: str
     title: str
-    reads: tuple[str, ...]
+    draws: tuple[str, ...]
 
 
 COLOURS = ("funnel", "redactions")  # the sources' names, whose order gives each its colour
@@ -124,9 +124,9 @@ CHARTS = (
 
 
 def chart_input(stats: Statistics, chart: ChartSpec) -> Statistics:
-    """What `chart` draws: `stats` with every field it does not read emptied, so the task that
+    """What `chart` draws: `stats` with every field it does not draw emptied, so the task that
     draws it is reused while its own figures stay the same."""
     unread: dict[str, Any] = {
-        f: None if f == "near_duplicate_clusters" else {} for f in Statistics.model_fields if f not in chart.reads
+        f: None if f == "near_duplicate_clusters" else {} for f in Statistics.model_fields if f not in chart.draws
     }
     return stats.model_copy(update=unread)
