@@ -7,5 +7,5 @@
 - `graph`: the whole default graph through `dagster asset materialize`;
 - `scale`: the graph at 1x and 2x the corpus (and local against Ray);
 - `loader`: the training loader against a bare `np.memmap` reader;
-- `report`: the markdown table of `results.json`; `rss`: the peak-RSS wrapper a graph runs under.
+- `report`: `RESULTS.md`, the tables of `results.json`; `rss`: the peak-RSS wrapper a graph runs under.
 """

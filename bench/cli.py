@@ -4,8 +4,9 @@
 
 Every figure is the median of `--repeat` runs; every comparison is a ratio of two
 medians measured in this same run on the same documents. Writes bench/results.json
-and prints a markdown table. Default corpus: this machine's standard library and
-installed packages' Python sources.
+and, beside it, RESULTS.md (a table per section, under the command, date, machine and
+Python that measured it), and prints that. Default corpus: this machine's standard
+library and installed packages' Python sources.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from bench.hygiene import bench_hygiene
 from bench.lineage import bench_ledger
 from bench.loader import bench_loader
 from bench.rebuild import bench_rebuild
-from bench.report import table
+from bench.report import markdown, write_markdown
 from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
 
 SECTIONS = ("stages", "hygiene", "e2e", "ledger", "rebuild", "scaling", "loader", "scale")
+FULL_ONLY = ("rebuild", "scaling", "scale")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
 RESULTS = (
     "stages",
@@ -44,6 +46,7 @@ RESULTS = (
     "scaling",
     "loader",
     "scale",
+    "measured",  # each section's command, date, machine and Python
 )
 
 
@@ -52,11 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--corpus", action="append", type=Path, help="a directory of Python sources (repeatable)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tok-chars", type=int, default=30_000_000, help="chars to train the benched tokenizer on")
-    parser.add_argument("--quick", action="store_true", help="one repeat, no scaling runs")
+    parser.add_argument("--quick", action="store_true", help="one repeat; no rebuild, scaling or scale runs")
     parser.add_argument("--only", choices=SECTIONS, help="run one section (others kept from --out)")
     parser.add_argument("--profile", action="store_true", help="with the e2e section: one more run under py-spy")
     parser.add_argument("--scale-mb", type=int, default=1000, help="the scale section's corpus size (MB of sources)")
-    parser.add_argument("--before", metavar="REV", help="with the e2e section: also run the graph on commit REV")
+    parser.add_argument("--before", metavar="COMMIT", help="with the e2e section: also run the graph on COMMIT's code")
+    parser.add_argument("--report", action="store_true", help="only rewrite RESULTS.md from --out (no bench runs)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
     parser.add_argument("--pretokenize", type=Path, help=argparse.SUPPRESS)  # internal: one isolated run
     return parser.parse_args(argv)
@@ -66,32 +70,38 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.pretokenize:
         return pretokenize_once(args.pretokenize)
+    report = args.out.with_name("RESULTS.md")
+    if args.report:
+        write_markdown(json.loads(args.out.read_text()), report)
+        print(f"report: {report}", file=sys.stderr)
+        return 0
     corpora = [p.resolve() for p in (args.corpus or default_corpora())]
     repeat = 1 if args.quick else args.repeat
     previous = json.loads(args.out.read_text()) if args.only and args.out.exists() else {}
-    results: dict[str, Any] = {
+    results: dict[str, Any] = {k: v for k, v in previous.items() if k in RESULTS}
+    stamp = {
         "date": date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "python": platform.python_version(),
         "command": " ".join(["python", "bench/run.py", *(sys.argv[1:] if argv is None else argv)]),
         "corpora": [str(p) for p in corpora],
         "repeat": repeat,
     }
-    results.update({k: v for k, v in previous.items() if k in RESULTS})
     with tempfile.TemporaryDirectory(prefix="albor-bench-") as tmp:
-        run_sections(args, corpora, repeat, Path(tmp), results)
+        ran = run_sections(args, corpora, repeat, Path(tmp), results)
+    results.setdefault("measured", {}).update(dict.fromkeys(ran, stamp))
     results["self_rusage_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(table(results))
-    print(f"\nresults: {args.out}", file=sys.stderr)
+    write_markdown(results, report)
+    print(markdown(results))
+    print(f"\nresults: {args.out}, {report}", file=sys.stderr)
     return 0
 
 
-def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, work: Path, results: dict) -> None:
-    """Each section `args` asks for (all but `--only`'s; no scaling runs with `--quick`), its
-    figures into `results`."""
-    run = {s: args.only in (None, s) for s in SECTIONS}
-    run["scaling"] = run["scaling"] and not args.quick
-    run["scale"] = run["scale"] and not args.quick
+def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, work: Path, results: dict) -> list[str]:
+    """Each section `args` asks for (all, or `--only`'s; `FULL_ONLY` not with `--quick`), its
+    figures into `results`; returns the sections run."""
+    run = {s: args.only in (None, s) and not (args.quick and s in FULL_ONLY) for s in SECTIONS}
     if run["stages"]:
         print("stages ...", file=sys.stderr)
         results["stages"] = bench_stages(corpora, work / "stages", repeat, args.tok_chars)
@@ -103,7 +113,7 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["ledger"]:
         print("ledger: the default graph with and without the document ledger ...", file=sys.stderr)
         results["ledger"] = bench_ledger(work / "ledger", repeat)
-    if run["rebuild"] and not args.quick:
+    if run["rebuild"]:
         print("rebuild: one-file edits and a killed run's resume, default and seed-shaped specs ...", file=sys.stderr)
         results["rebuild"] = bench_rebuild(args.corpus, work / "rebuild")
     if run["scaling"]:
@@ -115,6 +125,7 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["loader"]:
         print("loader ...", file=sys.stderr)
         results["loader"] = bench_loader(corpora, work / "loader", repeat)
+    return [s for s, on in run.items() if on]
 
 
 def run_e2e(args: argparse.Namespace, work: Path, repeat: int, results: dict) -> None:
