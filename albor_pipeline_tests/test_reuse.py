@@ -45,29 +45,26 @@ class _Written:
     shards: list[Shard]
 
 
-def _upper(job: _Upper, io: TaskIO, item: tuple[int, str]) -> _Written:
+def _upper(job: _Upper, io: TaskIO, item: tuple[int, InputFile]) -> _Written:
     """A shard-set step: the lines of a text file, upper-cased, as one shard."""
     task, path = item
-    lines = Path(path).read_text().splitlines()
+    lines = io.local(path).read_text().splitlines()
     out = io.directory / shard_name(task)
     with ParquetSink(out, SCHEMA) as sink:
         sink.write(pa.RecordBatch.from_pydict({"text": [ln.upper() + job.suffix for ln in lines]}, schema=SCHEMA))
     return _Written([Shard.of(out, len(lines))])
 
 
-def _upper_reads(job: _Upper, io: TaskIO, item: tuple[int, str]) -> dict[str, object]:
-    task, path = item
-    return {"job": job, "task": task, "file": InputFile(path)}
-
-
-UPPER = Step(_upper, _upper_reads, reads_files_only=True)
+UPPER = Step(_upper)
 
 
 def _map(store: TaskStore, files: list[Path], out: Path, suffix: str = "!") -> dict[str, int]:
     """`_upper` over `files` into the set `out`, reusing from `store`: (ran, reused)."""
     mark = TASKS.mark()
     with reusing(store):
-        map_shards(UPPER, _Upper(suffix), [(i, str(f)) for i, f in enumerate(files)], out, StageIO(out.parent))
+        map_shards(
+            UPPER, _Upper(suffix), [(i, InputFile(str(f))) for i, f in enumerate(files)], out, StageIO(out.parent)
+        )
     seen = TASKS.since(mark)["_upper"]
     return {"ran": int(seen["tasks"] - seen["reused"]), "reused": int(seen["reused"])}
 
@@ -94,7 +91,7 @@ def test_a_task_runs_again_only_when_its_input_settings_or_stored_files_change(t
     assert _set(out) == cold
 
     io = TaskIO(str(out), IN_PLACE, store)
-    entry = store.entry(store.key(_upper, *UPPER.identity(_Upper("!"), io, (1, str(files[1])))))
+    entry = store.entry(store.key(_upper, *UPPER.identity(_Upper("!"), io, (1, InputFile(str(files[1]))))))
     stored = next((entry / "files").iterdir())
     stored.unlink()  # a stored shard deleted behind the pipeline's back...
     shutil.copyfile(out / "part-00000-0000.parquet", stored)  # ...and replaced by other bytes
@@ -378,9 +375,9 @@ def test_a_task_whose_worker_runs_other_code_than_the_run_fails(tmp_path: Path) 
     source.write_text("a line\n")
     io = TaskIO(str(tmp_path), IN_PLACE)
     task = _Task(UPPER, _Upper("!"), io, ())
-    assert task((0, str(source))).result.shards[0].rows == 1  # the same code: it runs
+    assert task((0, InputFile(str(source)))).result.shards[0].rows == 1  # the same code: it runs
     with pytest.raises(CodeChanged, match="changed on disk during the run"):
-        _Task(UPPER, _Upper("!"), replace(io, code="0" * 64), ())((0, str(source)))
+        _Task(UPPER, _Upper("!"), replace(io, code="0" * 64), ())((0, InputFile(str(source))))
 
 
 def test_hygiene_and_its_secrets_check_redo_only_the_row_groups_whose_bytes_changed(tmp_path: Path) -> None:

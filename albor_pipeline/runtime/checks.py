@@ -120,22 +120,15 @@ class _CheckJob(Generic[T]):
     files: tuple[InputFile, ...] = ()
 
 
-def _check_shard(job: _CheckJob[T], io: TaskIO, path: str) -> _Checked[T]:
-    return _Checked(job.fn(io.local(path)))
-
-
-def _check_reads(job: _CheckJob[T], io: TaskIO, path: str) -> dict[str, Any]:
-    """A check task's identity: its function (settings and all), its files and its shard by content."""
-    return {"fn": job.fn, "files": job.files, "shard": InputFile(path)}
+def _check_shard(job: _CheckJob[T], io: TaskIO, shard: InputFile) -> _Checked[T]:
+    return _Checked(job.fn(io.local(shard)))
 
 
 def _check_fn(job: _CheckJob[T]) -> Callable[[Path], T]:
     return job.fn
 
 
-CHECK_SHARD: Step[_CheckJob[Any], str, _Checked[Any]] = Step(
-    _check_shard, _check_reads, reads_files_only=True, names=_check_fn
-)
+CHECK_SHARD: Step[_CheckJob[Any], InputFile, _Checked[Any]] = Step(_check_shard, names=_check_fn)
 
 
 def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path], reads: Sequence[Path] = ()) -> list[T]:
@@ -148,5 +141,6 @@ def per_shard(executor: Executor, fn: Callable[[Path], T], paths: list[Path], re
     # where a node without the run's working copy maps it).
     directory = paths[0].parent if paths else Path()
     job = _CheckJob(fn, tuple(InputFile(str(p)) for p in reads))
-    checked = map_tasks(CHECK_SHARD, job, [str(p) for p in paths], directory, StageIO(directory, executor))
+    shards = [InputFile(str(p)) for p in paths]
+    checked = map_tasks(CHECK_SHARD, job, shards, directory, StageIO(directory, executor))
     return [c.value for c in checked]

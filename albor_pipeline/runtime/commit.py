@@ -37,7 +37,6 @@ FAULT_ENV = "ALBOR_FAULT"
 
 TEMP_SUFFIX = ".tmp"
 BACKUP_SUFFIX = ".albor-old"
-JOURNAL_SUFFIX = ".jsonl"
 _HITS: Counter[str] = Counter()
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2

@@ -404,13 +404,6 @@ def make_executor(
     return LocalExecutor(workers, progress, pool) if workers > 1 else InlineExecutor(progress)
 
 
-def remote_only(executor: Executor) -> Executor:
-    """`executor` on a cluster, else inline: for a step a local pool does not speed up, whose
-    results cost as much to send back between processes as to compute (FIM: 1.2 s inline,
-    1.8 s on two processes for the default spec's train split)."""
-    return executor if executor.name == RayExecutor.name else InlineExecutor(executor.progress)
-
-
 def for_items(executor: Executor, items: int, minimum: int) -> Executor:
     """`executor`, or inline for fewer than `minimum` items on a local pool, whose start-up
     (worker processes shipped the tasks and their data) would cost more than it saves."""

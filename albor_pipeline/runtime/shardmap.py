@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
@@ -88,9 +87,9 @@ class TaskIO:
         """Where this task writes its shards (on its own node)."""
         return self.node.directory(self.staging)
 
-    def local(self, path: str | Path) -> Path:
+    def local(self, path: str | Path | InputFile) -> Path:
         """Where this task reads the data-dir file `path`."""
-        return self.node.local(path)
+        return self.node.local(path.path if isinstance(path, InputFile) else path)
 
     def spool(self, written: Path) -> None:
         """A file this task wrote for a later wave of the stage's tasks, or for the stage's own
@@ -107,21 +106,22 @@ class Step(Generic[J, I, T]):
 
     run: Callable[[J, TaskIO, I], T]
     reads: Callable[[J, TaskIO, I], Any] | None = None
-    """What a task reads, described in full: its identity with the step's name. Settings
-    enter by value, a file as an `InputFile` (by its content). A task reading a slice of a
-    large spool (a corpus shard's tokens) is then reused while its slice stays the same,
-    wherever it sits. None: the task's job and item, by value. NotReusable: the task runs."""
+    """What a task reads, described in full, when that is less than its job and item (a row
+    group of a file, a slice of a spool): its identity, with the step's name. None: the job
+    and item are, by value, each `InputFile` in them by its content. NotReusable: it runs."""
     kept: bool = True
     """Whether the task store keeps its tasks (their results list the files they wrote in
     `shards`); False for a wave whose files only this run reads."""
     inline_below: int = INLINE_BELOW
     """Fewer items than this run in the stage's own process on a local pool."""
-    reads_files_only: bool = False
-    """Whether `reads` only names files (it reads no data to describe a task): a map may then
-    ask the store which of its tasks it holds before choosing where to run them."""
     names: Callable[[J], Callable[..., Any]] | None = None
     """The function a task log names a task by, from its job (a check: its per-shard
     function); None: `run`."""
+
+    def runs_inline(self, executor: Executor, items: int) -> bool:
+        """Whether a map of `items` items runs in the stage's own process (its step may then
+        use what the process holds, e.g. an encoder on every core)."""
+        return for_items(executor, items, self.inline_below).name == INLINE.name
 
     def identity(self, job: J, io: TaskIO, item: I) -> tuple[Any, Any] | None:
         """(job, item) as the task's identity holds them: `reads` (None when it cannot tell),
@@ -132,12 +132,6 @@ class Step(Generic[J, I, T]):
             return None, self.reads(job, io, item)
         except NotReusable:
             return None
-
-
-def job_and_file(job: Any, io: TaskIO, path: str) -> dict[str, Any]:
-    """`reads` of a step whose item is a data-dir file it reads whole: its job by value, the
-    file by content."""
-    return {"job": job, "file": InputFile(path)}
 
 
 @dataclass(frozen=True)
@@ -194,38 +188,26 @@ def held(step: Step[J, I, Any], job: J, items: Sequence[I], io: StageIO) -> list
     """Whether the store holds each item's task of `step` now (it would be reused): a stage
     then prepares only what the others read (the mix's scatter, for the gathers that run)."""
     store = _store(io.executor)
-    return _held(_Task(step, job, TaskIO("", IN_PLACE, store)), items) if store is not None else [False] * len(items)
+    return [store is not None and _holds(step, job, item, store) for item in items]
 
 
-def _held(task: _Task[J, I, Any], items: Sequence[I]) -> list[bool]:
-    """Whether `task.io.store` holds each item's task now."""
-    store, io = cast(TaskStore, task.io.store), replace(task.io, node=IN_PLACE)
-    found = []
-    for item in items:
-        identity = task.step.identity(task.job, io, item)
-        try:
-            found.append(identity is not None and store.holds(store.key(task.step.run, *identity)))
-        except NotReusable:
-            found.append(False)
-    return found
+def _holds(step: Step[J, I, Any], job: J, item: I, store: TaskStore) -> bool:
+    try:
+        identity = step.identity(job, TaskIO("", IN_PLACE, store), item)
+        return identity is not None and store.holds(store.key(step.run, *identity))
+    except NotReusable:
+        return False
 
 
-def _to_run(task: _Task[J, I, Any], items: Sequence[I], executor: Executor) -> int:
+def _to_run(task: _Task[J, I, Any], items: Sequence[I], io: StageIO) -> int:
     """How many of `items` a local pool would run: those the store does not hold. Asked only
-    when the answer is cheap (the tasks' identities are their job and item, whose files this
-    process has mostly hashed already; a step's `reads` may read data for it). A rebuild's
-    map whose tasks are nearly all reused then runs inline: no shipping, and no wait for a
-    pool still starting (the run's first stage)."""
-    cheap = task.io.store is not None and (task.step.reads is None or task.step.reads_files_only)
-    if not cheap or executor.name != LocalExecutor.name or len(items) < task.step.inline_below:
+    when the answer is cheap (the tasks' identities name files this process has mostly hashed
+    already; a step's `reads` may read data for it). A rebuild's map whose tasks are nearly
+    all reused then runs inline: no shipping, and no wait for a pool still starting."""
+    cheap = task.io.store is not None and task.step.reads is None
+    if not cheap or io.executor.name != LocalExecutor.name or len(items) < task.step.inline_below:
         return len(items)
-    return len(items) - sum(_held(task, items))
-
-
-def runs_inline(executor: Executor, items: int, inline_below: int = INLINE_BELOW) -> bool:
-    """Whether a map of `items` items runs in the stage's own process (its step may then use
-    what the process already holds, e.g. an encoder on every core)."""
-    return for_items(executor, items, inline_below).name == INLINE.name
+    return len(items) - sum(held(task.step, task.job, items, io))
 
 
 def _run(
@@ -234,8 +216,8 @@ def _run(
     """`task` over `items` on the stage's executor (inline below the step's `inline_below`
     items on a local pool), results in item order as they come, logging what `progress(done)`
     says after each; what the tasks send (`TaskIO.spool`) is noted in `io`."""
-    executor = for_items(io.executor, _to_run(task, items, io.executor), task.step.inline_below)
-    node = task_node(executor.node).with_spools(io.sent_records())
+    executor = for_items(io.executor, _to_run(task, items, io), task.step.inline_below)
+    node = task_node(executor.node).with_spools(io.sent.values())
     task = replace(task, io=replace(task.io, node=node))
     done: list[T] = []
     reuse = session()
@@ -317,15 +299,6 @@ def _store(executor: Executor) -> TaskStore | None:
     return reuse.store if reuse is not None and task_node(executor.node).bucket is None else None
 
 
-@contextmanager
-def output_set(out: Path) -> Iterator[Path]:
-    """A set a stage writes in its own process rather than by per-shard tasks (a tokenizer's
-    files, SFT rows): the directory to write it into, committed as one set when the block ends
-    well; on an error `out` keeps its previous set."""
-    with staged_dir(out) as staging:
-        yield staging
-
-
 def shards_of(results: Sequence[ShardResult]) -> Iterator[Shard]:
     """Every shard the results wrote, in order."""
     for result in results:
@@ -342,14 +315,11 @@ class StageIO:
     root: Path
     executor: Executor = INLINE
     progress: Progress | None = None
-    sent: dict[str, tuple[str, int]] = field(default_factory=dict, compare=False)  # data-dir path: SHA-256, bytes
+    sent: dict[str, Spooled] = field(default_factory=dict, compare=False)  # by data-dir path
 
     def note(self, records: Sequence[Spooled]) -> None:
         """Files a task (or this process) sent: a later map's tasks may read them."""
-        self.sent.update((rel, (sha, size)) for rel, sha, size in records)
-
-    def sent_records(self) -> list[Spooled]:
-        return [(rel, sha, size) for rel, (sha, size) in self.sent.items()]
+        self.sent.update((record[0], record) for record in records)
 
     def offer(self, path: Path) -> None:
         """A file this process wrote for the stage's tasks (a plan), sent where they can read it."""
@@ -357,9 +327,8 @@ class StageIO:
             self.note([record])
 
     def receive(self, path: Path) -> None:
-        """A file a task sent back (`TaskIO.spool`), brought into this process's copy of the
-        data dir if it is not there."""
+        """A file a task sent (`TaskIO.spool`), brought into this process's copy of the data
+        dir if it is not there."""
         node = task_node(self.executor.node)
-        rel = Path(path).relative_to(node.root).as_posix() if node.bucket is not None else ""
-        if rel in self.sent:
-            node.receive((rel, *self.sent[rel]))
+        if node.bucket is not None:
+            node.receive(self.sent.get(Path(path).relative_to(node.root).as_posix()))

@@ -45,7 +45,7 @@ from pydantic import BaseModel
 from albor_pipeline.runtime.artifacts import file_sha256, load_digests, write_json
 from albor_pipeline.runtime.commit import TEMP_SUFFIX
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.shards import Shard, parquet_files
 from albor_pipeline.runtime.versions import CODE_VERSION, code_version
 
 T = TypeVar("T")
@@ -60,6 +60,16 @@ class InputFile:
     the data dir), so an edit to it is a new identity wherever the file sits."""
 
     path: str
+
+    @property
+    def name(self) -> str:
+        """The file's name (its last path component)."""
+        return os.path.basename(self.path)
+
+    @classmethod
+    def shards(cls, path: Path) -> list[InputFile]:
+        """Every shard of the Parquet file or shard set at `path`, in order: a map's items."""
+        return [cls(str(shard)) for shard in parquet_files(path)]
 
 
 class NotReusable(ValueError):

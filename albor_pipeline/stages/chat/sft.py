@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path, record, write_json
-from albor_pipeline.runtime.shardmap import StageIO, output_set
+from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path, record, staged_dir, write_json
+from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import iter_batches, read_shards
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat, SftPacking
 from albor_pipeline.stages.chat.pack import PACKED_SCHEMA, Conversation, batched, best_fit, packed_batch
@@ -226,7 +226,7 @@ def build_sft(
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
     pack = spec.packing is SftPacking.best_fit
     names = ["part-00000.parquet"]
-    with output_set(out_dir) as staging, ExitStack() as stack:
+    with staged_dir(out_dir) as staging, ExitStack() as stack:
         schema, group = (PACKED_SCHEMA, ROW_GROUP_SEQUENCES) if pack else (SFT_SCHEMA, BATCH_ROWS)
         sink = stack.enter_context(ParquetSink(staging / names[0], schema, group))
         bins = _BinShards(staging, dtype, spec, stack) if SftFormat.nanochat in spec.formats else None

@@ -27,7 +27,7 @@ from albor_pipeline.runtime.artifacts import (
     write_json,
 )
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
-from albor_pipeline.runtime.shardmap import StageIO, Written, map_shards, map_tasks, runs_inline, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, Written, map_shards, map_tasks, shards_of
 from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, row_groups
 from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy, repeat_warnings
@@ -207,7 +207,7 @@ def _encode_split(
     name, encoder_note = memo(_pick_encoder, spec.encoder, reads, partial(_pick_encoder, tok, spec.encoder, sample))
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
     # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
-    inline = runs_inline(io.executor, len(groups), 4)
+    inline = ENCODE_ROW_GROUP.runs_inline(io.executor, len(groups))
     own = RowGroupEncoder(tok, make_encoder(tok, name), spec.bos, min_chars) if inline else None
     job = EncodeJob(str(tokenizer_path), name, spec.bos, min_chars, str(spool), dtype.name, own)
     encoded, accounting = _encode(groups, job, io, start)

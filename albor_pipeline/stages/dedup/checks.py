@@ -55,7 +55,7 @@ class _Sampled:
     shards: tuple[Shard, ...] = ()  # the task writes no file
 
 
-def _sample_stored(signer: Signer, io: TaskIO, item: tuple[str, str]) -> _Sampled:
+def _sample_stored(signer: Signer, io: TaskIO, item: tuple[InputFile, InputFile]) -> _Sampled:
     """A shard's stored signatures (its stage's `minhash/…npy`) against `SAMPLED` of its
     documents' recomputed ones (the file's rows must be the shard's documents): a task,
     reused while both files' bytes stay the same."""
@@ -74,13 +74,7 @@ def _sample_stored(signer: Signer, io: TaskIO, item: tuple[str, str]) -> _Sample
     return _Sampled(0)
 
 
-def _sample_reads(signer: Signer, io: TaskIO, item: tuple[str, str]) -> dict[str, object]:
-    """A sampling task's identity: the signer, the shard and its stored signatures by content."""
-    path, stored = item
-    return {"signer": signer, "shard": InputFile(path), "signatures": InputFile(stored)}
-
-
-SAMPLE_STORED = Step(_sample_stored, _sample_reads, reads_files_only=True)
+SAMPLE_STORED = Step(_sample_stored)
 
 
 def _signatures(job: tuple[Signer, LshJob], io: TaskIO, item: tuple[int, int, Path, Path | None]) -> np.ndarray:
@@ -130,7 +124,7 @@ def check_no_near_leak(
         io = StageIO(Path(spool), executor)
         lsh = index.lsh(spool, int(firsts[-1]))
         items = [(k, int(firsts[k]), f, stored(f)) for k, (_, f) in enumerate(shards)]
-        stored_pairs = [(str(f), str(sigs)) for _, _, f, sigs in items if sigs is not None]
+        stored_pairs = [(InputFile(str(f)), InputFile(str(sigs))) for _, _, f, sigs in items if sigs is not None]
         sampled = map_tasks(SAMPLE_STORED, index.signer, stored_pairs, Path(spool), io)
         signed = map_tasks(SIGNATURES, (index.signer, lsh), items, Path(spool), io)
         stacked = np.stack(signed) if signed else np.zeros((0, lsh.partitions + 1), np.int64)

@@ -13,6 +13,7 @@ from albor_pipeline.runtime import hashpart
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
 from albor_pipeline.runtime.nodes import IN_PLACE
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.stages.dedup.lsh import LSH_RECORD, LshJob, lsh_candidates, min_agreement
 from albor_pipeline.stages.dedup.minhash import Signer
 from albor_pipeline.stages.dedup.verify import (
@@ -65,7 +66,7 @@ class NearDupIndex:
         loc = locate(docs).reshape(-1, 2)
         with tempfile.TemporaryDirectory(prefix=".albor-shingles-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
             used = np.unique(loc[:, 0])
-            items = [(int(f), files[f], loc[loc[:, 0] == f, 1]) for f in used]
+            items = [(int(f), InputFile(files[f]), loc[loc[:, 0] == f, 1]) for f in used]
             spans = np.zeros((len(docs), 3), dtype=np.int64)  # (spool file, start, end) per doc
             shingled = map_tasks(SHINGLE_FILE, self.ngram, items, Path(spool), io)
             for (f, _, _), done in zip(items, shingled):

@@ -74,7 +74,7 @@ class Shingled:
     shards: tuple[Shard, ...]  # the spool file: the task store keeps it
 
 
-def shingle_file(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> Shingled:
+def shingle_file(ngram: int, io: TaskIO, item: tuple[int, InputFile, np.ndarray]) -> Shingled:
     """The shingles of rows `rows` of Parquet file f (candidate documents), concatenated into
     the spool file f in the wave's directory; returns their offsets in it and the file. A
     pure function of the file and the rows: a task reused while they stay the same."""
@@ -87,13 +87,7 @@ def shingle_file(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> S
     return Shingled(np.cumsum([0, *map(len, sets)]), (Shard.of(spooled, len(sets)),))
 
 
-def _shingle_reads(ngram: int, io: TaskIO, item: tuple[int, str, np.ndarray]) -> dict[str, object]:
-    """A shingling task's identity: the shingle size, its spool file's number, and its rows of the file by content."""
-    f, path, rows = item
-    return {"ngram": ngram, "spool_file": f, "file": InputFile(path), "rows": rows}
-
-
-SHINGLE_FILE = Step(shingle_file, _shingle_reads, reads_files_only=True)
+SHINGLE_FILE = Step(shingle_file)
 
 
 PAIR_BLOCKS_PER_WORKER = 4  # pair blocks per worker: an even spread, and few tasks

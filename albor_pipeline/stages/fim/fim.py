@@ -123,7 +123,7 @@ class _FimShard:
         return [self.shard]
 
 
-def _fim_shard(job: _FimJob, io: TaskIO, item: tuple[int, str, int]) -> _FimShard:
+def _fim_shard(job: _FimJob, io: TaskIO, item: tuple[int, InputFile, int]) -> _FimShard:
     """FIM of the i-th mixed shard, whose first row is row `first_row` of the split, written
     as the i-th FIM shard."""
     i, src, first_row = item
@@ -142,13 +142,7 @@ def _fim_shard(job: _FimJob, io: TaskIO, item: tuple[int, str, int]) -> _FimShar
     return _FimShard(Shard.of(sink.path, sink.rows), transformed, spm, text_bytes)
 
 
-def _fim_reads(job: _FimJob, io: TaskIO, item: tuple[int, str, int]) -> dict[str, object]:
-    """A FIM task's identity: the settings, its shard's number and first row, its input by content."""
-    i, src, first_row = item
-    return {"job": job, "shard": i, "input": InputFile(src), "first_row": first_row}
-
-
-FIM_SHARD = Step(_fim_shard, _fim_reads, reads_files_only=True, inline_below=4)
+FIM_SHARD = Step(_fim_shard, inline_below=4)
 
 
 def apply_fim(
@@ -163,7 +157,7 @@ def apply_fim(
     when not `enabled`) as the shard set `out`, a task per shard on `io.executor`. Draws depend
     on the row's index in the split alone, so the rows are the same for any shard boundaries."""
     files = parquet_files(src)
-    items = list(zip(range(len(files)), map(str, files), first_rows(files)))
+    items = list(zip(range(len(files)), [InputFile(str(f)) for f in files], first_rows(files)))
 
     def fimmed(done: list[_FimShard]) -> str:
         mb = sum(d.text_bytes for d in done) / 1e6

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, job_and_file, map_shards, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, shards_of
 from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
-from albor_pipeline.runtime.taskstore import memo
+from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
 from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
 from albor_pipeline.stages.hygiene.language import check_languages
@@ -168,14 +168,14 @@ class _CleanJob:
     audit: AuditSpec = field(default_factory=AuditSpec)  # the ledger; removed documents' text in it
 
 
-def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
+def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
     """Filter and redact one input shard into the output shard of the same name, a row group
     at a time (memory bounded by a row group, 256 documents from ingestion): a pure function
     of the shard, so it runs on any executor, on any node (the shard map's `io`)."""
     local = str(io.local(path))
     groups = pq.ParquetFile(local).num_row_groups
     total = _Chunk()
-    name = Path(path).name
+    name = path.name
     with ExitStack() as stack:
         sink = stack.enter_context(ParquetSink(io.directory / name, DOC_SCHEMA))
         ledger_path = io.directory / ledger_name(name)
@@ -192,7 +192,7 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: str) -> _Chunk:
     return total
 
 
-CLEAN_SHARD = Step(_clean_shard, job_and_file, reads_files_only=True)
+CLEAN_SHARD = Step(_clean_shard)
 
 
 def clean_source(
@@ -212,7 +212,7 @@ def clean_source(
     Each output shard has its ledger shard (`text/ledger.py`): what was filtered (the rule) or
     redacted (counts by type), unless `audit.ledger` is off; `audit.keep_removed` adds removed
     documents' redacted text."""
-    inputs = [str(p) for p in shard_files(ingested)]
+    inputs = [InputFile(str(p)) for p in shard_files(ingested)]
     check_languages(spec.filters.languages)
 
     def done(chunks: list[_Chunk]) -> str:

@@ -31,13 +31,12 @@ from albor_pipeline.runtime.shardmap import (
     TaskIO,
     Written,
     held,
-    job_and_file,
     map_shards,
     map_tasks,
     shards_of,
 )
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
-from albor_pipeline.runtime.taskstore import NotReusable
+from albor_pipeline.runtime.taskstore import InputFile, NotReusable
 from albor_pipeline.spec import MixUnit, SplitMixSpec, repeat_warnings
 from albor_pipeline.stages.mix.report import MixBudget, MixSummary, PlanRow
 from albor_pipeline.text.documents import DOC_SCHEMA
@@ -369,7 +368,7 @@ def _row_keys(table: pa.Table) -> np.ndarray:
     return np.frombuffer(keys, dtype=np.uint8).reshape(-1, ROW_KEY)
 
 
-def _text_sizes(_: None, io: TaskIO, path: str) -> _Sizes:
+def _text_sizes(_: None, io: TaskIO, path: InputFile) -> _Sizes:
     """(UTF-8 bytes, characters, row keys) of every document of one shard: a task, reused
     while the shard's bytes stay the same."""
     table = pq.read_table(io.local(path), columns=["text", "sha256", "source", "file"])
@@ -379,7 +378,7 @@ def _text_sizes(_: None, io: TaskIO, path: str) -> _Sizes:
     return _Sizes(nbytes.astype(np.int64), chars.astype(np.int64), _row_keys(table))
 
 
-TEXT_SIZES = Step(_text_sizes, job_and_file, reads_files_only=True, inline_below=CHEAP)
+TEXT_SIZES = Step(_text_sizes, inline_below=CHEAP)
 
 
 def _draw(plans: list[SourcePlan], positions: dict[str, np.ndarray], lengths: np.ndarray, seed: int) -> np.ndarray:
@@ -424,7 +423,7 @@ def mix_documents(
     }
     counts = {name: len(pos) for name, pos in positions.items()}
     files = parquet_files(split_path)
-    items = [str(f) for f in files]
+    items = [InputFile(str(f)) for f in files]
     sizes = map_tasks(TEXT_SIZES, None, items, out.parent, io)
     nbytes = np.concatenate([s.nbytes for s in sizes])
     lengths = np.concatenate([s.chars for s in sizes])

@@ -20,8 +20,9 @@ import pyarrow.compute as pc
 from albor_pipeline.runtime.artifacts import Artifact, record, write_bytes, write_json
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, Written, job_and_file, map_shards, map_tasks
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, Written, map_shards, map_tasks
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import SPLITS
 from albor_pipeline.stages.corpus.report import Corpus
 from albor_pipeline.stages.dedup.report import DocumentsSummary
@@ -93,19 +94,19 @@ class _Measured:
     shards: tuple[Shard, ...] = ()
 
 
-def _measure_shard(job: None, io: TaskIO, path: str) -> _Measured:
+def _measure_shard(job: None, io: TaskIO, path: InputFile) -> _Measured:
     """`stream_split` of one FIM shard: a task, reused while the shard's bytes stay the same."""
     return _Measured(stream_split(io.local(path)))
 
 
-MEASURE_SHARD = Step(_measure_shard, job_and_file, reads_files_only=True)
+MEASURE_SHARD = Step(_measure_shard)
 
 
 def measure_splits(fim_dirs: dict[str, Path], directory: Path, io: StageIO) -> dict[str, dict[str, _Streamed]]:
     """`stream_split` of every split's FIM shard set, a task per shard on the stage's workers,
     merged per split and source (exact counts: the same whatever order the shards come in)."""
     items = [(split, str(f)) for split, d in fim_dirs.items() for f in parquet_files(d)]
-    measured = map_tasks(MEASURE_SHARD, None, [f for _, f in items], directory, io)
+    measured = map_tasks(MEASURE_SHARD, None, [InputFile(f) for _, f in items], directory, io)
     out: dict[str, dict[str, _Streamed]] = {split: {} for split in fim_dirs}
     for (split, _), shard in zip(items, measured, strict=True):
         for name, s in shard.sources.items():

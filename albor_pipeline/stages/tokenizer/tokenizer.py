@@ -36,12 +36,13 @@ from albor_pipeline.runtime.artifacts import (
     Artifact,
     atomic_path,
     record,
+    staged_dir,
     write_array,
     write_bytes,
     write_json,
 )
 from albor_pipeline.runtime.executor import INLINE, LocalExecutor, cpu_count
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks, output_set
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
@@ -408,11 +409,11 @@ def _baseline_counter(name: str, file: str) -> TokenCounter | str:
     return _hf_counter(Tokenizer.from_file(file))
 
 
-def _baseline_tokens(_: None, io: TaskIO, item: tuple[str, str, tuple[str, ...]]) -> _Baseline:
+def _baseline_tokens(_: None, io: TaskIO, item: tuple[str, InputFile, tuple[InputFile, ...]]) -> _Baseline:
     """A baseline's token counts per source over the val shards: a task, reused while they
     and the baseline's file stay the same (a retrained tokenizer's val split usually does)."""
     name, file, shards = item
-    counter = _baseline_counter(name, file)
+    counter = _baseline_counter(name, file.path)
     if isinstance(counter, str):
         return _Baseline({}, counter)
     tokens: Counter[str] = Counter()
@@ -423,13 +424,7 @@ def _baseline_tokens(_: None, io: TaskIO, item: tuple[str, str, tuple[str, ...]]
     return _Baseline(dict(tokens))
 
 
-def _baseline_reads(_: None, io: TaskIO, item: tuple[str, str, tuple[str, ...]]) -> dict[str, object]:
-    """A baseline task's identity: the baseline's name and file and the val shards, by content."""
-    name, file, shards = item
-    return {"name": name, "file": InputFile(file), "shards": [InputFile(shard) for shard in shards]}
-
-
-BASELINE_TOKENS = Step(_baseline_tokens, _baseline_reads, reads_files_only=True)
+BASELINE_TOKENS = Step(_baseline_tokens)
 
 
 def compare(
@@ -445,10 +440,10 @@ def compare(
     our token count of each val document, in order (`evaluate`'s). Each baseline counts in a
     task of its own on `io`'s executor."""
     io = io or StageIO(val_path.parent)
-    shards = tuple(str(p) for p in parquet_files(val_path))
+    shards = tuple(InputFile(str(p)) for p in parquet_files(val_path))
     named = [(m.value, str(ranks)) for m, ranks in openai.items()]
     named += [(p.name if p.name != "tokenizer.json" else str(p), str(p)) for p in baselines]
-    items = [(name, file, shards) for name, file in named]
+    items = [(name, InputFile(file), shards) for name, file in named]
     # The baselines' files are the spec's, on this machine: a remote node has none of them.
     local = io if io.executor.name == LocalExecutor.name else replace(io, executor=INLINE)
     counted = map_tasks(BASELINE_TOKENS, None, items, val_path.parent, local)
@@ -561,7 +556,7 @@ def build_tokenizer(
     lengths = token_byte_lengths(tok)
     pt = token_bytes_pt(lengths)
     vocab_json, merges_txt = bpe_files(model)
-    with output_set(out_dir) as staging:
+    with staged_dir(out_dir) as staging:
         with atomic_path(staging / "tokenizer.json") as tmp:
             tok.save(str(tmp))
         # The very files written, loaded as their users load them.
