@@ -151,13 +151,29 @@ def build_corpus(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(str(tokenizer_path))
     with tempfile.TemporaryDirectory(prefix=".albor-tokens-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
-        encoded = _encode_split(tok, tokenizer_path, fim_path, spec, Path(spool), io, start, min_chars)
+        build = _Build(tok, tokenizer_path, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger)
+        encoded = _encode_split(build, fim_path)
         if budget is None:
-            return _pack_split(tok, encoded, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger)
-        kept = _cut(encoded, budget, spec, io)
-        result = _pack_split(tok, kept, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger)
+            return _pack_split(build, encoded)
+        result = _pack_split(build, _cut(encoded, budget, spec, io))
     result.summary = _with_budget(result.summary, budget, int(encoded.lengths.sum()))
     return result
+
+
+@dataclass(frozen=True)
+class _Build:
+    """One corpus build's settings and places, as its steps share them."""
+
+    tok: Tokenizer
+    tokenizer_path: Path
+    spec: CorpusSpec
+    out_dir: Path
+    spool: Path  # the build's token spool and plan
+    io: StageIO
+    start: float  # when the build began (its rate lines)
+    min_chars: int  # a long subset's bound; 0 for a split's corpus
+    pool: Mapping[str, int] | None  # each source's documents in the split, for its epochs
+    ledger: bool
 
 
 def _cut(encoded: _Encoded, budget: Budget, spec: CorpusSpec, io: StageIO) -> _Encoded:
@@ -188,29 +204,21 @@ class _Encoded:
         return replace(self, lengths=self.lengths[:documents], rows=self.rows[:documents], limit=limit)
 
 
-def _encode_split(
-    tok: Tokenizer,
-    tokenizer_path: Path,
-    fim_path: Path,
-    spec: CorpusSpec,
-    spool: Path,
-    io: StageIO,
-    start: float,
-    min_chars: int,
-) -> _Encoded:
+def _encode_split(build: _Build, fim_path: Path) -> _Encoded:
     """Every row group encoded (a task each) and its ids spooled, in input order."""
+    tok, spec, io, min_chars = build.tok, build.spec, build.io, build.min_chars
     groups = row_groups(fim_path)
     # A quick guard on this data (the test suite proves id equality broadly): 32 documents, 8k chars each.
     first = pq.ParquetFile(groups[0][0]).read_row_group(groups[0][1], columns=["text"]) if groups else None
     sample = [t[:8192] for t in first.column(0).to_pylist()[:32]] if first is not None else []
-    reads = [InputFile(str(tokenizer_path)), sample]
+    reads = [InputFile(str(build.tokenizer_path)), sample]
     name, encoder_note = memo(_pick_encoder, spec.encoder, reads, partial(_pick_encoder, tok, spec.encoder, sample))
     dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
     # Inline, the stage's own encoder runs (all cores); a worker builds its own, once.
     inline = ENCODE_ROW_GROUP.runs_inline(io.executor, len(groups))
     own = RowGroupEncoder(tok, make_encoder(tok, name), spec.bos, min_chars) if inline else None
-    job = EncodeJob(str(tokenizer_path), name, spec.bos, min_chars, str(spool), dtype.name, own)
-    encoded, accounting = _encode(groups, job, io, start)
+    job = EncodeJob(str(build.tokenizer_path), name, spec.bos, min_chars, str(build.spool), dtype.name, own)
+    encoded, accounting = _encode(groups, job, io, build.start)
     lengths = np.concatenate([g.lengths for g in encoded]) if encoded else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum([int(g.lengths.sum()) for g in encoded])]).astype(np.int64)
     text_bytes = sum(g.text_bytes for g in encoded)
@@ -292,20 +300,10 @@ def _shard_items(sequences: int, spec: CorpusSpec, formats: set[ExportFormat]) -
     return [(k, first, min(first + per_shard, sequences)) for k, first in enumerate(range(0, sequences, per_shard))]
 
 
-def _pack_split(
-    tok: Tokenizer,
-    encoded: _Encoded,
-    spec: CorpusSpec,
-    out_dir: Path,
-    spool: Path,
-    io: StageIO,
-    start: float,
-    min_chars: int,
-    pool: Mapping[str, int] | None,
-    ledger: bool = True,
-) -> CorpusResult:
+def _pack_split(build: _Build, encoded: _Encoded) -> CorpusResult:
     """The plan, then the shard map's packing tasks, while this process writes the exports
     into the spool; they join the shards in the committed set."""
+    tok, spec, out_dir, spool, io = build.tok, build.spec, build.out_dir, build.spool, build.io
     vocab = tok.get_vocab_size(with_added_tokens=True)
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
     if eos is None or pad is None:
@@ -334,8 +332,8 @@ def _pack_split(
             counts=counts,
             special=special,
             nanogpt=nanogpt,
-            min_chars=min_chars,
-            ledger=segments if ledger else None,
+            min_chars=build.min_chars,
+            ledger=segments if build.ledger else None,
         )
         packed = map_shards(PACK_SHARD, job, items, out_dir, io, finish=finish)
     stream = streamed.result()
@@ -344,7 +342,7 @@ def _pack_split(
     shards = list(shards_of(packed))
     sequences = sum(shard.rows for shard in shards)
     cut = _plan_counts(planned, ExportFormat.parquet in formats)
-    sources, token_lengths = encoded.accounting.summary(docs, pool)
+    sources, token_lengths = encoded.accounting.summary(docs, build.pool)
     summary = CorpusSummary(
         documents=docs,
         sequences=sequences,
@@ -358,7 +356,7 @@ def _pack_split(
         token_lengths=token_lengths,
     )
     artifacts = _artifacts(out_dir, io.root, shards, formats, stream, docs, tokens)
-    return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - start)
+    return CorpusResult(artifacts, summary, encoded.text_bytes, encoded.encoder, time.perf_counter() - build.start)
 
 
 def _finish(
