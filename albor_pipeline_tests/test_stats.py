@@ -198,7 +198,7 @@ def test_each_chart_is_drawn_from_the_figures_it_declares(reference):
     for chart in CHARTS:
         mine = chart_input(stats, chart)
         assert render(chart.name, mine) == render(chart.name, stats), chart.name
-        for name in set(Statistics.model_fields) - set(chart.reads):
+        for name in set(Statistics.model_fields) - set(chart.draws):
             assert getattr(mine, name) in ({}, None), (chart.name, name)
     moved = stats.model_copy(update={"near_duplicate_clusters": {"2": 1}})
     changed = {c.name for c in CHARTS if chart_input(moved, c) != chart_input(stats, c)}

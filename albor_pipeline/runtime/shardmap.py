@@ -93,7 +93,8 @@ class TaskIO:
 
     def spool(self, written: Path) -> None:
         """A file this task wrote for a later wave of the stage's tasks, or for the stage's own
-        process (`StageIO.receive`): sent where they can read it, wherever they run."""
+        process (`StageIO.receive`): sent where they can read it, wherever they run. On a node
+        without the run's working copy the file is uploaded and removed here: read it first."""
         if (record := self.node.spool(written)) is not None:
             self.sent.append(record)
 

@@ -197,8 +197,9 @@ def encode_row_group(job: EncodeJob, io: TaskIO, item: SpoolItem) -> GroupTokens
         flat, tokens = encoder.encode(group)
     spooled = spool_tokens(io.directory, item.task)
     write_array(spooled, flat.astype(job.dtype, copy=False))
-    io.spool(spooled)
-    return replace(tokens, shards=(Shard.of(spooled, len(tokens.lengths), io.directory),))
+    shard = Shard.of(spooled, len(tokens.lengths), io.directory)
+    io.spool(spooled)  # on a node without the run's copy: uploaded, and gone from here
+    return replace(tokens, shards=(shard,))
 
 
 def _long_of_whole(job: EncodeJob, io: TaskIO, item: SpoolItem, group: RowGroup) -> tuple[np.ndarray, GroupTokens]:

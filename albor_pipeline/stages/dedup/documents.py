@@ -118,8 +118,9 @@ def _scan_group(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) ->
         return _GroupScan((), hits, removed)
     out = io.directory / _signatures_name(path, group)
     write_array(out, np.stack(sigs), npy=True)
-    io.spool(out)
-    return _GroupScan((Shard.of(out, len(sigs), io.directory),), hits, removed)
+    shard = Shard.of(out, len(sigs), io.directory)
+    io.spool(out)  # on a node without the run's copy: uploaded, and gone from here
+    return _GroupScan((shard,), hits, removed)
 
 
 def _signatures_name(path: str, group: int) -> str:

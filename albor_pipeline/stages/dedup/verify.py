@@ -83,8 +83,9 @@ def shingle_file(ngram: int, io: TaskIO, item: tuple[int, InputFile, np.ndarray]
     sets = [shingles(text, ngram) for text in texts]
     spooled = io.directory / f"{f:05d}.npy"
     write_array(spooled, np.concatenate([np.zeros(0, U64), *sets]), npy=True)
-    io.spool(spooled)
-    return Shingled(np.cumsum([0, *map(len, sets)]), (Shard.of(spooled, len(sets)),))
+    shard = Shard.of(spooled, len(sets))
+    io.spool(spooled)  # on a node without the run's copy: uploaded, and gone from here
+    return Shingled(np.cumsum([0, *map(len, sets)]), (shard,))
 
 
 SHINGLE_FILE = Step(shingle_file)
