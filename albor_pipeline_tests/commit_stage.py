@@ -17,7 +17,7 @@ import pyarrow as pa
 from albor_pipeline.runtime import commit
 from albor_pipeline.runtime.artifacts import ParquetSink, record, staged_dir, write_json
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.stage import StageOutput, run_stage
+from albor_pipeline.runtime.stagerun import StageOutput, run_stage
 
 SCHEMA = pa.schema([("text", pa.string())])
 # What each kind of stage writes: final names (relative to the data dir) -> "file" or "dir".

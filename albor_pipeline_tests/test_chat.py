@@ -19,7 +19,7 @@ from albor_pipeline.stages.chat.checks import check_choice_ids, check_max_tokens
 from albor_pipeline.stages.chat.sft import build_eval, build_sft
 from albor_pipeline.stages.corpus.corpus import build_corpus
 from albor_pipeline.stages.ingest.ingest import ingest_source
-from albor_pipeline.stages.ingest.tasks import generate, read_words
+from albor_pipeline.stages.ingest.synthetic import generate, read_words
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
 from albor_pipeline.text.chat import ChatError, ChatIds, calculator_parts, clean_conversation, conversation_json
 from albor_pipeline.text.datafiles import IngestError

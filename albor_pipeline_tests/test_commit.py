@@ -26,7 +26,7 @@ from albor_pipeline.runtime import commit
 from albor_pipeline.runtime.artifacts import atomic_path, staged_dir
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import data_dir_lock
-from albor_pipeline.runtime.stage import StageOutput, run_stage
+from albor_pipeline.runtime.stagerun import StageOutput, run_stage
 from albor_pipeline.stages.provenance.provenance import verify
 
 from .commit_stage import KINDS, NO_EXCHANGE, run, shard_count, write_outputs

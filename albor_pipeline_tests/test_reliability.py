@@ -30,7 +30,7 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import DataDirBusy, data_dir_lock
 from albor_pipeline.runtime.nodes import IN_PLACE
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO
-from albor_pipeline.runtime.stage import MANIFEST_ROOM
+from albor_pipeline.runtime.stagerun import MANIFEST_ROOM
 from albor_pipeline.spec import REPO_ROOT, load_spec
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.text.datafiles import IngestError

@@ -17,7 +17,7 @@ from albor_pipeline.spec import ChatSpec, SyntheticTask
 from albor_pipeline.stages.chat.checks import check_max_tokens, check_packed_rows, check_sft_mask, check_sft_structure
 from albor_pipeline.stages.chat.pack import Conversation, best_fit
 from albor_pipeline.stages.chat.sft import build_sft
-from albor_pipeline.stages.ingest.tasks import generate, read_words
+from albor_pipeline.stages.ingest.synthetic import generate, read_words
 from albor_pipeline.text.chat import clean_conversation
 
 from .test_chat import SAMPLES, TOKENS, _conversations_file, chat_tok  # noqa: F401  (the module's fixture)

@@ -12,7 +12,7 @@ from albor_pipeline.runtime.artifacts import StageManifest
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, chat_mixed_stage, eval_stage, ingested_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import (
     CHAT_KINDS,
     EVAL_KINDS,

@@ -13,7 +13,7 @@ from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Packing, PipelineSpec, RemainderPolicy
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
 from albor_pipeline.stages.corpus.corpus import Budget, build_corpus

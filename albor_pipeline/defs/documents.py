@@ -24,7 +24,7 @@ from albor_pipeline.runtime.layout import (
 )
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.shards import shard_files
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import (
     CHAT_KINDS,
     DOCUMENT_KINDS,

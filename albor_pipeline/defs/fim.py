@@ -9,7 +9,7 @@ import dagster as dg
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import fim_stage, mixed_stage
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import SPLITS, FimFormat, PipelineSpec
 from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.fim.fim import FIM_SCHEMA, apply_fim

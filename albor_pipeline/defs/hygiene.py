@@ -12,7 +12,7 @@ from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import filtered_stage, ingested_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import PipelineSpec, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan

@@ -14,7 +14,7 @@ from albor_pipeline.runtime.files import Location
 from albor_pipeline.runtime.layout import Layout, benchmark_stage, ingested_stage, source_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, RemovalSpec, SourceKind, SourceSpec
 from albor_pipeline.stages.dedup.decontam import benchmark_fingerprint

@@ -13,7 +13,7 @@ from albor_pipeline.defs.documents import removal_check
 from albor_pipeline.defs.stage import Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.layout import CONVERSATIONS, DOCUMENTS, Layout, chat_mixed_stage, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import (
     CHAT_KINDS,
     DOCUMENT_KINDS,

@@ -9,7 +9,7 @@ import dagster as dg
 from albor_pipeline.defs.stage import NoConfig, Stage, StageContext
 from albor_pipeline.runtime.artifacts import record, write_bytes, write_json
 from albor_pipeline.runtime.layout import PROVENANCE
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.runtime.versions import library_versions
 from albor_pipeline.spec import PipelineSpec
 from albor_pipeline.stages.provenance.card import render_card

@@ -26,7 +26,7 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import BucketLease, bucket_lock, data_dir_lock
 from albor_pipeline.runtime.nodes import NODE_FILE, Node
 from albor_pipeline.runtime.shards import MB
-from albor_pipeline.runtime.stage import Fetch, Inputs, Progress
+from albor_pipeline.runtime.stagerun import Fetch, Inputs, Progress
 from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import ExecutionSpec, apply_overrides
 

@@ -3,7 +3,7 @@
 A `Stage` says everything about a stage once: its name (= asset key), the stages it
 reads, its static run config and the spec's values for it, the work (a call into
 `stages/`), and its checks. `stage_definitions` makes the asset and its checks; every
-stage runs through `runtime.stage.run_stage`, which verifies inputs and writes the manifest.
+stage runs through `runtime.stagerun.run_stage`, which verifies inputs and writes the manifest.
 A `Namespace` places one pipeline among others in a code location: its prefix goes before
 every asset key, group, job and resource name.
 """
@@ -34,7 +34,7 @@ from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
 from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
-from albor_pipeline.runtime.stage import Inputs, Settings, StageOutput, run_stage
+from albor_pipeline.runtime.stagerun import Inputs, Settings, StageOutput, run_stage
 from albor_pipeline.runtime.taskstore import InputFile, check_refs, reusing
 from albor_pipeline.runtime.versions import CODE_VERSION, library_versions
 from albor_pipeline.runtime.watchdog import time_limit
@@ -433,7 +433,7 @@ the same bytes on any worker count or backend): no part of a stage's identity.""
 def _keep_settings(
     stage: Stage[Any], spec: PipelineSpec | None, config: dg.Config, execution: Execution, store: ArtifactStore
 ) -> Settings | None:
-    """What decides whether the stage keeps its outputs (`runtime.stage.run_stage`); None when it
+    """What decides whether the stage keeps its outputs (`runtime.stagerun.run_stage`); None when it
     always runs: it reads a source's files, reuse is off, or the data dir is a bucket. The spec
     but `RUNNING_ONLY`, the files it names by content, but the sources' paths as written (only
     ingestion reads their files; an edit of one reaches the other stages through its outputs)."""
@@ -461,7 +461,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpe
 
     With the pipeline's `spec`, a stage that reads no source's files keeps its
     outputs when its settings, its upstream manifests and the code are those they were made
-    under (`runtime.stage.run_stage`): materializing a selection reruns only what changed."""
+    under (`runtime.stagerun.run_stage`): materializing a selection reruns only what changed."""
 
     @dg.asset(
         key=ns.key(stage.name),

@@ -23,7 +23,7 @@ from albor_pipeline.runtime.layout import (
     mixed_stage,
 )
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec
 from albor_pipeline.stages.dedup.report import DocumentsSummary
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS

@@ -10,7 +10,7 @@ from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, 
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.runtime.stage import StageOutput
+from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip, check_tiktoken_ids
 from albor_pipeline.stages.tokenizer.report import comparison_table, report_rows

@@ -25,7 +25,7 @@ import numpy as np
 from albor_pipeline.runtime.artifacts import NO_ROOM
 from albor_pipeline.runtime.memory import release_memory_if_grown
 from albor_pipeline.runtime.nodes import Node
-from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.runtime.stagerun import Progress
 from albor_pipeline.runtime.taskstore import note_worker_code
 from albor_pipeline.runtime.watchdog import exit_with, in_flight, start_time
 

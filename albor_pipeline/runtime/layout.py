@@ -182,7 +182,7 @@ class Layout:
         return self.root / "cache" / "tasks"
 
     def stage_identity(self, stage: str) -> Path:
-        """The identity a stage's current outputs were made under (`runtime/stage.py`)."""
+        """The identity a stage's current outputs were made under (`runtime/stagerun.py`)."""
         return self.root / "cache" / "stages" / f"{stage.replace('/', '__')}.json"
 
     def check_outcome(self, stage: str, check: str) -> Path:

@@ -29,7 +29,7 @@ from typing import Any
 from albor_pipeline.runtime.artifacts import remove_temps
 from albor_pipeline.runtime.commit import recover_commits
 from albor_pipeline.runtime.layout import Layout
-from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.runtime.stagerun import Progress
 
 
 class DataDirBusy(RuntimeError):

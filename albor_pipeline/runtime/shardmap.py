@@ -26,7 +26,7 @@ from albor_pipeline.runtime.commit import fault
 from albor_pipeline.runtime.executor import INLINE, TASKS, Executor, LocalExecutor, for_items, task_name
 from albor_pipeline.runtime.nodes import IN_PLACE, Node, Spooled, task_node
 from albor_pipeline.runtime.shards import Shard
-from albor_pipeline.runtime.stage import Progress
+from albor_pipeline.runtime.stagerun import Progress
 from albor_pipeline.runtime.taskstore import (
     InputFile,
     NotReusable,

@@ -133,7 +133,7 @@ def _describe(value: Any, root: str) -> Any:
 def identity(parts: dict[str, Any], root: str) -> str:
     """SHA-256 over this code (`CODE_VERSION`) and `parts`, each `InputFile` (under the data
     dir `root` or elsewhere) by its content; NotReusable when a part has no stable
-    description. A task's identity, and a whole stage's (`runtime/stage.py`)."""
+    description. A task's identity, and a whole stage's (`runtime/stagerun.py`)."""
     described = {"code": CODE_VERSION, **{name: _describe(value, root) for name, value in parts.items()}}
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
