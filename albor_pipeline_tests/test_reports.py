@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from albor_pipeline.stages.dedup.report import DocumentsSummary, NearDuplicates
 from albor_pipeline.stages.mix.mix import SourcePlan
-from albor_pipeline.stages.mix.report import MixSummary, PlanRow
-from albor_pipeline.stages.tokenizer.report import TokenizerSummary
+from albor_pipeline.summaries.documents import DocumentsSummary, NearDuplicates
+from albor_pipeline.summaries.mix import MixSummary, PlanRow
+from albor_pipeline.summaries.tokenizer import TokenizerSummary
 
 ROWS = {"train": {"a": 3}, "val": {}, "test": {}}
 

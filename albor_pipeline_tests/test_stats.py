@@ -24,10 +24,10 @@ from albor_pipeline.runtime.distribution import QUANTILES, ValueCounts
 from albor_pipeline.runtime.layout import STATS, Layout, filtered_stage
 from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS
-from albor_pipeline.stages.hygiene.report import HygieneSummary
 from albor_pipeline.stages.stats.charts import render
 from albor_pipeline.stages.stats.facts import CHARTS, Statistics, chart_input
-from albor_pipeline.stages.stats.report import StatsSummary
+from albor_pipeline.summaries.hygiene import HygieneSummary
+from albor_pipeline.summaries.stats import StatsSummary
 
 from .support import STDLIB
 

@@ -23,7 +23,6 @@ from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.taskstore import TaskStore, reusing
 from albor_pipeline.spec import REPO_ROOT, ChatTokens, OpenAIBaseline, TokenizerSpec
 from albor_pipeline.stages.tokenizer.checks import check_tiktoken_ids
-from albor_pipeline.stages.tokenizer.report import card_tokenizer
 from albor_pipeline.stages.tokenizer.tokenizer import (
     CL100K_PATTERN,
     FIRST_MISSES,
@@ -38,6 +37,7 @@ from albor_pipeline.stages.tokenizer.tokenizer import (
     token_bytes_pt,
     tokenizer_from_merges,
 )
+from albor_pipeline.summaries.tokenizer import card_tokenizer
 from albor_pipeline.text.vocab import FIM_TOKENS, plain_tokenizer, token_to_bytes
 
 from .support import LITERAL, STDLIB, write_docs

@@ -16,6 +16,7 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import (
     CHAT_KINDS,
     EVAL_KINDS,
+    SPLITS,
     ChatSpec,
     Overlong,
     PipelineSpec,
@@ -24,7 +25,7 @@ from albor_pipeline.spec import (
     SourceKind,
     SourceSpec,
 )
-from albor_pipeline.stages.chat.base_eval import BASE_EVAL_SCHEMA, build_base_eval, check_continuations
+from albor_pipeline.stages.chat.base_eval import build_base_eval, check_continuations
 from albor_pipeline.stages.chat.checks import (
     check_choice_ids,
     check_max_tokens,
@@ -32,9 +33,14 @@ from albor_pipeline.stages.chat.checks import (
     check_sft_mask,
     check_sft_structure,
 )
-from albor_pipeline.stages.chat.pack import PACKED_SCHEMA
-from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA, build_eval, build_sft
-from albor_pipeline.text.base_eval import BaseTask
+from albor_pipeline.stages.chat.sft import build_eval, build_sft
+from albor_pipeline.stages.provenance.provenance import Built
+from albor_pipeline.summaries import chat as chat_summary
+from albor_pipeline.summaries import ingest as ingest_summary
+from albor_pipeline.summaries.chat import BaseEvalSummary, EvalSummary, SftSummary
+from albor_pipeline.text.base_eval import BASE_EVAL_SCHEMA, BaseTask
+from albor_pipeline.text.chat import EVAL_SCHEMA, SFT_SCHEMA
+from albor_pipeline.text.sequences import PACKED_SCHEMA
 
 GROUP = "chat"
 
@@ -260,3 +266,16 @@ def _eval_stage(spec: PipelineSpec, src: SourceSpec) -> Stage[EvalConfig]:
 def stages(spec: PipelineSpec) -> list[Stage[SftConfig] | Stage[EvalConfig]]:
     sft_stages = [_sft_stage(spec, split) for split in spec.chat.splits] if spec.sources_of(*CHAT_KINDS) else []
     return [*sft_stages, *(_eval_stage(spec, src) for src in spec.sources_of(*EVAL_KINDS))]
+
+
+def provenance_section(built: Built) -> list[str]:
+    """PROVENANCE.md's chat: conversation cleanup, SFT rows and eval sets."""
+    cleanup = ingest_summary.chat_cleanup(built.names(*CHAT_KINDS), built.ingested())
+    sft = [(split, s) for split in SPLITS if (s := built.summary(sft_stage(split), SftSummary))]
+    evals = [(name, e) for name in built.names(SourceKind.mc) if (e := built.summary(eval_stage(name), EvalSummary))]
+    base = [
+        (name, b)
+        for name in built.names(SourceKind.base_eval)
+        if (b := built.summary(eval_stage(name), BaseEvalSummary))
+    ]
+    return chat_summary.provenance_section(cleanup, sft, evals, base)

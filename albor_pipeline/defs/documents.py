@@ -30,6 +30,7 @@ from albor_pipeline.spec import (
     DOCUMENT_KINDS,
     SPLITS,
     DecontaminateSpec,
+    HoldoutSpec,
     NearDedupSpec,
     PipelineSpec,
     SourceKind,
@@ -38,10 +39,13 @@ from albor_pipeline.stages.dedup.checks import check_no_contamination, check_no_
 from albor_pipeline.stages.dedup.decontam import Decontaminator
 from albor_pipeline.stages.dedup.documents import build_documents, signature_file
 from albor_pipeline.stages.dedup.removal import check_no_removed
-from albor_pipeline.stages.dedup.report import Redaction
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
-from albor_pipeline.stages.hygiene.report import HygieneSummary
-from albor_pipeline.stages.ingest.report import IngestSummary
+from albor_pipeline.stages.provenance import removal
+from albor_pipeline.stages.provenance.provenance import Built
+from albor_pipeline.summaries import documents as documents_summary
+from albor_pipeline.summaries.documents import DocumentsSummary, Redaction
+from albor_pipeline.summaries.hygiene import HygieneSummary
+from albor_pipeline.summaries.ingest import IngestSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.removal import REMOVED, Tombstone, read_tombstones
 
@@ -273,3 +277,15 @@ def stages(spec: PipelineSpec) -> list[Stage[DedupSplitConfig]]:
             for stage in out
         ]
     return out
+
+
+def provenance_section(built: Built) -> list[str]:
+    """PROVENANCE.md's splits (dedup, near dedup, decontamination), then the removal requests applied."""
+    summary = built.summary(DOCUMENTS, DocumentsSummary)
+    removals = removal.provenance_section(built.removals(), built.names())
+    if summary is None:
+        return removals
+    near = built.config(DOCUMENTS).get("near_dedup")
+    holdout = built.settings(DOCUMENTS, HoldoutSpec)
+    near_spec = NearDedupSpec.model_validate(near) if near else None
+    return [*documents_summary.provenance_section(holdout, near_spec, summary, built.names()), *removals]

@@ -23,9 +23,12 @@ STAGE_MODULES = (ingestion, hygiene, documents, mix, fim, tokenizer, corpus, cha
 
 
 def pipeline_stages(spec: PipelineSpec) -> list[Stage[Any]]:
-    """Every stage in graph order, provenance last (it reads every other stage)."""
+    """Every stage in graph order, provenance last: it reads every other stage, and its page
+    is each stage module's `provenance_section` (where it declares one) in that order."""
     stages: list[Stage[Any]] = [stage for module in STAGE_MODULES for stage in module.stages(spec)]
-    return [*stages, provenance_stage(spec, tuple(s.name for s in stages))]
+    found = (getattr(module, "provenance_section", None) for module in STAGE_MODULES)  # optional: a stage may add none
+    sections = tuple(section for section in found if section is not None)
+    return [*stages, provenance_stage(spec, tuple(s.name for s in stages), sections)]
 
 
 def _store(spec: PipelineSpec, root: Path | str) -> ArtifactStore:

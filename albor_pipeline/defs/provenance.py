@@ -13,14 +13,16 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.runtime.versions import library_versions
 from albor_pipeline.spec import PipelineSpec
 from albor_pipeline.stages.provenance.card import render_card
-from albor_pipeline.stages.provenance.provenance import ProvenanceSummary, build_provenance, render_markdown
+from albor_pipeline.stages.provenance.provenance import ProvenanceSummary, Section, build_provenance, render_markdown
 
 
-def provenance(spec: PipelineSpec, stages: tuple[str, ...], ctx: StageContext, config: NoConfig) -> StageOutput:
+def provenance(
+    spec: PipelineSpec, stages: tuple[str, ...], sections: tuple[Section, ...], ctx: StageContext, config: NoConfig
+) -> StageOutput:
     layout = ctx.layout
     # The removal requests stay out (they name what was removed); PROVENANCE.md gives their SHA-256.
     prov = build_provenance(layout, list(stages), spec.model_dump(mode="json", exclude={"remove"}), library_versions())
-    markdown = render_markdown(prov)
+    markdown = render_markdown(prov, sections)
     write_json(layout.provenance_json, prov)
     write_bytes(layout.provenance_md, markdown.encode())
     write_bytes(layout.dataset_card, render_card(prov).encode())
@@ -33,7 +35,8 @@ def provenance(spec: PipelineSpec, stages: tuple[str, ...], ctx: StageContext, c
     )
 
 
-def provenance_stage(spec: PipelineSpec, upstream: tuple[str, ...]) -> Stage[NoConfig]:
+def provenance_stage(spec: PipelineSpec, upstream: tuple[str, ...], sections: tuple[Section, ...]) -> Stage[NoConfig]:
+    """The provenance stage over `upstream`, its page made of the stages' `sections` in graph order."""
     return Stage(
         name=PROVENANCE,
         group="provenance",
@@ -42,7 +45,7 @@ def provenance_stage(spec: PipelineSpec, upstream: tuple[str, ...]) -> Stage[NoC
         "a Hugging Face dataset card from the same facts (configs, features, licences, intended use).",
         config=NoConfig,
         defaults=NoConfig(),
-        work=partial(provenance, spec, upstream),
+        work=partial(provenance, spec, upstream, sections),
         deps=upstream,
         lineage=True,
         kinds=("json",),

@@ -25,12 +25,13 @@ from albor_pipeline.runtime.layout import (
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec
-from albor_pipeline.stages.dedup.report import DocumentsSummary
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.stats.facts import funnel_table
-from albor_pipeline.stages.stats.report import Chart
 from albor_pipeline.stages.stats.stats import Recorded, build_stats
+from albor_pipeline.summaries import stats as stats_summary
+from albor_pipeline.summaries.documents import DocumentsSummary
+from albor_pipeline.summaries.stats import Chart, StatsSummary
 
 
 def _corpora(spec: PipelineSpec) -> list[str]:
@@ -104,3 +105,9 @@ def stages(spec: PipelineSpec) -> list[Stage[NoConfig]]:
             kinds=("json", "matplotlib"),
         )
     ]
+
+
+def provenance_section(built: Built) -> list[str]:
+    """PROVENANCE.md's statistics headline."""
+    summary = built.summary(STATS, StatsSummary)
+    return stats_summary.provenance_section(summary) if summary else []

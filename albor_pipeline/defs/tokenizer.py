@@ -12,9 +12,11 @@ from albor_pipeline.runtime.layout import TOKENIZER, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
+from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip, check_tiktoken_ids
-from albor_pipeline.stages.tokenizer.report import comparison_table, report_rows
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
+from albor_pipeline.summaries import tokenizer as tokenizer_summary
+from albor_pipeline.summaries.tokenizer import TokenizerSummary, comparison_table, report_rows
 from albor_pipeline.text.vocab import FIM_TOKENS
 
 
@@ -98,3 +100,9 @@ def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
             automated=spec.tokenizer.retrain is not RetrainPolicy.manual,
         )
     ]
+
+
+def provenance_section(built: Built) -> list[str]:
+    """PROVENANCE.md's tokenizer facts."""
+    summary = built.summary(TOKENIZER, TokenizerSummary)
+    return tokenizer_summary.provenance_section(summary) if summary else []

@@ -18,6 +18,8 @@ import random
 from enum import Enum
 from typing import Any
 
+import pyarrow as pa
+
 from albor_pipeline.text.chat import ChatError
 
 
@@ -101,3 +103,16 @@ def spans(tokens: list[list[int]], task: BaseTask) -> tuple[list[list[int]], lis
     if len(without) >= len(with_) or with_[: len(without)] != without:
         raise ChatError("the prompt without the continuation does not tokenize as a prefix of the prompt with it")
     return [with_], [len(without)], [len(with_)]
+
+
+BASE_EVAL_SCHEMA = pa.schema(
+    [
+        ("input_ids", pa.list_(pa.list_(pa.uint32()))),  # a sequence per choice / context option (LM: one)
+        ("starts", pa.list_(pa.int32())),  # where each sequence's scored continuation starts
+        ("ends", pa.list_(pa.int32())),  # ... and ends (exclusive)
+        ("gold", pa.int32()),  # the right sequence (LM: 0, scored by exact greedy match)
+        ("fewshot", pa.list_(pa.int32())),  # the rows whose items are the shots
+        ("sha256", pa.string()),
+        ("item", pa.string()),
+    ]
+)

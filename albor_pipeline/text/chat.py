@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from tokenizers import Tokenizer
 
 from albor_pipeline.text.vocab import BOS
@@ -225,3 +226,25 @@ def assistant_text(messages: list[Message]) -> str:
         else:
             out += [p["text"] for p in content if p["type"] != "python_output"]
     return "".join(out)
+
+
+SFT_SCHEMA = pa.schema(
+    [
+        ("input_ids", pa.list_(pa.uint32())),
+        ("loss_mask", pa.list_(pa.uint8())),
+        ("source", pa.string()),
+        ("sha256", pa.string()),
+        ("messages", pa.string()),
+    ]
+)
+
+
+EVAL_SCHEMA = pa.schema(
+    [
+        ("input_ids", pa.list_(pa.uint32())),
+        ("choice_token_ids", pa.list_(pa.uint32())),
+        ("answer", pa.int32()),
+        ("sha256", pa.string()),
+        ("item", pa.string()),
+    ]
+)

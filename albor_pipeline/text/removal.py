@@ -9,6 +9,8 @@ file into `filtered/<source>`, and `documents` reads every source's.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -91,3 +93,8 @@ def tombstone_artifacts(directory: Path, root: Path) -> list[Artifact]:
     """The committed set `directory`'s tombstone file as an artifact (none without one)."""
     path = directory / REMOVED
     return [record(path, root, pq.ParquetFile(path).metadata.num_rows)] if path.is_file() else []
+
+
+def canonical_sha256(value: object) -> str:
+    """SHA-256 of `value` as canonical JSON (sorted keys, no spaces): a list's identity."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -17,3 +17,18 @@ ROW_GROUP_SEQUENCES = 32  # one random read decodes 32 sequences: ~1.4k sequence
 DOC_LENS = pa.list_(pa.uint32())
 """`doc_lens`: the lengths of the document pieces in a sequence, in order, summing to its
 non-pad length; a trainer builds position-id resets or `cu_seqlens` from it."""
+
+
+SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32())), ("doc_lens", DOC_LENS)])
+
+
+PACKED_SCHEMA = pa.schema(
+    [
+        ("input_ids", pa.list_(pa.uint32())),
+        ("loss_mask", pa.list_(pa.uint8())),
+        ("doc_lens", DOC_LENS),  # each conversation's length, in order; padding follows them
+        ("sources", pa.list_(pa.string())),
+        ("sha256", pa.list_(pa.string())),
+        ("messages", pa.list_(pa.string())),
+    ]
+)

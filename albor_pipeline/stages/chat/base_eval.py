@@ -16,22 +16,10 @@ from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, record
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards
-from albor_pipeline.stages.chat.report import BaseEvalSummary
-from albor_pipeline.text.base_eval import BaseTask, fewshot, render_prompts, spans
+from albor_pipeline.summaries.chat import BaseEvalSummary
+from albor_pipeline.text.base_eval import BASE_EVAL_SCHEMA, BaseTask, fewshot, render_prompts, spans
 from albor_pipeline.text.encode import encode_lists, pick_encoder
 from albor_pipeline.text.vocab import BOS, added_tokens, id_bytes, load_tokenizer
-
-BASE_EVAL_SCHEMA = pa.schema(
-    [
-        ("input_ids", pa.list_(pa.list_(pa.uint32()))),  # a sequence per choice / context option (LM: one)
-        ("starts", pa.list_(pa.int32())),  # where each sequence's scored continuation starts
-        ("ends", pa.list_(pa.int32())),  # ... and ends (exclusive)
-        ("gold", pa.int32()),  # the right sequence (LM: 0, scored by exact greedy match)
-        ("fewshot", pa.list_(pa.int32())),  # the rows whose items are the shots
-        ("sha256", pa.string()),
-        ("item", pa.string()),
-    ]
-)
 
 
 @dataclass

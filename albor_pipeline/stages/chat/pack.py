@@ -20,18 +20,7 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
-from albor_pipeline.text.sequences import DOC_LENS
-
-PACKED_SCHEMA = pa.schema(
-    [
-        ("input_ids", pa.list_(pa.uint32())),
-        ("loss_mask", pa.list_(pa.uint8())),
-        ("doc_lens", DOC_LENS),  # each conversation's length, in order; padding follows them
-        ("sources", pa.list_(pa.string())),
-        ("sha256", pa.list_(pa.string())),
-        ("messages", pa.list_(pa.string())),
-    ]
-)
+from albor_pipeline.text.sequences import PACKED_SCHEMA
 
 T = TypeVar("T")
 

@@ -24,31 +24,22 @@ from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, atomic_path,
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import iter_batches, read_shards
 from albor_pipeline.spec import ChatSpec, ChatTokens, Overlong, SftFormat, SftPacking
-from albor_pipeline.stages.chat.pack import PACKED_SCHEMA, Conversation, batched, best_fit, packed_batch
-from albor_pipeline.stages.chat.report import EvalSummary, PackedFacts, SftSourceFacts, SftSummary
-from albor_pipeline.text.chat import ChatIds, Message, Piece, mc_labels, mc_prompt, render_pieces
+from albor_pipeline.stages.chat.pack import Conversation, batched, best_fit, packed_batch
+from albor_pipeline.summaries.chat import EvalSummary, PackedFacts, SftSourceFacts, SftSummary
+from albor_pipeline.text.chat import (
+    EVAL_SCHEMA,
+    SFT_SCHEMA,
+    ChatIds,
+    Message,
+    Piece,
+    mc_labels,
+    mc_prompt,
+    render_pieces,
+)
 from albor_pipeline.text.encode import Encoder, encode_lists, pick_encoder
-from albor_pipeline.text.sequences import INDEX_FILE, INDEX_FORMAT, ROW_GROUP_SEQUENCES
+from albor_pipeline.text.sequences import INDEX_FILE, INDEX_FORMAT, PACKED_SCHEMA, ROW_GROUP_SEQUENCES
 from albor_pipeline.text.vocab import BOS, EOS, PAD, added_tokens, load_tokenizer, token_dtype
 
-SFT_SCHEMA = pa.schema(
-    [
-        ("input_ids", pa.list_(pa.uint32())),
-        ("loss_mask", pa.list_(pa.uint8())),
-        ("source", pa.string()),
-        ("sha256", pa.string()),
-        ("messages", pa.string()),
-    ]
-)
-EVAL_SCHEMA = pa.schema(
-    [
-        ("input_ids", pa.list_(pa.uint32())),
-        ("choice_token_ids", pa.list_(pa.uint32())),
-        ("answer", pa.int32()),
-        ("sha256", pa.string()),
-        ("item", pa.string()),
-    ]
-)
 SIDECAR = "sft.json"
 BATCH_ROWS = 1024
 

@@ -43,7 +43,7 @@ from albor_pipeline.stages.corpus.index import reader_index
 from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces, write_pieces
 from albor_pipeline.stages.corpus.pack import PACK_SHARD, PackJob
 from albor_pipeline.stages.corpus.plan import Plan, PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
-from albor_pipeline.stages.corpus.report import CorpusBudget, CorpusSummary, SourceFacts
+from albor_pipeline.summaries.corpus import CorpusBudget, CorpusSummary, SourceFacts
 from albor_pipeline.text.encode import make_encoder, pick_encoder
 from albor_pipeline.text.sequences import INDEX_FILE
 from albor_pipeline.text.vocab import BOS, EOS, PAD, load_tokenizer, token_dtype

@@ -20,10 +20,7 @@ from albor_pipeline.stages.corpus.encode_task import (
     spool_tokens,
 )
 from albor_pipeline.stages.corpus.plan import Packed, Plan, Segments, fill
-from albor_pipeline.text.sequences import DOC_LENS, ROW_GROUP_SEQUENCES
-
-SEQ_SCHEMA = pa.schema([("input_ids", pa.list_(pa.uint32())), ("doc_lens", DOC_LENS)])
-
+from albor_pipeline.text.sequences import ROW_GROUP_SEQUENCES, SEQ_SCHEMA
 
 PACK_SEQUENCES = 256  # sequences a packing task fills at once: ~2 MB of ids at seq_len 2048
 

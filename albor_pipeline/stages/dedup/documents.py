@@ -31,7 +31,7 @@ from albor_pipeline.stages.dedup.lsh import LshJob
 from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer
 from albor_pipeline.stages.dedup.neardup import NearDupIndex
 from albor_pipeline.stages.dedup.removal import RemovalIndex, drop_removed
-from albor_pipeline.stages.dedup.report import (
+from albor_pipeline.summaries.documents import (
     BenchmarkFacts,
     Decontaminated,
     DocumentsSummary,

@@ -20,7 +20,7 @@ from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards
 from albor_pipeline.runtime.shards import Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import FimFormat, FimSpec
-from albor_pipeline.stages.fim.report import FimSummary
+from albor_pipeline.summaries.fim import FimSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SENTINEL_CHARS, FIM_SUFFIX
 

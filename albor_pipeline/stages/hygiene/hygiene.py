@@ -32,7 +32,7 @@ from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
 from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
 from albor_pipeline.stages.hygiene.language import check_languages
-from albor_pipeline.stages.hygiene.report import HygieneSummary
+from albor_pipeline.summaries.hygiene import HygieneSummary
 from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows, is_ledger, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts

@@ -43,8 +43,8 @@ from albor_pipeline.runtime.watchdog import reading
 from albor_pipeline.spec import DOCUMENT_KINDS, EVAL_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.stages.ingest.removal import Removal
-from albor_pipeline.stages.ingest.report import IngestSummary, Removed
 from albor_pipeline.stages.ingest.synthetic import generate, read_words
+from albor_pipeline.summaries.ingest import IngestSummary, Removed
 from albor_pipeline.text.base_eval import parse_base_item
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_messages

@@ -4,8 +4,6 @@ near-duplicates, and the count is in the source's summary, never the content."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -14,15 +12,10 @@ from albor_pipeline.runtime.artifacts import sha256_file
 from albor_pipeline.runtime.files import matches
 from albor_pipeline.spec import RemovalSpec, read_digests
 from albor_pipeline.text.datafiles import IngestError
-from albor_pipeline.text.removal import Tombstone
+from albor_pipeline.text.removal import Tombstone, canonical_sha256
 from albor_pipeline.text.shingles import shingles
 
 _ROW = re.compile(r"(.+)[:#][0-9]+", re.DOTALL)  # a data file's row: `path:line` or `path#row`
-
-
-def canonical_sha256(value: object) -> str:
-    """SHA-256 of `value` as canonical JSON (sorted keys, no spaces): a list's identity."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from albor_pipeline.runtime.shardmap import (
 from albor_pipeline.runtime.shards import MB, Shard, first_rows, parquet_files, shard_name
 from albor_pipeline.runtime.taskstore import InputFile, NotReusable
 from albor_pipeline.spec import MixUnit, SplitMixSpec, repeat_warnings
-from albor_pipeline.stages.mix.report import MixBudget, MixSummary, PlanRow
+from albor_pipeline.summaries.mix import MixBudget, MixSummary, PlanRow
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 

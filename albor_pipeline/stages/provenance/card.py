@@ -16,15 +16,14 @@ import yaml
 from albor_pipeline.runtime.layout import STATS, TOKENIZER, eval_stage, filtered_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.spec import SPLITS, SftPacking, SourceKind
-from albor_pipeline.stages.chat.base_eval import BASE_EVAL_SCHEMA
-from albor_pipeline.stages.chat.pack import PACKED_SCHEMA
-from albor_pipeline.stages.chat.sft import EVAL_SCHEMA, SFT_SCHEMA
-from albor_pipeline.stages.corpus.pack import SEQ_SCHEMA
-from albor_pipeline.stages.corpus.report import CONFIG_TOKENS, card_bos, card_corpora, card_size, hf_split
-from albor_pipeline.stages.ingest.report import card_sources
 from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.stages.stats.report import StatsSummary, card_charts
-from albor_pipeline.stages.tokenizer.report import TokenizerSummary, card_tokenizer, card_vocab
+from albor_pipeline.summaries.corpus import CONFIG_TOKENS, card_bos, card_corpora, card_size, hf_split
+from albor_pipeline.summaries.ingest import card_sources
+from albor_pipeline.summaries.stats import StatsSummary, card_charts
+from albor_pipeline.summaries.tokenizer import TokenizerSummary, card_tokenizer, card_vocab
+from albor_pipeline.text.base_eval import BASE_EVAL_SCHEMA
+from albor_pipeline.text.chat import EVAL_SCHEMA, SFT_SCHEMA
+from albor_pipeline.text.sequences import PACKED_SCHEMA, SEQ_SCHEMA
 
 
 def _feature(kind: pa.DataType) -> dict[str, Any]:

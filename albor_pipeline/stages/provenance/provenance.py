@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,51 +20,28 @@ from albor_pipeline.runtime.bucket import IO_THREADS, Bucket
 from albor_pipeline.runtime.commit import BACKUP_SUFFIX, journal_finals
 from albor_pipeline.runtime.layout import (
     DOCUMENTS,
-    STATS,
-    TOKENIZER,
     Layout,
     corpus_names,
     corpus_stage,
-    eval_stage,
     filtered_stage,
     fim_stage,
     ingested_stage,
-    mixed_stage,
-    sft_stage,
 )
 from albor_pipeline.runtime.report import Report, table
 from albor_pipeline.spec import (
-    CHAT_KINDS,
     SPLITS,
     CorpusSpec,
     FimSpec,
-    HoldoutSpec,
     HygieneSpec,
     M,
-    NearDedupSpec,
     SourceKind,
-    SplitMixSpec,
 )
-from albor_pipeline.stages.chat import report as chat_report
-from albor_pipeline.stages.chat.report import BaseEvalSummary, EvalSummary, SftSummary
-from albor_pipeline.stages.corpus import report as corpus_report
-from albor_pipeline.stages.corpus.report import Corpus, CorpusSummary
-from albor_pipeline.stages.dedup import report as dedup_report
-from albor_pipeline.stages.dedup.report import DocumentsSummary
-from albor_pipeline.stages.fim import report as fim_report
-from albor_pipeline.stages.fim.report import FimSplit, FimSummary
-from albor_pipeline.stages.hygiene import report as hygiene_report
-from albor_pipeline.stages.hygiene.report import HygieneRow, HygieneSummary
-from albor_pipeline.stages.ingest import report as ingest_report
-from albor_pipeline.stages.ingest.report import IngestSummary
-from albor_pipeline.stages.mix import report as mix_report
-from albor_pipeline.stages.mix.report import MixSummary
-from albor_pipeline.stages.provenance import removal
 from albor_pipeline.stages.provenance.removal import AppliedRemovals
-from albor_pipeline.stages.stats import report as stats_report
-from albor_pipeline.stages.stats.report import StatsSummary
-from albor_pipeline.stages.tokenizer import report as tokenizer_report
-from albor_pipeline.stages.tokenizer.report import TokenizerSummary
+from albor_pipeline.summaries.corpus import Corpus, CorpusSummary
+from albor_pipeline.summaries.documents import DocumentsSummary
+from albor_pipeline.summaries.fim import FimSplit, FimSummary
+from albor_pipeline.summaries.hygiene import HygieneRow, HygieneSummary
+from albor_pipeline.summaries.ingest import IngestSummary
 
 
 def build_provenance(
@@ -170,67 +147,6 @@ class Built:
         ]
 
 
-def _sources(built: Built) -> list[str]:
-    return ingest_report.provenance_section(built.sources, built.ingested())
-
-
-def _hygiene(built: Built) -> list[str]:
-    return hygiene_report.provenance_section(built.hygiene())
-
-
-def _splits(built: Built) -> list[str]:
-    summary = built.summary(DOCUMENTS, DocumentsSummary)
-    if summary is None:
-        return []
-    near = built.config(DOCUMENTS).get("near_dedup")
-    holdout = built.settings(DOCUMENTS, HoldoutSpec)
-    near_spec = NearDedupSpec.model_validate(near) if near else None
-    return dedup_report.provenance_section(holdout, near_spec, summary, built.names())
-
-
-def _removals(built: Built) -> list[str]:
-    return removal.provenance_section(built.removals(), built.names())
-
-
-def _mix(built: Built) -> list[str]:
-    splits = [
-        (split, built.settings(stage, SplitMixSpec).seed, s)
-        for split in SPLITS
-        if (s := built.summary(stage := mixed_stage(split), MixSummary))
-    ]
-    return mix_report.provenance_section(splits)
-
-
-def _fim(built: Built) -> list[str]:
-    return fim_report.provenance_section(built.fim())
-
-
-def _tokenizer(built: Built) -> list[str]:
-    summary = built.summary(TOKENIZER, TokenizerSummary)
-    return tokenizer_report.provenance_section(summary) if summary else []
-
-
-def _corpora(built: Built) -> list[str]:
-    return corpus_report.provenance_section(built.corpora())
-
-
-def _chat(built: Built) -> list[str]:
-    cleanup = ingest_report.chat_cleanup(built.names(*CHAT_KINDS), built.ingested())
-    sft = [(split, s) for split in SPLITS if (s := built.summary(sft_stage(split), SftSummary))]
-    evals = [(name, e) for name in built.names(SourceKind.mc) if (e := built.summary(eval_stage(name), EvalSummary))]
-    base = [
-        (name, b)
-        for name in built.names(SourceKind.base_eval)
-        if (b := built.summary(eval_stage(name), BaseEvalSummary))
-    ]
-    return chat_report.provenance_section(cleanup, sft, evals, base)
-
-
-def _stats(built: Built) -> list[str]:
-    summary = built.summary(STATS, StatsSummary)
-    return stats_report.provenance_section(summary) if summary else []
-
-
 def _artifacts(built: Built) -> list[str]:
     rows = [
         [f"`{a['path']}`", f"`{a['sha256']}`", a["bytes"], a["rows"] if a["rows"] is not None else "", a["stage"]]
@@ -250,27 +166,15 @@ HEADER = [
     "them and lists any stage rebuilt since (stale here).",
     "",
 ]
-SECTIONS: tuple[Callable[[Built], list[str]], ...] = (
-    _sources,
-    _hygiene,
-    _splits,
-    _removals,
-    _mix,
-    _fim,
-    _tokenizer,
-    _corpora,
-    _chat,
-    _stats,
-    _artifacts,
-    _versions,
-)
-"""PROVENANCE.md's sections in graph order: each stage's own (its `report.provenance_section`),
-then every artifact and the library versions."""
+Section = Callable[["Built"], list[str]]
+"""A stage's part of PROVENANCE.md, from the recorded build (declared beside the stage, in
+`defs/`); `render_markdown` adds every artifact and the library versions after them."""
 
 
-def render_markdown(prov: dict[str, Any]) -> str:
+def render_markdown(prov: dict[str, Any], sections: Sequence[Section]) -> str:
+    """PROVENANCE.md: the stages' `sections` in graph order, then every artifact and the versions."""
     built = Built.of(prov)
-    return "\n".join([*HEADER, *(line for section in SECTIONS for line in section(built))])
+    return "\n".join([*HEADER, *(line for section in (*sections, _artifacts, _versions) for line in section(built))])
 
 
 @dataclass

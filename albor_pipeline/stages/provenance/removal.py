@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from albor_pipeline.runtime.report import table
-from albor_pipeline.stages.dedup.report import DocumentsSummary, Removals
-from albor_pipeline.stages.ingest.removal import canonical_sha256
-from albor_pipeline.stages.ingest.report import IngestSummary, Removed
+from albor_pipeline.summaries.documents import DocumentsSummary, Removals
+from albor_pipeline.summaries.ingest import IngestSummary, Removed
+from albor_pipeline.text.removal import canonical_sha256
 
 
 @dataclass(frozen=True)

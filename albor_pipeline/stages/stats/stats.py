@@ -24,11 +24,6 @@ from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, Written, map_
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import SPLITS
-from albor_pipeline.stages.corpus.report import Corpus
-from albor_pipeline.stages.dedup.report import DocumentsSummary
-from albor_pipeline.stages.fim.report import FimSplit
-from albor_pipeline.stages.hygiene.report import HygieneRow
-from albor_pipeline.stages.ingest.report import IngestSummary
 from albor_pipeline.stages.stats.facts import (
     CHARTS,
     FimFacts,
@@ -40,7 +35,12 @@ from albor_pipeline.stages.stats.facts import (
     Statistics,
     chart_input,
 )
-from albor_pipeline.stages.stats.report import Chart, SplitFacts, StatsSummary
+from albor_pipeline.summaries.corpus import Corpus
+from albor_pipeline.summaries.documents import DocumentsSummary
+from albor_pipeline.summaries.fim import FimSplit
+from albor_pipeline.summaries.hygiene import HygieneRow
+from albor_pipeline.summaries.ingest import IngestSummary
+from albor_pipeline.summaries.stats import Chart, SplitFacts, StatsSummary
 from albor_pipeline.text.vocab import FIM_SENTINEL_CHARS
 
 BATCH_ROWS = 256  # documents read at once: the Parquet row groups' size

@@ -47,7 +47,7 @@ from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import BpeTrainer, OpenAIBaseline, TokenizerSpec
 from albor_pipeline.stages.tokenizer.feed import SEPARATOR, budgeted, chunk_texts, feed_files, text_bytes
-from albor_pipeline.stages.tokenizer.report import PYTHON_KEYWORDS, TIMING, TokenizerSummary
+from albor_pipeline.summaries.tokenizer import PYTHON_KEYWORDS, TIMING, TokenizerSummary
 from albor_pipeline.text.vocab import (
     BOS,
     EOS,
