@@ -14,7 +14,7 @@ from albor_pipeline.defs.automation import BUILD_JOB, OBSERVE_JOB
 from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import REPO_ROOT, HoldoutSpec, load_spec
-from albor_pipeline.stages.dedup.documents import split_of
+from albor_pipeline.stages.documents.documents import split_of
 from albor_pipeline.text.documents import text_sha256
 
 from .support import STDLIB, small_spec_dict, write_spec

@@ -16,7 +16,7 @@ from albor_pipeline.spec import load_spec
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_sequences
 from albor_pipeline.stages.corpus.pack import sequences_batch
 from albor_pipeline.stages.corpus.plan import Packed
-from albor_pipeline.stages.dedup.checks import check_no_leak
+from albor_pipeline.stages.documents.checks import check_no_leak
 from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip
 from albor_pipeline.summaries.corpus import CorpusSummary

@@ -20,9 +20,9 @@ from albor_pipeline.spec import (
     SpecError,
     parse_spec,
 )
-from albor_pipeline.stages.dedup.checks import check_no_contamination
-from albor_pipeline.stages.dedup.decontam import Decontaminator, load_benchmark
-from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.documents.checks import check_no_contamination
+from albor_pipeline.stages.documents.decontam import Decontaminator, load_benchmark
+from albor_pipeline.stages.documents.documents import build_documents
 from albor_pipeline.text.datafiles import IngestError
 from albor_pipeline.text.shingles import word_hashes
 

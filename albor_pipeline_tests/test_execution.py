@@ -51,9 +51,9 @@ from albor_pipeline.spec import (
 from albor_pipeline.stages.corpus.checks import check_min_chars
 from albor_pipeline.stages.corpus.corpus import build_corpus
 from albor_pipeline.stages.corpus.lineage import PIECES
-from albor_pipeline.stages.dedup import documents
-from albor_pipeline.stages.dedup.checks import check_no_near_leak
-from albor_pipeline.stages.dedup.documents import build_documents, signature_file
+from albor_pipeline.stages.documents import documents
+from albor_pipeline.stages.documents.checks import check_no_near_leak
+from albor_pipeline.stages.documents.documents import build_documents, signature_file
 from albor_pipeline.stages.fim.fim import apply_fim
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.ingest.ingest import ingest_source

@@ -20,7 +20,7 @@ from albor_pipeline.defs.automation import AUTOMATION_SENSOR, BUILD_JOB, OBSERVE
 from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import DEFAULT_SPEC, load_spec
-from albor_pipeline.stages.dedup.documents import split_of
+from albor_pipeline.stages.documents.documents import split_of
 from albor_pipeline.text.documents import text_sha256
 from albor_pipeline.text.ledger import is_ledger
 

@@ -18,7 +18,7 @@ from albor_pipeline.runtime.files import fingerprint_files, list_source_files
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards, shard_files
 from albor_pipeline.spec import HoldoutSpec, SourceSpec, SplitMixSpec
-from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.documents.documents import build_documents
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_files, source_fingerprint
 from albor_pipeline.stages.mix.mix import mix_documents
 from albor_pipeline.text.datafiles import DATA_READERS, PIECE, IngestError

@@ -31,7 +31,7 @@ from albor_pipeline.runtime.files import fingerprint_files, list_source_files
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards
 from albor_pipeline.spec import REPO_ROOT, BenchmarkSpec, SourceSpec
-from albor_pipeline.stages.dedup.decontam import load_benchmark
+from albor_pipeline.stages.documents.decontam import load_benchmark
 from albor_pipeline.stages.ingest.ingest import Counts, ingest_source, iter_documents, source_fingerprint
 from albor_pipeline.text.datafiles import IngestError
 

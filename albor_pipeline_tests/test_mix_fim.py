@@ -14,7 +14,7 @@ from albor_pipeline.runtime.executor import INLINE
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards, shard_name
 from albor_pipeline.spec import FimSpec, HoldoutSpec, SourceSpec, SplitMixSpec
-from albor_pipeline.stages.dedup.documents import build_documents, exact_dedup, split_of
+from albor_pipeline.stages.documents.documents import build_documents, exact_dedup, split_of
 from albor_pipeline.stages.fim.fim import apply_fim, fim_batch
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.stages.mix.mix import MixError, draw_indices, mix_documents, plan_counts, shard_bounds, shuffle
@@ -133,7 +133,7 @@ def test_hash_partitioned_exact_dedup_equals_a_dict_of_every_hash(tmp_path, monk
     on real files ingested twice and a third package, in two orders; with one partition
     inline, and with partitions of 8 keys on two processes."""
     from albor_pipeline.runtime import hashpart
-    from albor_pipeline.stages.dedup.documents import DROPPED, SPLIT_CODES
+    from albor_pipeline.stages.documents.documents import DROPPED, SPLIT_CODES
 
     executor = INLINE
     if partition_bytes:

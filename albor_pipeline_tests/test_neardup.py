@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.stages.dedup.minhash import MinHasher, jaccard
-from albor_pipeline.stages.dedup.neardup import near_duplicates
+from albor_pipeline.stages.documents.minhash import MinHasher, jaccard
+from albor_pipeline.stages.documents.neardup import near_duplicates
 from albor_pipeline.text.shingles import P, _inverse, shingles
 
 from .support import STDLIB
@@ -47,8 +47,8 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path, local2
     import pyarrow.parquet as pq
 
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
-    from albor_pipeline.stages.dedup.checks import check_no_near_leak
-    from albor_pipeline.stages.dedup.documents import build_documents
+    from albor_pipeline.stages.documents.checks import check_no_near_leak
+    from albor_pipeline.stages.documents.documents import build_documents
 
     from .support import write_docs
 
@@ -91,9 +91,9 @@ def test_the_leak_check_reuses_the_stages_signatures_and_catches_a_wrong_file(tm
     import pyarrow.parquet as pq
 
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
-    from albor_pipeline.stages.dedup.checks import check_no_near_leak
-    from albor_pipeline.stages.dedup.documents import SIGNATURES, build_documents, signature_file
-    from albor_pipeline.stages.dedup.minhash import Signer
+    from albor_pipeline.stages.documents.checks import check_no_near_leak
+    from albor_pipeline.stages.documents.documents import SIGNATURES, build_documents, signature_file
+    from albor_pipeline.stages.documents.minhash import Signer
     from albor_pipeline.text.shingles import word_hashes
 
     from .support import write_docs
@@ -135,8 +135,8 @@ def test_candidates_are_a_rule_about_the_pair_not_its_bucket():
     member, in a small and in a big bucket. Pairing only with the first (or all pairs only up
     to a size cap) never compared the copies, so both stayed and a check on the survivors,
     seeing smaller buckets, found them across splits."""
-    from albor_pipeline.stages.dedup.lsh import bucket_pairs, min_agreement
-    from albor_pipeline.stages.dedup.minhash import Signer
+    from albor_pipeline.stages.documents.lsh import bucket_pairs, min_agreement
+    from albor_pipeline.stages.documents.minhash import Signer
     from albor_pipeline.text.shingles import word_hashes
 
     far = (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")
@@ -169,7 +169,7 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     over the same texts."""
     from albor_pipeline.runtime import hashpart
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
-    from albor_pipeline.stages.dedup import documents, neardup
+    from albor_pipeline.stages.documents import documents, neardup
 
     from .support import write_docs
 
@@ -203,7 +203,7 @@ def test_lsh_by_hash_partitions_gives_the_pairs_of_one_pass(tmp_path, monkeypatc
     from albor_pipeline.runtime import hashpart
     from albor_pipeline.runtime.nodes import IN_PLACE
     from albor_pipeline.runtime.shardmap import TaskIO
-    from albor_pipeline.stages.dedup.lsh import band_keys, lsh_candidates
+    from albor_pipeline.stages.documents.lsh import band_keys, lsh_candidates
     from albor_pipeline.text.shingles import word_hashes
 
     originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]

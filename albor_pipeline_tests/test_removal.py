@@ -16,8 +16,8 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import parquet_files
 from albor_pipeline.spec import SPLITS, HoldoutSpec, NearDedupSpec, SpecError, parse_spec
-from albor_pipeline.stages.dedup.documents import build_documents
-from albor_pipeline.stages.dedup.removal import check_no_removed
+from albor_pipeline.stages.documents.documents import build_documents
+from albor_pipeline.stages.documents.removal import check_no_removed
 from albor_pipeline.text.documents import text_sha256
 from albor_pipeline.text.removal import REMOVED, Tombstone, read_tombstones
 from albor_pipeline.trace import Tracer

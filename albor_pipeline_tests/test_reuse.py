@@ -425,8 +425,8 @@ def test_documents_scan_again_only_the_row_groups_holding_an_edited_document(tmp
     one document of a 3-row-group shard is edited, one group is scanned again, and the splits
     and signatures equal a cold build's; the benchmark check scans one group again too."""
     from albor_pipeline.spec import BenchmarkSpec, DecontaminateSpec, HoldoutSpec, NearDedupSpec
-    from albor_pipeline.stages.dedup.checks import check_no_contamination
-    from albor_pipeline.stages.dedup.documents import build_documents
+    from albor_pipeline.stages.documents.checks import check_no_contamination
+    from albor_pipeline.stages.documents.documents import build_documents
     from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
 
     texts = [p.read_text(encoding="utf-8") for p in sorted(STDLIB.glob("*.py"))[:150]]

@@ -27,7 +27,7 @@ from detect_secrets.plugins.github_token import GitHubTokenDetector
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import REPO_ROOT, HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
-from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.documents.documents import build_documents
 from albor_pipeline.stages.hygiene.checks import check_no_secrets, find_leaks
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.ingest.ingest import ingest_source

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec
-from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.documents.documents import build_documents
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.tokenizer.tokenizer import iter_texts
 from albor_pipeline.text.secrets import SecretScanner

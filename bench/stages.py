@@ -22,7 +22,7 @@ from albor_pipeline.runtime.executor import LocalExecutor, WorkerPool, cpu_count
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import CorpusSpec, FimSpec, HoldoutSpec, SplitMixSpec, TokenizerSpec
 from albor_pipeline.stages.corpus.corpus import build_corpus
-from albor_pipeline.stages.dedup.documents import build_documents
+from albor_pipeline.stages.documents.documents import build_documents
 from albor_pipeline.stages.fim.fim import apply_fim
 from albor_pipeline.stages.mix.mix import mix_documents
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer, iter_texts, train_bpe

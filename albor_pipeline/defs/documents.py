@@ -35,10 +35,10 @@ from albor_pipeline.spec import (
     PipelineSpec,
     SourceKind,
 )
-from albor_pipeline.stages.dedup.checks import check_no_contamination, check_no_leak, check_no_near_leak
-from albor_pipeline.stages.dedup.decontam import Decontaminator
-from albor_pipeline.stages.dedup.documents import build_documents, signature_file
-from albor_pipeline.stages.dedup.removal import check_no_removed
+from albor_pipeline.stages.documents.checks import check_no_contamination, check_no_leak, check_no_near_leak
+from albor_pipeline.stages.documents.decontam import Decontaminator
+from albor_pipeline.stages.documents.documents import build_documents, signature_file
+from albor_pipeline.stages.documents.removal import check_no_removed
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.provenance import removal
 from albor_pipeline.stages.provenance.provenance import Built

@@ -17,7 +17,7 @@ from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, RemovalSpec, SourceKind, SourceSpec
-from albor_pipeline.stages.dedup.decontam import benchmark_fingerprint
+from albor_pipeline.stages.documents.decontam import benchmark_fingerprint
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
 from albor_pipeline.stages.ingest.removal import resolve_removal
 from albor_pipeline.stages.provenance.provenance import Built

@@ -26,11 +26,11 @@ from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, m
 from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import SPLITS, AuditSpec, HoldoutSpec, NearDedupSpec
-from albor_pipeline.stages.dedup.decontam import Decontaminator
-from albor_pipeline.stages.dedup.lsh import LshJob
-from albor_pipeline.stages.dedup.minhash import MAX_HASH, Signer
-from albor_pipeline.stages.dedup.neardup import NearDupIndex
-from albor_pipeline.stages.dedup.removal import RemovalIndex, drop_removed
+from albor_pipeline.stages.documents.decontam import Decontaminator
+from albor_pipeline.stages.documents.lsh import LshJob
+from albor_pipeline.stages.documents.minhash import MAX_HASH, Signer
+from albor_pipeline.stages.documents.neardup import NearDupIndex
+from albor_pipeline.stages.documents.removal import RemovalIndex, drop_removed
 from albor_pipeline.summaries.documents import (
     BenchmarkFacts,
     Decontaminated,

@@ -23,8 +23,8 @@ from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import parquet_files
 from albor_pipeline.spec import NearDedupSpec
-from albor_pipeline.stages.dedup.lsh import band_keys, min_agreement
-from albor_pipeline.stages.dedup.minhash import MAX_HASH, MinHasher, Signer, jaccard
+from albor_pipeline.stages.documents.lsh import band_keys, min_agreement
+from albor_pipeline.stages.documents.minhash import MAX_HASH, MinHasher, Signer, jaccard
 from albor_pipeline.summaries.documents import Removals
 from albor_pipeline.text.removal import Tombstone
 from albor_pipeline.text.shingles import ngrams, word_hashes

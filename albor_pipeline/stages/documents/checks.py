@@ -19,10 +19,10 @@ from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
 from albor_pipeline.runtime.shards import Shard, iter_batches, parquet_files
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import DecontaminateSpec
-from albor_pipeline.stages.dedup.decontam import contaminated
-from albor_pipeline.stages.dedup.lsh import LshJob
-from albor_pipeline.stages.dedup.minhash import Signer
-from albor_pipeline.stages.dedup.neardup import NearDupIndex
+from albor_pipeline.stages.documents.decontam import contaminated
+from albor_pipeline.stages.documents.lsh import LshJob
+from albor_pipeline.stages.documents.minhash import Signer
+from albor_pipeline.stages.documents.neardup import NearDupIndex
 from albor_pipeline.text.shingles import word_hashes
 
 

@@ -14,9 +14,9 @@ from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
 from albor_pipeline.runtime.nodes import IN_PLACE
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks
 from albor_pipeline.runtime.taskstore import InputFile
-from albor_pipeline.stages.dedup.lsh import LSH_RECORD, LshJob, lsh_candidates, min_agreement
-from albor_pipeline.stages.dedup.minhash import Signer
-from albor_pipeline.stages.dedup.verify import (
+from albor_pipeline.stages.documents.lsh import LSH_RECORD, LshJob, lsh_candidates, min_agreement
+from albor_pipeline.stages.documents.minhash import Signer
+from albor_pipeline.stages.documents.verify import (
     MIN_PAIR_BLOCK,
     PAIR_BLOCKS_PER_WORKER,
     SCORE_PAIR_BLOCK,

@@ -15,7 +15,7 @@ from albor_pipeline.runtime.artifacts import write_array
 from albor_pipeline.runtime.shardmap import Step, TaskIO
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.taskstore import InputFile
-from albor_pipeline.stages.dedup.minhash import jaccard
+from albor_pipeline.stages.documents.minhash import jaccard
 from albor_pipeline.text.shingles import shingles
 
 U64 = np.uint64

@@ -14,7 +14,7 @@ from albor_pipeline.runtime import hashpart
 from albor_pipeline.runtime.artifacts import write_array
 from albor_pipeline.runtime.nodes import IN_PLACE, Node
 from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_tasks
-from albor_pipeline.stages.dedup.minhash import MAX_HASH
+from albor_pipeline.stages.documents.minhash import MAX_HASH
 from albor_pipeline.text.shingles import P, mix64
 
 U64 = np.uint64
