@@ -17,8 +17,7 @@ from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.spec import FimSpec, PipelineSpec, TokenizerSpec, load_spec
 from albor_pipeline.stages.fim.fim import apply_fim
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
-
-from .support import (
+from albor_pipeline_tests.support import (
     LITERAL,
     STDLIB,
     Build,

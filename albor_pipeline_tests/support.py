@@ -153,19 +153,24 @@ def tree_digest(root: Path) -> dict[str, str]:
     }
 
 
-def write_docs(path: Path, texts: list[str]) -> Path:
-    """A Parquet file with the ingestion schema holding `texts`."""
+def write_docs(path: Path, texts: list[str], sources: list[str] | None = None, files: list[str] | None = None) -> Path:
+    """A Parquet file with the ingestion schema holding `texts` (of source `s`, file `f`, unless given)."""
     table = pa.table(
         {
             "text": texts,
-            "source": ["s"] * len(texts),
-            "file": ["f"] * len(texts),
+            "source": sources if sources is not None else ["s"] * len(texts),
+            "file": files if files is not None else ["f"] * len(texts),
             "sha256": [text_sha256(t) for t in texts],
         },
         schema=DOC_SCHEMA,
     )
     pq.write_table(table, path)
     return path
+
+
+def docs_file(tmp_path: Path, texts: list[str], sources: list[str]) -> Path:
+    """`tmp_path/docs.parquet` holding `texts` of `sources`, file `f<i>` each."""
+    return write_docs(tmp_path / "docs.parquet", texts, sources, [f"f{i}" for i in range(len(texts))])
 
 
 def free_port() -> int:

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 from albor_pipeline.spec import DEFAULT_SPEC, SpecError, data_dir, load_spec, parse_spec
-
-from .support import SHIPPED_SOURCES, small_spec_dict, write_spec
+from albor_pipeline_tests.support import SHIPPED_SOURCES, small_spec_dict, write_spec
 
 
 def test_default_spec_loads_and_resolves_placeholders():

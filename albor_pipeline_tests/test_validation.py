@@ -10,16 +10,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import numpy as np
 import pytest
 
-from albor_pipeline.cli import main as albor
-from albor_pipeline.definitions import build_definitions
-from albor_pipeline.defs.automation import BUILD_JOB
-from albor_pipeline.runtime.artifacts import read_manifest
-from albor_pipeline.runtime.bucket import Bucket, server_checksum
-from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import (
     MAX_CHARS_PER_TOKEN,
     MAX_NAME_CHARS,
@@ -40,8 +33,7 @@ from albor_pipeline.spec import (
 )
 from albor_pipeline.stages.corpus.pack import PACK_SEQUENCES
 from albor_pipeline.text.vocab import FIM_TOKENS
-
-from .support import run_into_bucket, small_spec_dict, write_spec
+from albor_pipeline_tests.support import small_spec_dict, write_spec
 
 
 def _set(raw: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
@@ -285,49 +277,3 @@ def test_placeholders_expand_and_braces_are_written_twice(tmp_path):
     assert spec.sources[1].path == tmp_path.resolve() / "{weird}" / "x"
     raw["sources"][1]["path"] = "{stdlib"
     assert _refused(raw, tmp_path).startswith("sources[1].path: expected '}' before end of string")
-
-
-def _flip_a_byte(client: Any, bucket: str, key: str) -> None:
-    body = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-    body[len(body) // 2] ^= 0xFF
-    client.put_object(Bucket=bucket, Key=key, Body=bytes(body))  # same size, as a hand edit leaves it
-
-
-def test_a_corrupted_object_in_a_bucket_is_replaced_by_the_next_run(s3, tmp_path, make_spec, monkeypatch, capsys):
-    """A byte flipped in `fim/train`'s first shard (same size): `albor verify` names it, and the
-    next run of the stage, from the same working copy or a fresh one, uploads it again, so
-    verify passes. Before, a publish skipped any object of the right name and size."""
-    spec = make_spec()
-    uri = run_into_bucket(s3, tmp_path, tmp_path / "spec.yaml", monkeypatch, "albor-heal", "team/v1")
-    shard = next(
-        a
-        for a in read_manifest(Layout(tmp_path / "work"), "fim/train").outputs
-        if a.path.endswith("part-00000-0000.parquet")
-    )
-    key = f"team/v1/objects/{shard.sha256[:2]}/{shard.sha256}"
-    head = s3.head_object(Bucket="albor-heal", Key=key, ChecksumMode="ENABLED")
-    assert head["ChecksumSHA256"] == server_checksum(tmp_path / "work" / shard.path, shard)
-    fim_train = dg.AssetKey(["fim", "train"])
-    for copy in ("work", "fresh"):
-        _flip_a_byte(s3, "albor-heal", key)
-        capsys.readouterr()
-        assert albor(["verify", "--data-dir", uri]) == 1
-        assert f"CHANGED: {shard.path}" in capsys.readouterr().err
-        monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / copy))
-        assert (
-            build_definitions(spec, uri)
-            .resolve_job_def(BUILD_JOB)
-            .execute_in_process(asset_selection=[fim_train])
-            .success
-        )
-        assert albor(["verify", "--data-dir", uri]) == 0, copy
-        assert " 0 failed, 0 stale stage(s)" in capsys.readouterr().err
-
-    # Another object's bytes copied over it, with its checksum.
-    bucket, src = Bucket(uri, Layout(tmp_path / "fresh")), tmp_path / "fresh" / shard.path
-    assert bucket.upload(src, shard) == 0  # sealed: one HEAD, nothing sent
-    body = bytearray(src.read_bytes())
-    body[0] ^= 0xFF
-    s3.put_object(Bucket="albor-heal", Key=key, Body=bytes(body), ChecksumAlgorithm="SHA256")
-    assert bucket.upload(src, shard) == shard.bytes
-    assert s3.get_object(Bucket="albor-heal", Key=key)["Body"].read() == src.read_bytes()
