@@ -14,6 +14,8 @@ import sys
 import sysconfig
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -269,3 +271,12 @@ def run_into_bucket(s3: Any, tmp_path: Path, spec: Path, monkeypatch: Any, bucke
     monkeypatch.setenv("ALBOR_DATA_DIR", "")
     assert albor(["run", "--spec", str(spec), "--data-dir", uri, "--log-level", "ERROR"]) == 0
     return uri
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    """A scenario's assertions about one stage: a failure among them names the stage first."""
+    try:
+        yield
+    except AssertionError as exc:
+        raise AssertionError(f"[{name}] {exc}") from exc

@@ -23,7 +23,7 @@ from albor_pipeline.spec import DEFAULT_SPEC, load_spec
 from albor_pipeline.stages.documents.documents import split_of
 from albor_pipeline.text.documents import text_sha256
 from albor_pipeline.text.ledger import is_ledger
-from albor_pipeline_tests.support import SHIPPED_SOURCES, STDLIB, materialize_all, small_spec_dict, write_spec
+from albor_pipeline_tests.support import SHIPPED_SOURCES, STDLIB, materialize_all, small_spec_dict, stage, write_spec
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -338,22 +338,24 @@ def test_non_default_settings_build_end_to_end(tmp_path):
     result = materialize_all(load_spec(write_spec(tmp_path / "spec.yaml", raw)), out)
     checks = result.get_asset_check_evaluations()
     assert len(checks) >= 20 and all(c.passed for c in checks)
+    with stage("mixed, fim"):
+        plan = {row["source"]: row for row in read_manifest(Layout(out), "mixed/train").summary["plan"]}
+        assert plan["json_pkg"]["output rows"] == 3 * plan["json_pkg"]["input rows"]
+        assert read_manifest(Layout(out), "fim/val").summary["transformed"] == 0
+        fim_train = read_manifest(Layout(out), "fim/train").summary
+        assert fim_train["spm"] == fim_train["transformed"] > 0
     corpus_meta = next(
         e.step_materialization_data.materialization.metadata
         for e in result.get_asset_materialization_events()
         if e.asset_key == dg.AssetKey(["corpus", "train"])
     )
-    assert corpus_meta["encoder"].value == "hf (configured)"
-    plan = {row["source"]: row for row in read_manifest(Layout(out), "mixed/train").summary["plan"]}
-    assert plan["json_pkg"]["output rows"] == 3 * plan["json_pkg"]["input rows"]
-    assert read_manifest(Layout(out), "fim/val").summary["transformed"] == 0
-    fim_train = read_manifest(Layout(out), "fim/train").summary
-    assert fim_train["spm"] == fim_train["transformed"] > 0
-    assert read_manifest(Layout(out), "corpus/train").summary["padded_tokens"] > 0
-    corpus = {Path(a.path).name for a in read_manifest(Layout(out), "corpus/train").outputs}
-    assert corpus == {"part-00000.parquet", "index.json", "pieces.parquet"}  # pieces: the ledger's
-    ids = pq.read_table(out / "corpus/train/part-00000.parquet").column("input_ids").to_pylist()
-    assert {len(s) for s in ids} == {128}
+    with stage("corpus/train"):
+        assert corpus_meta["encoder"].value == "hf (configured)"
+        assert read_manifest(Layout(out), "corpus/train").summary["padded_tokens"] > 0
+        corpus = {Path(a.path).name for a in read_manifest(Layout(out), "corpus/train").outputs}
+        assert corpus == {"part-00000.parquet", "index.json", "pieces.parquet"}  # pieces: the ledger's
+        ids = pq.read_table(out / "corpus/train/part-00000.parquet").column("input_ids").to_pylist()
+        assert {len(s) for s in ids} == {128}
     assert albor(["verify", "--data-dir", str(out)]) == 0
 
 
@@ -390,54 +392,62 @@ def test_default_spec_builds_end_to_end(tmp_path):
     assert checks and all(c.passed for c in checks)
     prov = json.loads((tmp_path / "out" / "provenance.json").read_text())
     stages = prov["stages"]
-    assert stages["ingested/stdlib"]["summary"]["documents"] > 500
-    assert stages["ingested/pydoc_topics"]["summary"]["documents"] == 79
-    assert stages["tokenizer"]["summary"]["vocab_size"] == 32768 + 3 + 8  # + FIM sentinels + chat tokens
-    assert (
-        stages["sft/train"]["summary"]["conversations"] > 1000 and stages["eval/python_mc"]["summary"]["items"] == 152
-    )
-    assert stages["tokenizer"]["summary"]["keywords_single_token"] == 8
-    assert stages["corpus/train"]["summary"]["sequences"] > 1000
+    with stage("ingested"):
+        assert stages["ingested/stdlib"]["summary"]["documents"] > 500
+        assert stages["ingested/pydoc_topics"]["summary"]["documents"] == 79
+        assert stages["ingested/chat_formats"]["summary"]["documents"] == 39  # every chat format read
+    with stage("tokenizer"):
+        assert stages["tokenizer"]["summary"]["vocab_size"] == 32768 + 3 + 8  # + FIM sentinels + chat tokens
+        assert stages["tokenizer"]["summary"]["keywords_single_token"] == 8
+    with stage("sft, eval"):
+        assert (
+            stages["sft/train"]["summary"]["conversations"] > 1000
+            and stages["eval/python_mc"]["summary"]["items"] == 152
+        )
+        assert {stages[f"eval/{n}"]["summary"]["task_type"] for n in ("base_mc", "base_schema", "base_lm")} == {
+            "multiple_choice",
+            "schema",
+            "language_modeling",
+        }
     # Decontamination: the stdlib files holding the shipped benchmark's stdlib-derived
     # reference solutions leave train (when their content hash put them there).
     decon = stages["documents"]["summary"]["decontaminated"]
-    holdout = spec.holdout
-    hosts = [STDLIB / "colorsys.py", STDLIB / "shlex.py", STDLIB / "html" / "__init__.py"]
-    in_train = sum(split_of(text_sha256(h.read_text(encoding="utf-8")), holdout) == "train" for h in hosts)
-    assert decon["benchmarks"]["python_bench"]["items"] == 16 and decon["dropped"].get("stdlib", 0) >= in_train > 0
-    assert "Decontamination" in (tmp_path / "out" / "PROVENANCE.md").read_text(encoding="utf-8")
-    # Every document is accounted for: what hygiene kept = split rows + exact duplicates +
-    # near duplicates + decontaminated, per source.
-    docs = stages["documents"]["summary"]
-    for name in ("stdlib", "site_packages", "pydoc_topics"):
-        placed = sum(docs["rows"][split].get(name, 0) for split in ("train", "val", "test"))
-        exact = sum(n for pair, n in docs["duplicates"].items() if pair.endswith(f"<- {name}"))
-        near = docs["near_duplicates"]["removed"].get(name, 0)
-        assert stages[f"filtered/{name}"]["summary"]["kept"] == placed + exact + near + decon["dropped"].get(name, 0)
-    # Length staging: 32k-token sequences of 32k+-char documents, served as 4k chunks.
-    long_dir = tmp_path / "out" / "corpus" / "long_train"
-    long = Sequences(long_dir, chunk_len=4096)
-    assert stages["corpus/long_train"]["summary"]["sequences"] * 8 == len(long) > 100
-    assert long[9]["input_ids"].tolist() == Sequences(long_dir)[1]["input_ids"][4096:8192].tolist()
-    # Its shards hold a corpus shard's tokens (256 sequences of 32k), so several workers pack them.
-    shards = json.loads((long_dir / "index.json").read_text(encoding="utf-8"))["parquet"]["shards"]
-    assert spec.corpus.long is not None and len(shards) > 1
-    per_shard = spec.corpus.shard_sequences * spec.corpus.seq_len // spec.corpus.long.seq_len
-    assert [s["sequences"] for s in shards[:-1]] == [per_shard] * (len(shards) - 1) and per_shard == 256
-    plan = {p["source"]: p for p in stages["mixed/train"]["summary"]["plan"]}
-    assert set(plan) == {"stdlib", "site_packages", "pydoc_topics"}
-    assert float(plan["pydoc_topics"]["multiplier"].rstrip("x")) > 1  # the small source is upsampled
-    # Issue 38 in the default build: every chat format read, base-model eval sets, the OpenAI
-    # baselines, in the card and PROVENANCE.md.
-    assert stages["ingested/chat_formats"]["summary"]["documents"] == 39
-    assert {stages[f"eval/{n}"]["summary"]["task_type"] for n in ("base_mc", "base_schema", "base_lm")} == {
-        "multiple_choice",
-        "schema",
-        "language_modeling",
-    }
-    md = (tmp_path / "out" / "PROVENANCE.md").read_text(encoding="utf-8")
-    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
-    assert "base-model eval set" in md and "| base_lm | language_modeling | 1 |" in md
-    assert all(f"config_name: eval_{n}" in card for n in ("base_mc", "base_schema", "base_lm"))
-    assert all(f"{name}_bytes_per_token" in md and f"| {name} |" in card for name in ("gpt2", "gpt4", "gpt4o"))
+    with stage("documents"):
+        holdout = spec.holdout
+        hosts = [STDLIB / "colorsys.py", STDLIB / "shlex.py", STDLIB / "html" / "__init__.py"]
+        in_train = sum(split_of(text_sha256(h.read_text(encoding="utf-8")), holdout) == "train" for h in hosts)
+        assert decon["benchmarks"]["python_bench"]["items"] == 16 and decon["dropped"].get("stdlib", 0) >= in_train > 0
+        # Every document is accounted for: what hygiene kept = split rows + exact duplicates +
+        # near duplicates + decontaminated, per source.
+        docs = stages["documents"]["summary"]
+        for name in ("stdlib", "site_packages", "pydoc_topics"):
+            placed = sum(docs["rows"][split].get(name, 0) for split in ("train", "val", "test"))
+            exact = sum(n for pair, n in docs["duplicates"].items() if pair.endswith(f"<- {name}"))
+            near = docs["near_duplicates"]["removed"].get(name, 0)
+            kept = stages[f"filtered/{name}"]["summary"]["kept"]
+            assert kept == placed + exact + near + decon["dropped"].get(name, 0)
+    with stage("mixed/train"):
+        plan = {p["source"]: p for p in stages["mixed/train"]["summary"]["plan"]}
+        assert set(plan) == {"stdlib", "site_packages", "pydoc_topics"}
+        assert float(plan["pydoc_topics"]["multiplier"].rstrip("x")) > 1  # the small source is upsampled
+    with stage("corpus"):
+        assert stages["corpus/train"]["summary"]["sequences"] > 1000
+        # Length staging: 32k-token sequences of 32k+-char documents, served as 4k chunks.
+        long_dir = tmp_path / "out" / "corpus" / "long_train"
+        long = Sequences(long_dir, chunk_len=4096)
+        assert stages["corpus/long_train"]["summary"]["sequences"] * 8 == len(long) > 100
+        assert long[9]["input_ids"].tolist() == Sequences(long_dir)[1]["input_ids"][4096:8192].tolist()
+        # Its shards hold a corpus shard's tokens (256 sequences of 32k), so several workers pack them.
+        shards = json.loads((long_dir / "index.json").read_text(encoding="utf-8"))["parquet"]["shards"]
+        assert spec.corpus.long is not None and len(shards) > 1
+        per_shard = spec.corpus.shard_sequences * spec.corpus.seq_len // spec.corpus.long.seq_len
+        assert [s["sequences"] for s in shards[:-1]] == [per_shard] * (len(shards) - 1) and per_shard == 256
+    with stage("provenance"):
+        # Decontamination, the base-model eval sets and the OpenAI baselines, in the card and PROVENANCE.md.
+        md = (tmp_path / "out" / "PROVENANCE.md").read_text(encoding="utf-8")
+        card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+        assert "Decontamination" in md
+        assert "base-model eval set" in md and "| base_lm | language_modeling | 1 |" in md
+        assert all(f"config_name: eval_{n}" in card for n in ("base_mc", "base_schema", "base_lm"))
+        assert all(f"{name}_bytes_per_token" in md and f"| {name} |" in card for name in ("gpt2", "gpt4", "gpt4o"))
     assert albor(["verify", "--data-dir", str(tmp_path / "out")]) == 0
