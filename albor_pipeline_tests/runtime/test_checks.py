@@ -17,7 +17,6 @@ from albor_pipeline.stages.corpus.checks import check_doc_lens, check_sequences
 from albor_pipeline.stages.corpus.pack import sequences_batch
 from albor_pipeline.stages.corpus.plan import Packed
 from albor_pipeline.stages.documents.checks import check_no_leak
-from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip
 from albor_pipeline.summaries.corpus import CorpusSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
@@ -79,21 +78,6 @@ def test_doc_lens_check(tmp_path):
     }.items():
         pq.write_table(table, tmp_path / f"{name}.parquet")
         assert not check_doc_lens([tmp_path / f"{name}.parquet"], 4, eos, pad).passed, name
-
-
-def test_fim_rate_check(tmp_path):
-    def fim_file(n_fim: int, n: int):
-        path = tmp_path / f"fim_{n_fim}.parquet"
-        pq.write_table(pa.table({"fim_format": pa.array(["psm"] * n_fim + [None] * (n - n_fim), pa.string())}), path)
-        return path
-
-    assert check_fim_rate([fim_file(500, 1000)], 0.5).passed
-    assert not check_fim_rate([fim_file(0, 1000)], 0.5).passed
-    assert not check_fim_rate([fim_file(900, 1000)], 0.5).passed
-    assert check_fim_rate([fim_file(0, 1000)], 0.0).passed
-    low, high = fim_file(100, 500), fim_file(400, 500)  # 500 of 1,000 over two shards; neither alone passes
-    assert check_fim_rate([low, high], 0.5).passed
-    assert not check_fim_rate([low], 0.5).passed and not check_fim_rate([high], 0.5).passed
 
 
 def test_roundtrip_check(tmp_path):

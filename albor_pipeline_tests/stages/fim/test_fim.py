@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import read_shards, shard_name
 from albor_pipeline.spec import FimSpec
+from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.fim.fim import apply_fim, fim_batch
 from albor_pipeline.text.vocab import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from albor_pipeline_tests.support import STDLIB, docs_file
@@ -91,3 +93,18 @@ def test_fim_rate_bounds_batch_independence_and_determinism(tmp_path, local2):
     off = apply_fim(src, spec, tmp_path / "e", StageIO(tmp_path), enabled=False)
     assert off.summary.transformed == 0
     assert read_shards(tmp_path / "e").column("text").to_pylist() == original
+
+
+def test_fim_rate_check(tmp_path):
+    def fim_file(n_fim: int, n: int):
+        path = tmp_path / f"fim_{n_fim}.parquet"
+        pq.write_table(pa.table({"fim_format": pa.array(["psm"] * n_fim + [None] * (n - n_fim), pa.string())}), path)
+        return path
+
+    assert check_fim_rate([fim_file(500, 1000)], 0.5).passed
+    assert not check_fim_rate([fim_file(0, 1000)], 0.5).passed
+    assert not check_fim_rate([fim_file(900, 1000)], 0.5).passed
+    assert check_fim_rate([fim_file(0, 1000)], 0.0).passed
+    low, high = fim_file(100, 500), fim_file(400, 500)  # 500 of 1,000 over two shards; neither alone passes
+    assert check_fim_rate([low, high], 0.5).passed
+    assert not check_fim_rate([low], 0.5).passed and not check_fim_rate([high], 0.5).passed
