@@ -16,7 +16,6 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import (
     CHAT_KINDS,
     EVAL_KINDS,
-    SPLITS,
     ChatSpec,
     Overlong,
     PipelineSpec,
@@ -34,10 +33,7 @@ from albor_pipeline.stages.chat.checks import (
     check_sft_structure,
 )
 from albor_pipeline.stages.chat.sft import build_eval, build_sft
-from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.summaries import chat as chat_summary
-from albor_pipeline.summaries import ingest as ingest_summary
-from albor_pipeline.summaries.chat import BaseEvalSummary, EvalSummary, SftSummary
+from albor_pipeline.summaries.chat import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.text.base_eval import BASE_EVAL_SCHEMA, BaseTask
 from albor_pipeline.text.chat import EVAL_SCHEMA, SFT_SCHEMA
 from albor_pipeline.text.sequences import PACKED_SCHEMA
@@ -266,16 +262,3 @@ def _eval_stage(spec: PipelineSpec, src: SourceSpec) -> Stage[EvalConfig]:
 def stages(spec: PipelineSpec) -> list[Stage[SftConfig] | Stage[EvalConfig]]:
     sft_stages = [_sft_stage(spec, split) for split in spec.chat.splits] if spec.sources_of(*CHAT_KINDS) else []
     return [*sft_stages, *(_eval_stage(spec, src) for src in spec.sources_of(*EVAL_KINDS))]
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's chat: conversation cleanup, SFT rows and eval sets."""
-    cleanup = ingest_summary.chat_cleanup(built.names(*CHAT_KINDS), built.ingested())
-    sft = [(split, s) for split in SPLITS if (s := built.summary(sft_stage(split), SftSummary))]
-    evals = [(name, e) for name in built.names(SourceKind.mc) if (e := built.summary(eval_stage(name), EvalSummary))]
-    base = [
-        (name, b)
-        for name in built.names(SourceKind.base_eval)
-        if (b := built.summary(eval_stage(name), BaseEvalSummary))
-    ]
-    return chat_summary.provenance_section(cleanup, sft, evals, base)

@@ -18,9 +18,8 @@ from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Pack
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
 from albor_pipeline.stages.corpus.corpus import Budget, build_corpus
 from albor_pipeline.stages.corpus.lineage import PIECES
-from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.summaries import corpus as corpus_summary
 from albor_pipeline.summaries.corpus import CorpusSummary
+from albor_pipeline.summaries.corpus import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.summaries.mix import MixSummary
 from albor_pipeline.summaries.tokenizer import TokenizerSummary
 from albor_pipeline.text.sequences import SEQ_SCHEMA
@@ -259,8 +258,3 @@ def stages(spec: PipelineSpec) -> list[Stage[CorpusConfig] | Stage[LongCorpusCon
         )
         for split in SPLITS
     ]
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's corpora: documents, sequences and tokens per corpus and source."""
-    return corpus_summary.provenance_section(built.corpora())

@@ -30,7 +30,6 @@ from albor_pipeline.spec import (
     DOCUMENT_KINDS,
     SPLITS,
     DecontaminateSpec,
-    HoldoutSpec,
     NearDedupSpec,
     PipelineSpec,
     SourceKind,
@@ -40,10 +39,8 @@ from albor_pipeline.stages.documents.decontam import Decontaminator
 from albor_pipeline.stages.documents.documents import build_documents, signature_file
 from albor_pipeline.stages.documents.removal import check_no_removed
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
-from albor_pipeline.stages.provenance import removal
-from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.summaries import documents as documents_summary
-from albor_pipeline.summaries.documents import DocumentsSummary, Redaction
+from albor_pipeline.summaries.documents import Redaction
+from albor_pipeline.summaries.documents import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.summaries.hygiene import HygieneSummary
 from albor_pipeline.summaries.ingest import IngestSummary
 from albor_pipeline.text.documents import DOC_SCHEMA
@@ -277,15 +274,3 @@ def stages(spec: PipelineSpec) -> list[Stage[DedupSplitConfig]]:
             for stage in out
         ]
     return out
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's splits (dedup, near dedup, decontamination), then the removal requests applied."""
-    summary = built.summary(DOCUMENTS, DocumentsSummary)
-    removals = removal.provenance_section(built.removals(), built.names())
-    if summary is None:
-        return removals
-    near = built.config(DOCUMENTS).get("near_dedup")
-    holdout = built.settings(DOCUMENTS, HoldoutSpec)
-    near_spec = NearDedupSpec.model_validate(near) if near else None
-    return [*documents_summary.provenance_section(holdout, near_spec, summary, built.names()), *removals]

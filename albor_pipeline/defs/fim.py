@@ -13,8 +13,7 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import SPLITS, FimFormat, PipelineSpec
 from albor_pipeline.stages.fim.checks import check_fim_rate
 from albor_pipeline.stages.fim.fim import FIM_SCHEMA, apply_fim
-from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.summaries import fim as fim_summary
+from albor_pipeline.summaries.fim import provenance_section as provenance_section  # its PROVENANCE.md section
 
 
 class FimConfig(dg.Config):
@@ -72,8 +71,3 @@ def stages(spec: PipelineSpec) -> list[Stage[FimConfig]]:
         )
         for split in SPLITS
     ]
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's FIM: each split's rate, format and observed share."""
-    return fim_summary.provenance_section(built.fim())

@@ -16,8 +16,7 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import PipelineSpec, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
-from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.summaries import hygiene as hygiene_summary
+from albor_pipeline.summaries.hygiene import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.ledger import is_ledger
 from albor_pipeline.text.removal import REMOVED, TOMBSTONE_SCHEMA
@@ -117,8 +116,3 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
         )
         for src in spec.sources_of(*HYGIENE_KINDS)
     ]
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's hygiene: what each source's filters removed and redacted."""
-    return hygiene_summary.provenance_section(built.hygiene())

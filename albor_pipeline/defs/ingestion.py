@@ -20,8 +20,7 @@ from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec
 from albor_pipeline.stages.documents.decontam import benchmark_fingerprint
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
 from albor_pipeline.stages.ingest.removal import resolve_removal
-from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.summaries import ingest as ingest_summary
+from albor_pipeline.summaries.ingest import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.text.chat_formats import ChatFormat
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.removal import REMOVED, TOMBSTONE_SCHEMA
@@ -170,8 +169,3 @@ def stages(spec: PipelineSpec) -> list[Stage[IngestConfig]]:
         )
         for src in spec.sources
     ]
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's sources: files, documents and skips per source."""
-    return ingest_summary.provenance_section(built.sources, built.ingested())

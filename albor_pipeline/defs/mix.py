@@ -25,9 +25,7 @@ from albor_pipeline.spec import (
     SplitMixSpec,
 )
 from albor_pipeline.stages.mix.mix import mix_documents
-from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.summaries import mix as mix_summary
-from albor_pipeline.summaries.mix import MixSummary
+from albor_pipeline.summaries.mix import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.text.documents import DOC_SCHEMA
 
 
@@ -128,13 +126,3 @@ def _stages(spec: PipelineSpec, pool: Pool, splits: tuple[str, ...]) -> list[Sta
 def stages(spec: PipelineSpec) -> list[Stage[MixConfig]]:
     chat = _stages(spec, CHAT_POOL, spec.chat.splits) if spec.sources_of(*CHAT_KINDS) else []
     return [*_stages(spec, DOCUMENT_POOL, SPLITS), *chat]
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's mix: each split's seed, plan and draws."""
-    splits = [
-        (split, built.settings(stage, SplitMixSpec).seed, s)
-        for split in SPLITS
-        if (s := built.summary(stage := mixed_stage(split), MixSummary))
-    ]
-    return mix_summary.provenance_section(splits)

@@ -13,7 +13,8 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.runtime.versions import library_versions
 from albor_pipeline.spec import PipelineSpec
 from albor_pipeline.stages.provenance.card import render_card
-from albor_pipeline.stages.provenance.provenance import ProvenanceSummary, Section, build_provenance, render_markdown
+from albor_pipeline.stages.provenance.provenance import render_markdown
+from albor_pipeline.summaries.provenance import ProvenanceSummary, Section, build_provenance
 
 
 def provenance(

@@ -26,12 +26,16 @@ from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
-from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.stats.facts import funnel_table
 from albor_pipeline.stages.stats.stats import Recorded, build_stats
-from albor_pipeline.summaries import stats as stats_summary
+from albor_pipeline.summaries.corpus import corpora
 from albor_pipeline.summaries.documents import DocumentsSummary
-from albor_pipeline.summaries.stats import Chart, StatsSummary
+from albor_pipeline.summaries.fim import fim_splits
+from albor_pipeline.summaries.hygiene import hygiene_rows
+from albor_pipeline.summaries.ingest import ingested
+from albor_pipeline.summaries.provenance import Built
+from albor_pipeline.summaries.stats import Chart
+from albor_pipeline.summaries.stats import provenance_section as provenance_section  # its PROVENANCE.md section
 
 
 def _corpora(spec: PipelineSpec) -> list[str]:
@@ -47,7 +51,7 @@ def recorded(spec: PipelineSpec, layout: Layout) -> Recorded:
     documents = built.summary(DOCUMENTS, DocumentsSummary)
     assert documents is not None  # every stage named was read from its manifest
     sources = [s.name for s in spec.sources_of(*DOCUMENT_KINDS)]
-    return Recorded(sources, built.ingested(), built.hygiene(), documents, built.fim(), built.corpora())
+    return Recorded(sources, ingested(built), hygiene_rows(built), documents, fim_splits(built), corpora(built))
 
 
 def stats(spec: PipelineSpec, ctx: StageContext, config: NoConfig) -> StageOutput:
@@ -105,9 +109,3 @@ def stages(spec: PipelineSpec) -> list[Stage[NoConfig]]:
             kinds=("json", "matplotlib"),
         )
     ]
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's statistics headline."""
-    summary = built.summary(STATS, StatsSummary)
-    return stats_summary.provenance_section(summary) if summary else []

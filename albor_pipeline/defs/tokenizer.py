@@ -12,11 +12,10 @@ from albor_pipeline.runtime.layout import TOKENIZER, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import PipelineSpec, RetrainPolicy
-from albor_pipeline.stages.provenance.provenance import Built
 from albor_pipeline.stages.tokenizer.checks import check_roundtrip, check_tiktoken_ids
 from albor_pipeline.stages.tokenizer.tokenizer import build_tokenizer
-from albor_pipeline.summaries import tokenizer as tokenizer_summary
-from albor_pipeline.summaries.tokenizer import TokenizerSummary, comparison_table, report_rows
+from albor_pipeline.summaries.tokenizer import comparison_table, report_rows
+from albor_pipeline.summaries.tokenizer import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.text.vocab import FIM_TOKENS
 
 
@@ -100,9 +99,3 @@ def stages(spec: PipelineSpec) -> list[Stage[TokenizerConfig]]:
             automated=spec.tokenizer.retrain is not RetrainPolicy.manual,
         )
     ]
-
-
-def provenance_section(built: Built) -> list[str]:
-    """PROVENANCE.md's tokenizer facts."""
-    summary = built.summary(TOKENIZER, TokenizerSummary)
-    return tokenizer_summary.provenance_section(summary) if summary else []

@@ -6,7 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from albor_pipeline.runtime.layout import eval_stage, sft_stage
 from albor_pipeline.runtime.report import Report, table
+from albor_pipeline.spec import CHAT_KINDS, SPLITS, SourceKind
+from albor_pipeline.summaries.ingest import chat_cleanup, ingested
+from albor_pipeline.summaries.provenance import Built
 
 
 class SftSourceFacts(Report):
@@ -73,11 +77,24 @@ class BaseEvalSummary(Report):
 SOURCE_FACTS = ("conversations", "turns", "tokens", "trained_fraction")
 
 
-def provenance_section(
+def provenance_section(built: Built) -> list[str]:
+    """`## Chat`, from the chat sources' ingestion and the SFT and eval sets' summaries."""
+    cleanup = chat_cleanup(built.names(*CHAT_KINDS), ingested(built))
+    sft = [(split, s) for split in SPLITS if (s := built.summary(sft_stage(split), SftSummary))]
+    evals = [(name, e) for name in built.names(SourceKind.mc) if (e := built.summary(eval_stage(name), EvalSummary))]
+    base = [
+        (name, b)
+        for name in built.names(SourceKind.base_eval)
+        if (b := built.summary(eval_stage(name), BaseEvalSummary))
+    ]
+    return _section(cleanup, sft, evals, base)
+
+
+def _section(
     cleanup: Sequence[Sequence[Any]],
     sft: Sequence[tuple[str, SftSummary]],
     evals: Sequence[tuple[str, EvalSummary]],
-    base: Sequence[tuple[str, BaseEvalSummary]] = (),
+    base: Sequence[tuple[str, BaseEvalSummary]],
 ) -> list[str]:
     """`## Chat`: the chat sources with their cleanup (`cleanup`: per chat source, conversations
     kept and what cleanup changed and skipped, from ingestion), the SFT splits per source, the

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from albor_pipeline.runtime.distribution import Distribution
+from albor_pipeline.runtime.layout import corpus_names, corpus_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.report import Report, table
-from albor_pipeline.spec import MAX_EPOCHS, CorpusSpec
+from albor_pipeline.spec import MAX_EPOCHS, SPLITS, CorpusSpec
+from albor_pipeline.summaries.provenance import Built
 
 
 class SourceFacts(Report):
@@ -88,15 +90,25 @@ def _blank(value: Any) -> Any:
     return "" if value is None else value
 
 
-def provenance_section(corpora: Sequence[Corpus]) -> list[str]:
+def corpora(built: Built) -> list[Corpus]:
+    """The built corpora (`train`, ..., `long_train`, ...)."""
+    return [
+        Corpus(name, built.settings(corpus_stage(name), CorpusSpec), s)
+        for name in corpus_names(SPLITS)
+        if (s := built.summary(corpus_stage(name), CorpusSummary))
+    ]
+
+
+def provenance_section(built: Built) -> list[str]:
     """`## Corpora`, each budget and warning, and `## Corpora by source`."""
-    if not corpora:
+    found = corpora(built)
+    if not found:
         return []
     header = ["split", "seq_len", "documents", "sequences", "tokens", "dropped", "padded", "docs cut", "pad fraction"]
-    lines = ["## Corpora", "", *table(header, [_row(c.name, c.settings.seq_len, c.summary) for c in corpora])]
-    notes = [f"- {c.name}: {line}" for c in corpora for line in _budget_lines(c.summary) + c.summary.warnings]
+    lines = ["## Corpora", "", *table(header, [_row(c.name, c.settings.seq_len, c.summary) for c in found])]
+    notes = [f"- {c.name}: {line}" for c in found for line in _budget_lines(c.summary) + c.summary.warnings]
     lines += [*notes, ""] if notes else []
-    by_source = [[c.name, name, *_facts(f)] for c in corpora for name, f in c.summary.sources.items()]
+    by_source = [[c.name, name, *_facts(f)] for c in found for name, f in c.summary.sources.items()]
     if by_source:
         lines += ["## Corpora by source", "", EPOCHS_TEXT, "", *table(["split", "source", *SOURCE_FACTS], by_source)]
     return lines

@@ -3,11 +3,12 @@ section of PROVENANCE.md."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from albor_pipeline.runtime.layout import fim_stage
 from albor_pipeline.runtime.report import Report, table
-from albor_pipeline.spec import FimSpec
+from albor_pipeline.spec import SPLITS, FimSpec
+from albor_pipeline.summaries.provenance import Built
 
 
 class FimSummary(Report):
@@ -25,7 +26,18 @@ class FimSplit:
     summary: FimSummary
 
 
-def provenance_section(splits: Sequence[FimSplit]) -> list[str]:
+def fim_splits(built: Built) -> list[FimSplit]:
+    """Each split FIM ran on, with its settings and summary."""
+    return [
+        FimSplit(split, built.config(stage)["enabled"], built.settings(stage, FimSpec), s)
+        for split in SPLITS
+        if (s := built.summary(stage := fim_stage(split), FimSummary))
+    ]
+
+
+def provenance_section(built: Built) -> list[str]:
+    """`## Fill-in-the-Middle`: per split, its settings and the rows it rewrote."""
+    splits = fim_splits(built)
     if not splits:
         return []
     rows = [

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from albor_pipeline.runtime.layout import filtered_stage
 from albor_pipeline.runtime.report import Report, counts, table
-from albor_pipeline.spec import RedactMode
+from albor_pipeline.spec import HygieneSpec, RedactMode
+from albor_pipeline.summaries.ingest import ingested
+from albor_pipeline.summaries.provenance import Built
 
 
 class HygieneSummary(Report):
@@ -28,9 +31,21 @@ class HygieneRow:
     secrets_at_ingest: Mapping[str, int]
 
 
-def provenance_section(rows: Sequence[HygieneRow]) -> list[str]:
+def hygiene_rows(built: Built) -> list[HygieneRow]:
+    """Each filtered source's hygiene, with the secrets its ingestion already redacted."""
+    summaries, rows = ingested(built), []
+    for name in built.names():
+        stage = filtered_stage(name)
+        if summary := built.summary(stage, HygieneSummary):
+            secrets = summaries[name].secrets if name in summaries else {}
+            rows.append(HygieneRow(name, built.settings(stage, HygieneSpec).redact, summary, secrets))
+    return rows
+
+
+def provenance_section(built: Built) -> list[str]:
     """`## Hygiene`: per document source, input = kept + removed by reason; the secrets ingestion
     redacted and hygiene's findings, by type (counts only). Nothing when no source had hygiene."""
+    rows = hygiene_rows(built)
     if not rows:
         return []
     header = [

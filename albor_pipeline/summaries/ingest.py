@@ -8,7 +8,9 @@ from typing import Any
 
 from pydantic import Field
 
+from albor_pipeline.runtime.layout import ingested_stage
 from albor_pipeline.runtime.report import Report, counts, table
+from albor_pipeline.summaries.provenance import Built
 
 
 class Removed(Report):
@@ -44,10 +46,15 @@ Sources = Sequence[Mapping[str, Any]]
 """The spec's `sources` entries (as JSON: name, kind, path)."""
 
 
-def provenance_section(sources: Sources, summaries: Mapping[str, IngestSummary]) -> list[str]:
+def ingested(built: Built) -> dict[str, IngestSummary]:
+    """Each ingested source's summary, in spec order."""
+    return {n: s for n in built.names() if (s := built.summary(ingested_stage(n), IngestSummary))}
+
+
+def provenance_section(built: Built) -> list[str]:
     """`## Sources`: every spec source, with what its ingestion counted (blank if not built)."""
-    rows = []
-    for src in sources:
+    summaries, rows = ingested(built), []
+    for src in built.sources:
         s = summaries.get(src["name"])
         facts = [s.files, s.documents, s.text_bytes, counts(s.skipped)] if s else ["", "", "", "none"]
         rows.append([src["name"], src["kind"], f"`{src['path']}`", *facts])

@@ -3,13 +3,14 @@ the `## Mix` section of PROVENANCE.md."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from albor_pipeline.runtime.layout import mixed_stage
 from albor_pipeline.runtime.report import Report, table
-from albor_pipeline.spec import BUDGET_MARGIN, SplitMixSpec
+from albor_pipeline.spec import BUDGET_MARGIN, SPLITS, SplitMixSpec
+from albor_pipeline.summaries.provenance import Built
 
 if TYPE_CHECKING:
     from albor_pipeline.stages.mix.mix import SourcePlan
@@ -83,9 +84,14 @@ class MixSummary(Report):
         return {p.source: p.input_rows for p in self.plan}
 
 
-def provenance_section(splits: Sequence[tuple[str, int, MixSummary]]) -> list[str]:
-    """`## Mix`: per (split, its seed, its summary), every source's rule, rows and characters,
-    and how a budget was planned."""
+def provenance_section(built: Built) -> list[str]:
+    """`## Mix`: per split (with its seed), every source's rule, rows and characters, and how a
+    budget was planned."""
+    splits = [
+        (split, built.settings(stage, SplitMixSpec).seed, s)
+        for split in SPLITS
+        if (s := built.summary(stage := mixed_stage(split), MixSummary))
+    ]
     rows = [
         [split, seed, p.source, p.rule, p.input_rows, p.output_rows, p.multiplier, p.input_chars, p.output_chars]
         for split, seed, summary in splits

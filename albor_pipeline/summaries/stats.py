@@ -3,8 +3,10 @@ charts), its `## Statistics` section of PROVENANCE.md and its lines in the datas
 
 from __future__ import annotations
 
+from albor_pipeline.runtime.layout import STATS
 from albor_pipeline.runtime.report import Report, table
 from albor_pipeline.spec import SPLITS
+from albor_pipeline.summaries.provenance import Built
 
 
 class SplitFacts(Report):
@@ -46,8 +48,11 @@ class StatsSummary(Report):
 FACTS = ("documents", "chars p50", "chars p99", "tokens p50", "tokens p99", "FIM share", "pad fraction")
 
 
-def provenance_section(summary: StatsSummary) -> list[str]:
+def provenance_section(built: Built) -> list[str]:
     """`## Statistics`: the headline figures per split, then a link to each chart."""
+    summary = built.summary(STATS, StatsSummary)
+    if summary is None:
+        return []
     splits = sorted(summary.splits.items(), key=lambda kv: SPLITS.index(kv[0]))  # the manifest sorts keys
     rows = [[split, *(v if v is not None else "" for v in f.model_dump().values())] for split, f in splits]
     return [

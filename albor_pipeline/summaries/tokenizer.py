@@ -7,8 +7,10 @@ from typing import Any
 
 from pydantic import Field
 
+from albor_pipeline.runtime.layout import TOKENIZER
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.report import Report
+from albor_pipeline.summaries.provenance import Built
 from albor_pipeline.text.vocab import padded_vocab_size
 
 PYTHON_KEYWORDS = (" def", " return", " self", " import", " class", " for", " if", " in")
@@ -51,7 +53,11 @@ class TokenizerSummary(Report):
         return cls.model_validate({k: v for k, v in report.items() if k not in TIMING})
 
 
-def provenance_section(summary: TokenizerSummary) -> list[str]:
+def provenance_section(built: Built) -> list[str]:
+    """`## Tokenizer`: its report's facts, and the comparison with the baselines."""
+    summary = built.summary(TOKENIZER, TokenizerSummary)
+    if summary is None:
+        return []
     lines = ["## Tokenizer", "", markdown_table(report_rows(summary.to_json())), ""]
     if summary.comparison:
         lines += [

@@ -16,9 +16,10 @@ import yaml
 from albor_pipeline.runtime.layout import STATS, TOKENIZER, eval_stage, filtered_stage, sft_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.spec import SPLITS, SftPacking, SourceKind
-from albor_pipeline.stages.provenance.provenance import Built
-from albor_pipeline.summaries.corpus import CONFIG_TOKENS, card_bos, card_corpora, card_size, hf_split
-from albor_pipeline.summaries.ingest import card_sources
+from albor_pipeline.summaries.corpus import CONFIG_TOKENS, card_bos, card_corpora, card_size, corpora, hf_split
+from albor_pipeline.summaries.documents import applied_removals
+from albor_pipeline.summaries.ingest import card_sources, ingested
+from albor_pipeline.summaries.provenance import Built
 from albor_pipeline.summaries.stats import StatsSummary, card_charts
 from albor_pipeline.summaries.tokenizer import TokenizerSummary, card_tokenizer, card_vocab
 from albor_pipeline.text.base_eval import BASE_EVAL_SCHEMA
@@ -54,7 +55,7 @@ def _configs(built: Built) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             configs.append({"config_name": name, "data_files": [{"split": s, "path": p} for s, p in files]})
             infos.append({"config_name": name, "features": [dict(f) for f in features]})  # no YAML anchors
 
-    full = [c for c in built.corpora() if c.summary.sequences]
+    full = [c for c in corpora(built) if c.summary.sequences]
     for prefix, long in (("corpus", False), ("corpus_long", True)):
         files = [
             (hf_split(c.name), f"corpus/{c.name}/part-*.parquet") for c in full if c.name.startswith("long_") == long
@@ -132,13 +133,13 @@ INTENDED_USE = (
 
 def _config_lines(built: Built) -> list[str]:
     """The corpora's rows, what their tokens count, and the BOS convention."""
-    corpora = built.corpora()
-    if not corpora:
+    found = corpora(built)
+    if not found:
         return ["No corpus built yet."]
     renders = any(sft_stage(s) in built.stages for s in SPLITS) or any(
         eval_stage(n) in built.stages for n in built.names()
     )
-    return [markdown_table(card_corpora(corpora)), "", CONFIG_TOKENS, "", card_bos(corpora, renders)]
+    return [markdown_table(card_corpora(found)), "", CONFIG_TOKENS, "", card_bos(found, renders)]
 
 
 def render_card(prov: dict[str, Any]) -> str:
@@ -154,13 +155,13 @@ def render_card(prov: dict[str, Any]) -> str:
     }
     default = configs[0]["config_name"] if configs else "corpus"
     sections = [
-        ("Sources and licences", [LICENCES, "", markdown_table(card_sources(built.sources, built.ingested()))]),
+        ("Sources and licences", [LICENCES, "", markdown_table(card_sources(built.sources, ingested(built)))]),
         ("Configs", _config_lines(built)),
-        ("Size and epochs", card_size(built.corpora()) or ["No train corpus built yet."]),
+        ("Size and epochs", card_size(corpora(built)) or ["No train corpus built yet."]),
         ("Tokenizer", [TOKENIZER_TEXT, "", *card_vocab(tokenizer), markdown_table(card_tokenizer(tokenizer))]),
         ("Statistics", [STATISTICS, "", *card_charts(built.summary(STATS, StatsSummary))]),
         ("Settings", [SETTINGS, "", "```yaml", _yaml(_settings(built)), "```"]),
-        *([("Removal requests", [applied.sentence()])] if (applied := built.removals()) else []),
+        *([("Removal requests", [applied.sentence()])] if (applied := applied_removals(built)) else []),
         ("Intended use", [INTENDED_USE]),
     ]
     lines = ["---", _yaml(header), "---", "", "# Albor pipeline corpus", "", INTRO, ""]

@@ -1,150 +1,27 @@
-"""The provenance manifest over every artifact, and its verification.
+"""PROVENANCE.md over every artifact, and its verification.
 
-`provenance.json` lists each artifact (path relative to the output root, SHA-256,
-bytes, rows, producing stage) plus each stage's config and inputs; `PROVENANCE.md`
-says the same for people, with full hashes. `verify` re-hashes every listed file.
+`provenance.json` (`summaries/provenance.py`) lists each artifact (path relative to the
+output root, SHA-256, bytes, rows, producing stage) plus each stage's config and inputs;
+`PROVENANCE.md` says the same for people, with full hashes: each stage's section, then every
+artifact. `verify` re-hashes every listed file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, StageManifest, iter_manifests, read_manifest, sha256_file
+from albor_pipeline.runtime.artifacts import TEMP_SUFFIX, StageManifest, iter_manifests, sha256_file
 from albor_pipeline.runtime.bucket import IO_THREADS, Bucket
 from albor_pipeline.runtime.commit import BACKUP_SUFFIX, journal_finals
-from albor_pipeline.runtime.layout import (
-    DOCUMENTS,
-    Layout,
-    corpus_names,
-    corpus_stage,
-    filtered_stage,
-    fim_stage,
-    ingested_stage,
-)
-from albor_pipeline.runtime.report import Report, table
-from albor_pipeline.spec import (
-    SPLITS,
-    CorpusSpec,
-    FimSpec,
-    HygieneSpec,
-    M,
-    SourceKind,
-)
-from albor_pipeline.stages.provenance.removal import AppliedRemovals
-from albor_pipeline.summaries.corpus import Corpus, CorpusSummary
-from albor_pipeline.summaries.documents import DocumentsSummary
-from albor_pipeline.summaries.fim import FimSplit, FimSummary
-from albor_pipeline.summaries.hygiene import HygieneRow, HygieneSummary
-from albor_pipeline.summaries.ingest import IngestSummary
-
-
-def build_provenance(
-    layout: Layout, stages: list[str], spec: dict[str, Any], versions: dict[str, str]
-) -> dict[str, Any]:
-    manifests = [read_manifest(layout, s) for s in stages]
-    return {
-        "spec": spec,
-        "versions": versions,
-        "artifacts": [{**art.model_dump(), "stage": m.stage} for m in manifests for art in m.outputs],
-        "stages": {
-            m.stage: {
-                "data_version": m.data_version,
-                "config": m.config,
-                "inputs": [{"path": a.path, "sha256": a.sha256} for a in m.inputs],
-                "summary": m.summary,
-            }
-            for m in manifests
-        },
-    }
-
-
-class ProvenanceSummary(Report):
-    artifacts: int  # files listed in provenance.json
-
-
-R = TypeVar("R", bound=Report)
-
-
-@dataclass(frozen=True)
-class Built:
-    """provenance.json read back: the spec, and each built stage's settings and its summary
-    through the stage's own model (`stages/<name>/report.py`)."""
-
-    spec: dict[str, Any]
-    stages: dict[str, Any]
-    artifacts: list[dict[str, Any]]
-    versions: dict[str, str]
-
-    @classmethod
-    def of(cls, prov: dict[str, Any]) -> Built:
-        return cls(prov["spec"], prov["stages"], prov["artifacts"], prov["versions"])
-
-    @classmethod
-    def recorded(cls, layout: Layout, stages: list[str], spec: dict[str, Any]) -> Built:
-        """`stages` as their manifests record them now (what provenance.json will hold)."""
-        return cls.of(build_provenance(layout, stages, spec, {}))
-
-    @property
-    def sources(self) -> list[dict[str, Any]]:
-        return self.spec["sources"]
-
-    def names(self, *kinds: SourceKind) -> list[str]:
-        """The spec's source names (of `kinds`), in spec order."""
-        values = {k.value for k in kinds}
-        return [s["name"] for s in self.sources if not kinds or s["kind"] in values]
-
-    def summary(self, stage: str, model: type[R]) -> R | None:
-        """The stage's summary, or None when it was not built."""
-        entry = self.stages.get(stage)
-        return model.model_validate(entry["summary"]) if entry is not None else None
-
-    def config(self, stage: str) -> dict[str, Any]:
-        return self.stages[stage]["config"]
-
-    def settings(self, stage: str, model: type[M]) -> M:
-        """The stage's recorded settings as the spec section `model` (keys it does not know left out)."""
-        return model.model_validate({k: v for k, v in self.config(stage).items() if k in model.model_fields})
-
-    def ingested(self) -> dict[str, IngestSummary]:
-        return {n: s for n in self.names() if (s := self.summary(ingested_stage(n), IngestSummary))}
-
-    def hygiene(self) -> list[HygieneRow]:
-        """Each filtered source's hygiene, with the secrets its ingestion already redacted."""
-        ingested, rows = self.ingested(), []
-        for name in self.names():
-            stage = filtered_stage(name)
-            if summary := self.summary(stage, HygieneSummary):
-                secrets = ingested[name].secrets if name in ingested else {}
-                rows.append(HygieneRow(name, self.settings(stage, HygieneSpec).redact, summary, secrets))
-        return rows
-
-    def removals(self) -> AppliedRemovals | None:
-        """The removal requests the build applied (None: the spec had none)."""
-        documents = self.summary(DOCUMENTS, DocumentsSummary)
-        return AppliedRemovals.of(
-            self.ingested(), documents, self.config(DOCUMENTS).get("near_dedup") if documents else None
-        )
-
-    def fim(self) -> list[FimSplit]:
-        return [
-            FimSplit(split, self.config(stage)["enabled"], self.settings(stage, FimSpec), s)
-            for split in SPLITS
-            if (s := self.summary(stage := fim_stage(split), FimSummary))
-        ]
-
-    def corpora(self) -> list[Corpus]:
-        """The built corpora (`train`, ..., `long_train`, ...)."""
-        return [
-            Corpus(name, self.settings(corpus_stage(name), CorpusSpec), s)
-            for name in corpus_names(SPLITS)
-            if (s := self.summary(corpus_stage(name), CorpusSummary))
-        ]
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.report import table
+from albor_pipeline.summaries.provenance import Built, Section
 
 
 def _artifacts(built: Built) -> list[str]:
@@ -166,13 +43,10 @@ HEADER = [
     "them and lists any stage rebuilt since (stale here).",
     "",
 ]
-Section = Callable[["Built"], list[str]]
-"""A stage's part of PROVENANCE.md, from the recorded build (declared beside the stage, in
-`defs/`); `render_markdown` adds every artifact and the library versions after them."""
 
 
 def render_markdown(prov: dict[str, Any], sections: Sequence[Section]) -> str:
-    """PROVENANCE.md: the stages' `sections` in graph order, then every artifact and the versions."""
+    """PROVENANCE.md: the stages' `sections` in graph order, then every artifact and the library versions."""
     built = Built.of(prov)
     return "\n".join([*HEADER, *(line for section in (*sections, _artifacts, _versions) for line in section(built))])
 
