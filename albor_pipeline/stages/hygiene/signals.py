@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -154,21 +155,22 @@ def prose_signals(text: str, params: ProseParams | None = None) -> ProseSignals:
     """Every prose signal of `text` (its words are split once, for all of them)."""
     params = params or ProseParams()
     words = english_words().words(text)
+    index: dict[str, int] = {}  # each distinct word's number, in order of appearance
+    ids = np.fromiter((index.setdefault(w, len(index)) for w in words), np.int64, len(words))
     return ProseSignals(
         chars=len(text),
         words=len(words),
-        **_gopher_quality(text, words, params.stop_words),
-        **_gopher_repetition(text, words),
+        **_gopher_quality(text, words, list(index), ids, params.stop_words),
+        **_gopher_repetition(text, words, ids),
         **_c4(text, params.c4),
         **_fineweb(text, len(words), params),
     )
 
 
-def _gopher_quality(text: str, words: list[str], stop_words: tuple[str, ...]) -> dict[str, float | int]:
+def _gopher_quality(
+    text: str, words: list[str], distinct: list[str], ids: np.ndarray, stop_words: tuple[str, ...]
+) -> dict[str, Any]:
     """Gopher's quality measures; word properties are taken once per distinct word."""
-    index: dict[str, int] = {}
-    ids = np.fromiter((index.setdefault(w, len(index)) for w in words), np.int64, len(words))
-    distinct = list(index)
     nonsymbol = np.array([bool(w.translate(DELETE_PUNCTUATION)) for w in distinct], bool)[ids]
     alpha = np.array([any(map(str.isalpha, w)) for w in distinct], bool)[ids]
     lengths = np.fromiter(map(len, distinct), np.int64, len(distinct))[ids]
@@ -182,11 +184,11 @@ def _gopher_quality(text: str, words: list[str], stop_words: tuple[str, ...]) ->
         "gopher_bullet_lines_ratio": _ratio(sum(s.lstrip().startswith(("•", "-")) for s in lines), len(lines)),
         "gopher_ellipsis_lines_ratio": _ratio(sum(s.rstrip().endswith(("...", "…")) for s in lines), len(lines)),
         "gopher_alpha_words_ratio": _ratio(int(alpha.sum()), len(words)),
-        "gopher_stop_words": len(set(stop_words).intersection(index)),
+        "gopher_stop_words": len(set(stop_words).intersection(distinct)),
     }
 
 
-def _gopher_repetition(text: str, words: list[str]) -> dict[str, float]:
+def _gopher_repetition(text: str, words: list[str], ids: np.ndarray) -> dict[str, Any]:
     """Gopher's repetition measures, per character of the text."""
     paragraphs = PARAGRAPH_BREAK.split(text.strip())
     para_dups, para_chars = find_duplicates(paragraphs)
@@ -198,8 +200,6 @@ def _gopher_repetition(text: str, words: list[str]) -> dict[str, float]:
         "gopher_dup_line_frac": _ratio(line_dups, len(lines)),
         "gopher_dup_line_char_frac": _ratio(line_chars, len(text)),
     }
-    index: dict[str, int] = {}
-    ids = np.fromiter((index.setdefault(w, len(index)) for w in words), np.int64, len(words))
     lengths = np.fromiter(map(len, words), np.int64, len(words))
     for n in TOP_NGRAMS:
         out[f"gopher_top_{n}_gram_frac"] = _ratio(_top_ngram_chars(ids, lengths, n), len(text))
@@ -258,10 +258,11 @@ def _dup_ngram_chars(hashes: _Hashes, ends: np.ndarray, n: int) -> int:
     _, inverse, counts = np.unique(h, return_inverse=True, return_counts=True)
     seen: set[str] = set()
     repeated = idx = 0
+    bounds = ends.tolist()
     for i in np.flatnonzero(counts[inverse.reshape(-1)] > 1).tolist():
         if i < idx:
             continue
-        gram = hashes.text[ends[i] : ends[i + n]]
+        gram = hashes.text[bounds[i] : bounds[i + n]]
         if gram in seen:
             repeated, idx = repeated + len(gram), i + n
         else:
@@ -270,7 +271,7 @@ def _dup_ngram_chars(hashes: _Hashes, ends: np.ndarray, n: int) -> int:
     return repeated
 
 
-def _c4(text: str, rules: C4Lines) -> dict[str, int]:
+def _c4(text: str, rules: C4Lines) -> dict[str, Any]:
     """C4's line walk (datatrove's `C4QualityFilter`), counting instead of stopping: the first
     line that would drop the document for "lorem ipsum" or "{" is noted, and the walk goes on."""
     out = dict.fromkeys(("c4_terminal_lines", "c4_kept_lines", "c4_javascript_lines", "c4_policy_lines"), 0)
@@ -303,7 +304,7 @@ def _c4(text: str, rules: C4Lines) -> dict[str, int]:
     return {"c4_lines": len(lines), **out}
 
 
-def _fineweb(text: str, words: int, params: ProseParams) -> dict[str, float | int]:
+def _fineweb(text: str, words: int, params: ProseParams) -> dict[str, Any]:
     """FineWeb's line measures (datatrove's `FineWebQualityFilter`)."""
     lines = [line for line in text.split("\n") if line.strip() != ""]
     stop = params.fineweb_stop_chars if params.fineweb_stop_chars is not None else tuple(TERMINAL_PUNCTUATION)

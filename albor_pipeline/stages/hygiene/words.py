@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 WS_TOKEN = None  # where spaCy makes a whitespace token (any whitespace but one space after a word)
 BREAKS = re.compile(r"\s{2,}|[^\S ]")  # whitespace that is a token of its own in spaCy
-CACHE_CHUNKS = 1_000_000  # chunks kept across documents, then the cache starts over
+CACHE_CHUNKS = 200_000  # chunks kept across documents (~60 MB), then the cache starts over
 
 Match = Callable[[str], "re.Match[str] | None"]
 Token = str | None
@@ -41,7 +41,7 @@ class Chunk(NamedTuple):
     last: str
 
 
-SPLIT, FINAL, FIRST, LAST = (itemgetter(k) for k in range(4))
+FINAL, FIRST, LAST = itemgetter(1), itemgetter(2), itemgetter(3)
 
 
 class EnglishWords:
@@ -63,8 +63,10 @@ class EnglishWords:
         self.token_match: Match | None = tokenizer.token_match
         self.sentence_ends = frozenset(Sentencizer.default_punct_chars)
         self.runs: dict[str, list[tuple[tuple[str, ...], str]]] = {}
-        for s in self.specials:  # as spaCy's faster heuristics choose them
-            if not any(c.isspace() for c in s) and (self.prefix(s) or self.suffix(s) or any(self.infixes(s))):
+        everything = not tokenizer.faster_heuristics  # else only those with an affix or infix, as spaCy
+        for s in self.specials:
+            affixed = _length(self.prefix(s)) or _length(self.suffix(s)) or any(self.infixes(s))
+            if not any(c.isspace() for c in s) and (everything or affixed):
                 pattern = tuple(self._split(s, specials=False))
                 self.runs.setdefault(pattern[0], []).append((pattern, s))
         # Two chunks one space apart: spaCy matches runs across the space, and such a match,
@@ -115,7 +117,7 @@ class EnglishWords:
     def _chunk(self, piece: str) -> Chunk:
         split = tuple(self._split(piece, specials=True))
         final = tuple(self._merge(list(split), [0] * len(split)))
-        chunk = Chunk(split, final, split[0], split[-1])
+        chunk = Chunk(split, split if final == split else final, split[0], split[-1])
         if len(self.cache) >= CACHE_CHUNKS:
             self.cache.clear()
         self.cache[piece] = chunk
@@ -140,7 +142,8 @@ class EnglishWords:
             if start not in seen and end - 1 not in seen and owner[start] == owner[end - 1]:
                 merged[start] = (end, special)
             seen.update(range(start, end))
-        out, i = [], 0
+        out: list[str] = []
+        i = 0
         while i < len(tokens):
             if i in merged:
                 end, special = merged[i]
@@ -178,13 +181,11 @@ class EnglishWords:
             if (self.token_match and self.token_match(string)) or string in special:
                 break
             last = len(string)
-            m = self.prefix(string)
-            pre = m.end() - m.start() if m else 0
+            pre = _length(self.prefix(string))
             if pre and string[pre:] in special:
                 prefixes.append(string[:pre])
                 break
-            m = self.suffix(string[pre:])
-            suf = m.end() - m.start() if m else 0
+            suf = _length(self.suffix(string[pre:]))
             if suf and string[:-suf] in special:
                 suffixes.append(string[-suf:])
                 break
@@ -214,6 +215,11 @@ class EnglishWords:
         if rest[start:]:
             tokens.append(rest[start:])
         return tokens
+
+
+def _length(match: re.Match[str] | None) -> int:
+    """A prefix or suffix match's length (0: none), as spaCy's `find_prefix` and `find_suffix`."""
+    return match.end() - match.start() if match else 0
 
 
 def _spans(joints: list[int]) -> Iterator[tuple[int, int]]:
