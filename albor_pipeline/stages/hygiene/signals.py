@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,8 @@ DELETE_PUNCTUATION = str.maketrans(dict.fromkeys(PUNCTUATION_SET))
 GOPHER_STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
+BULLET = methodcaller("startswith", ("•", "-"))  # of a line without its leading whitespace
+ELLIPSIS_END = methodcaller("endswith", ("...", "…"))  # of a line without its trailing whitespace
 PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 LINE_BREAKS = re.compile("\n+")
 
@@ -78,7 +81,7 @@ class C4Lines(BaseModel):
     remove_citations: bool = True  # "[1]", "[edit]", "[citation needed]" dropped before the end test
     filter_no_terminal_punct: bool = True  # a line must end in . ? ! " ' (not "...")
     min_words_per_line: Int = 3  # whitespace-separated words; -1: off
-    max_word_length: Int = 1000  # a longer word drops its line; -1: off
+    max_word_length: Int = Field(1000, ge=-1)  # a longer word drops its line; -1: off
     filter_javascript: bool = True  # lines naming javascript are dropped
     filter_policy: bool = True  # lines about cookies, privacy policy, terms of use are dropped
 
@@ -155,12 +158,13 @@ def prose_signals(text: str, params: ProseParams | None = None) -> ProseSignals:
     """Every prose signal of `text` (its words are split once, for all of them)."""
     params = params or ProseParams()
     words = english_words().words(text)
-    index: dict[str, int] = {}  # each distinct word's number, in order of appearance
-    ids = np.fromiter((index.setdefault(w, len(index)) for w in words), np.int64, len(words))
+    distinct = list(dict.fromkeys(words))  # in order of appearance
+    number = {w: k for k, w in enumerate(distinct)}
+    ids = np.fromiter(map(number.__getitem__, words), np.int64, len(words))
     return ProseSignals(
         chars=len(text),
         words=len(words),
-        **_gopher_quality(text, words, list(index), ids, params.stop_words),
+        **_gopher_quality(text, words, distinct, ids, params.stop_words),
         **_gopher_repetition(text, words, ids),
         **_c4(text, params.c4),
         **_fineweb(text, len(words), params),
@@ -181,8 +185,8 @@ def _gopher_quality(
         "gopher_mean_word_length": int(lengths[nonsymbol].sum()) / kept if kept else float("nan"),
         "gopher_hash_ratio": _ratio(text.count("#"), len(words)),
         "gopher_ellipsis_ratio": _ratio(text.count("...") + text.count("…"), len(words)),
-        "gopher_bullet_lines_ratio": _ratio(sum(s.lstrip().startswith(("•", "-")) for s in lines), len(lines)),
-        "gopher_ellipsis_lines_ratio": _ratio(sum(s.rstrip().endswith(("...", "…")) for s in lines), len(lines)),
+        "gopher_bullet_lines_ratio": _ratio(sum(map(BULLET, map(str.lstrip, lines))), len(lines)),
+        "gopher_ellipsis_lines_ratio": _ratio(sum(map(ELLIPSIS_END, map(str.rstrip, lines))), len(lines)),
         "gopher_alpha_words_ratio": _ratio(int(alpha.sum()), len(words)),
         "gopher_stop_words": len(set(stop_words).intersection(distinct)),
     }
@@ -277,16 +281,20 @@ def _c4(text: str, rules: C4Lines) -> dict[str, Any]:
     out = dict.fromkeys(("c4_terminal_lines", "c4_kept_lines", "c4_javascript_lines", "c4_policy_lines"), 0)
     out |= {"c4_sentences": 0, "c4_lorem_ipsum_line": 0, "c4_curly_bracket_line": 0}
     lines = text.splitlines()
-    for number, raw in enumerate(lines, 1):
-        line = raw.strip()
-        words = line.split()
-        if rules.remove_citations:
-            line = CITATION.sub("", line)
+    blank_dropped = rules.filter_no_terminal_punct or rules.min_words_per_line > 0
+    for number, stripped in enumerate(map(str.strip, lines), 1):
+        if not stripped and blank_dropped:
+            continue
+        cited = rules.remove_citations and "[" in stripped
+        line = CITATION.sub("", stripped) if cited else stripped
         terminal = line.endswith(C4_END_PUNCTUATION) and not line.endswith("...")
         out["c4_terminal_lines"] += terminal
-        if rules.max_word_length != -1 and any(len(w) > rules.max_word_length for w in words):
+        if rules.filter_no_terminal_punct and not terminal:
             continue
-        if (rules.filter_no_terminal_punct and not terminal) or len(words) < rules.min_words_per_line:
+        words = stripped.split()  # before citations go, as datatrove counts them
+        if rules.max_word_length != -1 and max(map(len, words), default=0) > rules.max_word_length:
+            continue
+        if len(words) < rules.min_words_per_line:
             continue
         lower = line.lower()
         if "lorem ipsum" in lower and not out["c4_lorem_ipsum_line"]:
@@ -311,8 +319,8 @@ def _fineweb(text: str, words: int, params: ProseParams) -> dict[str, Any]:
     short = params.fineweb_short_line_length
     return {
         "fineweb_lines": len(lines),
-        "fineweb_line_punct_ratio": _ratio(sum(line.endswith(stop) for line in lines), len(lines)),
-        "fineweb_short_line_ratio": _ratio(sum(len(line) <= short for line in lines), len(lines)),
+        "fineweb_line_punct_ratio": _ratio(sum(map(methodcaller("endswith", stop), lines)), len(lines)),
+        "fineweb_short_line_ratio": _ratio(sum(map(short.__ge__, map(len, lines))), len(lines)),
         "fineweb_char_dup_ratio": _ratio(find_duplicates(lines)[1], len(text) - text.count("\n")),
         "fineweb_list_ratio": _ratio(text.count("\n"), words),
     }
