@@ -1,0 +1,81 @@
+"""Prose signals against datatrove's filters: the same rules on the same documents, one core.
+
+Ours: `prose_signals` (every signal, words split once) and the four presets' decisions.
+datatrove's: GopherQuality, GopherRepetition, C4Quality and FineWebQuality on each document in
+turn, as its pipeline streams a document through its filters (its word splits are cached per
+text, so each document is tokenized once there too). Both load spaCy before the clock starts;
+ours is timed from a cold chunk cache. Not run by the tests: `python -m bench.signals [FILE...]`
+(text files; none: the pydoc topics, Python's shipped help text).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from albor_pipeline.stages.hygiene import signals as S
+from albor_pipeline.stages.hygiene.words import english_words
+from bench.common import DATATROVE_MISSING
+
+
+def _ours(texts: list[str]) -> list[tuple[str | None, ...]]:
+    presets = (S.GopherQuality(), S.GopherRepetition(), S.C4(), S.FineWeb())
+    out = []
+    for text in texts:
+        s = S.prose_signals(text)
+        out.append(
+            tuple(rule(s, r) for rule, r in zip((S.gopher_quality, S.gopher_repetition, S.c4, S.fineweb), presets))
+        )
+    return out
+
+
+def bench_prose_signals(texts: list[str]) -> dict[str, Any]:
+    """MB/s per core of ours and datatrove's, and whether every decision agreed."""
+    try:
+        from datatrove.data import Document
+        from datatrove.pipeline.filters import (
+            C4QualityFilter,
+            FineWebQualityFilter,
+            GopherQualityFilter,
+            GopherRepetitionFilter,
+        )
+        from datatrove.utils.text import split_into_words
+    except ImportError:
+        return {"datatrove": DATATROVE_MISSING}
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    english_words().cache.clear()
+    split_into_words("Warm up: spaCy loads once.")
+    start = time.perf_counter()
+    ours = _ours(texts)
+    ours_s = time.perf_counter() - start
+    filters = (GopherQualityFilter(), GopherRepetitionFilter(), C4QualityFilter(), FineWebQualityFilter())
+    start = time.perf_counter()
+    theirs = []
+    for i, text in enumerate(texts):
+        results = [f.filter(Document(text=text, id=str(i))) for f in filters]
+        theirs.append(tuple(None if r is True else r[1] for r in results))
+    theirs_s = time.perf_counter() - start
+    return {
+        "documents": len(texts),
+        "mb": round(mb, 2),
+        "ours_mb_s": round(mb / ours_s, 3),
+        "datatrove_mb_s": round(mb / theirs_s, 3),
+        "speedup": round(theirs_s / ours_s, 2),
+        "decisions_equal": ours == theirs,
+    }
+
+
+def main(argv: list[str]) -> None:
+    if argv:
+        texts = [Path(p).read_text(errors="replace") for p in argv]
+    else:
+        from pydoc_data.topics import topics
+
+        texts = list(topics.values())
+    print(bench_prose_signals(texts))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
