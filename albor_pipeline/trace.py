@@ -43,7 +43,7 @@ from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec, SourceKind
 from albor_pipeline.stages.corpus.encode_task import RowGroupEncoder, encode_rows
 from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.text.encode import make_encoder
-from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.ledger import is_ledger, is_side
 from albor_pipeline.text.removal import REMOVED
 from albor_pipeline.text.secrets import redact_path
 from albor_pipeline.text.vocab import id_bytes, load_tokenizer
@@ -128,7 +128,7 @@ class _Sets:
             stage,
             lambda path: (
                 path.endswith(".parquet")
-                and is_ledger(path) == ledger
+                and (is_ledger(path) if ledger else not is_side(path))
                 and path.startswith(under)
                 and (ledger or is_shard(Path(path)))
             ),

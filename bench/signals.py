@@ -15,20 +15,31 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from albor_pipeline.spec import C4, FineWeb, GopherQuality, GopherRepetition
+from albor_pipeline.stages.hygiene import rules as R
 from albor_pipeline.stages.hygiene import signals as S
 from albor_pipeline.stages.hygiene.words import english_words
 from bench.common import DATATROVE_MISSING
 
+PRESETS = (
+    R.gopher_quality_conds(GopherQuality()),
+    R.gopher_repetition_conds(GopherRepetition()),
+    R.c4_conds(C4()),
+    R.fineweb_conds(FineWeb()),
+)
+
 
 def _ours(texts: list[str]) -> list[tuple[str | None, ...]]:
-    presets = (S.GopherQuality(), S.GopherRepetition(), S.C4(), S.FineWeb())
-    out = []
-    for text in texts:
-        s = S.prose_signals(text)
-        out.append(
-            tuple(rule(s, r) for rule, r in zip((S.gopher_quality, S.gopher_repetition, S.c4, S.fineweb), presets))
-        )
-    return out
+    """Each text's datatrove reason under each preset, from its signals (scored once)."""
+    scored = [S.prose_signals(text) for text in texts]
+    cols = {name: np.asarray([getattr(s, name) for s in scored]) for name in S.ProseSignals.__dataclass_fields__}
+    verdicts = []
+    for preset in map(list, PRESETS):
+        first = R.decide(preset, cols, len(texts)).tolist()
+        verdicts.append([None if k < 0 else preset[k].peer for k in first])
+    return list(zip(*verdicts))
 
 
 def bench_prose_signals(texts: list[str]) -> dict[str, Any]:

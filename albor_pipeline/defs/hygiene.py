@@ -18,7 +18,7 @@ from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
 from albor_pipeline.summaries.hygiene import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.text.documents import DOC_SCHEMA
-from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.ledger import is_side
 from albor_pipeline.text.removal import REMOVED, TOMBSTONE_SCHEMA
 
 GROUP = "hygiene"
@@ -41,7 +41,7 @@ def hygiene(spec: PipelineSpec, src: SourceSpec, ctx: StageContext, config: Hygi
         settings,
         layout.filtered(src.name),
         ctx.io,
-        conversations=src.kind is SourceKind.chat,
+        kind=src.kind,
         scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
         audit=spec.audit,
     )
@@ -54,7 +54,8 @@ def hygiene(spec: PipelineSpec, src: SourceSpec, ctx: StageContext, config: Hygi
         metadata={
             "documents_in": summary.documents_in,
             "kept": summary.kept,
-            "shards": sum(not is_ledger(a.path) for a in result.artifacts),
+            "documents_scored_now": summary.scanned,
+            "shards": sum(not is_side(a.path) for a in result.artifacts),
             "removed_total": sum(summary.removed.values()),
             "removed": dg.MetadataValue.md(
                 markdown_table([{"reason": k, "documents": v} for k, v in summary.removed.items()]) or "none"

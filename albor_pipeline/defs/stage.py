@@ -39,7 +39,7 @@ from albor_pipeline.runtime.taskstore import InputFile, check_refs, reusing
 from albor_pipeline.runtime.versions import CODE_VERSION, library_versions
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import M, PipelineSpec, apply_overrides
-from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.ledger import is_side
 
 C = TypeVar("C", bound=dg.Config)
 
@@ -188,11 +188,11 @@ class CheckContext:
 
     @property
     def parquet_outputs(self) -> list[Path]:
-        """The Parquet files of documents or sequences the stage recorded (not its ledger)."""
+        """The Parquet files of documents or sequences the stage recorded (not its ledger or signals)."""
         return [
             self.layout.root / a.path
             for a in self.manifest.outputs
-            if a.path.endswith(".parquet") and not is_ledger(a.path)
+            if a.path.endswith(".parquet") and not is_side(a.path)
         ]
 
 
@@ -280,7 +280,7 @@ def materialize_result(
     of them the task store may keep (then how many were reused is a field of its own).
     """
     outputs = manifest.outputs
-    rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs if not is_ledger(a.path))
+    rows = out.row_count if out.row_count is not None else sum(a.rows or 0 for a in outputs if not is_side(a.path))
     # The one file, or the directory holding every output (a shard set, or a stage's splits).
     paths = [layout.root / a.path for a in outputs]
     where = os.path.commonpath(paths) if len(paths) > 1 else str(paths[0].parent if is_shard(paths[0]) else paths[0])

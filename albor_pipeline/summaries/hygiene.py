@@ -15,6 +15,7 @@ from albor_pipeline.summaries.provenance import Built
 class HygieneSummary(Report):
     documents_in: int
     kept: int
+    scanned: int = 0  # documents whose text hygiene scored in this build (the rest: signals reused)
     removed: dict[str, int]  # reason -> documents
     findings: dict[str, int]  # finding type -> count
     redacted_documents: int

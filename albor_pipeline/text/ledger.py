@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 LEDGER = "_ledger"  # the subdirectory of a stage's output set holding its ledger shards
+SIGNALS = "_signals"  # hygiene's: each document's quality signals (stages/hygiene/families.py)
 LEDGER_SCHEMA = pa.schema(
     [
         ("source", pa.string()),
@@ -72,3 +73,9 @@ def ledger_name(shard: str | Path) -> str:
 def is_ledger(path: str | Path) -> bool:
     """Whether a recorded file is a ledger shard (not a shard of documents or sequences)."""
     return LEDGER in Path(path).parts
+
+
+def is_side(path: str | Path) -> bool:
+    """Whether a recorded file sits beside a set's documents or sequences (its ledger, or
+    hygiene's signals), not among them."""
+    return not {LEDGER, SIGNALS}.isdisjoint(Path(path).parts)

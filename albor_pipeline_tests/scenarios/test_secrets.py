@@ -26,7 +26,7 @@ from detect_secrets.plugins.github_token import GitHubTokenDetector
 
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
-from albor_pipeline.spec import REPO_ROOT, HoldoutSpec, HygieneSpec, NearDedupSpec, SourceSpec
+from albor_pipeline.spec import REPO_ROOT, HoldoutSpec, HygieneSpec, NearDedupSpec, SourceKind, SourceSpec
 from albor_pipeline.stages.documents.documents import build_documents
 from albor_pipeline.stages.hygiene.checks import check_no_secrets, find_leaks
 from albor_pipeline.stages.hygiene.hygiene import clean_source
@@ -249,7 +249,7 @@ def test_chat_sources_are_redacted_message_by_message(tmp_path):
     assert ingested.summary.secrets == {"GitHub Token": 1, "GitLab Token": 1, "AWS Access Key": 3}
     for row in pq.read_table(tmp_path / "in").to_pylist():
         assert not [b for b in bodies if _left(b, row["text"])]
-    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", StageIO(tmp_path), conversations=True)
+    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", StageIO(tmp_path), kind=SourceKind.chat)
     rows = pq.read_table(tmp_path / "out").to_pylist()
     facts = result.summary
     assert facts.documents_in == facts.kept == len(rows) == 3 and facts.redacted_documents == 1

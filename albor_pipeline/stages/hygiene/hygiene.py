@@ -16,12 +16,14 @@ message.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -30,16 +32,26 @@ from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, s
 from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
 from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
-from albor_pipeline.stages.hygiene.filters import filter_reason, measure_batch
+from albor_pipeline.stages.hygiene.families import families_of, signal_schema
 from albor_pipeline.stages.hygiene.language import check_languages
+from albor_pipeline.stages.hygiene.rules import (
+    SECRETS_OR_PII,
+    conds,
+    decide,
+    detail,
+    reason,
+    signals_read,
+    unknown_signals,
+)
 from albor_pipeline.summaries.hygiene import HygieneSummary
 from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
-from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows, is_ledger, ledger_name
+from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, SIGNALS, LedgerRows, is_side, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
-from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted, scanner
+from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
 
 HYGIENE_KINDS = (*DOCUMENT_KINDS, SourceKind.chat)  # sources with a filtered/<name> stage
 EXAMPLES = 5  # file paths kept per reason
+T = TypeVar("T")
 
 
 @dataclass
@@ -53,6 +65,7 @@ class _Chunk:
     """The accounting of documents after hygiene (a row group's, or a shard's: what a task returns)."""
 
     documents_in: int = 0
+    scanned: int = 0  # documents whose text was scored now (not reused from the store)
     redacted: int = 0
     removed: Counter[str] = field(default_factory=Counter)
     findings: Counter[str] = field(default_factory=Counter)
@@ -67,63 +80,116 @@ class _Chunk:
     def add(self, other: _Chunk) -> None:
         """Add `other`'s accounting (not its rows) to this one's."""
         self.documents_in += other.documents_in
+        self.scanned += other.scanned
         self.redacted += other.redacted
         self.removed.update(other.removed)
         self.findings.update(other.findings)
-        for reason, files in other.examples.items():
-            self.examples[reason] = (self.examples[reason] + files)[:EXAMPLES]
+        for why, files in other.examples.items():
+            self.examples[why] = (self.examples[why] + files)[:EXAMPLES]
 
 
 @dataclass
-class _Decided:
-    """What hygiene decided for one row group, without the text it passes on: its accounting
-    and ledger rows, the rows it keeps, and the new text of those redaction changed. Kept
-    under the row group's own identity (`memo`): a rebuild cleans again only the row groups
-    whose bytes changed, and the shard is written from the decisions."""
+class _Redaction:
+    """What redaction found in a row group's documents: each document's findings by type, and
+    the new text of those it changed. Kept under the row group's identity (`memo`), as the
+    signal families are: a rebuild scans again only the row groups whose bytes changed."""
 
-    chunk: _Chunk
-    kept: list[int]
+    counts: list[dict[str, int]]
     changed: dict[int, str]
 
 
-def _decide(job: _CleanJob, table: pa.Table, rows: dict[str, list[Any]]) -> _Decided:
-    """Filter and redact a row group's documents (`table`, and its `rows` as Python values), in
-    a worker process or in-process. Conversations skip the filters (made for code) and are
-    redacted message by message."""
-    decided = _Decided(_Chunk(), [], {})
-    chunk = decided.chunk
-    texts = table.column("text")
-    spec, conversations = job.spec, job.conversations
-    # The batch's regex passes at once (Arrow's RE2); conversations are redacted message by message.
-    measured = [None] * len(texts) if conversations else measure_batch(texts, rows["text"])
-    scan = not conversations and spec.redact is not RedactMode.off
-    lines = candidate_lines(texts, secrets=job.scan_secrets) if scan else [None] * len(texts)
-    for i, (text, source, file, sha, stats, where) in enumerate(
-        zip(rows["text"], rows["source"], rows["file"], rows["sha256"], measured, lines)
+@dataclass(frozen=True)
+class _RedactJob:
+    conversations: bool
+    scan_secrets: bool
+
+
+def _redact(job: _RedactJob, texts: pa.Array, strings: list[str]) -> _Redaction:
+    """Every document's findings, and its redacted text where it has any (a conversation
+    message by message)."""
+    lines = [None] * len(strings) if job.conversations else candidate_lines(texts, secrets=job.scan_secrets)
+    out = _Redaction([], {})
+    for i, (text, where) in enumerate(zip(strings, lines)):
+        cleaned, counts = redacted(text, job.conversations, secrets=job.scan_secrets, lines=where)
+        out.counts.append(dict(counts))
+        if counts:
+            out.changed[i] = cleaned
+    return out
+
+
+def _scored(step: Any, job: Any, group: str, compute: Callable[[], T], fresh: list[bool]) -> T:
+    """`memo` of a row group's scoring, noting in `fresh` whether it ran now (read the text)."""
+
+    def run() -> T:
+        fresh.append(True)
+        return compute()
+
+    return memo(step, job, group, run)
+
+
+def _signals(job: _CleanJob, group: str, texts: pa.Array, rows: dict[str, list[Any]], fresh: list[bool]) -> _Signals:
+    """A row group's signals (each family's scored now or reused) and its redaction findings."""
+    strings = rows["text"]
+    cols: dict[str, Any] = {"sha256": rows["sha256"], "chars": [len(t) for t in strings]}
+    for family in families_of(job.kind, job.spec.rules, job.reads):
+        params = job.spec.signals if family.uses_params else None
+        cols |= _scored(family.score, params, group, partial(family.score, texts, strings, job.spec.signals), fresh)
+    redaction = _Redaction([{} for _ in strings], {})
+    if job.spec.redact is not RedactMode.off:
+        rjob = _RedactJob(job.conversations, job.scan_secrets)
+        redaction = _scored(_redact, rjob, group, partial(_redact, rjob, texts, strings), fresh)
+    cols["findings"] = [sum(c.values()) for c in redaction.counts]
+    cols["findings_by_type"] = [_counts(c) for c in redaction.counts]
+    return _Signals(cols, redaction)
+
+
+@dataclass
+class _Signals:
+    cols: dict[str, Any]
+    redaction: _Redaction
+
+
+def _clean_row_group(job: _CleanJob, path: str, group: int) -> tuple[pa.RecordBatch, pa.RecordBatch, _Chunk]:
+    """Row group `group` of the shard `path` after hygiene, its signals and its accounting: the
+    signals and findings scored once per row group's bytes, the rules decided over them."""
+    table = pq.ParquetFile(path).read_row_group(group)
+    rows = table.to_pydict()
+    texts = table.column("text").combine_chunks()
+    fresh: list[bool] = []
+    scored = _signals(job, row_group_sha256(path, group), texts, rows, fresh)
+    cs = conds(job.spec.rules, job.spec.redact)
+    values = {name: np.asarray(v) for name, v in scored.cols.items()}
+    first = decide(cs, values, len(texts)).tolist()
+    chunk = _Chunk(documents_in=len(texts), scanned=len(texts) if fresh else 0)
+    changed, counts = scored.redaction.changed, scored.redaction.counts
+    out: dict[str, list[Any]] = {name: [] for name in DOC_SCHEMA.names}
+    for i, (text, source, file, sha, k) in enumerate(
+        zip(rows["text"], rows["source"], rows["file"], rows["sha256"], first)
     ):
-        chunk.documents_in += 1
-        reason = None if conversations else filter_reason(text, spec.filters, stats)
-        counts: dict[str, int] = {}
-        if reason is None and spec.redact is not RedactMode.off:
-            cleaned, counts = redacted(text, conversations, secrets=job.scan_secrets, lines=where)
-            chunk.findings.update(counts)
-            if counts and spec.redact is RedactMode.drop:
-                reason = "secrets_or_pii"
-            elif counts and spec.redact is RedactMode.redact:
-                text = decided.changed[i] = cleaned
-                chunk.redacted += 1
-                chunk.note("redacted", file)
-        if reason is not None:
-            chunk.removed[reason] += 1
-            chunk.note(reason, file)
+        cond = cs[k] if k >= 0 else None
+        if cond is None or cond.reason == SECRETS_OR_PII:
+            chunk.findings.update(counts[i])
+        if cond is not None:
+            value = values[cond.signal][i].item()
+            chunk.removed[reason(cond, value)] += 1
+            chunk.note(reason(cond, value), file)
             if job.audit.ledger:
-                kept = _kept_text(text, job, conversations, where) if job.audit.keep_removed else None
-                chunk.ledger.add(source, _out_path(job, file), sha, "filtered", reason, text=kept)
+                kept = (
+                    changed.get(i, text) if job.audit.keep_removed and job.spec.redact is not RedactMode.off else None
+                )
+                chunk.ledger.add(source, _out_path(job, file), sha, "filtered", detail(cond, value), text=kept)
             continue
-        decided.kept.append(i)
-        if i in decided.changed and job.audit.ledger:
-            chunk.ledger.add(source, _out_path(job, file), sha, "redacted", _counts(counts), text_sha256(text))
-    return decided
+        if i in changed and job.spec.redact is RedactMode.redact:
+            text = changed[i]
+            chunk.redacted += 1
+            chunk.note("redacted", file)
+            if job.audit.ledger:
+                chunk.ledger.add(source, _out_path(job, file), sha, "redacted", _counts(counts[i]), text_sha256(text))
+            sha = text_sha256(text)
+        for name, value in zip(DOC_SCHEMA.names, (text, source, _out_path(job, file), sha)):
+            out[name].append(value)
+    docs = pa.RecordBatch.from_pydict(out, schema=DOC_SCHEMA)
+    return docs, pa.RecordBatch.from_pydict(scored.cols, schema=job.signal_schema), chunk
 
 
 def _out_path(job: _CleanJob, file: str) -> str:
@@ -131,41 +197,30 @@ def _out_path(job: _CleanJob, file: str) -> str:
     return redact_path(file) if job.spec.redact in (RedactMode.redact, RedactMode.drop) else file
 
 
-def _clean_row_group(job: _CleanJob, path: str, group: int) -> tuple[pa.RecordBatch, _Chunk]:
-    """Row group `group` of the shard `path` after hygiene, and its accounting; the decisions
-    reused from the store while the row group's bytes stay the same."""
-    table = pq.ParquetFile(path).read_row_group(group)
-    rows = table.to_pydict()
-    decided = memo(_decide, job, row_group_sha256(path, group), lambda: _decide(job, table, rows))
-    cols: dict[str, list[Any]] = {name: [] for name in DOC_SCHEMA.names}
-    for i in decided.kept:
-        text = decided.changed.get(i, rows["text"][i])
-        cols["text"].append(text)
-        cols["source"].append(rows["source"][i])
-        cols["file"].append(_out_path(job, rows["file"][i]))
-        cols["sha256"].append(text_sha256(text) if i in decided.changed else rows["sha256"][i])
-    return pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), decided.chunk
-
-
 def _counts(counts: dict[str, int]) -> str:
     """Redactions by type, as the ledger's detail (`email=2, ip=1`): counts, never the text."""
     return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
 
 
-def _kept_text(text: str, job: _CleanJob, conversations: bool, lines: Lines | None) -> str | None:
-    """A removed document's text as `audit.keep_removed` keeps it: after redaction, so a
-    reviewer never reads a secret or PII (None under `redact: off`: then nothing is kept)."""
-    if job.spec.redact is RedactMode.off:
-        return None
-    return redacted(text, conversations, secrets=job.scan_secrets, lines=lines)[0]
-
-
 @dataclass(frozen=True)
 class _CleanJob:
     spec: HygieneSpec
-    conversations: bool
+    kind: SourceKind
     scan_secrets: bool  # False when ingestion already redacted (or dropped) them
     audit: AuditSpec = field(default_factory=AuditSpec)  # the ledger; removed documents' text in it
+
+    @property
+    def conversations(self) -> bool:
+        return self.kind is SourceKind.chat
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The signals the rules compare: their families are scored too."""
+        return frozenset(signals_read(self.spec.rules, self.spec.redact))
+
+    @property
+    def signal_schema(self) -> pa.Schema:
+        return signal_schema(families_of(self.kind, self.spec.rules, self.reads))
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
@@ -178,15 +233,17 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
     name = path.name
     with ExitStack() as stack:
         sink = stack.enter_context(ParquetSink(io.directory / name, DOC_SCHEMA))
+        signals = stack.enter_context(ParquetSink(io.directory / SIGNALS / name, job.signal_schema))
         ledger_path = io.directory / ledger_name(name)
         ledger = stack.enter_context(ParquetSink(ledger_path, LEDGER_SCHEMA)) if job.audit.ledger else None
         for group in range(groups):
-            batch, chunk = _clean_row_group(job, local, group)
+            batch, scored, chunk = _clean_row_group(job, local, group)
             sink.write(batch)
+            signals.write(scored)
             if ledger is not None:
                 ledger.write(chunk.ledger.batch())
             total.add(chunk)
-    total.shards = [Shard.of(sink.path, sink.rows)]
+    total.shards = [Shard.of(sink.path, sink.rows), Shard.of(signals.path, signals.rows, io.directory)]
     if ledger is not None:
         total.shards.append(Shard.of(ledger.path, ledger.rows, io.directory))
     return total
@@ -201,40 +258,44 @@ def clean_source(
     out: Path,
     io: StageIO,
     *,
-    conversations: bool = False,
+    kind: SourceKind = SourceKind.code,
     scan_secrets: bool = True,
     audit: AuditSpec | None = None,
 ) -> HygieneResult:
-    """Filter and redact one source's shard set into the shard set `out`; every input is kept
-    or counted. A task per shard on `io.executor`; the set commits whole, so the output does
-    not depend on where the tasks ran. `conversations`: a chat source's canonical JSON.
+    """Score, filter and redact one source's shard set into the shard set `out`; every input
+    is kept or counted. A task per shard on `io.executor`; the set commits whole, so the output
+    does not depend on where the tasks ran. `kind`: the source's (a chat source's documents are
+    canonical JSON conversations). Each output shard has its signal shard (`_signals/`).
     `scan_secrets`: False when ingestion already redacted or dropped them (its recorded mode).
     Each output shard has its ledger shard (`text/ledger.py`): what was filtered (the rule) or
     redacted (counts by type), unless `audit.ledger` is off; `audit.keep_removed` adds removed
     documents' redacted text."""
     inputs = [InputFile(str(p)) for p in shard_files(ingested)]
-    check_languages(spec.filters.languages)
+    job = _CleanJob(spec.for_kind(kind), kind, scan_secrets, audit or AuditSpec())
+    check_languages(spec.rules.languages)
+    check_rules(job)
 
     def done(chunks: list[_Chunk]) -> str:
         removed = sum(sum(c.removed.values()) for c in chunks)
         return (
             f"hygiene: {sum(c.documents_in for c in chunks):,} documents, {removed:,} removed, "
-            f"{sum(c.redacted for c in chunks):,} redacted ({len(chunks)}/{len(inputs)} shards)"
+            f"{sum(c.redacted for c in chunks):,} redacted, {sum(c.scanned for c in chunks):,} scored now "
+            f"({len(chunks)}/{len(inputs)} shards)"
         )
-
-    job = _CleanJob(spec, conversations, scan_secrets, audit or AuditSpec())
 
     def carry(staging: Path, _: list[_Chunk]) -> None:
         carry_tombstones(ingested, staging)  # ingestion's removals, for `documents`
 
-    chunks = map_shards(CLEAN_SHARD, job, inputs, out, io, done, carry, subsets=[LEDGER] if job.audit.ledger else [])
+    subsets = [SIGNALS, *([LEDGER] if job.audit.ledger else [])]
+    chunks = map_shards(CLEAN_SHARD, job, inputs, out, io, done, carry, subsets=subsets)
     total = _Chunk()
     for chunk in chunks:
         total.add(chunk)
     shards = list(shards_of(chunks))
     summary = HygieneSummary(
         documents_in=total.documents_in,
-        kept=sum(shard.rows for shard in shards if not is_ledger(shard.name)),
+        kept=sum(shard.rows for shard in shards if not is_side(shard.name)),
+        scanned=total.scanned,
         removed=dict(sorted(total.removed.items())),
         findings=dict(sorted(total.findings.items())),
         redacted_documents=total.redacted,
@@ -243,6 +304,16 @@ def clean_source(
     return HygieneResult(
         [*(shard.artifact(out, io.root) for shard in shards), *tombstone_artifacts(out, io.root)], summary
     )
+
+
+def check_rules(job: _CleanJob) -> None:
+    """A clear error for a rule naming a signal the source does not score, before any work."""
+    scored = {f.name for f in job.signal_schema}
+    if unknown := unknown_signals(conds(job.spec.rules, job.spec.redact), scored):
+        raise ValueError(
+            f"hygiene.rules: no signal {', '.join(unknown)} for a {job.kind.value} source; "
+            f"it scores {', '.join(sorted(scored - {'sha256', 'findings_by_type'}))} (docs/quality.md)"
+        )
 
 
 def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:

@@ -21,17 +21,24 @@ NO_LANGUAGE = "zxx"  # ISO 639's "no linguistic content" (py3langid's own label)
 
 @cache
 def _identifier() -> LanguageIdentifier:
-    """This process's identifier (its model loads once, ~0.5 s)."""
-    return LanguageIdentifier.from_model_file(MODEL_FILE)
+    """This process's identifier (its model loads once, ~0.5 s), with probabilities."""
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def language_scored(text: str) -> tuple[str, float]:
+    """The ISO 639 code of `text`'s language and its probability, from its first
+    `LANGUAGE_CHARS` characters; (`zxx`, 1.0) when they hold no letter (py3langid would name
+    an arbitrary language)."""
+    head = text[:LANGUAGE_CHARS]
+    if not any(c.isalpha() for c in head):
+        return NO_LANGUAGE, 1.0
+    language, score = _identifier().classify(head)
+    return str(language), float(score)
 
 
 def language_of(text: str) -> str:
-    """The ISO 639 code of `text`'s language, from its first `LANGUAGE_CHARS` characters;
-    `zxx` when they hold no letter (py3langid would name an arbitrary language)."""
-    head = text[:LANGUAGE_CHARS]
-    if not any(c.isalpha() for c in head):
-        return NO_LANGUAGE
-    return str(_identifier().classify(head)[0])
+    """The ISO 639 code of `text`'s language (`language_scored`)."""
+    return language_scored(text)[0]
 
 
 def check_languages(languages: Iterable[str]) -> None:
@@ -40,6 +47,6 @@ def check_languages(languages: Iterable[str]) -> None:
     wanted = set(languages)
     if wanted and (unknown := sorted(wanted - set(_identifier().labels))):
         raise ValueError(
-            f"hygiene.filters.languages: unknown language code(s) {', '.join(unknown)}; "
+            f"hygiene.rules.languages: unknown language code(s) {', '.join(unknown)}; "
             f"py3langid knows {', '.join(sorted(_identifier().labels))}"
         )

@@ -29,9 +29,8 @@ from operator import methodcaller
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from albor_pipeline.spec import Float, Int
+from albor_pipeline.spec import C4Lines, ProseParams
 from albor_pipeline.stages.hygiene.words import english_words
 
 # datatrove.utils.text's sets (the tests prove them equal): TERMINAL_PUNCTUATION is sentence-
@@ -58,7 +57,6 @@ PUNCTUATION = frozenset(
 PUNCTUATION_SET = PUNCTUATION | TERMINAL_PUNCTUATION
 DELETE_PUNCTUATION = str.maketrans(dict.fromkeys(PUNCTUATION_SET))
 
-GOPHER_STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
 BULLET = methodcaller("startswith", ("•", "-"))  # of a line without its leading whitespace
@@ -70,30 +68,6 @@ LINE_BREAKS = re.compile("\n+")
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 C4_END_PUNCTUATION = (".", "?", "!", '"', "'")
 C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
-
-_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class C4Lines(BaseModel):
-    """Which lines C4 keeps: parameters of the C4 signals (datatrove's defaults)."""
-
-    model_config = _CONFIG
-    remove_citations: bool = True  # "[1]", "[edit]", "[citation needed]" dropped before the end test
-    filter_no_terminal_punct: bool = True  # a line must end in . ? ! " ' (not "...")
-    min_words_per_line: Int = 3  # whitespace-separated words; -1: off
-    max_word_length: Int = Field(1000, ge=-1)  # a longer word drops its line; -1: off
-    filter_javascript: bool = True  # lines naming javascript are dropped
-    filter_policy: bool = True  # lines about cookies, privacy policy, terms of use are dropped
-
-
-class ProseParams(BaseModel):
-    """What the prose signals count (a change recomputes them; a threshold never does)."""
-
-    model_config = _CONFIG
-    stop_words: tuple[str, ...] = GOPHER_STOP_WORDS  # Gopher's: distinct ones present are counted
-    c4: C4Lines = C4Lines()
-    fineweb_stop_chars: tuple[str, ...] | None = None  # a line "ends in punctuation"; None: TERMINAL_PUNCTUATION
-    fineweb_short_line_length: Int = Field(30, ge=0)  # a line of at most this many characters is short
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,134 +298,3 @@ def _fineweb(text: str, words: int, params: ProseParams) -> dict[str, Any]:
         "fineweb_char_dup_ratio": _ratio(find_duplicates(lines)[1], len(text) - text.count("\n")),
         "fineweb_list_ratio": _ratio(text.count("\n"), words),
     }
-
-
-class GopherQuality(BaseModel):
-    """Gopher's quality rules, datatrove's defaults. None or 0 turns a rule off, as there."""
-
-    model_config = _CONFIG
-    min_doc_words: Int | None = 50  # Gopher's words: those with a character that is not punctuation
-    max_doc_words: Int | None = 100_000
-    min_avg_word_length: Float | None = 3
-    max_avg_word_length: Float | None = 10
-    max_symbol_word_ratio: Float | None = 0.1  # "#", and "..." or "…", each per word
-    max_bullet_lines_ratio: Float | None = 0.9
-    max_ellipsis_lines_ratio: Float | None = 0.3
-    max_non_alpha_words_ratio: Float | None = 0.8  # datatrove's name; the least share of words with a letter
-    min_stop_words: Int | None = 2
-
-
-def gopher_quality(s: ProseSignals, rules: GopherQuality) -> str | None:
-    """None to keep the document, else datatrove's reason for dropping it."""
-    r, symbols = rules, rules.max_symbol_word_ratio
-    checks = (
-        (r.min_doc_words and s.gopher_nonsymbol_words < r.min_doc_words, "gopher_short_doc"),
-        (r.max_doc_words and s.gopher_nonsymbol_words > r.max_doc_words, "gopher_long_doc"),
-        (r.min_avg_word_length and s.gopher_mean_word_length < r.min_avg_word_length, "gopher_below_avg_threshold"),
-        (r.max_avg_word_length and s.gopher_mean_word_length > r.max_avg_word_length, "gopher_above_avg_threshold"),
-        (symbols and s.gopher_hash_ratio > symbols, "gopher_too_many_hashes"),
-        (symbols and s.gopher_ellipsis_ratio > symbols, "gopher_too_many_ellipsis"),
-        (
-            r.max_bullet_lines_ratio and s.gopher_bullet_lines_ratio > r.max_bullet_lines_ratio,
-            "gopher_too_many_bullets",
-        ),
-        (
-            r.max_ellipsis_lines_ratio and s.gopher_ellipsis_lines_ratio > r.max_ellipsis_lines_ratio,
-            "gopher_too_many_end_ellipsis",
-        ),
-        (
-            r.max_non_alpha_words_ratio and s.gopher_alpha_words_ratio < r.max_non_alpha_words_ratio,
-            "gopher_below_alpha_threshold",
-        ),
-        (r.min_stop_words and s.gopher_stop_words < r.min_stop_words, "gopher_enough_stop_words"),
-    )
-    return next((reason for failed, reason in checks if failed), None)
-
-
-class GopherRepetition(BaseModel):
-    """Gopher's repetition rules (Rae et al. 2021, table A1), datatrove's defaults. None turns a
-    rule off (and 0 a line or paragraph rule, as in datatrove)."""
-
-    model_config = _CONFIG
-    dup_line_frac: Float | None = Field(0.3, ge=0)
-    dup_para_frac: Float | None = Field(0.3, ge=0)
-    dup_line_char_frac: Float | None = Field(0.2, ge=0)
-    dup_para_char_frac: Float | None = Field(0.2, ge=0)
-    top_2_gram_frac: Float | None = Field(0.2, ge=0)
-    top_3_gram_frac: Float | None = Field(0.18, ge=0)
-    top_4_gram_frac: Float | None = Field(0.16, ge=0)
-    dup_5_gram_frac: Float | None = Field(0.15, ge=0)
-    dup_6_gram_frac: Float | None = Field(0.14, ge=0)
-    dup_7_gram_frac: Float | None = Field(0.13, ge=0)
-    dup_8_gram_frac: Float | None = Field(0.12, ge=0)
-    dup_9_gram_frac: Float | None = Field(0.11, ge=0)
-    dup_10_gram_frac: Float | None = Field(0.10, ge=0)
-
-
-def gopher_repetition(s: ProseSignals, rules: GopherRepetition) -> str | None:
-    """None to keep the document, else datatrove's reason for dropping it."""
-    if not s.chars:
-        return "empty"
-    for name in ("dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac"):
-        limit = getattr(rules, name)
-        if limit and getattr(s, f"gopher_{name}") > limit:
-            return name
-    for n in TOP_NGRAMS:
-        limit = getattr(rules, f"top_{n}_gram_frac")
-        if limit is not None and getattr(s, f"gopher_top_{n}_gram_frac") > limit:
-            return f"top_{n}_gram"
-    for n in DUP_NGRAMS:
-        limit = getattr(rules, f"dup_{n}_gram_frac")
-        if limit is not None and getattr(s, f"gopher_dup_{n}_gram_frac") > limit:
-            return f"duplicated_{n}_n_grams"
-    return None
-
-
-class C4(BaseModel):
-    """C4's document rules, datatrove's defaults (its line rules are `C4Lines`)."""
-
-    model_config = _CONFIG
-    min_num_sentences: Int = 5  # in the lines C4 keeps; -1: off
-    filter_lorem_ipsum: bool = True
-    filter_curly_bracket: bool = True
-
-
-def c4(s: ProseSignals, rules: C4) -> str | None:
-    """None to keep the document, else datatrove's reason: the walk stops at the first line
-    that names lorem ipsum or holds a "{", so the earlier of the two decides."""
-    lorem = s.c4_lorem_ipsum_line if rules.filter_lorem_ipsum else 0
-    curly = s.c4_curly_bracket_line if rules.filter_curly_bracket else 0
-    if lorem and (not curly or lorem <= curly):
-        return "lorem_ipsum"
-    if curly:
-        return "curly_bracket"
-    if s.c4_sentences < rules.min_num_sentences:
-        return "too_few_sentences"
-    return None
-
-
-class FineWeb(BaseModel):
-    """FineWeb's rules, datatrove's defaults."""
-
-    model_config = _CONFIG
-    line_punct_thr: Float = 0.12  # the least share of lines ending in a stop character
-    line_punct_exclude_zero: bool = False  # a document with none passes
-    short_line_thr: Float = 0.67
-    char_duplicates_ratio: Float = 0.01
-    new_line_ratio: Float = 0.3
-
-
-def fineweb(s: ProseSignals, rules: FineWeb) -> str | None:
-    """None to keep the document, else datatrove's reason for dropping it."""
-    ratio = s.fineweb_line_punct_ratio
-    if not s.fineweb_lines:
-        return "empty"
-    if ratio < rules.line_punct_thr and not (ratio == 0 and rules.line_punct_exclude_zero):
-        return "line_punct_ratio"
-    if s.fineweb_short_line_ratio > rules.short_line_thr:
-        return "short_line_ratio"
-    if s.fineweb_char_dup_ratio > rules.char_duplicates_ratio:
-        return "char_dup_ratio"
-    if s.fineweb_list_ratio > rules.new_line_ratio:
-        return "list_ratio"
-    return None

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from functools import cache
 from itertools import chain
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 WS_TOKEN = None  # where spaCy makes a whitespace token (any whitespace but one space after a word)
 BREAKS = re.compile(r"\s{2,}|[^\S ]")  # whitespace that is a token of its own in spaCy
@@ -52,7 +52,7 @@ class EnglishWords:
         from spacy.attrs import ORTH
         from spacy.pipeline import Sentencizer
 
-        tokenizer = spacy.blank("en").tokenizer
+        tokenizer: Any = spacy.blank("en").tokenizer
         self.specials: dict[str, tuple[str, ...]] = {
             s: tuple(part[ORTH] for part in parts) for s, parts in tokenizer.rules.items()
         }

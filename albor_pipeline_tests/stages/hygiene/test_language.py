@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.spec import FilterSpec, HygieneSpec, SourceSpec
+from albor_pipeline.spec import HygieneRules, HygieneSpec, SourceSpec
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.hygiene.language import language_of
 from albor_pipeline.stages.ingest.ingest import ingest_source
@@ -54,7 +54,7 @@ def test_language_filter_keeps_the_listed_languages_and_counts_the_rest(tmp_path
     docs = _documents()
     path = tmp_path / "messages.jsonl"
     path.write_text("".join(json.dumps({"text": text}, ensure_ascii=False) + "\n" for _, text in docs))
-    hygiene = HygieneSpec(filters=FilterSpec(languages=("en", "de")))
+    hygiene = HygieneSpec(rules=HygieneRules(languages=("en", "de")))
     src = SourceSpec(name="messages", kind="jsonl", path=path, hygiene=hygiene)
     ingest_source(src, tmp_path / "in", StageIO(tmp_path))
     result = clean_source(tmp_path / "in", hygiene, tmp_path / "out", StageIO(tmp_path))
@@ -81,6 +81,6 @@ def test_an_unknown_language_code_is_a_clear_error(tmp_path):
     """A code py3langid does not know would drop every document: the stage refuses it, naming it."""
     src = SourceSpec(name="s", kind="code", path=STDLIB / "json")
     ingest_source(src, tmp_path / "in", StageIO(tmp_path))
-    spec = HygieneSpec(filters=FilterSpec(languages=("en", "xx")))
+    spec = HygieneSpec(rules=HygieneRules(languages=("en", "xx")))
     with pytest.raises(ValueError, match=r"unknown language code\(s\) xx; py3langid knows .*\bde, .*\ben, "):
         clean_source(tmp_path / "in", spec, tmp_path / "out", StageIO(tmp_path))

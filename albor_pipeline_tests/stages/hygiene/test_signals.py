@@ -16,7 +16,7 @@ import gzip
 import math
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -32,6 +32,7 @@ from datatrove.pipeline.filters import (
     GopherQualityFilter,
     GopherRepetitionFilter,
 )
+from datatrove.pipeline.filters.gopher_quality_filter import STOP_WORDS
 from datatrove.pipeline.filters.gopher_repetition_filter import (
     find_all_duplicate,
     find_duplicates,
@@ -42,6 +43,8 @@ from datatrove.utils import text as dt_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from albor_pipeline.spec import C4, FineWeb, GopherQuality, GopherRepetition
+from albor_pipeline.stages.hygiene import rules as R
 from albor_pipeline.stages.hygiene import signals as S
 from albor_pipeline.stages.hygiene.words import english_words
 
@@ -129,7 +132,7 @@ def _datatrove_values(text: str) -> dict[str, float]:
         "gopher_bullet_lines_ratio": sum(s.lstrip().startswith(("•", "-")) for s in lines) / len(lines),
         "gopher_ellipsis_lines_ratio": sum(s.rstrip().endswith(("...", "…")) for s in lines) / len(lines),
         "gopher_alpha_words_ratio": sum(any(c.isalpha() for c in w) for w in words) / len(words),
-        "gopher_stop_words": len(set(S.GOPHER_STOP_WORDS).intersection(words)),
+        "gopher_stop_words": len(set(STOP_WORDS).intersection(words)),
         "gopher_dup_para_frac": find_duplicates(paragraphs)[0] / len(paragraphs),
         "gopher_dup_para_char_frac": find_duplicates(paragraphs)[1] / len(text),
         "gopher_dup_line_frac": find_duplicates(gopher_lines)[0] / len(gopher_lines),
@@ -153,13 +156,13 @@ def _theirs(check: Any, name: str, text: str) -> str | None:
     return None if result is True else result[1]
 
 
-def _gopher_quality_only(field: str, limit: float) -> tuple[S.GopherQuality, GopherQualityFilter]:
-    off = dict.fromkeys(S.GopherQuality.model_fields, None) | {field: limit}
-    return S.GopherQuality(**off), GopherQualityFilter(**off)
+def _gopher_quality_only(field: str, limit: float) -> tuple[GopherQuality, GopherQualityFilter]:
+    off = dict.fromkeys(GopherQuality.model_fields, None) | {field: limit}
+    return GopherQuality(**off), GopherQualityFilter(**off)
 
 
-def _gopher_repetition_only(field: str, limit: float) -> tuple[S.GopherRepetition, GopherRepetitionFilter]:
-    ours = S.GopherRepetition(**dict.fromkeys(S.GopherRepetition.model_fields, None) | {field: limit})
+def _gopher_repetition_only(field: str, limit: float) -> tuple[GopherRepetition, GopherRepetitionFilter]:
+    ours = GopherRepetition(**dict.fromkeys(GopherRepetition.model_fields, None) | {field: limit})
     grams = re.fullmatch(r"(top|dup)_(\d+)_gram_frac", field)
     lines = dict.fromkeys(("dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac"))
     if grams is None:
@@ -169,21 +172,34 @@ def _gopher_repetition_only(field: str, limit: float) -> tuple[S.GopherRepetitio
     return ours, GopherRepetitionFilter(**lines, top_n_grams=tops, dup_n_grams=dups)
 
 
-def _c4_only(field: str, limit: float) -> tuple[S.C4, C4QualityFilter]:
+def _c4_only(field: str, limit: float) -> tuple[C4, C4QualityFilter]:
     off = {"min_num_sentences": -1, "filter_lorem_ipsum": False, "filter_curly_bracket": False, field: limit}
-    return S.C4(**off), C4QualityFilter(**off)
+    return C4(**off), C4QualityFilter(**off)
 
 
-def _fineweb_only(field: str, limit: float) -> tuple[S.FineWeb, FineWebQualityFilter]:
+def _fineweb_only(field: str, limit: float) -> tuple[FineWeb, FineWebQualityFilter]:
     passing = {"line_punct_thr": -1.0, "short_line_thr": 2.0, "char_duplicates_ratio": 2.0, "new_line_ratio": 1e9}
-    return S.FineWeb(**passing | {field: limit}), FineWebQualityFilter(**passing | {field: limit})
+    return FineWeb(**passing | {field: limit}), FineWebQualityFilter(**passing | {field: limit})
 
 
+def _deciding(conds_of: Callable[[Any], Iterable[R.Cond]]) -> Callable[[S.ProseSignals, Any], str | None]:
+    """A preset's decision on one document's stored signals, as datatrove names it (`peer`)."""
+
+    def decide(signals: S.ProseSignals, rules: Any) -> str | None:
+        cs = list(conds_of(rules))
+        k = int(R.decide(cs, {name: np.asarray([v]) for name, v in asdict(signals).items()}, 1)[0])
+        return None if k < 0 else cs[k].peer
+
+    return decide
+
+
+gopher_quality, gopher_repetition = _deciding(R.gopher_quality_conds), _deciding(R.gopher_repetition_conds)
+c4, fineweb = _deciding(R.c4_conds), _deciding(R.fineweb_conds)
 PRESETS: dict[str, tuple[Callable[..., str | None], Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {
-    "gopher_quality": (S.gopher_quality, S.GopherQuality, GopherQualityFilter, _gopher_quality_only),
-    "gopher_repetition": (S.gopher_repetition, S.GopherRepetition, GopherRepetitionFilter, _gopher_repetition_only),
-    "c4": (S.c4, S.C4, C4QualityFilter, _c4_only),
-    "fineweb": (S.fineweb, S.FineWeb, FineWebQualityFilter, _fineweb_only),
+    "gopher_quality": (gopher_quality, GopherQuality, GopherQualityFilter, _gopher_quality_only),
+    "gopher_repetition": (gopher_repetition, GopherRepetition, GopherRepetitionFilter, _gopher_repetition_only),
+    "c4": (c4, C4, C4QualityFilter, _c4_only),
+    "fineweb": (fineweb, FineWeb, FineWebQualityFilter, _fineweb_only),
 }
 # (preset, threshold, the signal it tests, "<" if a value below the threshold drops, else ">")
 RULES = [
@@ -328,5 +344,5 @@ def test_c4_first_marker_met_decides() -> None:
     texts = {"lorem": lorem, "curly": "\n".join(reversed(lorem.splitlines()))}
     for config in ({}, {"filter_lorem_ipsum": False}, {"filter_curly_bracket": False}, {"min_num_sentences": 2}):
         theirs = {name: _theirs(C4QualityFilter(**config), name, text) for name, text in texts.items()}
-        assert {name: S.c4(S.prose_signals(text), S.C4(**config)) for name, text in texts.items()} == theirs
-    assert [S.c4(S.prose_signals(text), S.C4()) for text in texts.values()] == ["lorem_ipsum", "curly_bracket"]
+        assert {name: c4(S.prose_signals(text), C4(**config)) for name, text in texts.items()} == theirs
+    assert [c4(S.prose_signals(text), C4()) for text in texts.values()] == ["lorem_ipsum", "curly_bracket"]
