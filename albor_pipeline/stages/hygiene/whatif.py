@@ -1,0 +1,252 @@
+"""What a rule change would remove or restore, answered from the stored signals alone.
+
+`whatif` reads one source's signal shards (`filtered/<source>/_signals/`, as the current
+build wrote them), decides them under the build's rules and under the proposed ones, and
+counts per rule the documents, characters and estimated tokens that would be removed or
+restored. The same conditions decide a rebuild (`rules.py`), so its counts are what the
+rebuild then removes. For each rule the proposal adds or changes, a few documents just past
+its threshold and a few just inside it are shown as redacted excerpts: the only text read.
+
+Memory is bounded by a shard's signal columns and a few examples per rule.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from albor_pipeline.runtime.artifacts import read_manifest
+from albor_pipeline.runtime.layout import Layout, filtered_stage
+from albor_pipeline.runtime.markdown import markdown_table
+from albor_pipeline.spec import HygieneSpec, SourceKind
+from albor_pipeline.stages.hygiene.rules import Cond, conds, decide, reason
+from albor_pipeline.text.ledger import SIGNALS
+from albor_pipeline.text.secrets import redact_path, redacted
+
+EXCERPT_CHARS = 160
+
+
+class Amount(BaseModel):
+    documents: int = 0
+    chars: int = 0
+    tokens: int = 0  # estimated: characters at the tokenizer's bytes per token
+
+
+class Example(BaseModel):
+    file: str
+    value: float | str
+    excerpt: str
+
+
+class RuleEffect(BaseModel):
+    rule: str  # the reason a document gets (`gopher_repetition.dup_line_frac`)
+    removed: Amount = Amount()  # kept by the current build, removed under the proposal
+    restored: Amount = Amount()  # removed by the current build, kept under the proposal
+
+
+class SourceWhatIf(BaseModel):
+    source: str
+    documents: int
+    kept_now: int
+    kept_after: int
+    removed_after: dict[str, int]  # reason -> documents, under the proposal (what a rebuild's summary shows)
+    rules: list[RuleEffect]
+    past: dict[str, list[Example]]  # changed rule -> documents just past its threshold (dropped)
+    inside: dict[str, list[Example]]  # ... and just inside it (kept by it)
+    chars_per_token: float
+
+
+class WhatIfError(ValueError):
+    """A proposal the stored signals cannot answer (a clear message says what would)."""
+
+
+@dataclass
+class _Near:
+    """The documents nearest a rule's threshold on one side: (distance, shard, row, value)."""
+
+    limit: int
+    items: list[tuple[float, int, str, int, Any]] = field(default_factory=list)
+    count: int = 0
+
+    def offer(self, distance: float, shard: str, row: int, value: Any) -> None:
+        self.count += 1
+        item = (-distance, -self.count, shard, row, value)  # a max-heap of the nearest `limit`
+        if len(self.items) < self.limit:
+            heapq.heappush(self.items, item)
+        elif item > self.items[0]:
+            heapq.heapreplace(self.items, item)
+
+    def nearest(self) -> list[tuple[str, int, Any]]:
+        return [(shard, row, value) for _, _, shard, row, value in sorted(self.items, reverse=True)]
+
+
+def _changed(now: list[Cond], after: list[Cond]) -> list[Cond]:
+    """The proposal's rules that are new or compare differently."""
+    before = {c.reason: (c.op, repr(c.limit)) for c in now}
+    return [c for c in after if before.get(c.reason) != (c.op, repr(c.limit))]
+
+
+def _distance(cond: Cond, values: np.ndarray) -> np.ndarray:
+    """How far each value is from the rule's threshold (0 where it is not a number)."""
+    if values.dtype.kind not in "iufb" or not isinstance(cond.limit, (int, float)):
+        return np.zeros(len(values))
+    out = np.abs(values.astype(np.float64) - float(cond.limit))
+    return np.where(np.isnan(out), math.inf, out)
+
+
+def current_hygiene(layout: Layout, source: str) -> HygieneSpec:
+    """The hygiene the source's current build ran with (its manifest's config)."""
+    config = dict(read_manifest(layout, filtered_stage(source)).config)
+    config.pop("audit", None)
+    return HygieneSpec.model_validate(config)
+
+
+def whatif(
+    layout: Layout,
+    source: str,
+    kind: SourceKind,
+    proposed: HygieneSpec,
+    examples: int = 3,
+    chars_per_token: float = 4.0,
+) -> SourceWhatIf:
+    """The effect of `proposed` on `source`'s current build (`layout`), from its signals."""
+    current = current_hygiene(layout, source)
+    proposed = proposed.for_kind(kind)
+    if proposed.signals != current.signals:
+        raise WhatIfError(f"{source}: the proposal changes hygiene.signals, which scores again: rebuild to see it")
+    now, after = conds(current.rules, current.redact), conds(proposed.rules, proposed.redact)
+    shards = sorted((layout.filtered(source) / SIGNALS).glob("*.parquet"))
+    if not shards:
+        raise WhatIfError(
+            f"{source}: no signal shards under {layout.filtered(source) / SIGNALS}: rebuild hygiene first"
+        )
+    stored = set(pq.read_schema(shards[0]).names)
+    if missing := sorted({c.signal for c in after} - stored):
+        raise WhatIfError(
+            f"{source}: the build did not score {', '.join(missing)} (its families: "
+            "turn the preset on and rebuild to score them once; docs/quality.md)"
+        )
+    return _tally(source, shards, now, after, examples, chars_per_token, layout)
+
+
+def _tally(
+    source: str, shards: list[Path], now: list[Cond], after: list[Cond], examples: int, cpt: float, layout: Layout
+) -> SourceWhatIf:
+    """Decide every shard's documents both ways and count the differences per rule."""
+    wanted = sorted({"chars", *(c.signal for c in now), *(c.signal for c in after)})
+    effects: dict[str, RuleEffect] = {}
+    removed_after: Counter[str] = Counter()
+    changed = _changed(now, after)
+    past = {c.reason: _Near(examples) for c in changed}
+    inside = {c.reason: _Near(examples) for c in changed}
+    documents = kept_now = kept_after = 0
+    for path in shards:
+        table = pq.read_table(path, columns=wanted)
+        cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in wanted}
+        rows = table.num_rows
+        first_now, first_after = decide(now, cols, rows), decide(after, cols, rows)
+        documents += rows
+        kept_now += int((first_now < 0).sum())
+        kept_after += int((first_after < 0).sum())
+        for i in np.flatnonzero(first_now != first_after).tolist():
+            was, will = int(first_now[i]), int(first_after[i])
+            if will >= 0 and was < 0:
+                _add(effects, _reason(after[will], cols, i), cols["chars"][i], cpt, "removed")
+            elif was >= 0 and will < 0:
+                _add(effects, _reason(now[was], cols, i), cols["chars"][i], cpt, "restored")
+        removed_after.update(_reason(after[k], cols, i) for i, k in enumerate(first_after.tolist()) if k >= 0)
+        for cond in changed:
+            mask, distance = cond.mask(cols), _distance(cond, cols[cond.signal])
+            for i in np.flatnonzero(mask).tolist():
+                past[cond.reason].offer(float(distance[i]), path.name, i, cols[cond.signal][i].item())
+            for i in np.flatnonzero(~mask).tolist():
+                inside[cond.reason].offer(float(distance[i]), path.name, i, cols[cond.signal][i].item())
+    texts = _Excerpts(layout, source)
+    return SourceWhatIf(
+        source=source,
+        documents=documents,
+        kept_now=kept_now,
+        kept_after=kept_after,
+        removed_after=dict(sorted(removed_after.items())),
+        rules=sorted(effects.values(), key=lambda e: e.rule),
+        past={r: texts.examples(near) for r, near in past.items()},
+        inside={r: texts.examples(near) for r, near in inside.items()},
+        chars_per_token=cpt,
+    )
+
+
+def _reason(cond: Cond, cols: dict[str, np.ndarray], i: int) -> str:
+    return reason(cond, cols[cond.signal][i].item())
+
+
+def _add(effects: dict[str, RuleEffect], rule: str, chars: int, cpt: float, side: str) -> None:
+    effect = effects.setdefault(rule, RuleEffect(rule=rule))
+    amount: Amount = getattr(effect, side)
+    amount.documents += 1
+    amount.chars += int(chars)
+    amount.tokens = round(amount.chars / cpt)
+
+
+class _Excerpts:
+    """Redacted excerpts of a few documents, read from the source's ingested shards (a signal
+    shard's rows are its ingested shard's, in order)."""
+
+    def __init__(self, layout: Layout, source: str) -> None:
+        self.directory = layout.ingested(source)
+
+    def examples(self, near: _Near) -> list[Example]:
+        out = []
+        for shard, row, value in near.nearest():
+            table = pq.read_table(self.directory / shard, columns=["text", "file"]).slice(row, 1)
+            text, file = table.column("text")[0].as_py(), table.column("file")[0].as_py()
+            excerpt = " ".join(redacted(text[: EXCERPT_CHARS * 2])[0].split())[:EXCERPT_CHARS]
+            out.append(Example(file=redact_path(file), value=value, excerpt=excerpt))
+        return out
+
+
+def effect_rows(answer: SourceWhatIf) -> list[dict[str, Any]]:
+    """The per-rule table (the CLI's and Dagster's)."""
+    return [
+        {
+            "rule": e.rule,
+            "removed docs": e.removed.documents,
+            "removed chars": e.removed.chars,
+            "removed ~tokens": e.removed.tokens,
+            "restored docs": e.restored.documents,
+            "restored chars": e.restored.chars,
+            "restored ~tokens": e.restored.tokens,
+        }
+        for e in answer.rules
+    ]
+
+
+def whatif_lines(answers: list[SourceWhatIf]) -> list[str]:
+    """The readable answer: per source, the kept counts, the table, then the examples."""
+    lines: list[str] = []
+    for a in answers:
+        delta = a.kept_after - a.kept_now
+        lines.append(
+            f"{a.source}: {a.documents:,} documents; kept now {a.kept_now:,}, after {a.kept_after:,} ({delta:+,})"
+        )
+        lines += [markdown_table(effect_rows(a)) or "no document changes fate", ""]
+        for rule, past in a.past.items():
+            for side, shown in (("just past (dropped)", past), ("just inside (kept)", a.inside.get(rule, []))):
+                if shown:
+                    lines.append(f"  {rule}, {side}:")
+                    lines += [f"    {_shown(e.value)}  {e.file}  {e.excerpt!r}" for e in shown]
+        lines.append("")
+    if answers:
+        lines.append(f"(~tokens: characters / {answers[0].chars_per_token:.2f}, the tokenizer's bytes per token)")
+    return lines
+
+
+def _shown(value: float | str) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
