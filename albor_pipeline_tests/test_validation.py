@@ -59,7 +59,7 @@ def _refused(raw: dict[str, Any], tmp_path: Path) -> str:
         ("mix.train.weights.stdlib_json_email", math.nan),
         ("mix.val.repeat.stdlib_async", math.inf),
         ("shard_mb", math.inf),
-        ("sources.0.hygiene.filters.max_mean_line_length", math.inf),
+        ("sources.0.hygiene.rules.starcoder.max_mean_line_length", math.inf),
         ("near_dedup.threshold", -math.inf),
     ],
 )

@@ -403,14 +403,15 @@ def test_hygiene_and_its_secrets_check_redo_only_the_row_groups_whose_bytes_chan
         return result, TASKS.since(mark)
 
     first, first_tasks = clean(tmp_path / "first")
-    assert first_tasks["_clean_shard"]["parts"] == groups and first_tasks["_clean_shard"]["parts_reused"] == 0
+    # Two parts per row group: its code signals and its redaction, each kept on its own.
+    assert first_tasks["_clean_shard"]["parts"] == 2 * groups and first_tasks["_clean_shard"]["parts_reused"] == 0
     assert first.summary.redacted_documents > 0  # the stdlib's authors' e-mails: real redactions to redo
     middle = sorted(src.glob("*.py"))[len(list(src.glob("*.py"))) // 2]
     middle.write_text(middle.read_text().replace(" the ", " THE ", 1))  # the same size, in one row group
     ingest_source(source, ingested, StageIO(tmp_path), shard_mb=1000)
     again, tasks = clean(tmp_path / "again")
     assert (tasks["_clean_shard"]["tasks"], tasks["_clean_shard"]["reused"]) == (1, 0)
-    assert (tasks["_clean_shard"]["parts"], tasks["_clean_shard"]["parts_reused"]) == (groups, groups - 1)
+    assert (tasks["_clean_shard"]["parts"], tasks["_clean_shard"]["parts_reused"]) == (2 * groups, 2 * groups - 2)
     leaks = tasks["_shard_leaks"]
     assert (leaks["tasks"], leaks["reused"], leaks["parts_reused"]) == (1, 0, leaks["parts"] - 1)
     cold = clean_source(ingested, HygieneSpec(), tmp_path / "cold", StageIO(tmp_path))  # no store

@@ -115,30 +115,36 @@ def whatif(
     kind: SourceKind,
     proposed: HygieneSpec,
     examples: int = 3,
-    chars_per_token: float = 4.0,
+    cpt: float = 4.0,
 ) -> SourceWhatIf:
     """The effect of `proposed` on `source`'s current build (`layout`), from its signals."""
     current = current_hygiene(layout, source)
-    proposed = proposed.for_kind(kind)
+    return compare(layout.filtered(source), layout.ingested(source), current, proposed.for_kind(kind), examples, cpt)
+
+
+def compare(
+    filtered: Path, ingested: Path, current: HygieneSpec, proposed: HygieneSpec, examples: int = 3, cpt: float = 4.0
+) -> SourceWhatIf:
+    """The effect of `proposed` on a hygiene set built with `current` (`filtered`, from the
+    shard set `ingested`)."""
+    source = filtered.name
     if proposed.signals != current.signals:
         raise WhatIfError(f"{source}: the proposal changes hygiene.signals, which scores again: rebuild to see it")
     now, after = conds(current.rules, current.redact), conds(proposed.rules, proposed.redact)
-    shards = sorted((layout.filtered(source) / SIGNALS).glob("*.parquet"))
+    shards = sorted((filtered / SIGNALS).glob("*.parquet"))
     if not shards:
-        raise WhatIfError(
-            f"{source}: no signal shards under {layout.filtered(source) / SIGNALS}: rebuild hygiene first"
-        )
+        raise WhatIfError(f"{source}: no signal shards in {filtered / SIGNALS}: rebuild hygiene first")
     stored = set(pq.read_schema(shards[0]).names)
     if missing := sorted({c.signal for c in after} - stored):
         raise WhatIfError(
             f"{source}: the build did not score {', '.join(missing)} (its families: "
             "turn the preset on and rebuild to score them once; docs/quality.md)"
         )
-    return _tally(source, shards, now, after, examples, chars_per_token, layout)
+    return _tally(source, shards, now, after, examples, cpt, ingested)
 
 
 def _tally(
-    source: str, shards: list[Path], now: list[Cond], after: list[Cond], examples: int, cpt: float, layout: Layout
+    source: str, shards: list[Path], now: list[Cond], after: list[Cond], examples: int, cpt: float, ingested: Path
 ) -> SourceWhatIf:
     """Decide every shard's documents both ways and count the differences per rule."""
     wanted = sorted({"chars", *(c.signal for c in now), *(c.signal for c in after)})
@@ -169,7 +175,7 @@ def _tally(
                 past[cond.reason].offer(float(distance[i]), path.name, i, cols[cond.signal][i].item())
             for i in np.flatnonzero(~mask).tolist():
                 inside[cond.reason].offer(float(distance[i]), path.name, i, cols[cond.signal][i].item())
-    texts = _Excerpts(layout, source)
+    texts = _Excerpts(ingested)
     return SourceWhatIf(
         source=source,
         documents=documents,
@@ -199,8 +205,8 @@ class _Excerpts:
     """Redacted excerpts of a few documents, read from the source's ingested shards (a signal
     shard's rows are its ingested shard's, in order)."""
 
-    def __init__(self, layout: Layout, source: str) -> None:
-        self.directory = layout.ingested(source)
+    def __init__(self, ingested: Path) -> None:
+        self.directory = ingested
 
     def examples(self, near: _Near) -> list[Example]:
         out = []
