@@ -274,6 +274,16 @@ class HygieneSpec(_Model):
     signals: ProseParams = ProseParams()  # parameters of the prose signals (docs/quality.md)
     redact: RedactMode = RedactMode.redact
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "filters" in data:
+            raise ValueError(
+                "hygiene.filters is now hygiene.rules: its thresholds under hygiene.rules.starcoder, "
+                "languages under hygiene.rules.languages (docs/quality.md#rules)"
+            )
+        return data
+
     def for_kind(self, kind: SourceKind) -> HygieneSpec:
         """This hygiene with the presets it leaves unset at `kind`'s defaults (`default_rules`)."""
         unset = {k: v for k, v in default_rules(kind).items() if k not in self.rules.model_fields_set}

@@ -74,8 +74,12 @@ def test_relative_path_resolves_against_spec_file(tmp_path):
         ),
         (lambda r: r.update(automation={"sensor_interval_seconds": 1}), "automation.sensor_interval_seconds"),
         (
-            lambda r: r["sources"][0].update(hygiene={"filters": {"languages": ["en"]}}),
-            "sources[0]: hygiene.filters.languages: for text sources (jsonl, csv, parquet) only",
+            lambda r: r["sources"][0].update(hygiene={"rules": {"languages": ["en"]}}),
+            "sources[0]: hygiene.rules.languages: for text sources (jsonl, csv, parquet) only",
+        ),
+        (
+            lambda r: r["sources"][0].update(hygiene={"filters": {"max_line_length": 500}}),
+            "hygiene.filters is now hygiene.rules: its thresholds under hygiene.rules.starcoder",
         ),
         (
             lambda r: r.update(corpus={"packing": "best_fit", "long": {"min_chars": 100}}, audit={"ledger": False}),

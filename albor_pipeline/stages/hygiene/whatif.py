@@ -171,10 +171,9 @@ def _tally(
         removed_after.update(_reason(after[k], cols, i) for i, k in enumerate(first_after.tolist()) if k >= 0)
         for cond in changed:
             mask, distance = cond.mask(cols), _distance(cond, cols[cond.signal])
-            for i in np.flatnonzero(mask).tolist():
-                past[cond.reason].offer(float(distance[i]), path.name, i, cols[cond.signal][i].item())
-            for i in np.flatnonzero(~mask).tolist():
-                inside[cond.reason].offer(float(distance[i]), path.name, i, cols[cond.signal][i].item())
+            for near, rows in ((past[cond.reason], np.flatnonzero(mask)), (inside[cond.reason], np.flatnonzero(~mask))):
+                for i in _nearest(rows, distance, examples):
+                    near.offer(float(distance[i]), path.name, i, cols[cond.signal][i].item())
     texts = _Excerpts(ingested)
     return SourceWhatIf(
         source=source,
@@ -187,6 +186,15 @@ def _tally(
         inside={r: texts.examples(near) for r, near in inside.items()},
         chars_per_token=cpt,
     )
+
+
+def _nearest(rows: np.ndarray, distance: np.ndarray, k: int) -> list[int]:
+    """The `k` of `rows` nearest the threshold (a shard's candidates, before the heap)."""
+    if k <= 0 or not len(rows):
+        return []
+    if len(rows) > k:
+        rows = rows[np.argpartition(distance[rows], k - 1)[:k]]
+    return sorted(rows.tolist())
 
 
 def _reason(cond: Cond, cols: dict[str, np.ndarray], i: int) -> str:
