@@ -847,6 +847,31 @@ class ExecutionSpec(_Model):
         return self
 
 
+class ClassifierSpec(_Model):
+    """A quality classifier trained here: hashed word n-grams and a logistic regression
+    (scikit-learn), from documents of the `positive` and `negative` sources as ingested. Its
+    score is the `quality_score` signal, which hygiene scores for a source whose rules read
+    it (`drop_if: ["quality_score < 0.5"]`)."""
+
+    positive: tuple[Name, ...] = Field(min_length=1)  # document sources of the good class
+    negative: tuple[Name, ...] = Field(min_length=1)
+    held_out: Float = Field(0.2, gt=0, lt=1)  # share of documents (by SHA-256) kept out of training
+    ngrams: Int = Field(2, ge=1, le=3)  # word 1- to n-grams
+    features: Int = Field(2**20, ge=2**10, le=2**24)  # hashed feature space
+    c: Float = Field(10.0, gt=0)  # inverse regularisation strength
+    max_documents: Int = Field(50_000, gt=0)  # per class: those of smallest SHA-256, the rest left out
+
+    @model_validator(mode="after")
+    def _apart(self) -> ClassifierSpec:
+        if both := sorted(set(self.positive) & set(self.negative)):
+            raise ValueError(f"a source is both positive and negative: {both}")
+        return self
+
+
+class QualitySpec(_Model):
+    classifier: ClassifierSpec | None = None
+
+
 class PipelineSpec(_Model):
     sources: tuple[SourceSpec, ...] = Field(min_length=1)
     holdout: HoldoutSpec = HoldoutSpec()
@@ -861,6 +886,7 @@ class PipelineSpec(_Model):
     automation: AutomationSpec = AutomationSpec()
     locking: LockingSpec = LockingSpec()
     execution: ExecutionSpec = ExecutionSpec()
+    quality: QualitySpec = QualitySpec()
     # Removal requests per source name (takedowns): left out at ingestion, near-duplicates too.
     remove: dict[str, RemovalSpec] = {}
     # Per-source stages (ingested/, filtered/) and the mixes write sets of Parquet shards
@@ -881,6 +907,14 @@ class PipelineSpec(_Model):
         if "bos" in corpus.model_fields_set or not renders:
             return corpus
         return corpus.model_copy(update={"bos": True})
+
+    @model_validator(mode="after")
+    def _classifier_sources(self) -> PipelineSpec:
+        clf = self.quality.classifier
+        documents = {s.name for s in self.sources_of(*DOCUMENT_KINDS)}
+        if clf is not None and (unknown := sorted({*clf.positive, *clf.negative} - documents)):
+            raise ValueError(f"quality.classifier: {unknown} are not document sources of this spec")
+        return self
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineSpec:

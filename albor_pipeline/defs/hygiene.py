@@ -7,10 +7,11 @@ from functools import partial
 
 import dagster as dg
 
+from albor_pipeline.defs.quality import model_of, reads_model
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
 from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
-from albor_pipeline.runtime.layout import filtered_stage, ingested_stage
+from albor_pipeline.runtime.layout import QUALITY_CLASSIFIER, filtered_stage, ingested_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import PipelineSpec, RedactMode, SourceKind, SourceSpec
@@ -42,6 +43,7 @@ def hygiene(spec: PipelineSpec, src: SourceSpec, ctx: StageContext, config: Hygi
         layout.filtered(src.name),
         ctx.io,
         kind=src.kind,
+        model=model_of(spec, src, layout),
         scan_secrets=ingested_mode not in (RedactMode.redact.value, RedactMode.drop.value),
         audit=spec.audit,
     )
@@ -103,7 +105,7 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
             config=HygieneConfig,
             defaults=spec_defaults(HygieneConfig, src.hygiene),
             work=partial(hygiene, spec, src),
-            deps=(ingested_stage(src.name),),
+            deps=(ingested_stage(src.name), *([QUALITY_CLASSIFIER] if reads_model(spec, src) else [])),
             checks=(
                 schema_check(DOC_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),
                 Check(

@@ -12,14 +12,14 @@ from typing import Any
 
 import dagster as dg
 
-from albor_pipeline.defs import chat, corpus, documents, fim, hygiene, ingestion, mix, stats, tokenizer
+from albor_pipeline.defs import chat, corpus, documents, fim, hygiene, ingestion, mix, quality, stats, tokenizer
 from albor_pipeline.defs.automation import automation_definitions
 from albor_pipeline.defs.provenance import provenance_stage
 from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.defs.stage import Namespace, Stage, stage_definitions
 from albor_pipeline.spec import PipelineSpec, data_dir, work_dir
 
-STAGE_MODULES = (ingestion, hygiene, documents, mix, fim, tokenizer, corpus, chat, stats)
+STAGE_MODULES = (ingestion, quality, hygiene, documents, mix, fim, tokenizer, corpus, chat, stats)
 
 
 def pipeline_stages(spec: PipelineSpec) -> list[Stage[Any]]:

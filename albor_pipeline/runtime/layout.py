@@ -13,6 +13,7 @@ from pathlib import Path
 DOCUMENTS = "documents"
 CONVERSATIONS = "conversations"
 TOKENIZER = "tokenizer"
+QUALITY_CLASSIFIER = "quality_classifier"
 STATS = "stats"
 PROVENANCE = "provenance"
 

@@ -12,6 +12,8 @@ threshold change re-evaluates the rules and scores nothing, and adding a family 
 - `language`: py3langid's language of the text's head and its probability. Text sources.
 - `prose`: Gopher quality and repetition, C4 and FineWeb (`signals.py`), as datatrove
   computes them. When a prose preset, or a plain rule, reads one of them.
+- `quality`: the quality classifier's score (`quality_score`, the probability of its
+  positive class), when a plain rule reads it; its identity is the model's weights.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from albor_pipeline.spec import PRESETS, TEXT_KINDS, HygieneRules, ProseParams, 
 from albor_pipeline.stages.hygiene.filters import AUTOGEN, measure_batch
 from albor_pipeline.stages.hygiene.language import language_scored
 from albor_pipeline.stages.hygiene.signals import ProseSignals, prose_signals
+from albor_pipeline.text.classifier import ModelRef, scorer
 
 Columns = dict[str, Any]  # a family's values of a row group, column by column
 
@@ -46,8 +49,8 @@ class Family:
 
     name: str
     fields: tuple[pa.Field, ...]
-    score: Callable[[pa.Array, list[str], ProseParams], Columns]
-    uses_params: bool = False  # whether `ProseParams` is part of its identity
+    score: Callable[[pa.Array, list[str], Any], Columns]
+    uses: str = ""  # what else it reads, part of its identity: "prose" (`ProseParams`) or "model" (`ModelRef`)
 
 
 def _lines(texts: pa.Array) -> np.ndarray:
@@ -111,9 +114,16 @@ PROSE = Family(
     "prose",
     tuple(pa.field(f.name, _arrow_type(f.type)) for f in fields(ProseSignals) if f.name != "chars"),
     _prose,
-    uses_params=True,
+    uses="prose",
 )
-FAMILIES = (CODE, LANGUAGE, PROSE)
+
+
+def _quality(_: pa.Array, strings: list[str], model: ModelRef) -> Columns:
+    return {"quality_score": scorer(model).scores(strings).tolist()}
+
+
+QUALITY = Family("quality", (pa.field("quality_score", pa.float64()),), _quality, uses="model")
+FAMILIES = (CODE, LANGUAGE, PROSE, QUALITY)
 BASE_FIELDS = (pa.field("sha256", pa.string()), pa.field("chars", pa.int64()))
 FINDING_FIELDS = (pa.field("findings", pa.int64()), pa.field("findings_by_type", pa.string()))
 FAMILY_OF = {f.name: family.name for family in FAMILIES for f in family.fields}

@@ -44,6 +44,7 @@ from albor_pipeline.stages.hygiene.rules import (
     unknown_signals,
 )
 from albor_pipeline.summaries.hygiene import HygieneSummary
+from albor_pipeline.text.classifier import ModelRef
 from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, SIGNALS, LedgerRows, is_side, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
@@ -132,8 +133,8 @@ def _signals(job: _CleanJob, group: str, texts: pa.Array, rows: dict[str, list[A
     strings = rows["text"]
     cols: dict[str, Any] = {"sha256": rows["sha256"], "chars": [len(t) for t in strings]}
     for family in families_of(job.kind, job.spec.rules, job.reads):
-        params = job.spec.signals if family.uses_params else None
-        cols |= _scored(family.score, params, group, partial(family.score, texts, strings, job.spec.signals), fresh)
+        params = {"prose": job.spec.signals, "model": job.model}.get(family.uses)
+        cols |= _scored(family.score, params, group, partial(family.score, texts, strings, params), fresh)
     redaction = _Redaction([{} for _ in strings], {})
     if job.spec.redact is not RedactMode.off:
         rjob = _RedactJob(job.conversations, job.scan_secrets)
@@ -208,6 +209,7 @@ class _CleanJob:
     kind: SourceKind
     scan_secrets: bool  # False when ingestion already redacted (or dropped) them
     audit: AuditSpec = field(default_factory=AuditSpec)  # the ledger; removed documents' text in it
+    model: ModelRef | None = None  # the quality classifier, when a rule reads its score
 
     @property
     def conversations(self) -> bool:
@@ -261,6 +263,7 @@ def clean_source(
     kind: SourceKind = SourceKind.code,
     scan_secrets: bool = True,
     audit: AuditSpec | None = None,
+    model: ModelRef | None = None,
 ) -> HygieneResult:
     """Score, filter and redact one source's shard set into the shard set `out`; every input
     is kept or counted. A task per shard on `io.executor`; the set commits whole, so the output
@@ -271,7 +274,7 @@ def clean_source(
     redacted (counts by type), unless `audit.ledger` is off; `audit.keep_removed` adds removed
     documents' redacted text."""
     inputs = [InputFile(str(p)) for p in shard_files(ingested)]
-    job = _CleanJob(spec.for_kind(kind), kind, scan_secrets, audit or AuditSpec())
+    job = _CleanJob(spec.for_kind(kind), kind, scan_secrets, audit or AuditSpec(), model)
     check_languages(spec.rules.languages)
     check_rules(job)
 
@@ -308,6 +311,8 @@ def clean_source(
 
 def check_rules(job: _CleanJob) -> None:
     """A clear error for a rule naming a signal the source does not score, before any work."""
+    if "quality_score" in job.reads and job.model is None:
+        raise ValueError("hygiene.rules read quality_score: the spec needs quality.classifier (docs/quality.md)")
     scored = {f.name for f in job.signal_schema}
     if unknown := unknown_signals(conds(job.spec.rules, job.spec.redact), scored):
         raise ValueError(
