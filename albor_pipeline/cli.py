@@ -17,17 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
-from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, read_manifest, write_bytes
+from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, write_bytes
 from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.commit import recover_commits
 from albor_pipeline.runtime.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
 from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
 from albor_pipeline.runtime.taskstore import TaskStore
-from albor_pipeline.spec import REPO_ROOT, SPLITS, HygieneSpec, SpecError, data_dir, load_spec, work_dir
-from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
-from albor_pipeline.stages.hygiene.whatif import WhatIfError, current_hygiene, whatif, whatif_lines
+from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
+from albor_pipeline.stages.hygiene.whatif import WhatIfError, answer_all, proposal, whatif_lines
 from albor_pipeline.stages.provenance.provenance import VerifyReport, stale_stages, verify, verify_bucket
 from albor_pipeline.trace import TraceError, Tracer, sequence_query, trace_lines
 
@@ -330,39 +328,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0 if found else 1
 
 
-def _proposal(args: argparse.Namespace) -> dict[str, Any]:
-    """The proposed hygiene keys: a YAML file's `hygiene:` mapping, then each --set on top."""
-    changes: dict[str, Any] = {}
-    if args.rules:
-        loaded = yaml.safe_load(Path(args.rules).read_text(encoding="utf-8")) or {}
-        if not isinstance(loaded, dict) or set(loaded) - {"hygiene"}:
-            raise SpecError(f"{args.rules}: expected a mapping with one key, hygiene (the spec's keys under it)")
-        changes = loaded.get("hygiene") or {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or parts[0] != "hygiene" or len(parts) < 2:
-            raise SpecError(f"--set {item!r}: expected hygiene.<key>...=<YAML value>, e.g. hygiene.rules.c4=null")
-        node = changes
-        for part in parts[1:-1]:
-            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else node
-        node[parts[-1]] = yaml.safe_load(value)
-    return changes
-
-
-def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """`base` with `changes` laid over it, mapping by mapping (a None or a scalar replaces). A
-    key under what `base` has off (None) leaves it off: a preset's threshold changes the
-    sources that have the preset; setting the preset itself (`{}`) turns it on."""
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and key in out and out[key] is None and value:
-            continue
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merged(out[key], value) if both else value
-    return out
-
-
 def cmd_whatif(args: argparse.Namespace) -> int:
     """Per source and rule: what a proposed rule change would remove or restore (`whatif.py`)."""
     _use(args)
@@ -370,36 +335,18 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if not isinstance(root, Path):
         print("albor whatif: reads a local data dir's signals (a bucket's: pull it first)", file=sys.stderr)
         return 2
-    layout, changes = Layout(root), _proposal(args)
-    sources = [s for s in spec.sources_of(*HYGIENE_KINDS) if not args.source or s.name in args.source]
-    if unknown := sorted(set(args.source or ()) - {s.name for s in spec.sources_of(*HYGIENE_KINDS)}):
-        raise SpecError(f"--source {', '.join(unknown)}: no such source with hygiene in the spec")
-    cpt = _chars_per_token(layout)
-    answers = []
+    rules = Path(args.rules).read_text(encoding="utf-8") if args.rules else ""
     try:
-        for src in sources:
-            current = current_hygiene(layout, src.name).model_dump(mode="json")
-            proposed = HygieneSpec.model_validate(_merged(current, changes))
-            answers.append(whatif(layout, src.name, src.kind, proposed, args.examples, cpt))
+        changes = proposal(args.set, rules)
+        answers = answer_all(spec, Layout(root), changes, args.source or (), args.examples)
     except (FileNotFoundError, WhatIfError) as exc:
         print(f"albor whatif: {exc}", file=sys.stderr)
         return 2
-    except ValidationError as exc:
-        raise SpecError(f"the proposed hygiene is not valid: {exc}") from exc
     if args.json:
         print(json.dumps([a.model_dump(mode="json") for a in answers], indent=2))
     else:
         print("\n".join(whatif_lines(answers)))
     return 0
-
-
-def _chars_per_token(layout: Layout) -> float:
-    """The built tokenizer's bytes per token on val (characters are counted as bytes), else 4."""
-    try:
-        value = read_manifest(layout, TOKENIZER).summary.get("bytes_per_token")
-    except FileNotFoundError:
-        return 4.0
-    return float(value) if value else 4.0
 
 
 def cmd_spec(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from albor_pipeline.defs.automation import automation_definitions
 from albor_pipeline.defs.provenance import provenance_stage
 from albor_pipeline.defs.resources import ArtifactStore, Execution
 from albor_pipeline.defs.stage import Namespace, Stage, stage_definitions
+from albor_pipeline.defs.whatif import whatif_definitions
 from albor_pipeline.spec import PipelineSpec, data_dir, work_dir
 
 STAGE_MODULES = (ingestion, quality, hygiene, documents, mix, fim, tokenizer, corpus, chat, stats)
@@ -50,6 +51,7 @@ def build_definitions(
         ingestion.source_definitions(spec, ns),
         *(stage_definitions(stage, ns, spec) for stage in stages),
         automation_definitions(spec, stages, ingestion.observed(spec), ns),
+        whatif_definitions(spec, ns),
         dg.Definitions(
             resources={
                 ns.store_key: _store(spec, data_dir(output_dir)),

@@ -141,3 +141,52 @@ def test_graphql_client_launch_reaches_the_asset_config(server: Server) -> None:
     assert 0 < meta["observed_rate"].value < 0.5
     manifest = json.loads(server.layout.manifest("fim/train").read_text())
     assert manifest["config"]["rate"] == 0.25
+
+
+def test_the_whatif_preview_runs_from_the_launchpad(server: Server) -> None:
+    """The launchpad's preview job: proposed rules as run config, launched on the server (as
+    its Launch button does, through GraphQL); each source's answer is an observation of its
+    `filtered/<source>` asset, equal to `albor whatif`'s, and the data dir is unchanged."""
+    from dagster_graphql import DagsterGraphQLClient
+    from playwright.sync_api import expect, sync_playwright
+
+    from albor_pipeline.spec import load_spec
+    from albor_pipeline.stages.hygiene.whatif import answer_all, proposal
+
+    manifests = server.layout.manifests_dir
+    before = {p.name: p.read_bytes() for p in manifests.glob("*.json")}  # each records its stage's outputs' hashes
+    proposed = ["hygiene.rules.starcoder.max_line_length=200"]
+    client = DagsterGraphQLClient("127.0.0.1", port_number=server.port)
+    run_id = client.submit_job_execution(
+        "hygiene_whatif",
+        repository_location_name="albor_pipeline",
+        repository_name="__repository__",
+        run_config={"ops": {"hygiene_whatif": {"config": {"changes": proposed, "examples": 2}}}},
+    )
+    assert server.wait_for_run(run_id) == dg.DagsterRunStatus.SUCCESS
+    spec = load_spec(server.spec)
+    expected = {a.source: a for a in answer_all(spec, server.layout, proposal(proposed), examples=2)}
+    with server.instance() as instance:
+        for name, answer in expected.items():
+            records = instance.fetch_observations(dg.AssetKey(["filtered", name]), limit=1).records
+            meta = records[0].asset_observation.metadata
+            assert records[0].run_id == run_id
+            assert (meta["kept_now"].value, meta["kept_after"].value) == (answer.kept_now, answer.kept_after)
+            assert meta["removed_after"].value == answer.removed_after
+    assert expected["stdlib_async"].kept_after < expected["stdlib_async"].kept_now  # the proposal bites
+    assert {p.name: p.read_bytes() for p in manifests.glob("*.json")} == before  # nothing was written
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        try:
+            page.goto(f"{server.url}/locations/albor_pipeline/jobs/hygiene_whatif/playground")
+            expect(page.get_by_text("examples").first).to_be_visible(timeout=60_000)  # the config's fields
+            page.wait_for_timeout(1000)
+            page.screenshot(path=str(SCREENSHOTS / "ui-whatif-launchpad.png"))
+            page.goto(f"{server.url}/assets/filtered/stdlib_async?view=events", wait_until="domcontentloaded")
+            expect(page.get_by_text("kept_after").first).to_be_visible(timeout=60_000)
+            page.get_by_text("kept_after").first.scroll_into_view_if_needed()
+            page.wait_for_timeout(1000)
+            page.screenshot(path=str(SCREENSHOTS / "ui-whatif-observation.png"), full_page=True)
+        finally:
+            browser.close()

@@ -15,18 +15,21 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-from pydantic import BaseModel
+import yaml
+from pydantic import BaseModel, ValidationError
 
 from albor_pipeline.runtime.artifacts import read_manifest
-from albor_pipeline.runtime.layout import Layout, filtered_stage
+from albor_pipeline.runtime.layout import TOKENIZER, Layout, filtered_stage
 from albor_pipeline.runtime.markdown import markdown_table
-from albor_pipeline.spec import HygieneSpec, SourceKind
+from albor_pipeline.spec import HygieneSpec, PipelineSpec, SourceKind, SpecError
+from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
 from albor_pipeline.stages.hygiene.rules import Cond, conds, decide, reason
 from albor_pipeline.text.ledger import SIGNALS
 from albor_pipeline.text.secrets import redact_path, redacted
@@ -264,3 +267,67 @@ def whatif_lines(answers: list[SourceWhatIf]) -> list[str]:
 
 def _shown(value: float | str) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def proposal(items: Sequence[str], rules_yaml: str = "") -> dict[str, Any]:
+    """The proposed hygiene keys: a YAML document's `hygiene:` mapping, then each
+    `hygiene.<key>...=<YAML value>` item on top (`albor whatif --set`, the Dagster preview)."""
+    changes: dict[str, Any] = {}
+    if rules_yaml.strip():
+        loaded = yaml.safe_load(rules_yaml) or {}
+        if not isinstance(loaded, dict) or set(loaded) - {"hygiene"}:
+            raise SpecError("proposed rules: expected a mapping with one key, hygiene (the spec's keys under it)")
+        changes = loaded.get("hygiene") or {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or parts[0] != "hygiene" or len(parts) < 2:
+            raise SpecError(f"{item!r}: expected hygiene.<key>...=<YAML value>, e.g. hygiene.rules.c4=null")
+        node = changes
+        for part in parts[1:-1]:
+            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else node
+        node[parts[-1]] = yaml.safe_load(value)
+    return changes
+
+
+def merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` laid over it, mapping by mapping (a None or a scalar replaces). A
+    key under what `base` has off (None) leaves it off: a preset's threshold changes the
+    sources that have the preset; setting the preset itself (`{}`) turns it on."""
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and key in out and out[key] is None and value:
+            continue
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged(out[key], value) if both else value
+    return out
+
+
+def answer_all(
+    spec: PipelineSpec, layout: Layout, changes: dict[str, Any], sources: Sequence[str] = (), examples: int = 3
+) -> list[SourceWhatIf]:
+    """`whatif` of every source with hygiene (or those named), the same changes laid over each
+    source's current hygiene."""
+    known = spec.sources_of(*HYGIENE_KINDS)
+    if unknown := sorted(set(sources) - {s.name for s in known}):
+        raise SpecError(f"{', '.join(unknown)}: no such source with hygiene in the spec")
+    cpt = chars_per_token(layout)
+    answers = []
+    for src in (s for s in known if not sources or s.name in sources):
+        try:
+            proposed = HygieneSpec.model_validate(
+                merged(current_hygiene(layout, src.name).model_dump(mode="json"), changes)
+            )
+        except ValidationError as exc:
+            raise SpecError(f"{src.name}: the proposed hygiene is not valid: {exc}") from exc
+        answers.append(whatif(layout, src.name, src.kind, proposed, examples, cpt))
+    return answers
+
+
+def chars_per_token(layout: Layout) -> float:
+    """The built tokenizer's bytes per token on val (characters are counted as bytes), else 4."""
+    try:
+        value = read_manifest(layout, TOKENIZER).summary.get("bytes_per_token")
+    except FileNotFoundError:
+        return 4.0
+    return float(value) if value else 4.0
