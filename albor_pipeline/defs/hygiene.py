@@ -3,6 +3,7 @@ redaction (a conversation message by message)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 
 import dagster as dg
@@ -17,6 +18,7 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import PipelineSpec, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
+from albor_pipeline.stages.hygiene.rules import rule_set
 from albor_pipeline.summaries.hygiene import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.text.documents import DOC_SCHEMA
 from albor_pipeline.text.ledger import is_side
@@ -59,6 +61,7 @@ def hygiene(spec: PipelineSpec, src: SourceSpec, ctx: StageContext, config: Hygi
             "documents_scored_now": summary.scanned,
             "shards": sum(not is_side(a.path) for a in result.artifacts),
             "removed_total": sum(summary.removed.values()),
+            **{f"removed_{name}": n for name, n in sorted(removed_by_rule_set(summary.removed).items())},
             "removed": dg.MetadataValue.md(
                 markdown_table([{"reason": k, "documents": v} for k, v in summary.removed.items()]) or "none"
             ),
@@ -69,6 +72,14 @@ def hygiene(spec: PipelineSpec, src: SourceSpec, ctx: StageContext, config: Hygi
             "examples": dg.MetadataValue.json(summary.examples),
         },
     )
+
+
+def removed_by_rule_set(removed: dict[str, int]) -> Counter[str]:
+    """Documents removed per preset (numeric metadata: the Plots tab charts them run by run)."""
+    out: Counter[str] = Counter()
+    for why, n in removed.items():
+        out[rule_set(why)] += n
+    return out
 
 
 def _no_secrets_left(name: str, ctx: CheckContext) -> CheckOutcome:

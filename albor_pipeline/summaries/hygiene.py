@@ -12,6 +12,19 @@ from albor_pipeline.summaries.ingest import ingested
 from albor_pipeline.summaries.provenance import Built
 
 
+class SignalHistogram(Report):
+    """A thresholded signal's distribution over a source's documents, and its rule."""
+
+    signal: str
+    rule: str  # the reason its rule gives (`gopher_repetition.dup_line_frac`)
+    op: str  # a document is dropped where `signal op threshold` holds
+    threshold: float
+    log: bool  # bins on a log scale (of the value + 1): lengths and counts with a long tail
+    edges: list[float]
+    counts: list[int]
+    dropped: int  # documents this rule dropped (the first rule to hold)
+
+
 class HygieneSummary(Report):
     documents_in: int
     kept: int
@@ -20,6 +33,7 @@ class HygieneSummary(Report):
     findings: dict[str, int]  # finding type -> count
     redacted_documents: int
     examples: dict[str, list[str]]  # reason -> a few file paths
+    signals: list[SignalHistogram] = []  # each numeric rule's signal, with its threshold
 
 
 @dataclass(frozen=True)

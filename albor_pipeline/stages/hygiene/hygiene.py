@@ -33,6 +33,7 @@ from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
 from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
 from albor_pipeline.stages.hygiene.families import families_of, signal_schema
+from albor_pipeline.stages.hygiene.histograms import signal_histograms
 from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.rules import (
     SECRETS_OR_PII,
@@ -303,6 +304,9 @@ def clean_source(
         findings=dict(sorted(total.findings.items())),
         redacted_documents=total.redacted,
         examples=dict(sorted(total.examples.items())),
+        signals=signal_histograms(
+            sorted((out / SIGNALS).glob("*.parquet")), conds(job.spec.rules, spec.redact), total.removed
+        ),
     )
     return HygieneResult(
         [*(shard.artifact(out, io.root) for shard in shards), *tombstone_artifacts(out, io.root)], summary

@@ -176,6 +176,38 @@ def redactions_chart(stats: Statistics) -> Figure:
     return fig
 
 
+SIGNAL_COLUMNS = 3
+
+
+def signals_chart(stats: Statistics) -> Figure:
+    """Per source, each numeric rule's signal: its histogram, the threshold in red, and how
+    many documents the rule dropped (the first to hold) in the panel's title."""
+    panels = [(source, h) for source, hists in stats.signals.items() for h in hists]
+    rows = max(1, -(-len(panels) // SIGNAL_COLUMNS))
+    with _figure(WIDTH, 1.0 + 2.3 * rows) as fig:
+        axes = fig.subplots(rows, SIGNAL_COLUMNS, squeeze=False).ravel()
+        fig.suptitle("Quality signals per source: documents by value, the rule's threshold in red")
+        for ax in axes[len(panels) :]:
+            ax.set_visible(False)
+        if not panels:
+            axes[0].set_visible(True)
+            _note(axes[0], "no numeric quality rule")
+            return fig
+        for ax, (source, h) in zip(axes, panels):
+            edges = np.asarray(h.edges)
+            ax.stairs(h.counts, edges, fill=True, color=KEPT, alpha=0.8)
+            at = float(np.log10(max(h.threshold, 0) + 1)) if h.log else h.threshold
+            ax.axvline(at, color=REMOVED, linewidth=2)
+            span = max(edges[-1], at) - min(edges[0], at)
+            ax.set_xlim(min(edges[0], at) - 0.02 * span, max(edges[-1], at) + 0.02 * span)
+            rule = f"{source} · {h.op} {h.threshold:g} · dropped {h.dropped:,}"
+            ax.set_title(f"{h.signal}\n{rule}", fontsize=10, loc="left")
+            ax.tick_params(labelsize=9)
+            if h.log:
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _plain(10**x - 1)))
+    return fig
+
+
 def near_duplicates_chart(stats: Statistics) -> Figure:
     """Clusters by size (members), on a log scale."""
     sizes = stats.near_duplicate_clusters
@@ -267,6 +299,7 @@ DRAW: dict[str, Callable[[Statistics], Figure]] = {
     "lengths_tokens.png": lambda s: lengths_chart(s, "tokens", "tokens"),
     "funnel.png": funnel_chart,
     "redactions.png": redactions_chart,
+    "signals.png": signals_chart,
     "near_duplicates.png": near_duplicates_chart,
     "fim.png": fim_chart,
     "sequences.png": sequences_chart,

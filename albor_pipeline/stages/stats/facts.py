@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from albor_pipeline.runtime.distribution import Distribution
 from albor_pipeline.runtime.report import Report
+from albor_pipeline.summaries.hygiene import SignalHistogram
 
 
 class LengthFacts(Report):
@@ -73,6 +74,7 @@ class Statistics(Report):
     near_duplicate_clusters: dict[str, int] | None  # members -> clusters of that size; None: near dedup off
     fim: dict[str, FimFacts]
     sequences: dict[str, SequenceFacts]
+    signals: dict[str, list[SignalHistogram]] = {}  # source -> each numeric rule's signal (hygiene's)
 
 
 def funnel_rows(stats: Statistics) -> list[tuple[str, str, Callable[[str], int]]]:
@@ -116,6 +118,7 @@ CHARTS = (
     ChartSpec("lengths_tokens.png", "Document length in tokens per split and source", ("lengths", *COLOURS)),
     ChartSpec("funnel.png", "Filter funnel per document source, removals by reason", ("funnel",)),
     ChartSpec("redactions.png", "Secrets and PII found, by source and type", COLOURS),
+    ChartSpec("signals.png", "Quality signals per source, each rule's threshold drawn", ("signals",)),
     ChartSpec("near_duplicates.png", "Near-duplicate clusters by size", ("near_duplicate_clusters",)),
     ChartSpec("fim.png", "Fill-in-the-Middle share per split and source", ("fim", *COLOURS)),
     ChartSpec("sequences.png", "Sequence fill and padding per corpus", ("sequences",)),

@@ -217,6 +217,7 @@ def compute_statistics(recorded: Recorded, layout: Layout, directory: Path, io: 
     return Statistics(
         lengths={split: _lengths(s, corpora.get(split), order) for split, s in streamed.items()},
         funnel=_funnel(recorded),
+        signals={row.source: row.summary.signals for row in recorded.hygiene if row.summary.signals},
         redactions={
             row.source: Redactions(
                 mode=row.redact.value, at_ingest=dict(row.secrets_at_ingest), hygiene=row.summary.findings
