@@ -27,17 +27,19 @@ from bench.graph import run_before, run_graph
 from bench.hygiene import bench_hygiene
 from bench.lineage import bench_ledger
 from bench.loader import bench_loader
+from bench.quality import bench_quality
 from bench.rebuild import bench_rebuild
 from bench.report import markdown, write_markdown
 from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
 
-SECTIONS = ("stages", "hygiene", "e2e", "ledger", "rebuild", "scaling", "loader", "scale")
+SECTIONS = ("stages", "hygiene", "quality", "e2e", "ledger", "rebuild", "scaling", "loader", "scale")
 FULL_ONLY = ("rebuild", "scaling", "scale")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
 RESULTS = (
     "stages",
     "hygiene",
+    "quality",
     "end_to_end",
     "end_to_end_before",
     "profile",
@@ -58,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="one repeat; no rebuild, scaling or scale runs")
     parser.add_argument("--only", choices=SECTIONS, help="run one section (others kept from --out)")
     parser.add_argument("--profile", action="store_true", help="with the e2e section: one more run under py-spy")
+    parser.add_argument("--prose-mb", type=float, default=50, help="the quality section's prose (MB of text)")
     parser.add_argument("--scale-mb", type=int, default=1000, help="the scale section's corpus size (MB of sources)")
     parser.add_argument("--before", metavar="COMMIT", help="with the e2e section: also run the graph on COMMIT's code")
     parser.add_argument("--report", action="store_true", help="only rewrite RESULTS.md from --out (no bench runs)")
@@ -108,6 +111,12 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["hygiene"]:
         print("hygiene and near dedup ...", file=sys.stderr)
         results["hygiene"] = bench_hygiene(corpora, work / "hygiene", repeat)
+    if run["quality"]:
+        print(
+            f"quality: prose signals against datatrove (~{args.prose_mb} MB), threshold changes, whatif",
+            file=sys.stderr,
+        )
+        results["quality"] = bench_quality(corpora, work / "quality", args.prose_mb)
     if run["e2e"]:
         run_e2e(args, work, repeat, results)
     if run["ledger"]:

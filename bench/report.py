@@ -231,6 +231,41 @@ def _hygiene_rows(h: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _quality_rows(q: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for size in ("signals_small", "signals_large"):
+        s = q[size]
+        if "speedup" not in s:
+            rows.append((f"prose signals ({size})", s.get("datatrove"), ">= 3x datatrove"))
+            continue
+        rows.append(
+            (
+                f"prose signals, {s['mb']} MB, {s['documents']:,} documents: MB/s per core (ours / datatrove)",
+                f"{s['ours_mb_s']} / {s['datatrove_mb_s']} = {s['speedup']}x; decisions equal: {s['decisions_equal']}",
+                ">= 3x",
+            )
+        )
+    for name in ("threshold_code", "threshold_prose"):
+        t = q[name]
+        rows.append(
+            (
+                f"threshold change ({name.split('_')[1]}, {t['documents']:,} documents): rebuild / cold hygiene s",
+                f"{t['change_s']} / {t['cold_s']} = {t['change_vs_cold']}x; scored {t['scored_on_change']}; "
+                f"equals a cold build: {t['equals_cold_build']}",
+                "<= 0.05x",
+            )
+        )
+    w = q["whatif"]
+    rows.append(
+        (
+            f"albor whatif, default spec ({w['sources']} sources, {w['documents']:,} documents): fresh / warm s",
+            f"{w['fresh_process_s']} / {w['warm_s']}",
+            "<= 2 s",
+        )
+    )
+    return rows
+
+
 def _adversarial_rows(adv: dict[str, Any]) -> list[Row]:
     """One long run vs a code file of the same size: encoding alone, and training on 1 MB code + it."""
     rows: list[Row] = []
@@ -411,6 +446,7 @@ def _per_mb_targets(sc: dict[str, Any]) -> list[Row]:
 SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[Row]]], ...] = (
     ("stages", "Stages against bare libraries", "stages", _stage_rows),
     ("hygiene", "Hygiene and near dedup", "hygiene", _hygiene_rows),
+    ("quality", "Quality signals, threshold changes and what-if", "quality", _quality_rows),
     ("end_to_end", "The whole graph (default spec)", "e2e", _e2e_rows),
     ("profile", "Where the graph's time goes (py-spy)", "e2e", _profile_rows),
     ("end_to_end_before", "The graph on the `--before` commit and on this checkout", "e2e", _before_rows),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,40 @@ PRESETS = (
     R.c4_conds(C4()),
     R.fineweb_conds(FineWeb()),
 )
+
+
+class _Text(HTMLParser):
+    """An HTML page's text: a line break at each block element, scripts and styles left out."""
+
+    BLOCKS = frozenset(("p", "div", "li", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "dt", "dd", "tr", "br"))
+    BLOCKS |= {"table", "ul", "ol", "dl", "blockquote", "section"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        self.hidden += tag in ("script", "style", "head")
+        if tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.hidden -= tag in ("script", "style", "head")
+        if tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self.hidden:
+            self.parts.append(data)
+
+
+def html_text(path: Path) -> str:
+    """An HTML page's text (python3-doc's pages: real prose for the bench and the tests)."""
+    parser = _Text()
+    parser.feed(path.read_text(errors="replace"))
+    parser.close()
+    return "".join(parser.parts)
 
 
 def _ours(texts: list[str]) -> list[tuple[str | None, ...]]:

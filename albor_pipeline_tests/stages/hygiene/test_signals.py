@@ -18,7 +18,6 @@ import re
 import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from pydoc_data.topics import topics
 from typing import Any
@@ -47,6 +46,7 @@ from albor_pipeline.spec import C4, FineWeb, GopherQuality, GopherRepetition
 from albor_pipeline.stages.hygiene import rules as R
 from albor_pipeline.stages.hygiene import signals as S
 from albor_pipeline.stages.hygiene.words import english_words
+from bench.signals import html_text
 
 pytestmark = pytest.mark.slow  # datatrove's spaCy calls: about a minute for the corpus
 
@@ -56,46 +56,13 @@ HTML_PAGES = 100  # every other page of the manual, small ones first
 README_CHARS = 16_000  # larger READMEs are changelogs and licences as often as prose
 
 
-class _Text(HTMLParser):
-    """An HTML page's text: a line break at each block element, scripts and styles left out."""
-
-    BLOCKS = frozenset(("p", "div", "li", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "dt", "dd", "tr", "br"))
-    BLOCKS |= {"table", "ul", "ol", "dl", "blockquote", "section"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.hidden = 0
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        self.hidden += tag in ("script", "style", "head")
-        if tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        self.hidden -= tag in ("script", "style", "head")
-        if tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if not self.hidden:
-            self.parts.append(data)
-
-
-def _html_text(path: Path) -> str:
-    parser = _Text()
-    parser.feed(path.read_text(errors="replace"))
-    parser.close()
-    return "".join(parser.parts)
-
-
 @pytest.fixture(scope="module")
 def corpus() -> dict[str, str]:
     """A few hundred documents: manual pages, READMEs, pydoc topics (Debian's python3-doc is
     installed by scripts/system-deps, as `make test` does, when it is missing)."""
     subprocess.run([ROOT / "scripts/system-deps", f"{PYTHON_DOC}/index.html:python3-doc"], check=True)
     pages = sorted(PYTHON_DOC.rglob("*.html"), key=lambda p: (p.stat().st_size, str(p)))
-    docs = {str(p): _html_text(p) for p in pages[: HTML_PAGES * 2 : 2]}
+    docs = {str(p): html_text(p) for p in pages[: HTML_PAGES * 2 : 2]}
     readmes = [p for p in sorted(Path("/usr/share/doc").glob("*/README*")) if p.is_file()]
     for path in readmes[::2]:
         if path.stat().st_size < README_CHARS:

@@ -18,7 +18,8 @@ from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.stages.quality.classifier import train_classifier
 from albor_pipeline.text.classifier import WEIGHTS, ModelRef
 from albor_pipeline.text.ledger import SIGNALS
-from albor_pipeline_tests.stages.hygiene.test_signals import PYTHON_DOC, ROOT, _html_text
+from albor_pipeline_tests.stages.hygiene.test_signals import PYTHON_DOC, ROOT
+from bench.signals import html_text
 
 pytestmark = pytest.mark.slow  # a few hundred pages to read and vectorize
 
@@ -34,7 +35,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], 
     pages and READMEs neither trained on (`unseen`)."""
     subprocess.run([ROOT / "scripts/system-deps", f"{PYTHON_DOC}/index.html:python3-doc"], check=True)
     root = tmp_path_factory.mktemp("classifier")
-    pages = [_html_text(p) for p in sorted(PYTHON_DOC.rglob("*.html"))]
+    pages = [html_text(p) for p in sorted(PYTHON_DOC.rglob("*.html"))]
     readmes = []
     for p in sorted(Path("/usr/share/doc").glob("*/README*")):
         if p.is_file():
