@@ -61,7 +61,7 @@ test-fast: install $(VENV)/.test-packages
 
 # The README's UI images, from the browser test (a real run in Debian's Chromium).
 screenshots: install system-deps
-	ALBOR_SCREENSHOTS=1 $(BIN)/python -m pytest -q albor_pipeline_tests/scenarios/test_ui_e2e.py -k materialize_all
+	ALBOR_SCREENSHOTS=1 $(BIN)/python -m pytest -q albor_pipeline_tests/scenarios/test_ui_e2e.py -k "materialize_all or whatif"
 
 bench: install
 	$(BIN)/pip install -q -e '.[dev,bench]'

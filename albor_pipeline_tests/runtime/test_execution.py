@@ -58,7 +58,7 @@ from albor_pipeline.stages.fim.fim import apply_fim
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.stages.mix.mix import mix_documents
-from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.ledger import is_ledger, is_side
 from albor_pipeline_tests.support import (
     STDLIB,
     STDLIB_PACKAGES,
@@ -339,11 +339,12 @@ def test_tasks_on_a_node_without_the_working_copy_read_and_write_through_the_buc
     # and token files), kept no output, and the bucket holds every shard as the object the
     # stage will publish.
     cached = {p.name.split(".")[0] for p in (far_node / CACHE).rglob("*") if p.is_file()}
-    inputs = {a.sha256 for a in [*far[0], *far[1], *far[2], *far[3], *far[4], tok] if not is_ledger(a.path)}
+    inputs = {a.sha256 for a in [*far[0], *far[1], *far[2], *far[3], *far[4], tok] if not is_side(a.path)}
     objects = set(Bucket(uri, Layout(run)).objects())
     spooled = cached - inputs
     fim_groups = sum(pq.ParquetFile(run / a.path).num_row_groups for a in far[4])
-    assert inputs < cached and spooled <= objects and len(spooled) > fim_groups + len(far[1])
+    filtered = [a for a in far[1] if not is_side(a.path)]  # its documents (not their ledger or signals)
+    assert inputs < cached and spooled <= objects and len(spooled) > fim_groups + len(filtered)
     assert not [p for p in far_node.rglob("*") if p.is_file() and CACHE not in p.parts]
     tasks_wrote = {
         a.sha256 for arts in far for a in arts if a.path.endswith(".parquet") and not a.path.endswith(PIECES)

@@ -22,7 +22,7 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import DEFAULT_SPEC, load_spec
 from albor_pipeline.stages.documents.documents import split_of
 from albor_pipeline.text.documents import text_sha256
-from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.ledger import is_ledger, is_side
 from albor_pipeline_tests.support import SHIPPED_SOURCES, STDLIB, materialize_all, small_spec_dict, stage, write_spec
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -156,7 +156,7 @@ def test_every_stage_materializes_with_provenance_metadata(reference):
     assert (
         tasks["_key_shard"]["tasks"]
         == tasks["_write_splits"]["tasks"]
-        == len([p for p in mats["documents"].metadata["inputs"].value if not is_ledger(p)])
+        == len([p for p in mats["documents"].metadata["inputs"].value if not is_side(p)])
     )
     assert all(0 <= t["p50_s"] <= t["max_s"] <= t["total_s"] for t in tasks.values())
     assert sum(t["total_s"] for t in tasks.values()) > 0

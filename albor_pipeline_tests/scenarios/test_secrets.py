@@ -709,6 +709,12 @@ def _in_every_source_kind(root: Path, lines: list[str]) -> list[dict]:
     )
     sources = [{"name": f"planted_{kind}", "kind": kind, "path": str(path)} for kind, path in kinds.items()]
     sources[-1]["task_type"] = "multiple_choice"
+    # The text sources' documents are planted lines, not prose: the prose rules would drop them
+    # (this is about secrets), so they keep the rules every document source had before them.
+    code_rules = {"starcoder": {}, "gopher_repetition": None, "gopher_quality": None, "fineweb": None}
+    for source in sources:
+        if source["kind"] in ("jsonl", "csv", "parquet"):
+            source["hygiene"] = {"rules": code_rules}
     return sources
 
 

@@ -1,10 +1,10 @@
-"""Per-source hygiene: heuristic quality filters, then PII redaction.
+"""Per-source hygiene: quality signals scored once, rules decided over them, then PII redaction.
 
-Filters (thresholds from the StarCoder data card where it gives one) drop a document
-and count it by reason: a line longer than 1,000 characters, a mean line length over
-100, an alphanumeric fraction under 0.25, an auto-generated marker in the first lines,
-or mostly numeric literals and hex/base64 blobs (data, not code); for a text source with
-`languages`, a language not listed (counted as `language:<code>`).
+Each row group's signals (`families.py`: code, language, prose, the classifier's score) and
+its redaction findings are kept under their own identity, so a rebuild after a threshold
+change scores no text. The rules (`rules.py`: the presets and plain rules of
+`hygiene.rules`) drop a document and count it by reason; the ledger names the signal's
+value. The signals are written beside the output (`_signals/<shard>`) for `albor whatif`.
 
 E-mails, public IP addresses and phone numbers are replaced by placeholders
 (`text/secrets.py`); `drop` removes the document instead and `report` only counts.
