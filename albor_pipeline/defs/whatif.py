@@ -49,7 +49,7 @@ def whatif_metadata(answer: SourceWhatIf) -> dict[str, Any]:
 def whatif_definitions(spec: PipelineSpec, ns: Namespace) -> dg.Definitions:
     """The preview job of one pipeline (in namespace `ns`)."""
 
-    @dg.op(name=ns.name(JOB), required_resource_keys={ns.store_key})
+    @dg.op(name=ns.name("whatif_preview"), required_resource_keys={ns.store_key})
     def preview(context: dg.OpExecutionContext, config: WhatIfConfig) -> None:
         """What the proposed rule changes would remove or restore, from the stored signals."""
         layout = getattr(context.resources, ns.store_key).layout

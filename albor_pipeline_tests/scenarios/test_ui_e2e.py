@@ -161,7 +161,7 @@ def test_the_whatif_preview_runs_from_the_launchpad(server: Server) -> None:
         "hygiene_whatif",
         repository_location_name="albor_pipeline",
         repository_name="__repository__",
-        run_config={"ops": {"hygiene_whatif": {"config": {"changes": proposed, "examples": 2}}}},
+        run_config={"ops": {"whatif_preview": {"config": {"changes": proposed, "examples": 2}}}},
     )
     assert server.wait_for_run(run_id) == dg.DagsterRunStatus.SUCCESS
     spec = load_spec(server.spec)
