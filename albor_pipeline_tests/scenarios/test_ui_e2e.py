@@ -155,7 +155,7 @@ def test_the_whatif_preview_runs_from_the_launchpad(server: Server) -> None:
 
     manifests = server.layout.manifests_dir
     before = {p.name: p.read_bytes() for p in manifests.glob("*.json")}  # each records its stage's outputs' hashes
-    proposed = ["hygiene.rules.starcoder.max_line_length=200"]
+    proposed = ["hygiene.rules.starcoder.max_line_length=100"]
     client = DagsterGraphQLClient("127.0.0.1", port_number=server.port)
     run_id = client.submit_job_execution(
         "hygiene_whatif",
