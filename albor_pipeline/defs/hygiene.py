@@ -15,7 +15,7 @@ from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import QUALITY_CLASSIFIER, filtered_stage, ingested_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stagerun import StageOutput
-from albor_pipeline.spec import PipelineSpec, RedactMode, SourceKind, SourceSpec
+from albor_pipeline.spec import PRESETS, PipelineSpec, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
 from albor_pipeline.stages.hygiene.rules import rule_set
@@ -98,6 +98,15 @@ def _no_secrets_left(name: str, ctx: CheckContext) -> CheckOutcome:
     )
 
 
+def _rule_sets(src: SourceSpec) -> str:
+    """The rule sets a source's hygiene applies, as its description names them."""
+    rules = src.hygiene.rules
+    named = [p for p in PRESETS if getattr(rules, p) is not None]
+    named += ["languages " + ", ".join(rules.languages)] if rules.languages else []
+    named += [f"drop_if {r}" for r in rules.drop_if]
+    return "; ".join(named) or "none"
+
+
 def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
     return [
         Stage(
@@ -108,10 +117,10 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
                 "replaced by `<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`, `<PHONE_NUMBER>` (or the conversation dropped, "
                 "or only counted)."
                 if src.kind is SourceKind.chat
-                else f"`{src.name}` after hygiene: documents failing the quality filters (long lines, low "
-                "alphanumeric share, auto-generated, data-heavy, a language not listed) removed and counted; "
-                "secrets, e-mails, public IPs and phone numbers replaced by `<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`, "
-                "`<PHONE_NUMBER>` (or the document dropped, or only counted)."
+                else f"`{src.name}` after hygiene: quality signals scored once per document (`_signals/`); "
+                f"documents failing its rules ({_rule_sets(src)}) removed and counted; secrets, e-mails, public "
+                "IPs and phone numbers replaced by `<KEY>`, `<EMAIL>`, `<IP_ADDRESS>`, `<PHONE_NUMBER>` (or the "
+                "document dropped, or only counted)."
             ),
             config=HygieneConfig,
             defaults=spec_defaults(HygieneConfig, src.hygiene),

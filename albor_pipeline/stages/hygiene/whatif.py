@@ -45,7 +45,7 @@ class Amount(BaseModel):
 
 class Example(BaseModel):
     file: str
-    value: float | str
+    value: int | float | str  # the signal's value (a length, a share, a language)
     excerpt: str
 
 
@@ -265,7 +265,7 @@ def whatif_lines(answers: list[SourceWhatIf]) -> list[str]:
     return lines
 
 
-def _shown(value: float | str) -> str:
+def _shown(value: int | float | str) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
