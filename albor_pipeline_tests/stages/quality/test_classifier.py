@@ -89,3 +89,43 @@ def test_the_classifier_trains_deterministically_and_its_score_is_a_working_rule
     assert len(manual) > 20 and len(readmes) > 20  # both classes, as the source was made
     assert len(manual & low) <= len(manual) // 10  # at most a tenth of the unseen manual pages dropped
     assert len(readmes & low) >= 0.8 * len(readmes)  # and most unseen READMEs
+
+
+@pytest.mark.graph
+def test_a_spec_with_a_classifier_builds_and_its_card_reports_it(tmp_path: Path) -> None:
+    """The whole graph with `quality.classifier`: the classifier stage trains on the pydoc
+    topics against /usr/share/doc's READMEs, a third source's hygiene reads its score, and
+    PROVENANCE.md and the asset's metadata report the held-out figures."""
+    from albor_pipeline.runtime.artifacts import read_manifest
+    from albor_pipeline.runtime.layout import QUALITY_CLASSIFIER, Layout
+    from albor_pipeline.spec import load_spec
+    from albor_pipeline_tests.support import materialize_all, tiny_spec, write_spec
+
+    readmes = [
+        p.read_text(errors="replace")[:20_000] for p in sorted(Path("/usr/share/doc").glob("*/README")) if p.is_file()
+    ]
+    topics = [json.loads(line)["text"] for line in (ROOT / "data/samples/pydoc_topics.jsonl").open()]
+    prose = {"rules": {"gopher_repetition": None, "gopher_quality": None, "fineweb": None}}
+    raw = tiny_spec()
+    raw["sources"] += [
+        {"name": "topics", "kind": "jsonl", "path": str(_jsonl(tmp_path / "t.jsonl", topics[::2])), "hygiene": prose},
+        {"name": "readmes", "kind": "jsonl", "path": str(_jsonl(tmp_path / "r.jsonl", readmes[::2])), "hygiene": prose},
+        {
+            "name": "mixed",
+            "kind": "jsonl",
+            "path": str(_jsonl(tmp_path / "m.jsonl", topics[1::2] + readmes[1::2])),
+            "hygiene": {"rules": {**prose["rules"], "drop_if": ["quality_score < 0.5"]}},
+        },
+    ]
+    raw["quality"] = {"classifier": {"positive": ["topics"], "negative": ["readmes"]}}
+    spec = load_spec(write_spec(tmp_path / "spec.yaml", raw))
+    out = tmp_path / "out"
+    result = materialize_all(spec, out)
+    layout = Layout(out)
+    trained = read_manifest(layout, QUALITY_CLASSIFIER)
+    assert trained.summary["auc"] > 0.9 and trained.summary["documents"]["positive"] > 20
+    mixed = read_manifest(layout, "filtered/mixed").summary
+    assert 0 < mixed["removed"]["quality_score < 0.5"] < mixed["documents_in"]
+    meta = result.asset_materializations_for_node("quality_classifier")[0].metadata
+    assert meta["auc"].value == trained.summary["auc"]
+    assert "## Quality classifier" in (out / "PROVENANCE.md").read_text()
