@@ -30,7 +30,7 @@ def signal_histograms(shards: list[Path], cs: list[Cond], dropped: Counter[str])
         return []
     low, high = dict.fromkeys(signals, np.inf), dict.fromkeys(signals, -np.inf)
     for path in shards:
-        table = pq.read_table(path, columns=signals)
+        table = pq.ParquetFile(path).read(columns=signals)
         for name in signals:
             values = _finite(table.column(name).to_numpy(zero_copy_only=False))
             if len(values):
@@ -38,7 +38,7 @@ def signal_histograms(shards: list[Path], cs: list[Cond], dropped: Counter[str])
     edges = {name: _edges(low[name], high[name]) for name in signals}
     counts = {name: np.zeros(BINS, np.int64) for name in signals}
     for path in shards:
-        table = pq.read_table(path, columns=signals)
+        table = pq.ParquetFile(path).read(columns=signals)
         for name in signals:
             bins, log = edges[name]
             values = _finite(table.column(name).to_numpy(zero_copy_only=False))

@@ -158,7 +158,7 @@ def _tally(
     inside = {c.reason: _Near(examples) for c in changed}
     documents = kept_now = kept_after = 0
     for path in shards:
-        table = pq.read_table(path, columns=wanted)
+        table = pq.ParquetFile(path).read(columns=wanted)
         cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in wanted}
         rows = table.num_rows
         first_now, first_after = decide(now, cols, rows), decide(after, cols, rows)
@@ -222,7 +222,7 @@ class _Excerpts:
     def examples(self, near: _Near) -> list[Example]:
         out = []
         for shard, row, value in near.nearest():
-            table = pq.read_table(self.directory / shard, columns=["text", "file"]).slice(row, 1)
+            table = pq.ParquetFile(self.directory / shard).read(columns=["text", "file"]).slice(row, 1)
             text, file = table.column("text")[0].as_py(), table.column("file")[0].as_py()
             excerpt = " ".join(redacted(text[: EXCERPT_CHARS * 2])[0].split())[:EXCERPT_CHARS]
             out.append(Example(file=redact_path(file), value=value, excerpt=excerpt))
