@@ -110,6 +110,7 @@ def bench_prose_signals(texts: list[str]) -> dict[str, Any]:
         "datatrove_mb_s": round(mb / theirs_s, 3),
         "speedup": round(theirs_s / ours_s, 2),
         "decisions_equal": ours == theirs,
+        "decisions_differ": [(i, a, b) for i, (a, b) in enumerate(zip(ours, theirs)) if a != b][:5],
     }
 
 

@@ -7,7 +7,7 @@ from functools import partial
 
 import dagster as dg
 
-from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext
+from albor_pipeline.defs.stage import Check, CheckContext, NoConfig, Stage, StageContext
 from albor_pipeline.runtime.artifacts import read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import QUALITY_CLASSIFIER, Layout, ingested_stage
@@ -23,11 +23,7 @@ from albor_pipeline.text.classifier import WEIGHTS, ModelRef
 GROUP = "quality"
 
 
-class ClassifierConfig(dg.Config):
-    """The classifier has no run overrides: its settings are the spec's `quality.classifier`."""
-
-
-def classifier(spec: ClassifierSpec, ctx: StageContext, _: ClassifierConfig) -> StageOutput:
+def classifier(spec: ClassifierSpec, ctx: StageContext, _: NoConfig) -> StageOutput:
     layout = ctx.layout
     result = train_classifier(
         [layout.ingested(n) for n in spec.positive],
@@ -79,7 +75,7 @@ def model_of(spec: PipelineSpec, src: SourceSpec, layout: Layout) -> ModelRef | 
     return ModelRef(str(layout.stage_dir(QUALITY_CLASSIFIER)), weights.sha256)
 
 
-def stages(spec: PipelineSpec) -> list[Stage[ClassifierConfig]]:
+def stages(spec: PipelineSpec) -> list[Stage[NoConfig]]:
     clf = spec.quality.classifier
     if clf is None:
         return []
@@ -90,8 +86,8 @@ def stages(spec: PipelineSpec) -> list[Stage[ClassifierConfig]]:
             description="A quality classifier trained here (hashed word n-grams, logistic regression) on "
             f"{', '.join(clf.positive)} (positive) against {', '.join(clf.negative)} (negative); hygiene's "
             "`quality_score` signal. Held-out precision, recall and AUC in metadata.",
-            config=ClassifierConfig,
-            defaults=ClassifierConfig(),
+            config=NoConfig,
+            defaults=NoConfig(),
             work=partial(classifier, clf),
             deps=tuple(ingested_stage(n) for n in (*clf.positive, *clf.negative)),
             checks=(Check("separates", "Held out, the model's AUC is above 0.5.", _separates),),

@@ -30,6 +30,7 @@ from albor_pipeline.defs.ingestion import IngestConfig
 from albor_pipeline.defs.mix import MixConfig
 from albor_pipeline.defs.stage import NoConfig, resolve
 from albor_pipeline.defs.tokenizer import TokenizerConfig
+from albor_pipeline.defs.whatif import WhatIfConfig
 from albor_pipeline.spec import (
     ChatSpec,
     CorpusSpec,
@@ -56,6 +57,7 @@ SECTIONS: dict[type[dg.Config], type[BaseModel] | None] = {
     SftConfig: ChatSpec,
     EvalConfig: None,  # nothing to override
     NoConfig: None,
+    WhatIfConfig: None,  # the what-if job's proposed changes, not a spec section
 }
 NOT_IN_SECTION = {FimConfig: {"enabled"}}  # per split: whether it is in `fim.splits`
 

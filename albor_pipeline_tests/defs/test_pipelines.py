@@ -74,7 +74,7 @@ def test_two_pipelines_side_by_side(deployment: Path) -> None:
     assert {k.asset_key.path[0] for k in graph.asset_check_keys} == {"code", "other"}
     repo = both.get_repository_def()
     jobs = {j.name for j in repo.get_all_jobs() if not j.name.startswith("__")}
-    assert jobs == {f"{p}_{j}" for p in ("code", "other") for j in (BUILD_JOB, "observe_sources")}
+    assert jobs == {f"{p}_{j}" for p in ("code", "other") for j in (BUILD_JOB, "observe_sources", "hygiene_whatif")}
     assert {s.name for s in repo.schedule_defs} == {"code_observe_sources_schedule", "other_observe_sources_schedule"}
     assert {s.name for s in repo.sensor_defs} == {"code_albor_automation", "other_albor_automation"}
     assert set(both.resources or {}) == {"code_store", "code_execution", "other_store", "other_execution"}

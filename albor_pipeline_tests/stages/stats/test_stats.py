@@ -133,11 +133,15 @@ def test_sequence_fill_counts_the_non_pad_tokens(reference):
 
 def test_charts_are_pngs_linked_from_the_card_and_provenance_and_plotted(reference):
     out = reference.out
-    _, summary = _stats(out)
+    stats, summary = _stats(out)
+    # The signals chart's input: each code source's StarCoder rules, every document in a histogram.
+    hygiene = {s: read_manifest(Layout(out), f"filtered/{s}").summary for s in stats.signals}
+    assert stats.signals and {h.rule for hs in stats.signals.values() for h in hs} >= {"long_line", "low_alnum"}
+    assert all(sum(h.counts) == hygiene[s]["documents_in"] for s, hs in stats.signals.items() for h in hs)
     manifest = read_manifest(Layout(out), STATS)
     recorded = {a.path: a.sha256 for a in manifest.outputs}
     card, provenance = (out / "README.md").read_text(), (out / "PROVENANCE.md").read_text()
-    assert len(summary.charts) == 7
+    assert len(summary.charts) == len(CHARTS) == 8
     for chart in summary.charts:
         data = (out / chart.path).read_bytes()
         assert data.startswith(PNG_MAGIC) and recorded[chart.path] == sha256_file(out / chart.path)
@@ -213,4 +217,4 @@ def test_a_rerun_writes_the_same_bytes(reference, tmp_path):
         result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey([STATS])])
         assert [e.asset_key for e in result.get_asset_materialization_events()] == [dg.AssetKey([STATS])]
     after = {p.name: sha256_file(p) for p in sorted((out / STATS).iterdir())}
-    assert after == before and len(after) == 8
+    assert after == before and len(after) == len(CHARTS) + 1  # the charts and stats.json
