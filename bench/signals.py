@@ -24,11 +24,14 @@ from albor_pipeline.stages.hygiene import signals as S
 from albor_pipeline.stages.hygiene.words import english_words
 from bench.common import DATATROVE_MISSING
 
-PRESETS = (
-    R.gopher_quality_conds(GopherQuality()),
-    R.gopher_repetition_conds(GopherRepetition()),
-    R.c4_conds(C4()),
-    R.fineweb_conds(FineWeb()),
+PRESETS = tuple(
+    list(conds)  # lists: each bench call walks them again
+    for conds in (
+        R.gopher_quality_conds(GopherQuality()),
+        R.gopher_repetition_conds(GopherRepetition()),
+        R.c4_conds(C4()),
+        R.fineweb_conds(FineWeb()),
+    )
 )
 
 
@@ -71,7 +74,7 @@ def _ours(texts: list[str]) -> list[tuple[str | None, ...]]:
     scored = [S.prose_signals(text) for text in texts]
     cols = {name: np.asarray([getattr(s, name) for s in scored]) for name in S.ProseSignals.__dataclass_fields__}
     verdicts = []
-    for preset in map(list, PRESETS):
+    for preset in PRESETS:
         first = R.decide(preset, cols, len(texts)).tolist()
         verdicts.append([None if k < 0 else preset[k].peer for k in first])
     return list(zip(*verdicts))
