@@ -19,12 +19,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
@@ -32,7 +33,7 @@ from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, s
 from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
 from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
-from albor_pipeline.stages.hygiene.families import families_of, signal_schema
+from albor_pipeline.stages.hygiene.families import Family, families_of, signal_schema
 from albor_pipeline.stages.hygiene.histograms import signal_histograms
 from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.rules import (
@@ -92,12 +93,14 @@ class _Chunk:
 
 @dataclass
 class _Redaction:
-    """What redaction found in a row group's documents: each document's findings by type, and
-    the new text of those it changed. Kept under the row group's identity (`memo`), as the
-    signal families are: a rebuild scans again only the row groups whose bytes changed."""
+    """What redaction found in a row group's documents: each document's findings by type, the
+    new text of those it changed, and the redacted path of those whose path holds one. Kept
+    under the row group's identity (`memo`), as the signal families are: a rebuild scans
+    again only the row groups whose bytes changed."""
 
     counts: list[dict[str, int]]
     changed: dict[int, str]
+    paths: dict[int, str]
 
 
 @dataclass(frozen=True)
@@ -106,16 +109,19 @@ class _RedactJob:
     scan_secrets: bool
 
 
-def _redact(job: _RedactJob, texts: pa.Array, strings: list[str]) -> _Redaction:
+def _redact(job: _RedactJob, texts: pa.Array, strings: list[str], files: list[str]) -> _Redaction:
     """Every document's findings, and its redacted text where it has any (a conversation
     message by message)."""
     lines = [None] * len(strings) if job.conversations else candidate_lines(texts, secrets=job.scan_secrets)
-    out = _Redaction([], {})
+    out = _Redaction([], {}, {})
     for i, (text, where) in enumerate(zip(strings, lines)):
         cleaned, counts = redacted(text, job.conversations, secrets=job.scan_secrets, lines=where)
         out.counts.append(dict(counts))
         if counts:
             out.changed[i] = cleaned
+    for i, file in enumerate(files):
+        if (path := redact_path(file)) != file:
+            out.paths[i] = path
     return out
 
 
@@ -129,20 +135,30 @@ def _scored(step: Any, job: Any, group: str, compute: Callable[[], T], fresh: li
     return memo(step, job, group, run)
 
 
-def _signals(job: _CleanJob, group: str, texts: pa.Array, rows: dict[str, list[Any]], fresh: list[bool]) -> _Signals:
-    """A row group's signals (each family's scored now or reused) and its redaction findings."""
-    strings = rows["text"]
-    cols: dict[str, Any] = {"sha256": rows["sha256"], "chars": [len(t) for t in strings]}
+def _signals(job: _CleanJob, group: str, table: pa.Table, fresh: list[bool]) -> _Signals:
+    """A row group's signals (each family's scored now or reused) and its redaction findings.
+    The text becomes Python strings only when something is scored now."""
+    texts = table.column("text").combine_chunks()
+    strings = cache(texts.to_pylist)
+    cols: dict[str, Any] = {
+        "sha256": table.column("sha256").combine_chunks(),
+        "chars": pc.utf8_length(texts).cast(pa.int64()),
+    }
     for family in families_of(job.kind, job.spec.rules, job.reads):
         params = {"prose": job.spec.signals, "model": job.model}.get(family.uses)
-        cols |= _scored(family.score, params, group, partial(family.score, texts, strings, params), fresh)
-    redaction = _Redaction([{} for _ in strings], {})
+        cols |= _scored(family.score, params, group, partial(_score, family, texts, strings, params), fresh)
+    redaction = _Redaction([{} for _ in range(len(texts))], {}, {})
     if job.spec.redact is not RedactMode.off:
         rjob = _RedactJob(job.conversations, job.scan_secrets)
-        redaction = _scored(_redact, rjob, group, partial(_redact, rjob, texts, strings), fresh)
+        files = table.column("file").to_pylist()
+        redaction = _scored(_redact, rjob, group, lambda: _redact(rjob, texts, strings(), files), fresh)
     cols["findings"] = [sum(c.values()) for c in redaction.counts]
     cols["findings_by_type"] = [_counts(c) for c in redaction.counts]
     return _Signals(cols, redaction)
+
+
+def _score(family: Family, texts: pa.Array, strings: Callable[[], list[str]], params: Any) -> dict[str, list[Any]]:
+    return family.score(texts, strings(), params)
 
 
 @dataclass
@@ -151,52 +167,63 @@ class _Signals:
     redaction: _Redaction
 
 
-def _clean_row_group(job: _CleanJob, path: str, group: int) -> tuple[pa.RecordBatch, pa.RecordBatch, _Chunk]:
+def _clean_row_group(job: _CleanJob, path: str, group: int) -> tuple[pa.Table, pa.RecordBatch, _Chunk]:
     """Row group `group` of the shard `path` after hygiene, its signals and its accounting: the
-    signals and findings scored once per row group's bytes, the rules decided over them."""
-    table = pq.ParquetFile(path).read_row_group(group)
-    rows = table.to_pydict()
-    texts = table.column("text").combine_chunks()
+    signals and findings scored once per row group's bytes, the rules decided over them. Only
+    the documents removed or redacted pass through Python; the kept rows are filtered in Arrow."""
+    table = pq.ParquetFile(path).read_row_group(group, columns=DOC_SCHEMA.names)
     fresh: list[bool] = []
-    scored = _signals(job, row_group_sha256(path, group), texts, rows, fresh)
+    scored = _signals(job, row_group_sha256(path, group), table, fresh)
     cs = conds(job.spec.rules, job.spec.redact)
     values = {name: np.asarray(v) for name, v in scored.cols.items()}
-    first = decide(cs, values, len(texts)).tolist()
-    chunk = _Chunk(documents_in=len(texts), scanned=len(texts) if fresh else 0)
-    changed, counts = scored.redaction.changed, scored.redaction.counts
-    out: dict[str, list[Any]] = {name: [] for name in DOC_SCHEMA.names}
-    for i, (text, source, file, sha, k) in enumerate(
-        zip(rows["text"], rows["source"], rows["file"], rows["sha256"], first)
-    ):
-        cond = cs[k] if k >= 0 else None
-        if cond is None or cond.reason == SECRETS_OR_PII:
-            chunk.findings.update(counts[i])
-        if cond is not None:
-            value = values[cond.signal][i].item()
-            chunk.removed[reason(cond, value)] += 1
-            chunk.note(reason(cond, value), file)
-            if job.audit.ledger:
-                kept = (
-                    changed.get(i, text) if job.audit.keep_removed and job.spec.redact is not RedactMode.off else None
-                )
-                chunk.ledger.add(source, _out_path(job, file), sha, "filtered", detail(cond, value), text=kept)
+    first = decide(cs, values, table.num_rows)
+    chunk = _Chunk(documents_in=table.num_rows, scanned=table.num_rows if fresh else 0)
+    red = scored.redaction
+    paths = red.paths if job.spec.redact in (RedactMode.redact, RedactMode.drop) else {}
+    files, sources = table.column("file").to_pylist(), table.column("source").to_pylist()
+    shas = table.column("sha256").to_pylist()
+    for i, k in enumerate(first.tolist()):
+        if k < 0 or cs[k].reason == SECRETS_OR_PII:
+            chunk.findings.update(red.counts[i])
+        if k < 0:
             continue
-        if i in changed and job.spec.redact is RedactMode.redact:
-            text = changed[i]
-            chunk.redacted += 1
-            chunk.note("redacted", file)
-            if job.audit.ledger:
-                chunk.ledger.add(source, _out_path(job, file), sha, "redacted", _counts(counts[i]), text_sha256(text))
-            sha = text_sha256(text)
-        for name, value in zip(DOC_SCHEMA.names, (text, source, _out_path(job, file), sha)):
-            out[name].append(value)
-    docs = pa.RecordBatch.from_pydict(out, schema=DOC_SCHEMA)
-    return docs, pa.RecordBatch.from_pydict(scored.cols, schema=job.signal_schema), chunk
+        value = values[cs[k].signal][i].item()
+        chunk.removed[reason(cs[k], value)] += 1
+        chunk.note(reason(cs[k], value), files[i])
+        if job.audit.ledger:
+            text = None
+            if job.audit.keep_removed and job.spec.redact is not RedactMode.off:
+                text = red.changed.get(i, table.column("text")[i].as_py())
+            chunk.ledger.add(sources[i], paths.get(i, files[i]), shas[i], "filtered", detail(cs[k], value), text=text)
+    keep = first < 0
+    redacted = {i: t for i, t in red.changed.items() if keep[i]} if job.spec.redact is RedactMode.redact else {}
+    for i, text in redacted.items():
+        chunk.redacted += 1
+        chunk.note("redacted", files[i])
+        sha = text_sha256(text)
+        if job.audit.ledger:
+            chunk.ledger.add(sources[i], paths.get(i, files[i]), shas[i], "redacted", _counts(red.counts[i]), sha)
+        shas[i] = sha
+    out = pa.table(
+        [
+            _replaced(table.column("text").combine_chunks(), redacted),
+            table.column("source"),
+            _replaced(table.column("file").combine_chunks(), paths),
+            pa.array(shas, pa.string()),
+        ],
+        schema=DOC_SCHEMA,
+    ).filter(pa.array(keep))
+    return out, pa.RecordBatch.from_pydict(scored.cols, schema=job.signal_schema), chunk
 
 
-def _out_path(job: _CleanJob, file: str) -> str:
-    """A document's path as hygiene passes it on: PII in it redacted unless `redact` keeps it."""
-    return redact_path(file) if job.spec.redact in (RedactMode.redact, RedactMode.drop) else file
+def _replaced(column: pa.Array, new: dict[int, str]) -> pa.Array:
+    """`column` with the values at `new`'s indices replaced by `new`'s values."""
+    if not new:
+        return column
+    mask = np.zeros(len(column), dtype=bool)
+    order = sorted(new)
+    mask[order] = True
+    return pc.replace_with_mask(column, pa.array(mask), pa.array([new[i] for i in order], column.type))
 
 
 def _counts(counts: dict[str, int]) -> str:
