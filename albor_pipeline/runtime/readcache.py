@@ -23,10 +23,15 @@ from albor_pipeline.runtime.layout import Layout
 DEFAULT_CACHE_BYTES = 10 << 30
 
 
-def default_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/albor/objects` (`~/.cache/albor/objects`): objects are shared by every corpus read."""
+def user_cache(name: str) -> Path:
+    """`$XDG_CACHE_HOME/albor/<name>` (`~/.cache/albor/<name>`): what this user's runs share."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "albor" / "objects"
+    return Path(base) / "albor" / name
+
+
+def default_cache_dir() -> Path:
+    """`~/.cache/albor/objects`: objects are shared by every corpus read."""
+    return user_cache("objects")
 
 
 @dataclass(frozen=True)

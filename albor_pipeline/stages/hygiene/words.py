@@ -20,9 +20,15 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from functools import cache
+from importlib import metadata
 from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
+
+from pydantic import BaseModel
+
+from albor_pipeline.runtime.artifacts import atomic_path
+from albor_pipeline.runtime.readcache import user_cache
 
 WS_TOKEN = None  # where spaCy makes a whitespace token (any whitespace but one space after a word)
 BREAKS = re.compile(r"\s{2,}|[^\S ]")  # whitespace that is a token of its own in spaCy
@@ -44,26 +50,90 @@ class Chunk(NamedTuple):
 FINAL, FIRST, LAST = itemgetter(1), itemgetter(2), itemgetter(3)
 
 
+class Pattern(BaseModel):
+    pattern: str
+    flags: int
+
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(self.pattern, self.flags)
+
+
+class SpacyRules(BaseModel):
+    """spaCy's blank English tokenizer rules as data: its special cases, its prefix, suffix,
+    infix and URL patterns, and its sentencizer's sentence-ending marks. Read once per spaCy
+    version and kept in the user's cache (`spacy_rules`): importing spaCy costs seconds (it
+    imports thinc, and torch where installed), in every worker that scores prose."""
+
+    spacy: str
+    specials: dict[str, tuple[str, ...]]
+    prefix: Pattern
+    suffix: Pattern
+    infix: Pattern
+    url: Pattern
+    token_match: Pattern | None
+    faster_heuristics: bool
+    sentence_ends: tuple[str, ...]
+
+
+def _read_spacy() -> SpacyRules:
+    import spacy  # spaCy's English rules: datatrove's word and sentence splitter for English
+    from spacy.attrs import ORTH
+    from spacy.pipeline import Sentencizer
+
+    tokenizer: Any = spacy.blank("en").tokenizer
+
+    def pattern(bound: Any) -> Pattern:
+        return Pattern(pattern=bound.__self__.pattern, flags=bound.__self__.flags)
+
+    return SpacyRules(
+        spacy=spacy.__version__,
+        specials={s: tuple(part[ORTH] for part in parts) for s, parts in tokenizer.rules.items()},
+        prefix=pattern(tokenizer.prefix_search),
+        suffix=pattern(tokenizer.suffix_search),
+        infix=pattern(tokenizer.infix_finditer),
+        url=pattern(tokenizer.url_match),
+        token_match=pattern(tokenizer.token_match) if tokenizer.token_match else None,
+        faster_heuristics=tokenizer.faster_heuristics,
+        sentence_ends=tuple(sorted(Sentencizer.default_punct_chars)),
+    )
+
+
+def spacy_rules() -> SpacyRules:
+    """The installed spaCy's English rules: from the user's cache (`~/.cache/albor/`, one file
+    per spaCy version, written atomically), else read from spaCy and kept there. An unreadable
+    or unwritable cache only costs the import."""
+    version = metadata.version("spacy")
+    path = user_cache("spacy") / f"en-rules-{version}.json"
+    try:
+        rules = SpacyRules.model_validate_json(path.read_bytes())
+        if rules.spacy == version:
+            return rules
+    except (OSError, ValueError):
+        pass
+    rules = _read_spacy()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_text(rules.model_dump_json())
+    except OSError:
+        pass
+    return rules
+
+
 class EnglishWords:
     """spaCy's blank English tokenizer, as token texts, with a chunk cache."""
 
-    def __init__(self) -> None:
-        import spacy  # spaCy's English rules: datatrove's word and sentence splitter for English
-        from spacy.attrs import ORTH
-        from spacy.pipeline import Sentencizer
-
-        tokenizer: Any = spacy.blank("en").tokenizer
-        self.specials: dict[str, tuple[str, ...]] = {
-            s: tuple(part[ORTH] for part in parts) for s, parts in tokenizer.rules.items()
-        }
-        self.prefix: Match = tokenizer.prefix_search
-        self.suffix: Match = tokenizer.suffix_search
-        self.infixes: Callable[[str], Iterator[re.Match[str]]] = tokenizer.infix_finditer
-        self.url: Match = tokenizer.url_match
-        self.token_match: Match | None = tokenizer.token_match
-        self.sentence_ends = frozenset(Sentencizer.default_punct_chars)
+    def __init__(self, rules: SpacyRules | None = None) -> None:
+        rules = rules or spacy_rules()
+        self.specials: dict[str, tuple[str, ...]] = rules.specials
+        self.prefix: Match = rules.prefix.compiled().search
+        self.suffix: Match = rules.suffix.compiled().search
+        self.infixes: Callable[[str], Iterator[re.Match[str]]] = rules.infix.compiled().finditer
+        self.url: Match = rules.url.compiled().match
+        self.token_match: Match | None = rules.token_match.compiled().match if rules.token_match else None
+        self.sentence_ends = frozenset(rules.sentence_ends)
         self.runs: dict[str, list[tuple[tuple[str, ...], str]]] = {}
-        everything = not tokenizer.faster_heuristics  # else only those with an affix or infix, as spaCy
+        everything = not rules.faster_heuristics  # else only those with an affix or infix, as spaCy
         for s in self.specials:
             affixed = _length(self.prefix(s)) or _length(self.suffix(s)) or any(self.infixes(s))
             if not any(c.isspace() for c in s) and (everything or affixed):
