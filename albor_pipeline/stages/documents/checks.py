@@ -130,9 +130,8 @@ def check_no_near_leak(
         stacked = np.stack(signed) if signed else np.zeros((0, lsh.partitions + 1), np.int64)
         index.find_candidates(lsh, stacked, firsts, io)
     candidates = len(index.pairs)
-    pairs = np.array(index.pairs, dtype=np.int64).reshape(-1, 2)
-    sides = shard_split[locate(pairs.ravel())[:, 0]].reshape(-1, 2)
-    index.pairs = [p for p, (x, y) in zip(index.pairs, sides) if x != y]  # within a split is no leak
+    sides = shard_split[locate(index.pairs.ravel())[:, 0]].reshape(-1, 2)
+    index.pairs = index.pairs[sides[:, 0] != sides[:, 1]]  # within a split is no leak
     index.verify_shards([str(f) for _, f in shards], locate, spool_dir, io)
     wrong = sum(s.wrong for s in sampled)
     return CheckOutcome(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections import Counter
-from collections.abc import Container
+from collections.abc import Collection
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -327,7 +327,7 @@ def _remove(
 
 
 def _near_dedup(
-    scan: _Scan, spec: NearDedupSpec, index: NearDupIndex, where: _Locator, removed: Container[int]
+    scan: _Scan, spec: NearDedupSpec, index: NearDupIndex, where: _Locator, removed: Collection[int]
 ) -> _Decided[NearDuplicates]:
     """Cluster near-duplicates among the documents the removal requests left (a candidate pair
     with a removed document goes: its copy is gone already); members either leave (remove)
@@ -335,7 +335,9 @@ def _near_dedup(
     first member in spec order, as in exact dedup. Each removed member's fate names its
     representative (with the ledger) and the best Jaccard that joined it."""
     inputs, codes = scan.inputs, scan.codes
-    index.pairs = [(a, b) for a, b in index.pairs if a not in removed and b not in removed]
+    if removed:
+        gone = np.isin(index.pairs, np.fromiter(removed, dtype=np.int64, count=len(removed))).any(axis=1)
+        index.pairs = index.pairs[~gone]
     if scan.io.progress:
         scan.io.progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify_shards([str(p) for _, p in inputs], where, scan.spool.parent, scan.io)

@@ -44,16 +44,22 @@ def min_agreement(threshold: float, num_perm: int) -> int:
     return max(1, math.ceil((threshold - ESTIMATE_MARGIN) * num_perm))
 
 
+EXACT_BUCKET = 64
+"""Buckets up to this size have every pair estimated; a bigger one is walked by
+representatives (`_representative_pairs`), so its cost grows with its members, not its pairs."""
+
+
 def bucket_pairs(keys: np.ndarray, docs: np.ndarray, sigs: np.ndarray, agree: int) -> np.ndarray:
     """(earlier, later) candidate pairs among documents sharing a key; `docs` ascend and
-    `sigs[d]` is document d's signature.
+    `sigs[d]` is document d's signature. Two documents are close when their signatures agree
+    in at least `agree` positions.
 
-    A pair is a candidate when it shares a bucket and its signatures agree in at least
-    `agree` positions: a rule about the pair alone, so candidates depend neither on document
-    order nor on who else is in the bucket. (Pairing only with a bucket's first member, or all
-    pairs up to a size cap, missed near-copies in big buckets; a check on the survivors then
-    saw smaller buckets and found them.) Every pair of a bucket is estimated, vectorised in
-    blocks; sort-based bucketing."""
+    A bucket of up to EXACT_BUCKET documents gives every close pair: a rule about the pair
+    alone. A bigger one (templated pages: thousands of near-copies share a band) gives, for
+    each member, its close pairs with the bucket's representatives before it, a member being
+    a representative when it is close to none of them: the components of close pairs are
+    found with work per member, not per pair. (Pairing only with a bucket's first member
+    missed near-copies far from it; here every member meets every representative.)"""
     order = np.argsort(keys, kind="stable")  # stable: within a key, documents stay ascending
     k, d = keys[order], docs[order]
     starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
@@ -64,16 +70,56 @@ def bucket_pairs(keys: np.ndarray, docs: np.ndarray, sigs: np.ndarray, agree: in
     pairs = [np.stack([a[close], b[close]], axis=1)]
     for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist()):
         members = d[start : start + size]
-        member_sigs = sigs[members]
-        rows = max(1, PAIR_BLOCK // (size * member_sigs.shape[1]))
-        for first in range(0, size - 1, rows):
-            block = member_sigs[first : first + rows]
-            agreeing = (block[:, None, :] == member_sigs[None, :, :]).sum(axis=2)
-            i, j = np.nonzero(agreeing >= agree)
-            i += first
-            later = j > i
-            pairs.append(np.stack([members[i[later]], members[j[later]]], axis=1))
+        if size <= EXACT_BUCKET:
+            pairs.append(_all_pairs(members, sigs[members], agree))
+        else:
+            pairs.append(_representative_pairs(members, sigs[members], agree))
     return np.concatenate(pairs).astype(np.int64, copy=False)
+
+
+def _all_pairs(members: np.ndarray, member_sigs: np.ndarray, agree: int) -> np.ndarray:
+    """Every close pair of a bucket, estimated all at once (it is small)."""
+    agreeing = (member_sigs[:, None, :] == member_sigs[None, :, :]).sum(axis=2)
+    i, j = np.nonzero(np.triu(agreeing >= agree, k=1))
+    return np.stack([members[i], members[j]], axis=1)
+
+
+def _representative_pairs(members: np.ndarray, member_sigs: np.ndarray, agree: int) -> np.ndarray:
+    """A big bucket's close pairs (representative, later member), and (earlier member,
+    representative). The first member is a representative; so is each later one close to no
+    representative before it, and it meets every member before it once (a chain of drifting
+    versions stays one component). Members meet the representatives in blocks (vectorised),
+    a block's new representatives one at a time: the work is members x representatives. A
+    pair of members close only to each other, each joined to a representative the other's
+    is not close to, is missed: the bench reports the recall per cluster size."""
+    reps = [0]
+    out: list[np.ndarray] = []
+    size, perm = member_sigs.shape
+    first = 1
+    while first < size:
+        rows = max(1, PAIR_BLOCK // (len(reps) * perm))
+        block = member_sigs[first : first + rows]
+        hits = (block[:, None, :] == member_sigs[reps][None, :, :]).sum(axis=2) >= agree
+        new: list[int] = []
+        found = []
+        for m in np.flatnonzero(~hits.any(axis=1)).tolist():  # close to no earlier representative
+            near = (member_sigs[new] == block[m]).sum(axis=1) >= agree if new else np.zeros(0, bool)
+            if not near.any():  # a representative: it meets every member before it once
+                earlier = np.flatnonzero((member_sigs[: first + m] == block[m]).sum(axis=1) >= agree)
+                found.append(np.stack([earlier, np.full(len(earlier), first + m)], axis=1))
+                new.append(first + m)
+        i, r = np.nonzero(hits)
+        found.append(np.stack([np.asarray(reps)[r], first + i], axis=1))
+        if new:  # the block's members after a new representative meet it too
+            late = (block[:, None, :] == member_sigs[new][None, :, :]).sum(axis=2) >= agree
+            late &= np.asarray(new)[None, :] < first + np.arange(len(block))[:, None]
+            i, r = np.nonzero(late)
+            found.append(np.stack([np.asarray(new)[r], first + i], axis=1))
+        out.extend(found)
+        reps += new
+        first += len(block)
+    local = np.concatenate(out) if out else np.zeros((0, 2), dtype=np.int64)
+    return members[local[np.lexsort((local[:, 1], local[:, 0]))]] if len(local) else np.zeros((0, 2), np.int64)
 
 
 LSH_RECORD = np.dtype([("band", "<u2"), ("key", "<u8"), ("doc", "<i8")])

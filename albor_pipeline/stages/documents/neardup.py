@@ -38,7 +38,7 @@ class NearDupIndex:
     def __init__(self, ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8) -> None:
         self.ngram, self.num_perm, self.bands, self.threshold = ngram, num_perm, bands, threshold
         self.signer = Signer(ngram, num_perm)
-        self.pairs: list[tuple[int, int]] = []
+        self.pairs = np.zeros((0, 2), dtype=np.int64)  # candidate (earlier, later), sorted
         self.clusters = Clusters()
         self.verified: list[tuple[int, int, float]] = []
 
@@ -50,8 +50,7 @@ class NearDupIndex:
 
     def find_candidates(self, job: LshJob, offsets: np.ndarray, firsts: np.ndarray, io: StageIO) -> None:
         """`pairs` from spooled signature tasks (`lsh_candidates`)."""
-        pairs = lsh_candidates(job, offsets, firsts, io)
-        self.pairs = [(int(a), int(b)) for a, b in pairs.tolist()]
+        self.pairs = lsh_candidates(job, offsets, firsts, io)
 
     def verify_shards(
         self, files: list[str], locate: Callable[[np.ndarray], np.ndarray], spool_dir: Path | None, io: StageIO
@@ -61,7 +60,7 @@ class NearDupIndex:
         file spools its candidate documents' shingles to `spool_dir` (shared with the
         workers), then a task per run of pairs scores them (`score_pair_block`); this
         process holds the pairs, never a shingle."""
-        pairs = np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
+        pairs = self.pairs
         docs = np.unique(pairs)
         loc = locate(docs).reshape(-1, 2)
         with tempfile.TemporaryDirectory(prefix=".albor-shingles-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
@@ -85,7 +84,7 @@ class NearDupIndex:
         """Join the candidate pairs scoring at least `threshold`, in pair order; a pair already
         in one cluster is skipped (its score, NaN when `score_pairs` skipped it too, cannot
         change the clusters)."""
-        for (a, b), score in zip(self.pairs, scores.tolist()):
+        for (a, b), score in zip(self.pairs.tolist(), scores.tolist()):
             if self.clusters.find(a) == self.clusters.find(b):
                 continue
             if score != score:  # NaN: only ever for a pair joined by earlier ones
@@ -111,7 +110,7 @@ def near_duplicates(
         stacked = np.stack(sigs) if sigs else np.zeros((0, num_perm), dtype=U64)
         offsets = job.spool_signatures(0, 0, stacked, TaskIO(spool, IN_PLACE))
         index.find_candidates(job, offsets[None], np.array([0, len(sigs)]), StageIO(Path(spool)))
-    needed = {d for pair in index.pairs for d in pair}
+    needed = set(np.unique(index.pairs).tolist())
     sets = {d: shingles(t, ngram) for d, t in enumerate(texts) if d in needed}
-    index.cluster(score_pairs(np.array(index.pairs, dtype=np.int64).reshape(-1, 2), sets.__getitem__, threshold))
+    index.cluster(score_pairs(index.pairs, sets.__getitem__, threshold))
     return index
