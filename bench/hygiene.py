@@ -3,11 +3,13 @@ the documents stage with near dedup against datatrove's MinHash."""
 
 from __future__ import annotations
 
+import fnmatch
 import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.shardmap import StageIO
@@ -15,6 +17,7 @@ from albor_pipeline.spec import HoldoutSpec, HygieneSpec, NearDedupSpec
 from albor_pipeline.stages.documents.documents import build_documents
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.tokenizer.tokenizer import iter_texts
+from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
 from albor_pipeline.text.secrets import SecretScanner
 from bench.common import DATATROVE_MISSING, LOCAL, ingest_code, median_time
 
@@ -62,6 +65,15 @@ def bench_near_dedup(ingested: list[tuple[str, Path]], work: Path, repeat: int) 
         "near_dedup_only_s": round(ours_s - exact_s, 2),
         "near_dedup_removed": docs - kept,
     }
+    cluster = [("cluster", template_cluster(work / "cluster.parquet", CLUSTER))]
+    with_s, with_cluster = median_time(
+        lambda: build_documents([*ingested, *cluster], holdout, work / "cluster_documents", StageIO(work), near=near),
+        repeat,
+    )
+    found = with_cluster.summary.near_duplicates
+    res["cluster_members"] = CLUSTER
+    res["cluster_adds_s"] = round(with_s - ours_s, 2)
+    res["cluster_found_whole"] = found is not None and found.removed.get("cluster") == CLUSTER - 1
     datatrove = datatrove_minhash(work, near, repeat)
     if datatrove is None:
         return {**res, "datatrove_minhash": DATATROVE_MISSING}
@@ -72,6 +84,27 @@ def bench_near_dedup(ingested: list[tuple[str, Path]], work: Path, repeat: int) 
         "datatrove_minhash_removed": docs - dt_kept,
         "near_dedup_vs_datatrove": round(dt_s / ours_s, 2),
     }
+
+
+CLUSTER = 10_000  # near-copies of one page, as a template or a mirror serves it
+
+
+def template_cluster(path: Path, members: int) -> Path:
+    """`members` near-copies of a real 6 KB file (the stdlib's fnmatch.py), each with a footer
+    of its own: one near-duplicate cluster, as templated web pages form."""
+    base = (Path(fnmatch.__file__)).read_text(encoding="utf-8")
+    texts = [f"{base}\n# mirror {k}: served by node {k * 7919 % 104729}\n" for k in range(members)]
+    table = pa.table(
+        {
+            "text": texts,
+            "source": ["cluster"] * members,
+            "file": [f"page{k}.html" for k in range(members)],
+            "sha256": [text_sha256(t) for t in texts],
+        },
+        schema=DOC_SCHEMA,
+    )
+    pq.write_table(table, path, row_group_size=256)
+    return path
 
 
 def datatrove_minhash(work: Path, near: NearDedupSpec, repeat: int) -> tuple[float, int] | None:

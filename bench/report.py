@@ -212,7 +212,7 @@ def _loader_rows(lo: dict[str, Any]) -> list[Row]:
 
 
 def _hygiene_rows(h: dict[str, Any]) -> list[Row]:
-    return [
+    rows: list[Row] = [
         ("hygiene corpus (text MB)", h["corpus_mb"], ""),
         ("filters + redaction stage MB/s (2 processes)", h["hygiene_mb_s"], ""),
         ("redaction alone MB/s (1 process)", h["redaction_1proc_mb_s"], ""),
@@ -229,6 +229,15 @@ def _hygiene_rows(h: dict[str, Any]) -> list[Row]:
             "",
         ),
     ]
+    if "cluster_adds_s" in h:
+        rows.append(
+            (
+                f"  one cluster of {h['cluster_members']:,} near-copies added: documents s added, found whole",
+                f"{h['cluster_adds_s']} s; {h['cluster_found_whole']}",
+                "<= 5 s",
+            )
+        )
+    return rows
 
 
 def _quality_rows(q: dict[str, Any]) -> list[Row]:
