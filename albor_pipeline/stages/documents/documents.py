@@ -343,27 +343,29 @@ def _near_dedup(
     index.verify_shards([str(p) for _, p in inputs], where, scan.spool.parent, scan.io)
     dropped: Counter[str] = Counter()
     sizes: Counter[int] = Counter()
-    groups = index.clusters.groups()
+    reps, members = index.clusters.members()  # by representative, the representative first
+    firsts = np.flatnonzero(np.concatenate((reps[:1] == reps[:1], reps[1:] != reps[:-1])))  # where each cluster starts
+    sizes.update(np.diff(np.append(firsts, len(reps))).tolist())
     jaccard: dict[int, float] = {}
     for a, b, j in index.verified:
         jaccard[a], jaccard[b] = max(jaccard.get(a, 0.0), j), max(jaccard.get(b, 0.0), j)
-    roots = {root: where.one(root) for root in groups} if spec.remove and scan.ledger else {}
+    roots = {root: where.one(root) for root in reps[firsts].tolist()} if spec.remove and scan.ledger else {}
     wanted: dict[int, list[int]] = {}
     for i, row in roots.values():
         wanted.setdefault(i, []).append(row)
     names = _identities(inputs, wanted)
     fates: Fates = {}
-    for root, members in groups.items():
-        sizes[len(members)] += 1
+    for root, member in zip(reps.tolist(), members.tolist()):
+        if member == root:
+            continue
         ri, rrow = where.one(root)
-        for member in members[1:]:
-            i, row = where.one(member)
-            if spec.remove:
-                similar = f"of {names.get((ri, rrow), '?')}, Jaccard {jaccard.get(member, spec.threshold)}"
-                _drop(codes, fates, i, row, "near_duplicate", similar)
-                dropped[inputs[i][0]] += 1
-            else:
-                codes[i][row] = codes[ri][rrow]
+        i, row = where.one(member)
+        if spec.remove:
+            similar = f"of {names.get((ri, rrow), '?')}, Jaccard {jaccard.get(member, spec.threshold)}"
+            _drop(codes, fates, i, row, "near_duplicate", similar)
+            dropped[inputs[i][0]] += 1
+        else:
+            codes[i][row] = codes[ri][rrow]
     report = NearDuplicates(
         removed=dict(sorted(dropped.items())),
         clusters=sum(sizes.values()),

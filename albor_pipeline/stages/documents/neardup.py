@@ -84,6 +84,7 @@ class NearDupIndex:
         """Join the candidate pairs scoring at least `threshold`, in pair order; a pair already
         in one cluster is skipped (its score, NaN when `score_pairs` skipped it too, cannot
         change the clusters)."""
+        self.clusters = Clusters(np.unique(self.pairs))
         for (a, b), score in zip(self.pairs.tolist(), scores.tolist()):
             if self.clusters.find(a) == self.clusters.find(b):
                 continue
@@ -95,7 +96,8 @@ class NearDupIndex:
 
     def duplicates(self) -> set[int]:
         """Members that are not their cluster's representative (the first document)."""
-        return {d for d in self.clusters.parent if self.clusters.find(d) != d}
+        reps, members = self.clusters.members()
+        return set(members[reps != members].tolist())
 
 
 def near_duplicates(

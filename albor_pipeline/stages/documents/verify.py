@@ -22,31 +22,57 @@ U64 = np.uint64
 
 
 class Clusters:
-    """Union-find whose representative is the smallest document index (first in spec order)."""
+    """Union-find over the documents of the candidate pairs (`docs`, ascending), held as two
+    int64 arrays: memory by the documents in pairs, no Python object per document. The
+    representative is the smallest document index (first in spec order)."""
 
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
+    def __init__(self, docs: np.ndarray | None = None) -> None:
+        self.docs = np.zeros(0, dtype=np.int64) if docs is None else np.asarray(docs, dtype=np.int64)
+        self.parent = np.arange(len(self.docs))
 
-    def find(self, x: int) -> int:
-        root = x
-        while self.parent.get(root, root) != root:
-            root = self.parent[root]
-        while self.parent.get(x, x) != root:  # path compression
-            self.parent[x], x = root, self.parent[x]
-        return root
+    def _root(self, i: int) -> int:
+        parent = self.parent
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]  # path halving
+            i = int(parent[i])
+        return i
+
+    def find(self, doc: int) -> int:
+        """`doc`'s representative (`doc` itself when it is in no pair)."""
+        i = int(np.searchsorted(self.docs, doc))
+        if i == len(self.docs) or self.docs[i] != doc:
+            return doc
+        return int(self.docs[self._root(i)])
 
     def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
+        ra, rb = self._root(int(np.searchsorted(self.docs, a))), self._root(int(np.searchsorted(self.docs, b)))
+        if ra != rb:  # docs ascend, so the smaller index is the smaller document
             self.parent[max(ra, rb)] = min(ra, rb)
 
+    def roots(self) -> np.ndarray:
+        """Each document's representative, all at once (pointer jumping)."""
+        parent = self.parent.copy()
+        while True:
+            jumped = parent[parent]
+            if np.array_equal(jumped, parent):
+                return self.docs[parent]
+            parent = jumped
+
+    def members(self) -> tuple[np.ndarray, np.ndarray]:
+        """(representative, member) of every document in a cluster of two or more, by
+        representative then member: arrays, for a report that walks the clusters."""
+        roots = self.roots()
+        joined = roots != self.docs
+        clustered = np.isin(self.docs, roots[joined]) | joined
+        order = np.lexsort((self.docs[clustered], roots[clustered]))
+        return roots[clustered][order], self.docs[clustered][order]
+
     def groups(self) -> dict[int, list[int]]:
+        """Each cluster of two or more, as {representative: members} (for tests and small
+        reports; the stage walks `members`)."""
         out: dict[int, list[int]] = {}
-        for x in sorted(self.parent):
-            out.setdefault(self.find(x), []).append(x)
-        for root, members in out.items():
-            if root not in members:
-                members.insert(0, root)
+        for root, doc in zip(*(a.tolist() for a in self.members())):
+            out.setdefault(root, []).append(doc)
         return out
 
 
@@ -55,7 +81,7 @@ def score_pairs(pairs: np.ndarray, shingles_of: Callable[[int], np.ndarray], thr
     pair that earlier pairs of this list already joined at `threshold` or more (then its score
     cannot change a cluster). Any contiguous run of the sorted pairs can be scored on its own:
     `NearDupIndex.cluster` over the joined scores gives the clusters of one serial pass."""
-    clusters = Clusters()
+    clusters = Clusters(np.unique(pairs))
     scores = np.full(len(pairs), np.nan)
     for p, (a, b) in enumerate(pairs.tolist()):
         if clusters.find(a) == clusters.find(b):
