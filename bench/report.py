@@ -232,8 +232,9 @@ def _hygiene_rows(h: dict[str, Any]) -> list[Row]:
     if "cluster_adds_s" in h:
         rows.append(
             (
-                f"  one cluster of {h['cluster_members']:,} near-copies added: documents s added, found whole",
-                f"{h['cluster_adds_s']} s; {h['cluster_found_whole']}",
+                f"  {h['cluster_members']:,} near-copies added as one cluster / as distinct documents: documents s",
+                f"{h['cluster_s']} / {h['distinct_s']}: the cluster adds {h['cluster_adds_s']} s; "
+                f"found whole: {h['cluster_found_whole']}",
                 "<= 5 s",
             )
         )
