@@ -79,16 +79,34 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from albor_pipeline.definitions import build_definitions
     from albor_pipeline.defs.automation import BUILD_JOB
+    from albor_pipeline.defs.pipeline import pipeline_stages
+    from albor_pipeline.defs.plan import plan_run
     from albor_pipeline.defs.progress import progress_logger
 
     spec = load_spec()
     home = ensure_dagster_home()
+    root = data_dir()
+    start = time.perf_counter()
+    try:
+        plan = plan_run(spec, pipeline_stages(spec), lambda line: print(f"albor: {line}", file=sys.stderr))
+    except DataDirBusy as exc:
+        print(f"albor: {exc}; nothing run", file=sys.stderr)
+        return 1
+    kept = {name: manifest.summary for name, manifest in plan.kept.items()}
+    if not plan.run:
+        print(
+            f"albor: nothing changed: all {len(plan.kept)} stages keep their outputs and their checks their "
+            f"outcomes, so no run was started ({time.perf_counter() - start:.1f}s)",
+            file=sys.stderr,
+        )
+        print("\n".join([*_where(root), *summary_lines(kept)]))
+        return 0
     defs = build_definitions(spec)
     job = defs.resolve_job_def(BUILD_JOB)
-    job = job.with_logger_defs({**job.loggers, "progress": progress_logger(len(job.graph.nodes))})
-    root = data_dir()
+    job = job.with_logger_defs({**job.loggers, "progress": progress_logger(plan.steps)})
+    if plan.kept:
+        print(f"albor: {len(plan.kept)} stages unchanged (outputs, check outcomes kept): not started", file=sys.stderr)
     print(f"albor: materializing {BUILD_JOB} -> {root} (DAGSTER_HOME={home})", file=sys.stderr)
-    start = time.perf_counter()
     # Two runs starting together on a fresh DAGSTER_HOME would both create its SQLite schema.
     with exclusive(home / ".albor-instance.lock", f"pid {os.getpid()}", log=lambda _: None):
         instance = dg.DagsterInstance.get()
@@ -96,6 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = job.execute_in_process(
             instance=instance,
             raise_on_error=False,
+            asset_selection=[stage.key for stage in plan.run] if plan.kept else None,
             run_config={
                 "loggers": {"progress": {}}
                 if args.log_level == "PROGRESS"
@@ -115,13 +134,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         for event in result.get_asset_materialization_events()
         if event.asset_key is not None
     }
-    where = [f"Artifacts: {root}"]
-    if isinstance(root, Path):
-        where.append(f"Provenance: {Layout(root).provenance_md}")
-    else:
-        where.append(f"Working copy: {work_dir(root)}")
-    print("\n".join([*where, *summary_lines(facts)]))
+    print("\n".join([*_where(root), *summary_lines({**kept, **facts})]))
     return 0
+
+
+def _where(root: Path | str) -> list[str]:
+    """Where the artifacts are (and the provenance, or a bucket's working copy)."""
+    if isinstance(root, Path):
+        return [f"Artifacts: {root}", f"Provenance: {Layout(root).provenance_md}"]
+    return [f"Artifacts: {root}", f"Working copy: {work_dir(root)}"]
 
 
 def run_failures(events: Any) -> list[str]:

@@ -18,7 +18,7 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.runtime.watchdog import time_limit
 from albor_pipeline.spec import CHAT_KINDS, BenchmarkSpec, OnError, PipelineSpec, RemovalSpec, SourceKind, SourceSpec
 from albor_pipeline.stages.documents.decontam import benchmark_fingerprint
-from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
+from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint, source_unchanged
 from albor_pipeline.stages.ingest.removal import resolve_removal
 from albor_pipeline.summaries.ingest import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.text.chat_formats import ChatFormat
@@ -166,6 +166,7 @@ def stages(spec: PipelineSpec) -> list[Stage[IngestConfig]]:
             work=partial(ingest, src, spec.shard_mb, spec.remove.get(src.name), spec.near_dedup.ngram),
             observes=(source_stage(src.name),),
             checks=(schema_check(DOC_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),),
+            source_unchanged=partial(source_unchanged, src),
         )
         for src in spec.sources
     ]

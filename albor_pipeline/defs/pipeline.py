@@ -32,9 +32,12 @@ def pipeline_stages(spec: PipelineSpec) -> list[Stage[Any]]:
     return [*stages, provenance_stage(spec, tuple(s.name for s in stages), sections)]
 
 
-def _store(spec: PipelineSpec, root: Path | str) -> ArtifactStore:
+def pipeline_resources(spec: PipelineSpec, output_dir: Path | str | None = None) -> tuple[ArtifactStore, Execution]:
+    """The pipeline's data dir (default: `data_dir()`) and executor, as its runs get them."""
+    root = data_dir(output_dir)
     work = str(work_dir(root)) if isinstance(root, str) else None
-    return ArtifactStore(data_dir=str(root), work_dir=work, on_busy=spec.locking.on_busy.value)
+    store = ArtifactStore(data_dir=str(root), work_dir=work, on_busy=spec.locking.on_busy.value)
+    return store, Execution(**spec.execution.model_dump(mode="json"))
 
 
 def build_definitions(
@@ -47,16 +50,14 @@ def build_definitions(
     """
     ns = Namespace(prefix or "")
     stages = pipeline_stages(spec)
+    store, execution = pipeline_resources(spec, output_dir)
     return dg.Definitions.merge(
         ingestion.source_definitions(spec, ns),
         *(stage_definitions(stage, ns, spec) for stage in stages),
         automation_definitions(spec, stages, ingestion.observed(spec), ns),
         whatif_definitions(spec, ns),
         dg.Definitions(
-            resources={
-                ns.store_key: _store(spec, data_dir(output_dir)),
-                ns.execution_key: Execution(**spec.execution.model_dump(mode="json")),
-            },
+            resources={ns.store_key: store, ns.execution_key: execution},
             executor=dg.in_process_executor,
         ),
     )

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -34,7 +35,7 @@ from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
 from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
-from albor_pipeline.runtime.stagerun import Inputs, Settings, StageOutput, run_stage
+from albor_pipeline.runtime.stagerun import Inputs, Settings, StageOutput, kept_manifest, run_stage, stage_identity
 from albor_pipeline.runtime.taskstore import InputFile, check_refs, reusing
 from albor_pipeline.runtime.versions import CODE_VERSION, library_versions
 from albor_pipeline.runtime.watchdog import time_limit
@@ -226,6 +227,10 @@ class Stage(Generic[C]):
     checks: tuple[Check, ...] = ()
     kinds: tuple[str, ...] = ("parquet",)
     automated: bool = True
+    # For a stage that lists and reads a source's files (ingestion): whether the source still
+    # has the content its manifest records (a fingerprint, stat-checked). Without it, such a
+    # stage always runs: what it reads is known only by reading it.
+    source_unchanged: Callable[[Layout, StageManifest], bool] | None = None
 
     @property
     def key(self) -> dg.AssetKey:
@@ -434,12 +439,34 @@ def _keep_settings(
     stage: Stage[Any], spec: PipelineSpec | None, config: dg.Config, execution: Execution, store: ArtifactStore
 ) -> Settings | None:
     """What decides whether the stage keeps its outputs (`runtime.stagerun.run_stage`); None when it
-    always runs: it reads a source's files, reuse is off, or the data dir is a bucket. The spec
-    but `RUNNING_ONLY`, the files it names by content, but the sources' paths as written (only
-    ingestion reads their files; an edit of one reaches the other stages through its outputs)."""
-    if spec is None or stage.reads_sources or not _keeps(execution, store):
+    always runs: it reads a source's files with no way to tell they are unchanged, reuse is off,
+    or the data dir is a bucket. The spec but `RUNNING_ONLY`, the files it names by content, but
+    the sources' paths as written: ingestion checks its source's content (`source_unchanged`),
+    and an edit there reaches the other stages through its outputs."""
+    if spec is None or (stage.reads_sources and stage.source_unchanged is None) or not _keeps(execution, store):
         return None
-    return Settings({"spec": _spec_identity(spec), "config": config}, stage.reads, stage.lineage)
+    current = partial(stage.source_unchanged, store.layout) if stage.source_unchanged is not None else None
+    return Settings({"spec": _spec_identity(spec), "config": config}, stage.reads, stage.lineage, current)
+
+
+def kept_before_run(
+    stage: Stage[Any], spec: PipelineSpec, execution: Execution, store: ArtifactStore
+) -> StageManifest | None:
+    """The stage's manifest when a run of it on the spec's values would keep its outputs and
+    every check its outcome (as `stage_definitions` decides inside the run), so the run need not
+    start it; its upstream stages must be unchanged too, which is the caller's to know."""
+    settings = _keep_settings(stage, spec, stage.defaults, execution, store)
+    if settings is None:
+        return None
+    layout = store.layout
+    manifest = kept_manifest(
+        layout, stage.name, stage_identity(layout, stage.name, stage.deps, settings), settings.current
+    )
+    checks_kept = manifest is not None and all(
+        kept_outcome(layout, stage.name, c.name, c.reads, _check_key(stage, c, spec, execution, store)) is not None
+        for c in stage.checks
+    )
+    return manifest if checks_kept else None
 
 
 def _keeps(execution: Execution, store: ArtifactStore) -> bool:

@@ -76,6 +76,9 @@ class Settings:
     settings: Any
     reads: Sequence[str] = ()
     lineage: bool = False  # the work reads upstream manifests whole, their inputs too (provenance)
+    # Whether what the stage reads outside the data dir (a source's files) still has the
+    # content its manifest records among its inputs; None: it reads nothing else.
+    current: Callable[[StageManifest], bool] | None = None
 
 
 def stage_identity(layout: Layout, stage: str, upstream: Sequence[str], settings: Settings) -> str | None:
@@ -103,9 +106,12 @@ def _as_read(manifest: StageManifest, lineage: bool = False) -> str:
     return sha256_bytes(json_bytes(manifest.model_dump(mode="json", exclude=None if lineage else {"inputs"})))
 
 
-def kept_manifest(layout: Layout, stage: str, key: str | None) -> StageManifest | None:
-    """The stage's current manifest when it was made under identity `key` and every output it
-    records is still there with its bytes: a rerun would write the same files."""
+def kept_manifest(
+    layout: Layout, stage: str, key: str | None, current: Callable[[StageManifest], bool] | None = None
+) -> StageManifest | None:
+    """The stage's current manifest when it was made under identity `key`, every output it
+    records is still there with its bytes and, with `current`, what it read outside the data
+    dir is unchanged: a rerun would write the same files."""
     if key is None:
         return None
     try:
@@ -116,6 +122,8 @@ def kept_manifest(layout: Layout, stage: str, key: str | None) -> StageManifest 
     if record != {"identity": key, "manifest": sha256_bytes(data)}:
         return None
     manifest = StageManifest.model_validate_json(data)
+    if current is not None and not current(manifest):
+        return None
     return manifest if recorded_intact(layout.root, manifest.outputs) else None
 
 
@@ -142,7 +150,7 @@ def run_stage(
     key = stage_identity(layout, stage, upstream, settings) if settings is not None else None
     try:
         inputs = verified_inputs(layout, upstream, fetch)  # kept or not, a changed input is an error
-        if (kept := kept_manifest(layout, stage, key)) is not None:
+        if (kept := kept_manifest(layout, stage, key, settings.current if settings else None)) is not None:
             return kept, None
         with reserved_write(layout.manifest(stage), MANIFEST_ROOM) as record:
             with journaled(journal):

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.definitions import build_definitions, pipeline_stages
+from albor_pipeline.defs.plan import plan_run
 from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.runtime.checks import KeptOutcome, kept_outcome
 from albor_pipeline.runtime.executor import TASKS
@@ -312,17 +313,20 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     built = materialize_all(spec, out)
     assert not _kept(built) and not _kept_checks(built)
     cold, outcomes = recorded_outputs(out), _outcomes(built)
-    # Nothing changed: every stage that reads no source keeps its outputs; ingestion lists its
-    # source again (its tasks are reused) and writes the same bytes. Every check keeps its
-    # outcome: what it reads (its stage's files, the manifests, the spec) is the same.
-    reads_sources = {s.name for s in pipeline_stages(spec) if s.reads_sources}
+    # Nothing changed: every stage keeps its outputs, ingestion too (its source's fingerprint,
+    # each file's digest trusted while its stat holds, is the one it read). Every check keeps
+    # its outcome: what it reads (its stage's files, the manifests, the spec) is the same. So
+    # `albor run` decides before starting Dagster that there is nothing to run.
+    stages = pipeline_stages(spec)
+    everything = {s.name for s in stages}
+    assert not plan_run(spec, stages, print, out).run
     rerun = materialize_all(spec, out)
-    assert reads_sources and _kept(rerun) == {s.name for s in pipeline_stages(spec)} - reads_sources
+    assert _kept(rerun) == everything
     assert _kept_checks(rerun) == set(outcomes) and _outcomes(rerun) == outcomes
     assert recorded_outputs(out) == cold
     # How stages run (workers, backend) is no part of what they write: still kept.
     two = load_spec(write_spec(tmp_path / "two.yaml", {**raw, "execution": {"workers": 2}}))
-    assert _kept(materialize_all(two, out)) == {s.name for s in pipeline_stages(spec)} - reads_sources
+    assert _kept(materialize_all(two, out)) == everything
     off = load_spec(write_spec(tmp_path / "off.yaml", {**raw, "execution": {"workers": 1, "reuse": False}}))
     checked = materialize_all(off, out)
     assert not _kept(checked) and not _kept_checks(checked)  # reuse off: every stage and check does its work
@@ -354,10 +358,15 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     # A file ingestion skips (too short) changes no document, only the source's fingerprint
     # among the ingested stage's inputs and its count of skips (hygiene and the stats' funnel
     # read it): what reads documents keeps its outputs; stats and provenance, which lists
-    # every stage's lineage, run.
+    # every stage's lineage, run. Before the run, only the other source's stages are known
+    # unchanged: the rest wait for what the edited source's ingestion writes.
     (tmp_path / "src" / "json" / "skipped.py").write_text("x = 1\n")
+    plan = plan_run(spec, stages, print, out)
+    unchanged = {f"{stage}/{src}" for stage in ("ingested", "filtered") for src in ("stdlib_async", "notes")}
+    assert set(plan.kept) == unchanged and plan.run[0].name == "ingested/stdlib_json_email"
     again = _kept(materialize_all(spec, out))
     assert not {"provenance", "stats"} & again and {"documents", "fim/train", "tokenizer"} <= again
+    assert "ingested/stdlib_json_email" not in again
     # A line added to the data file that hygiene drops: the source is read by its ingestion
     # alone (not in the other stages' identity by content), so what the edit never reaches keeps.
     notes.write_text(notes.read_text() + json.dumps({"text": "x"}) + "\n")

@@ -377,6 +377,27 @@ def test_albor_run_cli_materializes_with_progress_byte_identical_to_the_referenc
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         assert instance.get_runs(limit=1)[0].status == dg.DagsterRunStatus.SUCCESS
     assert albor(["verify", "--data-dir", str(tmp_path / "out")]) == 0
+    # Run again with nothing changed: decided before Dagster starts, so no run is started, and
+    # the summary comes from the stages' manifests.
+    capsys.readouterr()  # what verify printed
+    assert albor(["run", "--spec", str(spec), "--data-dir", str(tmp_path / "out")]) == 0
+    again = capsys.readouterr()
+    assert "albor: nothing changed: all" in again.err and "so no run was started" in again.err
+    assert again.out == captured.out
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        assert len(instance.get_runs()) == 1
+    # A chart deleted behind the pipeline's back: the run starts the stats stage and what is
+    # downstream of it (provenance) alone, which write the recorded bytes again.
+    chart = next(a for a in read_manifest(Layout(tmp_path / "out"), "stats").outputs if a.path.endswith(".png"))
+    (tmp_path / "out" / chart.path).unlink()
+    assert albor(["run", "--spec", str(spec), "--data-dir", str(tmp_path / "out")]) == 0
+    partial = capsys.readouterr()
+    assert re.search(r"albor: \d+ stages unchanged \(outputs, check outcomes kept\): not started", partial.err)
+    assert partial.out == captured.out and re.search(r"\] (\d)/\1 provenance ok", partial.err)  # its steps alone
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        run = instance.get_runs(limit=1)[0]
+        made = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+        assert {r.asset_key.to_user_string() for r in made if r.asset_key} == {"stats", "provenance"}
     # Two runs in different dirs are byte-identical.
     assert (tmp_path / "out" / "provenance.json").read_bytes() == (reference.out / "provenance.json").read_bytes()
     assert (tmp_path / "out" / "PROVENANCE.md").read_bytes() == (reference.out / "PROVENANCE.md").read_bytes()

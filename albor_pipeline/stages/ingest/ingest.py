@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from albor_pipeline.runtime.artifacts import Artifact, record
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, record
 from albor_pipeline.runtime.files import (
     Hashes,
     Location,
@@ -216,6 +216,19 @@ def source_fingerprint(src: SourceSpec, cache_path: Path | None = None) -> Artif
     files = listing.files
     digest, total = fingerprint_files(source_root(src.path), files, cache_path, listing.stats)
     return Artifact(path=source_stage(src.name), sha256=digest, bytes=total, rows=len(files))
+
+
+def source_unchanged(src: SourceSpec, layout: Layout, manifest: StageManifest) -> bool:
+    """Whether `src`'s files still have the content ingestion's `manifest` records it read: the
+    fingerprint again, each file's digest trusted while its size, times and inode are the
+    same. Whatever stops the listing (a source gone, a server down) says no: ingestion then
+    runs and reports it."""
+    recorded = [a.sha256 for a in manifest.inputs if a.path == source_stage(src.name)]
+    try:
+        now = source_fingerprint(src, layout.fingerprint_cache(src.name))
+    except Exception:  # only whether to skip is decided here; the stage says what failed
+        return False
+    return recorded == [now.sha256]
 
 
 SECRET_KINDS = (*DOCUMENT_KINDS, SourceKind.chat, *EVAL_KINDS)  # sources whose text ingestion redacts
