@@ -12,10 +12,12 @@ open while it is evicted stays readable (POSIX unlink) until it is closed.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from albor_pipeline.runtime.artifacts import Artifact
+from albor_pipeline.runtime.artifacts import Artifact, atomic_path
 from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.commit import TEMP_SUFFIX
 from albor_pipeline.runtime.layout import Layout
@@ -27,6 +29,30 @@ def user_cache(name: str) -> Path:
     """`$XDG_CACHE_HOME/albor/<name>` (`~/.cache/albor/<name>`): what this user's runs share."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "albor" / name
+
+
+T = TypeVar("T")
+
+
+def user_cached(name: str, build: Callable[[], bytes], parse: Callable[[bytes], T]) -> T:
+    """`parse` of the user's cached file `name` (`user_cache`), else of what `build` makes,
+    kept there for the next process (written atomically): for what is slow to derive and
+    depends only on the installed software, which `name` must say (a version). A damaged
+    file (`parse` raises ValueError) is rebuilt; an unreadable or unwritable cache only costs
+    the build."""
+    path = user_cache(name)
+    try:
+        return parse(path.read_bytes())
+    except (OSError, ValueError):
+        pass
+    data = build()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+    except OSError:
+        pass
+    return parse(data)
 
 
 def default_cache_dir() -> Path:

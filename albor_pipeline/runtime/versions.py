@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -28,14 +29,20 @@ def libraries() -> list[str]:
 
 
 def library_versions() -> dict[str, str]:
-    """Each of `libraries()` with its installed version ("not installed" where it is not)."""
-    versions = {}
+    """Each of `libraries()` with its installed version ("not installed" where it is not):
+    read once per process, as `CODE_VERSION` is (every stage's metadata shows them)."""
+    return dict(_installed())
+
+
+@lru_cache(maxsize=1)
+def _installed() -> tuple[tuple[str, str], ...]:
+    versions = []
     for lib in libraries():
         try:
-            versions[lib] = metadata.version(lib)
+            versions.append((lib, metadata.version(lib)))
         except metadata.PackageNotFoundError:
-            versions[lib] = "not installed"
-    return versions
+            versions.append((lib, "not installed"))
+    return tuple(versions)
 
 
 def code_version() -> str:

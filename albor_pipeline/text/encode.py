@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
 from albor_pipeline.runtime.executor import cpu_count
+from albor_pipeline.runtime.readcache import user_cached
 from albor_pipeline.text.vocab import added_tokens, plain_json, plain_tokenizer
 
 # The regex HF's ByteLevel pre-tokenizer applies (GPT-2's), as written in HF and GPT-2.
@@ -74,7 +75,14 @@ class HFEncoder:
 
 @lru_cache(maxsize=1)
 def _unassigned_class() -> str:
-    """An RE2 class of the code points this Python's Unicode database leaves unassigned (Cn)."""
+    """An RE2 class of the code points this Python's Unicode database leaves unassigned (Cn):
+    kept in the user's cache per Unicode version, since deriving it walks every code point
+    (~0.9 s of each process that meets a non-ASCII text: the run's and each worker's)."""
+    name = f"unicode/unassigned-{unicodedata.unidata_version}-{sys.maxunicode:x}.txt"
+    return user_cached(name, lambda: _unassigned_ranges().encode("ascii"), _re2_class)
+
+
+def _unassigned_ranges() -> str:
     ranges, start = [], None
     for cp in range(sys.maxunicode + 2):
         cn = cp <= sys.maxunicode and unicodedata.category(chr(cp)) == "Cn"
@@ -84,6 +92,14 @@ def _unassigned_class() -> str:
             ranges.append(f"\\x{{{start:x}}}-\\x{{{cp - 1:x}}}")
             start = None
     return f"[{''.join(ranges)}]"
+
+
+def _re2_class(data: bytes) -> str:
+    """The cached class, checked whole: a torn file is rebuilt (ValueError)."""
+    text = data.decode("ascii")
+    if not (text.startswith("[\\x{") and text.endswith("}]")):
+        raise ValueError("not a whole RE2 class")
+    return text
 
 
 def with_unassigned(texts: Sequence[str]) -> list[int]:

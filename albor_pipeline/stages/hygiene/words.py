@@ -27,8 +27,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from albor_pipeline.runtime.artifacts import atomic_path
-from albor_pipeline.runtime.readcache import user_cache
+from albor_pipeline.runtime.readcache import user_cached
 
 WS_TOKEN = None  # where spaCy makes a whitespace token (any whitespace but one space after a word)
 BREAKS = re.compile(r"\s{2,}|[^\S ]")  # whitespace that is a token of its own in spaCy
@@ -100,24 +99,16 @@ def _read_spacy() -> SpacyRules:
 
 def spacy_rules() -> SpacyRules:
     """The installed spaCy's English rules: from the user's cache (`~/.cache/albor/`, one file
-    per spaCy version, written atomically), else read from spaCy and kept there. An unreadable
-    or unwritable cache only costs the import."""
+    per spaCy version), else read from spaCy and kept there (`user_cached`)."""
     version = metadata.version("spacy")
-    path = user_cache("spacy") / f"en-rules-{version}.json"
-    try:
-        rules = SpacyRules.model_validate_json(path.read_bytes())
-        if rules.spacy == version:
-            return rules
-    except (OSError, ValueError):
-        pass
-    rules = _read_spacy()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            tmp.write_text(rules.model_dump_json())
-    except OSError:
-        pass
-    return rules
+
+    def parse(data: bytes) -> SpacyRules:
+        rules = SpacyRules.model_validate_json(data)
+        if rules.spacy != version:
+            raise ValueError(f"rules of spaCy {rules.spacy}, not {version}")
+        return rules
+
+    return user_cached(f"spacy/en-rules-{version}.json", lambda: _read_spacy().model_dump_json().encode(), parse)
 
 
 class EnglishWords:

@@ -34,6 +34,7 @@ from albor_pipeline.stages.corpus.plan import (
     fill,
 )
 from albor_pipeline.stages.fim.fim import apply_fim
+from albor_pipeline.text import encode
 from albor_pipeline.text.encode import (
     BYTELEVEL_PATTERN,
     FAST_BYTELEVEL_PATTERN,
@@ -557,6 +558,23 @@ def split_exposing_tokenizer() -> Tokenizer:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     return tok
+
+
+def test_the_unassigned_class_is_kept_in_the_user_cache_and_rebuilt_when_damaged(tmp_path, monkeypatch):
+    """Deriving the class walks every code point (about a second): it is read from the user's
+    cache once written, equals a fresh derivation, and a torn file is rebuilt."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    encode._unassigned_class.cache_clear()
+    derived = encode._unassigned_ranges()
+    assert encode._unassigned_class() == derived and derived.count("-") > 500
+    [path] = (tmp_path / "albor" / "unicode").glob("unassigned-*.txt")
+    path.write_text("[\\x{378}-\\x{379}]")  # another class: read as it is, so the cache is what answers
+    encode._unassigned_class.cache_clear()
+    assert encode._unassigned_class() == "[\\x{378}-\\x{379}]"
+    path.write_text(derived[:100])  # torn
+    encode._unassigned_class.cache_clear()
+    assert encode._unassigned_class() == derived and path.read_text() == derived
+    encode._unassigned_class.cache_clear()
 
 
 def test_texts_with_code_points_new_to_unicode_go_to_hf():
