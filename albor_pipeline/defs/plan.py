@@ -41,9 +41,10 @@ class Plan:
 def plan_run(spec: PipelineSpec, stages: list[Stage[Any]], log: Progress, output_dir: Path | str | None = None) -> Plan:
     """Which of `stages` (graph order) a run on the spec's values would keep: a stage whose
     upstream stages are all kept, whose identity is unchanged and whose checks' outcomes are
-    kept. Decided under the data dir's lock (after finishing what a dead run left), so no run
-    writes meanwhile; with reuse off or a data dir in a bucket, every stage runs. The data dir:
-    `output_dir`, default `data_dir()`."""
+    kept, and one made only when asked for by name (`kept_before_run`). Decided under the
+    data dir's lock (after finishing what a dead run left), so no run writes meanwhile; with
+    reuse off or a data dir in a bucket, every stage runs. The data dir: `output_dir`, default
+    `data_dir()`."""
     store, execution = pipeline_resources(spec, output_dir)
     layout = store.layout
     if store.bucket is not None or not execution.spec.reuse or not layout.root.is_dir():
@@ -54,7 +55,7 @@ def plan_run(spec: PipelineSpec, stages: list[Stage[Any]], log: Progress, output
         load_digests(layout.digests)  # files hashed by earlier runs, trusted while their stat holds
         for stage in stages:
             upstream_kept = all(up in kept for up in (*stage.deps, *stage.reads))
-            if upstream_kept and (manifest := kept_before_run(stage, spec, execution, store)) is not None:
+            if (manifest := kept_before_run(stage, spec, execution, store, upstream_kept)) is not None:
                 kept[stage.name] = manifest
         with suppress(OSError):  # a cache: a full disk costs the next run its hashing
             save_digests(layout.digests, layout.root)

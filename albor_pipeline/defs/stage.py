@@ -22,7 +22,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from albor_pipeline.defs.resources import ArtifactStore, Execution
-from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest, recorded_intact
 from albor_pipeline.runtime.checks import (
     CheckOutcome,
     check_identity,
@@ -226,6 +226,9 @@ class Stage(Generic[C]):
     lineage: bool = False  # its work reads its upstream manifests whole, their inputs too (provenance)
     checks: tuple[Check, ...] = ()
     kinds: tuple[str, ...] = ("parquet",)
+    # False: made once, then only when asked for by name: the automation never starts it, and
+    # `albor run` keeps its outputs while they are intact and made under the spec's values of
+    # its own settings (`tokenizer.retrain: manual`: ids a model trains on stay put).
     automated: bool = True
     # For a stage that lists and reads a source's files (ingestion): whether the source still
     # has the content its manifest records (a fingerprint, stat-checked). Without it, such a
@@ -450,11 +453,16 @@ def _keep_settings(
 
 
 def kept_before_run(
-    stage: Stage[Any], spec: PipelineSpec, execution: Execution, store: ArtifactStore
+    stage: Stage[Any], spec: PipelineSpec, execution: Execution, store: ArtifactStore, upstream_kept: bool
 ) -> StageManifest | None:
     """The stage's manifest when a run of it on the spec's values would keep its outputs and
     every check its outcome (as `stage_definitions` decides inside the run), so the run need not
-    start it; its upstream stages must be unchanged too, which is the caller's to know."""
+    start it: its upstream stages kept too (`upstream_kept`, the caller's to know). A stage made
+    only when asked for by name (not `automated`) is kept while made as specified."""
+    if not stage.automated:
+        return _made_as_specified(stage, store.layout)
+    if not upstream_kept:
+        return None
     settings = _keep_settings(stage, spec, stage.defaults, execution, store)
     if settings is None:
         return None
@@ -467,6 +475,18 @@ def kept_before_run(
         for c in stage.checks
     )
     return manifest if checks_kept else None
+
+
+def _made_as_specified(stage: Stage[Any], layout: Layout) -> StageManifest | None:
+    """The stage's manifest when its outputs are intact and it recorded the spec's values of
+    its own settings (its config's fields), whatever its inputs and the code are now."""
+    try:
+        manifest = read_manifest(layout, stage.name)
+    except (OSError, ValueError):
+        return None
+    wanted = stage.defaults.model_dump(mode="json")
+    as_specified = all(manifest.config.get(name) == value for name, value in wanted.items())
+    return manifest if as_specified and recorded_intact(layout.root, manifest.outputs) else None
 
 
 def _keeps(execution: Execution, store: ArtifactStore) -> bool:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from albor_pipeline.cli import main as albor
 from albor_pipeline.definitions import build_definitions, pipeline_stages
 from albor_pipeline.defs.plan import plan_run
 from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, read_manifest, sha256_file
@@ -158,6 +159,38 @@ def _sources(tmp_path: Path) -> dict[str, Any]:
         source["path"] = str(tmp_path / "src")
     raw["sources"][1]["include"] = ["email/**/*.py"]
     return raw
+
+
+@pytest.mark.graph
+def test_albor_run_keeps_a_manual_tokenizer_until_its_own_settings_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tokenizer.retrain: manual`: an edited source reaches the mixes and the corpora, which
+    are encoded again with the tokenizer a model may already train on; a changed vocab size
+    (its own setting) retrains it."""
+    raw = {**_sources(tmp_path), "tokenizer": {"vocab_size": 600, "retrain": "manual"}}
+    spec_file = write_spec(tmp_path / "spec.yaml", raw)
+    out = tmp_path / "out"
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    run = ["run", "--spec", str(spec_file), "--data-dir", str(out)]
+    assert albor(run) == 0
+    tokenizer = read_manifest(Layout(out), "tokenizer")
+    edited = tmp_path / "src" / "json" / "decoder.py"
+    edited.write_text(edited.read_text() + "\n# an edit\n")
+    spec = load_spec(spec_file)
+    plan = plan_run(spec, pipeline_stages(spec), print, out)
+    assert "tokenizer" in plan.kept and {"ingested/stdlib_json_email", "mixed/train", "corpus/train"} <= {
+        s.name for s in plan.run
+    }
+    capsys.readouterr()
+    assert albor(run) == 0
+    assert "tokenizer ok" not in capsys.readouterr().err  # not started
+    assert read_manifest(Layout(out), "tokenizer") == tokenizer
+    corpus = read_manifest(Layout(out), "corpus/train")
+    assert all(a in corpus.inputs for a in tokenizer.outputs)  # encoded again, with the same tokenizer
+    retrain = {**raw, "tokenizer": {**raw["tokenizer"], "vocab_size": 700}}
+    bigger = load_spec(write_spec(tmp_path / "bigger.yaml", retrain))
+    assert "tokenizer" in {s.name for s in plan_run(bigger, pipeline_stages(bigger), print, out).run}
 
 
 @pytest.mark.graph
