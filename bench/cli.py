@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, default_corpora, median_record
+from bench.floor import bench_floor
 from bench.graph import run_before, run_graph
 from bench.hygiene import bench_hygiene
 from bench.lineage import bench_ledger
@@ -33,8 +34,8 @@ from bench.report import markdown, write_markdown
 from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
 
-SECTIONS = ("stages", "hygiene", "quality", "e2e", "ledger", "rebuild", "scaling", "loader", "scale")
-FULL_ONLY = ("rebuild", "scaling", "scale")  # sections `--quick` skips
+SECTIONS = ("stages", "hygiene", "quality", "e2e", "ledger", "rebuild", "floor", "scaling", "loader", "scale")
+FULL_ONLY = ("rebuild", "floor", "scaling", "scale")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
 RESULTS = (
     "stages",
@@ -45,6 +46,7 @@ RESULTS = (
     "profile",
     "ledger",
     "rebuild",
+    "floor",
     "scaling",
     "loader",
     "scale",
@@ -125,6 +127,9 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["rebuild"]:
         print("rebuild: one-file edits and a killed run's resume, default and seed-shaped specs ...", file=sys.stderr)
         results["rebuild"] = bench_rebuild(args.corpus, work / "rebuild")
+    if run["floor"]:
+        print("floor: albor run on a 3-source 5 MB spec, cold, nothing changed, one-file edits ...", file=sys.stderr)
+        results["floor"] = bench_floor(work / "floor", repeat)
     if run["scaling"]:
         print("scaling 1x / 2x ...", file=sys.stderr)
         results["scaling"] = bench_scaling(corpora, work / "scaling", repeat)

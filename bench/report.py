@@ -390,6 +390,29 @@ def _rebuild_rows(rb: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _floor_rows(fl: dict[str, Any]) -> list[Row]:
+    """`albor run` on the 3-source 5 MB spec, each a fresh process."""
+    unchanged_target = f"<= {max(3.0, 0.15 * fl['cold_s']):.2f} s (3 s or 0.15x cold)"
+    return [
+        (f"3-source spec ({fl['source_mb']} MB): cold albor run, wall s", fl["cold_s"], ""),
+        (
+            "  nothing changed: wall s / ratio to cold",
+            f"{fl['unchanged_s']} / {fl['unchanged_ratio']}",
+            unchanged_target,
+        ),
+        (
+            "    of which: the imports it needs / deciding that nothing changed, s",
+            f"{fl['imports_s']} / {fl['decide_s']}",
+            "",
+        ),
+        (
+            "  one-file edit, tokenizer kept: wall s / ratio to nothing changed",
+            f"{fl['edit_s']} / {fl['edit_vs_unchanged']}",
+            "<= 2",
+        ),
+    ]
+
+
 SMALL_SPLIT_STEPS = ("mixed__val", "mixed__test", "fim__val", "fim__test", "corpus__val", "corpus__test")
 """The default spec's 500-row val and 200-row test steps: no fixed waste means each under a second."""
 
@@ -462,6 +485,7 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[Row]]], ...
     ("end_to_end_before", "The graph on the `--before` commit and on this checkout", "e2e", _before_rows),
     ("ledger", "The document ledger", "ledger", _ledger_rows),
     ("rebuild", "Rebuilds and resume against a cold build", "rebuild", _rebuild_rows),
+    ("floor", "The floor of a small spec (`albor run`, fresh processes)", "floor", _floor_rows),
     ("scaling", "The corpus and twice it", "scaling", _scaling_rows),
     ("scale", "Expected scaling: local and Ray", "scale", _scale_section),
     ("loader", "The loader", "loader", _loader_rows),
