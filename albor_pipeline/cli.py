@@ -118,7 +118,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             run_config={
                 "loggers": {"progress": {}}
                 if args.log_level == "PROGRESS"
-                else {"console": {"config": {"log_level": args.log_level}}}
+                else {"console": {"config": {"log_level": args.log_level}}},
+                # what it left out must still be as it decided once the run holds the data dir
+                "resources": plan.resources(spec),
             },
         )
     seconds = time.perf_counter() - start

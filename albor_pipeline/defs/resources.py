@@ -18,6 +18,7 @@ from albor_pipeline.runtime.artifacts import (
     check_recorded,
     load_digests,
     save_digests,
+    sha256_file,
     write_bytes,
 )
 from albor_pipeline.runtime.bucket import Bucket, is_remote
@@ -29,6 +30,18 @@ from albor_pipeline.runtime.shards import MB
 from albor_pipeline.runtime.stagerun import Fetch, Inputs, Progress
 from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import ExecutionSpec, apply_overrides
+
+
+class DataDirChanged(RuntimeError):
+    """A stage the run was to keep was changed by another run before this one held the data dir."""
+
+
+def manifest_sha256(layout: Layout, stage: str) -> str | None:
+    """The SHA-256 of the stage's manifest file (None: it has none)."""
+    try:
+        return sha256_file(layout.manifest(stage))
+    except FileNotFoundError:
+        return None
 
 
 class ArtifactStore(dg.ConfigurableResource):
@@ -43,6 +56,10 @@ class ArtifactStore(dg.ConfigurableResource):
     data_dir: str
     work_dir: str | None = None  # a bucket's working copy (spec.work_dir)
     on_busy: str = "wait"  # spec `locking.on_busy`: wait for the other run, or fail at once
+    # Stages `albor run` left out of the run as unchanged (`defs/plan.py`), by their manifests'
+    # SHA-256: checked once the run holds the data dir, so a run that changed them in between
+    # fails this one rather than have it build on another run's outputs.
+    kept: dict[str, str] = {}
 
     _held: ExitStack = PrivateAttr(default_factory=ExitStack)
     _lease: BucketLease | None = PrivateAttr(default=None)
@@ -104,6 +121,12 @@ class ArtifactStore(dg.ConfigurableResource):
             info(f"data dir {self.data_dir}: working copy {self.work_dir}, {len(changed)} manifest(s) pulled")
         else:  # files hashed by earlier runs, verified by a stat while unchanged
             load_digests(self.layout.digests)
+        if moved := [stage for stage, sha in self.kept.items() if manifest_sha256(self.layout, stage) != sha]:
+            self._held.close()
+            raise DataDirChanged(
+                f"data dir {self.layout.root}: another run changed {', '.join(moved)} after this run decided to "
+                "keep them; nothing was written: run again"
+            )
         if context.instance is not None and run_id:
             context.instance.add_run_tags(run_id, {WORKER_TAG: this_worker()})
             fail_dead_runs(context.instance, log)

@@ -20,6 +20,7 @@ import pytest
 from albor_pipeline.cli import main as albor
 from albor_pipeline.definitions import build_definitions, pipeline_stages
 from albor_pipeline.defs.plan import plan_run
+from albor_pipeline.defs.resources import ArtifactStore, DataDirChanged
 from albor_pipeline.runtime.artifacts import ParquetSink, iter_manifests, read_manifest, sha256_file
 from albor_pipeline.runtime.checks import KeptOutcome, kept_outcome
 from albor_pipeline.runtime.executor import TASKS
@@ -351,7 +352,16 @@ def test_a_stage_whose_inputs_settings_and_code_are_unchanged_keeps_its_outputs(
     # `albor run` decides before starting Dagster that there is nothing to run.
     stages = pipeline_stages(spec)
     everything = {s.name for s in stages}
-    assert not plan_run(spec, stages, print, out).run
+    plan = plan_run(spec, stages, print, out)
+    assert not plan.run and set(plan.seen) == everything
+    # What it decided is checked again once a run holds the data dir: a stage another run
+    # changed in between fails the run as it starts, before it writes anything.
+    changed = {**plan.seen, "fim/val": "0" * 64}
+    with pytest.raises(DataDirChanged, match="another run changed fim/val after this run decided"):
+        ArtifactStore(data_dir=str(out), kept=changed).setup_for_execution(dg.build_init_resource_context())
+    held = ArtifactStore(data_dir=str(out), kept=plan.seen)
+    held.setup_for_execution(dg.build_init_resource_context())
+    held.teardown_after_execution(dg.build_init_resource_context())
     rerun = materialize_all(spec, out)
     assert _kept(rerun) == everything
     assert _kept_checks(rerun) == set(outcomes) and _outcomes(rerun) == outcomes
