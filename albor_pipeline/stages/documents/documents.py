@@ -622,9 +622,10 @@ def build_documents(
     then (with `decon`) train documents sharing an n-gram with a benchmark; with `tombstones`
     (documents removed at ingestion, `removal.py`), their exact copies and (with `near`)
     near-duplicates are removed before near dedup. Each global step is hash-partitioned over
-    tasks; this process holds a byte per document (its split). Each split shard's ledger
-    (`_ledger/part-…`, unless `audit.ledger` is off) says why its input's other documents were
-    dropped; `audit.keep_removed` keeps their text there."""
+    tasks; this process holds a byte per document (its split) and, for the ledgers, each
+    dropped document's fate (a dict entry each). Each split shard's ledger (`_ledger/part-…`,
+    unless `audit.ledger` is off) says why its input's other documents were dropped;
+    `audit.keep_removed` keeps their text there."""
     progress, audit = io.progress, audit or AuditSpec()
     exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, io)
     names = np.array([name for name, _ in inputs], dtype=object)
