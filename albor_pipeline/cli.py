@@ -120,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if args.log_level == "PROGRESS"
                 else {"console": {"config": {"log_level": args.log_level}}},
                 # what it left out must still be as it decided once the run holds the data dir
-                "resources": plan.resources(spec),
+                "resources": plan.resources(),
             },
         )
     seconds = time.perf_counter() - start

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from albor_pipeline.defs.pipeline import pipeline_resources
-from albor_pipeline.defs.resources import manifest_sha256
+from albor_pipeline.defs.resources import ArtifactStore, manifest_sha256
 from albor_pipeline.defs.stage import ROOT, Stage, kept_before_run
 from albor_pipeline.runtime.artifacts import StageManifest, load_digests, save_digests
 from albor_pipeline.runtime.lock import data_dir_lock
@@ -33,12 +33,12 @@ class Plan:
     kept: dict[str, StageManifest]
     run: list[Stage[Any]]
     seen: dict[str, str]  # each kept stage's manifest SHA-256: the run checks it still holds
+    store: ArtifactStore  # the data dir decided on
 
-    def resources(self, spec: PipelineSpec) -> dict[str, Any]:
-        """The run config of the run's data dir: as the definitions bind it (Dagster takes a
-        resource's run config whole), with the stages this plan keeps, checked at its start."""
-        store, _ = pipeline_resources(spec)
-        return {ROOT.store_key: {"config": {**store.model_dump(exclude_none=True), "kept": self.seen}}}
+    def resources(self) -> dict[str, Any]:
+        """The run config of the run's data dir: the one decided on (Dagster takes a resource's
+        run config whole), with the stages this plan keeps, checked at its start."""
+        return {ROOT.store_key: {"config": {**self.store.model_dump(exclude_none=True), "kept": self.seen}}}
 
     @property
     def steps(self) -> int:
@@ -56,7 +56,7 @@ def plan_run(spec: PipelineSpec, stages: list[Stage[Any]], log: Progress, output
     store, execution = pipeline_resources(spec, output_dir)
     layout = store.layout
     if store.bucket is not None or not execution.spec.reuse or not layout.root.is_dir():
-        return Plan({}, stages, {})
+        return Plan({}, stages, {}, store)
     kept: dict[str, StageManifest] = {}
     holder = f"pid {os.getpid()}, deciding what a run keeps"
     with data_dir_lock(layout, holder, wait=store.on_busy != "fail", log=log):
@@ -68,4 +68,4 @@ def plan_run(spec: PipelineSpec, stages: list[Stage[Any]], log: Progress, output
         seen = {name: sha for name in kept if (sha := manifest_sha256(layout, name)) is not None}
         with suppress(OSError):  # a cache: a full disk costs the next run its hashing
             save_digests(layout.digests, layout.root)
-    return Plan(kept, [stage for stage in stages if stage.name not in kept], seen)
+    return Plan(kept, [stage for stage in stages if stage.name not in kept], seen, store)
