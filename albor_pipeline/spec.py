@@ -14,6 +14,7 @@ import string
 import sysconfig
 from collections.abc import Hashable, Mapping
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit
@@ -111,10 +112,11 @@ class SourceKind(str, Enum):
     synthetic = "synthetic"  # seeded generated conversations (`task`) over a word list at `path`
     mc = "mc"  # multiple-choice eval items `{question, choices, answer}` in JSONL
     base_eval = "base_eval"  # base-model eval items of one `task_type` (nanochat's CORE) in JSONL
+    web = "web"  # WARC files (.warc, .warc.gz) and HTML files: each page's main text (`web`)
 
 
-DOCUMENT_KINDS = (SourceKind.code, SourceKind.jsonl, SourceKind.csv, SourceKind.parquet)
-TEXT_KINDS = (SourceKind.jsonl, SourceKind.csv, SourceKind.parquet)  # prose: the language filter's sources
+DOCUMENT_KINDS = (SourceKind.code, SourceKind.jsonl, SourceKind.csv, SourceKind.parquet, SourceKind.web)
+TEXT_KINDS = (SourceKind.jsonl, SourceKind.csv, SourceKind.parquet, SourceKind.web)  # prose: language-checked
 CHAT_KINDS = (SourceKind.chat, SourceKind.synthetic)
 EVAL_KINDS = (SourceKind.mc, SourceKind.base_eval)  # eval sets: rendered on their own, never mixed
 
@@ -290,6 +292,65 @@ class HygieneSpec(_Model):
         return self.model_copy(update={"rules": self.rules.model_copy(update=unset)}) if unset else self
 
 
+def block_list_entries(path: Path) -> list[tuple[int, str]]:
+    """(line number, entry) of a block list file: an entry a line, blank lines and lines
+    starting with `#` skipped."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _block_list(path: Path, patterns: bool = False) -> Path:
+    """A readable block list (every pattern a valid regular expression): the error names the
+    file and line, as a spec error does."""
+    try:
+        entries = block_list_entries(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"block list {path}: cannot be read ({exc})") from None
+    for lineno, entry in entries if patterns else ():
+        try:
+            re.compile(entry)
+        except re.error as exc:
+            raise ValueError(f"{path}:{lineno}: not a regular expression ({exc})") from None
+    return path
+
+
+BlockList = Annotated[Path, AfterValidator(_block_list)]
+PatternList = Annotated[Path, AfterValidator(partial(_block_list, patterns=True))]
+
+
+class UrlBlocks(_Model):
+    """Block lists of a web source, as files (an entry a line, `#` comments): a blocked page is
+    never extracted; the ledger names the rule (file and line) for each."""
+
+    domains: tuple[BlockList, ...] = ()  # `example.com` blocks it and every subdomain
+    urls: tuple[BlockList, ...] = ()  # exact URLs, compared normalised (case of host, port, fragment)
+    patterns: tuple[PatternList, ...] = ()  # regular expressions searched in the URL
+
+
+class Extraction(_Model):
+    """How a page's main text is extracted (Resiliparse's html2text, docs/web.md)."""
+
+    # Navigation, headers, footers and sidebars dropped (precision); false: every visible
+    # text of the page (recall).
+    main_content: bool = True
+    tables: bool = True  # table cells kept as text
+    code: bool = True  # <pre> blocks kept, line by line: a docs site's code is training data
+    lists: bool = True  # list items with a bullet
+    alt_texts: bool = False  # images' alt texts
+    skip: tuple[str, ...] = ()  # CSS selectors of further elements to drop, e.g. `.sidebar`
+
+
+class WebSpec(_Model):
+    """A web source's pages: which records become documents, how their text is extracted,
+    which URLs are blocked."""
+
+    base_url: str | None = None  # HTML files: a page's URL is base_url/<its path> (else its path)
+    max_html_bytes: Int = Field(4 << 20, gt=0)  # a bigger page is skipped (too_large), never cut
+    dedup_urls: bool = False  # a URL met again in the same file is skipped (duplicate_url)
+    extract: Extraction = Extraction()
+    block: UrlBlocks = UrlBlocks()
+
+
 class SourceSpec(_Model):
     """A local directory of Python files, a set of JSONL/CSV/Parquet data files, chat or
     multiple-choice files, or a synthetic chat task over a word list."""
@@ -322,7 +383,9 @@ class SourceSpec(_Model):
     task: SyntheticTask | None = None
     rows: Int = Field(1000, gt=0)
     seed: Int = 0
-    # documents (code/jsonl/csv/parquet): filters and secrets/PII redaction in filtered/<name>;
+    # web: the pages' records, extraction and block lists
+    web: WebSpec = WebSpec()
+    # documents (code/jsonl/csv/parquet/web): filters and secrets/PII redaction in filtered/<name>;
     # chat: redaction; eval sets (mc/base_eval): `redact`, applied at ingest
     hygiene: HygieneSpec = HygieneSpec()
 
@@ -369,6 +432,8 @@ class SourceSpec(_Model):
             return ("**/*.parquet",)
         if self.kind is SourceKind.synthetic:
             return ("**/*.txt",)
+        if self.kind is SourceKind.web:
+            return ("**/*.warc", "**/*.warc.gz", "**/*.html", "**/*.htm")
         ext = self.kind.value if self.kind in (SourceKind.jsonl, SourceKind.csv) else "jsonl"
         return (
             *(f"**/*.{ext}{suffix}" for suffix in ("", ".gz", ".zst")),
@@ -949,7 +1014,12 @@ class PipelineSpec(_Model):
         what reads it. A source's files reach the stages through its ingestion's outputs."""
         removals = [r.sha256_file for r in self.remove.values() if r.sha256_file is not None]
         ranks = self.tokenizer.openai_ranks.values()
-        return [*(b.path for b in self.decontaminate.benchmarks), *removals, *self.tokenizer.baselines, *ranks]
+        blocks = [
+            p
+            for s in self.sources_of(SourceKind.web)
+            for p in (*s.web.block.domains, *s.web.block.urls, *s.web.block.patterns)
+        ]
+        return [*(b.path for b in self.decontaminate.benchmarks), *removals, *self.tokenizer.baselines, *ranks, *blocks]
 
     def sources_of(self, *kinds: SourceKind) -> list[SourceSpec]:
         """The sources of these kinds, in spec order (documents, chat, eval sets)."""
@@ -1008,6 +1078,20 @@ def _resolve_path(raw: Any, base: Path, key: str) -> Any:
     return expanded if expanded.is_absolute() else (base / expanded).resolve()
 
 
+def _resolve_block_lists(src: dict[str, Any], base: Path, key: str) -> None:
+    """A web source's block list paths, resolved as every spec path (`_resolve_path`)."""
+    web = src.get("web")
+    if not isinstance(web, dict) or not isinstance(block := web.get("block"), dict):
+        return
+    resolved = {
+        name: [_resolve_path(p, base, f"{key}.{name}[{j}]") for j, p in enumerate(paths)]
+        if isinstance(paths, list)
+        else paths
+        for name, paths in block.items()
+    }
+    src["web"] = {**web, "block": resolved}
+
+
 def _format_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
@@ -1038,6 +1122,7 @@ def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:
     for i, src in enumerate(sources):
         if "path" in src:
             src["path"] = _resolve_path(src["path"], base_dir, f"sources[{i}].path")
+        _resolve_block_lists(src, base_dir, f"sources[{i}].web.block")
     raw["sources"] = sources
     decon = dict(raw.get("decontaminate") or {})
     if isinstance(decon.get("benchmarks"), list):

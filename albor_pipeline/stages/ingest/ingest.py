@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from albor_pipeline.runtime.artifacts import Artifact, StageManifest, record
+from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, StageManifest, record
 from albor_pipeline.runtime.files import (
     Hashes,
     Location,
@@ -37,19 +37,21 @@ from albor_pipeline.runtime.files import (
 )
 from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, map_tasks, shards_of
-from albor_pipeline.runtime.shards import MB, Shard, ShardWriter
+from albor_pipeline.runtime.shards import MB, Shard, ShardWriter, shard_name
 from albor_pipeline.runtime.taskstore import memo, session
 from albor_pipeline.runtime.watchdog import reading
 from albor_pipeline.spec import DOCUMENT_KINDS, EVAL_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.stages.ingest.removal import Removal
 from albor_pipeline.stages.ingest.synthetic import generate, read_words
+from albor_pipeline.stages.ingest.web import PAGE_SCHEMA, Blocks, Extractor, Page, WebCounts, is_warc, page_batch
 from albor_pipeline.summaries.ingest import IngestSummary, Removed
 from albor_pipeline.text.base_eval import parse_base_item
 from albor_pipeline.text.chat import ChatError, clean_conversation, conversation_json, parse_mc
 from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_messages
 from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column, parse_json
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
+from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, PAGES, is_side, ledger_name
 from albor_pipeline.text.removal import REMOVED, Tombstone, write_tombstones
 from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted, redacted_json
 
@@ -267,26 +269,45 @@ class _Part:
 
 @dataclass(frozen=True)
 class _IngestJob:
-    """What every ingestion task needs: the source, its shards' size and its removal requests."""
+    """What every ingestion task needs: the source, its shards' size and its removal requests
+    (and a web source's block lists, read)."""
 
     src: SourceSpec
     max_bytes: int
     removal: Removal | None = None
+    blocks: Blocks | None = None
+
+
+Doc = tuple[str, str, Page | None]  # (file, text, the web page it came from)
+
+
+def _documents(job: _IngestJob, files: list[str], counts: Counts, web: WebCounts) -> Iterator[Doc]:
+    """The task's documents before screening; a web source's with their pages."""
+    src = job.src
+    if src.kind is SourceKind.web:
+        extractor = Extractor(src.name, src.web, job.blocks or Blocks())
+        yield from extractor.documents(source_root(src.path), files, web)
+        return
+    for rel, text in iter_documents(src, files, counts):
+        yield rel, text, None
 
 
 def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str], str | None]) -> _Part:
     """Task `item` = (index, files of one source, their content digest): its documents,
     length-filtered, hashed and written as shards `part-<index>-*`. A pure function of its
     files, so tasks run on any executor, on any node (its local sources must be mounted
-    there); the digest makes a task reusable exactly while its files' bytes stay the same."""
+    there); the digest makes a task reusable exactly while its files' bytes stay the same.
+    A web source's task also writes its pages (`_pages/`) and what it left out (`_ledger/`)."""
     task, files, _ = item
     src = job.src
     counts = Counts()
+    web = WebCounts(counts.skipped)
     cols: dict[str, list[str]] = {name: [] for name in DOC_SCHEMA.names}
+    pages: list[tuple[str, Page]] = []
     text_bytes = pending = 0
     removed: list[Tombstone] = []
     with ShardWriter(io.directory, task, DOC_SCHEMA, job.max_bytes) as writer:
-        for rel, text in _screened(src, iter_documents(src, files, counts), counts):
+        for rel, text, page in _screened(src, _documents(job, files, counts, web), counts):
             encoded = text.encode("utf-8")
             sha256 = hashlib.sha256(encoded).hexdigest()
             if job.removal and (stone := job.removal.tombstone(src.name, rel, text, sha256)):
@@ -299,30 +320,46 @@ def _ingest_group(job: _IngestJob, io: TaskIO, item: tuple[int, list[str], str |
             cols["source"].append(src.name)
             cols["file"].append(rel)
             cols["sha256"].append(sha256)
+            if page is not None:
+                pages.append((sha256, page.as_recorded(rel)))
             if len(cols["text"]) >= BATCH_ROWS or pending >= BATCH_BYTES:
                 writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
                 cols = {name: [] for name in DOC_SCHEMA.names}
                 pending = 0
         if cols["text"]:
             writer.write(pa.RecordBatch.from_pydict(cols, schema=DOC_SCHEMA), pending)
-    return _Part(writer.shards, counts, text_bytes, removed)
+    shards = writer.shards
+    if src.kind is SourceKind.web:
+        shards = [*shards, *_web_sides(io.directory, task, pages, web)]
+    return _Part(shards, counts, text_bytes, removed)
+
+
+def _web_sides(directory: Path, task: int, pages: list[tuple[str, Page]], web: WebCounts) -> list[Shard]:
+    """A web task's pages and ledger, beside its shards (a task that kept nothing writes them
+    too: its ledger says why)."""
+    name = shard_name(task, 0)
+    with ParquetSink(directory / PAGES / name, PAGE_SCHEMA) as sink:
+        sink.write(page_batch(pages))
+    with ParquetSink(directory / ledger_name(name), LEDGER_SCHEMA) as ledger:
+        ledger.write(web.ledger.batch())
+    return [Shard.of(sink.path, sink.rows, directory), Shard.of(ledger.path, ledger.rows, directory)]
 
 
 INGEST_GROUP = Step(_ingest_group)  # its item names its files' content (`_tasks`)
 
 
-def _screened(src: SourceSpec, documents: Iterable[tuple[str, str]], counts: Counts) -> Iterator[tuple[str, str]]:
+def _screened(src: SourceSpec, documents: Iterable[Doc], counts: Counts) -> Iterator[Doc]:
     """`documents` in order, less those outside the source's length bounds, with their secrets
     redacted (`_without_secrets`) a batch at a time."""
     structured = src.kind in _STRUCTURED_READERS  # length is a rendering matter (chat.max_tokens)
-    batch: list[tuple[str, str]] = []
+    batch: list[Doc] = []
     held = 0
-    for rel, text in documents:
+    for rel, text, page in documents:
         n = len(text)
         if not structured and (n < src.min_chars or n > src.max_chars):
             counts.skipped["too_short" if n < src.min_chars else "too_long"] += 1
             continue
-        batch.append((rel, text))
+        batch.append((rel, text, page))
         held += n
         if len(batch) >= REDACT_ROWS or held >= REDACT_CHARS:
             yield from _redacted_batch(src, batch, counts)
@@ -330,7 +367,7 @@ def _screened(src: SourceSpec, documents: Iterable[tuple[str, str]], counts: Cou
     yield from _redacted_batch(src, batch, counts)
 
 
-def _redacted_batch(src: SourceSpec, batch: list[tuple[str, str]], counts: Counts) -> Iterator[tuple[str, str]]:
+def _redacted_batch(src: SourceSpec, batch: list[Doc], counts: Counts) -> Iterator[Doc]:
     """`_without_secrets` of each document of `batch`: one RE2 pass finds the batch's candidate
     lines (`candidate_lines`) and the detectors run on those alone (a conversation is
     redacted message by message). What it changed is kept per batch content (`memo`): a
@@ -339,18 +376,18 @@ def _redacted_batch(src: SourceSpec, batch: list[tuple[str, str]], counts: Count
         yield from batch
         return
     content = hashlib.sha256()
-    for rel, text in batch:
+    for rel, text, _ in batch:
         content.update(f"{len(rel)}:{rel}{len(text)}:".encode() + text.encode("utf-8", "surrogatepass"))
     setting = (src.kind, src.hygiene.redact)
     changes = memo(_redactions, setting, content.hexdigest(), partial(_redactions, setting, batch))
     counts.secrets.update(changes.found)
     if changes.dropped:
         counts.skipped["secrets"] += changes.dropped
-    for i, (rel, text) in enumerate(batch):
+    for i, (rel, text, page) in enumerate(batch):
         if i not in changes.changed:
-            yield rel, text
+            yield rel, text, page
         elif (kept := _without_secrets(*setting, rel, text, Counts(), _lines(setting[0], [text])[0])) is not None:
-            yield kept  # redacted again, alone: the store keeps which documents change, never their text
+            yield *kept, page  # redacted again, alone: the store keeps which documents change, never their text
 
 
 @dataclass(frozen=True)
@@ -378,10 +415,10 @@ def _lines(kind: SourceKind, texts: list[str]) -> list[Lines | None]:
     return [None] * len(texts)
 
 
-def _redactions(setting: tuple[SourceKind, RedactMode], batch: list[tuple[str, str]]) -> _Redactions:
+def _redactions(setting: tuple[SourceKind, RedactMode], batch: list[Doc]) -> _Redactions:
     counts = Counts()
     changed = set()
-    for i, ((rel, text), where) in enumerate(zip(batch, _lines(setting[0], [t for _, t in batch]))):
+    for i, ((rel, text, _), where) in enumerate(zip(batch, _lines(setting[0], [t for _, t, _ in batch]))):
         if _without_secrets(*setting, rel, text, counts, where) != (rel, text):
             changed.add(i)
     return _Redactions(frozenset(changed), Counter(counts.secrets), counts.skipped["secrets"])
@@ -419,14 +456,16 @@ def _redacted_item(text: str) -> tuple[str, Counter[str]]:
 
 def file_groups(src: SourceSpec, listing: SourceListing, max_bytes: int) -> list[list[str]]:
     """Ingestion's tasks: consecutive files of up to `max_bytes` together (a bigger file alone),
-    so a task writes about one shard; a chat/synthetic/multiple-choice source whole (a
-    task's words span its files)."""
+    so a task writes about one shard; a WARC file alone (a crawl grows by files: adding one
+    runs only its task); a chat/synthetic/multiple-choice source whole (a task's words span
+    its files)."""
     if src.kind in _STRUCTURED_READERS:
         return [listing.files]
     groups: list[list[str]] = []
     held = 0
     for rel, size in zip(listing.files, listing.sizes, strict=True):
-        if not groups or held + size > max_bytes:
+        alone = src.kind is SourceKind.web and (is_warc(rel) or (groups and is_warc(groups[-1][-1])))
+        if not groups or held + size > max_bytes or alone:
             groups.append([])
             held = 0
         groups[-1].append(rel)
@@ -479,6 +518,11 @@ def _tasks(groups: list[list[str]], digests: dict[str, str]) -> list[tuple[int, 
     return tasks
 
 
+def _documents_of(parts: list[_Part]) -> list[Shard]:
+    """The shards of documents the tasks wrote (not a web source's pages and ledger)."""
+    return [shard for shard in shards_of(parts) if not is_side(shard.name)]
+
+
 def ingest_source(
     src: SourceSpec,
     out: Path,
@@ -505,7 +549,7 @@ def ingest_source(
     def ingested(parts: list[_Part]) -> str | None:
         if not parts[-1].shards:
             return None
-        shards = list(shards_of(parts))
+        shards = _documents_of(parts)
         mb = sum(p.text_bytes for p in parts) / 1e6
         return f"{src.name}: {sum(s.rows for s in shards):,} documents in {len(shards)} shard(s), {mb:.1f} MB"
 
@@ -514,7 +558,7 @@ def ingest_source(
         tombstones go beside the shards."""
         for part in parts:
             counts.add(part.counts)
-        if not any(part.shards for part in parts):
+        if not _documents_of(parts):
             reasons = ", ".join(f"{k}={v}" for k, v in sorted(counts.skipped.items())) or "no matching files"
             raise IngestError(
                 f"source {src.name!r} produced 0 documents from {len(files)} file(s) under {src.path} ({reasons}); "
@@ -523,9 +567,10 @@ def ingest_source(
         if removal is not None:
             write_tombstones(staging / REMOVED, (stone for part in parts for stone in part.removed))
 
-    job = _IngestJob(src, max_bytes, removal)
-    parts = map_shards(INGEST_GROUP, job, groups, out, io, ingested, not_empty)
-    shards = list(shards_of(parts))
+    web = src.kind is SourceKind.web
+    job = _IngestJob(src, max_bytes, removal, Blocks.read(src.web) if web else None)
+    parts = map_shards(INGEST_GROUP, job, groups, out, io, ingested, not_empty, subsets=[PAGES, LEDGER] if web else ())
+    shards = _documents_of(parts)
     text_bytes = sum(part.text_bytes for part in parts)
     skipped = counts.skipped
     summary = IngestSummary(
@@ -539,7 +584,7 @@ def ingest_source(
         licences=detect_licences(src.path),
         removal=Removed(rules_sha256=removal.rules_sha256, removed=skipped["removed"]) if removal else None,
     )
-    artifacts = [shard.artifact(out, io.root) for shard in shards]
+    artifacts = [shard.artifact(out, io.root) for shard in shards_of(parts)]
     if removal is not None:
         artifacts.append(record(out / REMOVED, io.root, skipped["removed"]))
     return IngestResult(artifacts, summary, listing.first, source)
