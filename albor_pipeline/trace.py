@@ -43,7 +43,7 @@ from albor_pipeline.spec import DOCUMENT_KINDS, SPLITS, PipelineSpec, SourceKind
 from albor_pipeline.stages.corpus.encode_task import RowGroupEncoder, encode_rows
 from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.text.encode import make_encoder
-from albor_pipeline.text.ledger import is_ledger, is_side
+from albor_pipeline.text.ledger import PAGES, is_ledger, is_side
 from albor_pipeline.text.removal import REMOVED
 from albor_pipeline.text.secrets import redact_path
 from albor_pipeline.text.vocab import id_bytes, load_tokenizer
@@ -78,12 +78,24 @@ class Fate(BaseModel):
     detail: str = ""
 
 
+class WebPage(BaseModel):
+    """Where a web source's document came from: the page and the record that held it."""
+
+    url: str
+    warc: str  # the file, relative to the source's root
+    record_id: str | None = None  # WARC-Record-ID (None: an HTML file)
+    date: str | None = None  # WARC-Date
+    offset: int | None = None  # the record's byte offset in the file
+    charset: str | None = None
+
+
 class DocumentTrace(BaseModel):
     """One document from ingest to the corpus."""
 
     source: str
     file: str
     sha256: str  # as ingested
+    page: WebPage | None = None  # a web source's document: its page and record
     sha256_out: str  # after hygiene (differs when it was redacted)
     fates: list[Fate]
     split: str | None = None
@@ -251,11 +263,16 @@ class TraceError(ValueError):
     """A query `albor trace` cannot answer; the message is the one line it prints."""
 
 
+URL_QUERY = re.compile(r"(?:([A-Za-z0-9_]+):)?([a-z][a-z0-9+.-]*://.+)")
+
+
 def document_query(query: str) -> tuple[str, str]:
     """(source or "", pattern) of a document query, the pattern a path, glob or SHA-256. An
     empty one, or a path no source's `file` can hold (absolute, or with `..`), is a `TraceError`,
     the same whether or not such a file exists: a trace never tells what lies outside the
     sources' roots."""
+    if (url := URL_QUERY.fullmatch(query)) is not None:  # a web page: [source:]scheme://...
+        return url[1] or "", url[2]
     source, _, pattern = query.rpartition(":") if ":" in query and not SHA256.fullmatch(query) else ("", "", query)
     if not pattern.strip():
         raise TraceError(f"{query!r}: an empty query; give a [source:]path or glob, a SHA-256 or corpus/<split>:N")
@@ -347,6 +364,9 @@ class Tracer:
             if self._removed(src.name, pattern):
                 lines.append(f"removed at ingested/{src.name} by a removal request (`remove:` in the spec)")
                 continue
+            if src.kind is SourceKind.web and not SHA256.fullmatch(pattern):
+                lines += self._left_at_ingest(src.name, pattern)
+                continue
             if SHA256.fullmatch(pattern) or not _exists(Path(src.path), pattern):
                 continue
             manifest = self.sets.outputs(ingested_stage(src.name))
@@ -377,6 +397,7 @@ class Tracer:
             sha256_out=sha256,
             fates=[Fate(stage=ingested_stage(source), fate="kept")],
         )
+        doc.page = self._page(source, sha256)
         if not self._hygiene(doc) or not self._documents(doc):
             return doc
         for split in SPLITS:
@@ -395,6 +416,21 @@ class Tracer:
             for name in corpus_names((split,)):
                 doc.pieces += self._pieces(name, fim)
         return doc
+
+    def _page(self, source: str, sha256: str) -> WebPage | None:
+        """A web source's document's page and record (its ingestion's `_pages`), else None."""
+        found = self.sets.select(ingested_stage(source), lambda path: f"/{PAGES}/" in path)
+        for row in _rows(found, list(WebPage.model_fields), _equals("sha256", sha256)):
+            return WebPage.model_validate(row)
+        return None
+
+    def _left_at_ingest(self, source: str, pattern: str) -> list[str]:
+        """What a web source's ingestion did with the pages `pattern` names (its ledger: skipped
+        or blocked, and why)."""
+        found = self.sets.select(ingested_stage(source), is_ledger)
+        regex = _glob_regex(pattern)
+        rows = _rows(found, ["file", "fate", "detail"], ("file", lambda v: pc.match_substring_regex(v, regex)))
+        return [f"{r['file']}: {r['fate']} at ingested/{source} ({r['detail']})" for r in rows]
 
     def _hygiene(self, doc: DocumentTrace) -> bool:
         """Hygiene's fate of `doc`; False when it removed it."""
@@ -545,6 +581,9 @@ def trace_lines(found: list[DocumentTrace] | list[SequencePiece], query: str, mi
             )
             continue
         lines.append(f"{item.source}:{item.file}  sha256 {item.sha256}")
+        if (page := item.page) is not None:
+            record = f"record {page.record_id} at byte {page.offset} of {page.warc}" if page.record_id else page.warc
+            lines.append(f"  page: {record}" + (f", fetched {page.date}" if page.date else "") + f", {page.charset}")
         lines += [f"  {f.stage}: {f.fate}" + (f" ({f.detail})" if f.detail else "") for f in item.fates]
         for split, rows in item.sft_rows.items():
             lines.append(f"  sft/{split}: rows {', '.join(map(str, rows[:20]))}{' ...' if len(rows) > 20 else ''}")
