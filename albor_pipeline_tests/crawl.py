@@ -107,3 +107,42 @@ def _odd_records(crawl: Crawl, first: Path) -> None:
     crawl.response(BASE + "latin1.html", latin, "text/html; charset=iso-8859-1")
     body = gzip.compress(first.read_bytes(), mtime=0)
     crawl.response(BASE + "encoded.html", body, "text/html; charset=utf-8", extra=[("Content-Encoding", "gzip")])
+
+
+MIRROR = "https://mirror.example.net/python/3/"  # copies of pages: exact duplicates for `documents`
+SPAM = "https://spam.example.com/"  # the shipped spec's blocked domain
+
+
+MAIN = b'<div class="body" role="main">'
+
+
+def mirrored(html: bytes) -> bytes:
+    """A mirror's copy of a page: its banner inside the main text (a near-duplicate)."""
+    banner = b"<p>Mirrored from docs.python.org by mirror.example.net; refreshed every day at 04:00 UTC.</p>"
+    return html.replace(MAIN, MAIN + banner, 1)
+
+
+def write_sample(directory: Path, pages_per_file: int = 120) -> list[Path]:
+    """The shipped web sample (`data/samples/web/`): two crawl files of python3-doc pages, the
+    second with a mirror's copies of ten pages of the first (near-duplicates: its banner in
+    each), two spam pages and a record cut short at its end."""
+    pages = python_doc_pages()
+    step = max(1, len(pages) // (2 * pages_per_file))
+    first, second = pages[0::step][:pages_per_file], pages[step // 2 :: step][:pages_per_file]
+    directory.mkdir(parents=True, exist_ok=True)
+    one, two = directory / "crawl-0001.warc.gz", directory / "crawl-0002.warc.gz"
+    write_crawl(one, first)
+    with two.open("wb") as fh:
+        crawl = Crawl(fh, "2026-05-02T08:30:00Z")
+        for page in second:
+            crawl.page(page)
+        for page in first[:10]:
+            url = MIRROR + page.relative_to(PYTHON_DOC.resolve()).as_posix()
+            crawl.response(url, mirrored(page.read_bytes()), "text/html; charset=utf-8")
+        for i in range(2):
+            spam = f"<html><body><main><p>{'Buy cheap watches online today, best prices guaranteed. ' * 30}</p></main></body></html>"
+            crawl.response(f"{SPAM}offer-{i}.html", spam.encode(), "text/html; charset=utf-8")
+        buf = io.BytesIO()
+        Crawl(buf, crawl.date).response(BASE + "cut-short.html", first[0].read_bytes(), "text/html")
+        fh.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+    return [one, two]

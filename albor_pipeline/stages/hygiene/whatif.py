@@ -176,7 +176,7 @@ def _tally(
             mask, distance = cond.mask(cols), _distance(cond, cols[cond.signal])
             for near, rows in ((past[cond.reason], np.flatnonzero(mask)), (inside[cond.reason], np.flatnonzero(~mask))):
                 for i in _nearest(rows, distance, examples):
-                    near.offer(float(distance[i]), path.name, i, cols[cond.signal][i].item())
+                    near.offer(float(distance[i]), path.name, i, _value(cols[cond.signal], i))
     texts = _Excerpts(ingested)
     return SourceWhatIf(
         source=source,
@@ -201,7 +201,14 @@ def _nearest(rows: np.ndarray, distance: np.ndarray, k: int) -> list[int]:
 
 
 def _reason(cond: Cond, cols: dict[str, np.ndarray], i: int) -> str:
-    return reason(cond, cols[cond.signal][i].item())
+    return reason(cond, _value(cols[cond.signal], i))
+
+
+def _value(column: np.ndarray, i: int) -> Any:
+    """Row `i` of a signal column as Python holds it (a number's numpy scalar made a float or
+    an int; the language, already a str)."""
+    value = column[i]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _add(effects: dict[str, RuleEffect], rule: str, chars: int, cpt: float, side: str) -> None:
