@@ -140,7 +140,8 @@ def write_sample(directory: Path, pages_per_file: int = 120) -> list[Path]:
             url = MIRROR + page.relative_to(PYTHON_DOC.resolve()).as_posix()
             crawl.response(url, mirrored(page.read_bytes()), "text/html; charset=utf-8")
         for i in range(2):
-            spam = f"<html><body><main><p>{'Buy cheap watches online today, best prices guaranteed. ' * 30}</p></main></body></html>"
+            offer = "Buy cheap watches online today, best prices guaranteed. " * 30
+            spam = f"<html><body><main><p>{offer}</p></main></body></html>"
             crawl.response(f"{SPAM}offer-{i}.html", spam.encode(), "text/html; charset=utf-8")
         buf = io.BytesIO()
         Crawl(buf, crawl.date).response(BASE + "cut-short.html", first[0].read_bytes(), "text/html")

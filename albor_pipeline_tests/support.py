@@ -137,6 +137,24 @@ def build(tmp: Path, raw: dict[str, Any]) -> Build:
     return Build(spec_path, spec, tmp / "out", materialize_all(spec, tmp / "out"))
 
 
+def task_counts(
+    result: dg.ExecuteInProcessResult, counts: tuple[str, str] = ("tasks", "reused")
+) -> dict[str, tuple[int, int]]:
+    """(tasks, reused) of each task function of every stage whose tasks the store can keep,
+    keyed "asset function"; `counts` ("parts", "parts_reused"): of the parts of its tasks that
+    ran, for a task kept in parts."""
+    found = {}
+    for event in result.get_asset_materialization_events():
+        meta = event.materialization.metadata
+        if "tasks_reused" in meta:
+            tasks = meta["tasks"].value
+            assert isinstance(tasks, dict)
+            for fn, t in tasks.items():
+                if counts[0] in t:
+                    found[f"{event.asset_key.to_user_string()} {fn}"] = (int(t[counts[0]]), int(t[counts[1]]))
+    return found
+
+
 def recorded_outputs(out: Path) -> dict[str, str]:
     """Every recorded output of every stage but provenance (it names the run's data dir), by
     path: its SHA-256."""

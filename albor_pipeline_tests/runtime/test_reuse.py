@@ -34,7 +34,15 @@ from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.stages.stats.facts import CHARTS
-from albor_pipeline_tests.support import ALBOR, STDLIB, materialize_all, recorded_outputs, tiny_spec, write_spec
+from albor_pipeline_tests.support import (
+    ALBOR,
+    STDLIB,
+    materialize_all,
+    recorded_outputs,
+    task_counts,
+    tiny_spec,
+    write_spec,
+)
 
 SCHEMA = pa.schema([("text", pa.string())])
 
@@ -120,24 +128,6 @@ def test_the_store_stays_under_its_cap(tmp_path: Path) -> None:
     assert 1 <= len(capped.entries()) <= 3
 
 
-def _reuse(
-    result: dg.ExecuteInProcessResult, counts: tuple[str, str] = ("tasks", "reused")
-) -> dict[str, tuple[int, int]]:
-    """(tasks, reused) of each task function of every stage whose tasks the store can keep,
-    keyed "asset function"; `counts` ("parts", "parts_reused"): of the parts of its tasks that
-    ran, for a task kept in parts."""
-    found = {}
-    for event in result.get_asset_materialization_events():
-        meta = event.materialization.metadata
-        if "tasks_reused" in meta:
-            tasks = meta["tasks"].value
-            assert isinstance(tasks, dict)
-            for fn, t in tasks.items():
-                if counts[0] in t:
-                    found[f"{event.asset_key.to_user_string()} {fn}"] = (int(t[counts[0]]), int(t[counts[1]]))
-    return found
-
-
 def _check_reuse(result: dg.ExecuteInProcessResult) -> dict[str, tuple[int, int]]:
     """(tasks, reused) of each task function of every check with per-shard tasks, keyed
     "asset check function"."""
@@ -198,13 +188,13 @@ def test_albor_run_keeps_a_manual_tokenizer_until_its_own_settings_change(
 def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_build(tmp_path: Path) -> None:
     spec = load_spec(write_spec(tmp_path / "spec.yaml", _sources(tmp_path)))
     built = materialize_all(spec, tmp_path / "out")
-    first, first_checks = _reuse(built), _check_reuse(built)
+    first, first_checks = task_counts(built), _check_reuse(built)
     assert first["ingested/stdlib_async _ingest_group"][0] >= 4
     # A cold build reuses nothing but a split's encoding, shared with its long subset: each
     # row group is encoded once, by whichever of the two stages ran first.
     shared = {f"corpus/{split} encode_row_group" for split in SPLITS}
     assert {key for key, (_, reused) in first.items() if reused} <= shared
-    parts = _reuse(built, ("parts", "parts_reused"))
+    parts = task_counts(built, ("parts", "parts_reused"))
     for split in SPLITS:
         tasks, reused = first[f"corpus/{split} encode_row_group"]
         long_parts, long_reused = parts.get(f"corpus/long_{split} encode_row_group", (0, 0))
@@ -217,7 +207,7 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
     text = edited.read_text()
     edited.write_text(text.replace(" the ", " THE ", 1))  # the same size: no shard boundary moves
     rebuilt = materialize_all(spec, tmp_path / "out")
-    again, checks = _reuse(rebuilt), _check_reuse(rebuilt)
+    again, checks = task_counts(rebuilt), _check_reuse(rebuilt)
     changed = {path for path, sha in _outputs(tmp_path / "out").items() if before.get(path) != sha}
     # A corpus shard is repacked only when its sequences changed (a task reads its slice of
     # the token spool, not the whole spool); a chart is drawn again only when its figures did.
@@ -275,7 +265,7 @@ def test_a_run_killed_mid_stage_resumes_from_its_finished_tasks(tmp_path: Path) 
     parts = {part[1] for entry, _, _ in stored for part in pickle.loads((entry / "result.pickle").read_bytes())[1]}
     assert len([entry for entry, _, _ in stored if entry.name not in parts]) == 4 and parts
     spec = load_spec(spec_path)
-    resumed = _reuse(materialize_all(spec, tmp_path / "out"))
+    resumed = task_counts(materialize_all(spec, tmp_path / "out"))
     # Every task that finished, none that had not (besides the long subsets' encoding, this run's).
     shared = {f"corpus/{s} encode_row_group" for s in SPLITS}
     assert sum(r for key, (_, r) in resumed.items() if key not in shared) == 4
