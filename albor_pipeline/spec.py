@@ -405,7 +405,7 @@ class SourceSpec(_Model):
     def _check_languages(self) -> SourceSpec:
         if self.hygiene.rules.languages and self.kind not in TEXT_KINDS:
             raise ValueError(
-                "hygiene.rules.languages: for text sources (jsonl, csv, parquet) only; "
+                "hygiene.rules.languages: for text sources (jsonl, csv, parquet, web) only; "
                 "code and conversations are not language-checked"
             )
         return self

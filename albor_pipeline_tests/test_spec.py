@@ -75,7 +75,7 @@ def test_relative_path_resolves_against_spec_file(tmp_path):
         (lambda r: r.update(automation={"sensor_interval_seconds": 1}), "automation.sensor_interval_seconds"),
         (
             lambda r: r["sources"][0].update(hygiene={"rules": {"languages": ["en"]}}),
-            "sources[0]: hygiene.rules.languages: for text sources (jsonl, csv, parquet) only",
+            "sources[0]: hygiene.rules.languages: for text sources (jsonl, csv, parquet, web) only",
         ),
         (
             lambda r: r["sources"][0].update(hygiene={"filters": {"max_line_length": 500}}),

@@ -169,10 +169,12 @@ def test_a_prefix_is_a_name(deployment: Path) -> None:
     assert "pipeline prefix 'v1/x': a letter, then letters, digits or '_'" in [str(c) for c in causes]
 
 
-def test_the_shipped_example_holds_seed_000s_two_versions() -> None:
-    """data/pipelines/defs.yaml: the default spec and the reference spec, side by side."""
+def test_the_shipped_example_holds_seed_000s_two_versions_and_the_web_recipe() -> None:
+    """data/pipelines/defs.yaml: the default spec, the reference spec and the web recipe,
+    side by side."""
     loaded = load_pipelines(Path(__file__).resolve().parents[2] / "data" / "pipelines")
     stores = {k: r for k, r in (loaded.resources or {}).items() if k.endswith("_store")}
-    assert set(stores) == {"full_store", "reference_store"}
-    assert {k.split("/")[0] for k in keys(loaded)} == {"full", "reference"}
-    assert len({os.path.normpath(r.data_dir) for r in stores.values()}) == 2
+    assert set(stores) == {"full_store", "reference_store", "web_store"}
+    assert {k.split("/")[0] for k in keys(loaded)} == {"full", "reference", "web"}
+    assert "web/ingested/python_docs" in {k for k in keys(loaded)}
+    assert len({os.path.normpath(r.data_dir) for r in stores.values()}) == 3
