@@ -33,8 +33,9 @@ from bench.rebuild import bench_rebuild
 from bench.report import markdown, write_markdown
 from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
+from bench.web import bench_web
 
-SECTIONS = ("stages", "hygiene", "quality", "e2e", "ledger", "rebuild", "floor", "scaling", "loader", "scale")
+SECTIONS = ("stages", "hygiene", "quality", "e2e", "ledger", "rebuild", "floor", "scaling", "loader", "scale", "web")
 FULL_ONLY = ("rebuild", "floor", "scaling", "scale")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
 RESULTS = (
@@ -50,6 +51,7 @@ RESULTS = (
     "scaling",
     "loader",
     "scale",
+    "web",
     "measured",  # each section's command, date, machine and Python
 )
 
@@ -63,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", choices=SECTIONS, help="run one section (others kept from --out)")
     parser.add_argument("--profile", action="store_true", help="with the e2e section: one more run under py-spy")
     parser.add_argument("--prose-mb", type=float, default=50, help="the quality section's prose (MB of text)")
+    parser.add_argument(
+        "--web-copies", type=int, default=2, help="the web section's large crawl: python3-doc this many times"
+    )
     parser.add_argument("--scale-mb", type=int, default=1000, help="the scale section's corpus size (MB of sources)")
     parser.add_argument("--before", metavar="COMMIT", help="with the e2e section: also run the graph on COMMIT's code")
     parser.add_argument("--report", action="store_true", help="only rewrite RESULTS.md from --out (no bench runs)")
@@ -136,6 +141,9 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["scale"]:
         print(f"scale: ~{args.scale_mb} MB and twice that, local and ray ...", file=sys.stderr)
         results["scale"] = bench_scale(corpora, work / "scale", args.scale_mb)
+    if run["web"]:
+        print("web: extraction against bare Resiliparse, the recipe against datatrove ...", file=sys.stderr)
+        results["web"] = bench_web(work / "web", args.web_copies, repeat)
     if run["loader"]:
         print("loader ...", file=sys.stderr)
         results["loader"] = bench_loader(corpora, work / "loader", repeat)

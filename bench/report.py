@@ -413,6 +413,46 @@ def _floor_rows(fl: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _web_rows(w: dict[str, Any]) -> list[Row]:
+    """Extraction against bare Resiliparse (one core, in process), the recipe against datatrove
+    (fresh processes, CPU seconds of each side's process tree)."""
+    rows: list[Row] = []
+    for size in ("small", "large"):
+        ex = w[f"extraction_{size}"]
+        rows += [
+            (
+                f"extraction, {size} ({ex['pages']} pages, {ex['html_mb']} MB of HTML): bare Resiliparse, MB/s a core",
+                ex["bare_mb_s"],
+                "",
+            ),
+            (
+                "  ingestion stage, warm / its first run (imports), MB/s a core",
+                f"{ex['stage_mb_s']} / {ex['stage_first_mb_s']}",
+                "",
+            ),
+            ("  stage / bare", ex["ratio"], ">= 0.8"),
+        ]
+    for size in ("small", "large"):
+        if (r := w.get(f"recipe_{size}")) is None:
+            continue
+        a, d = r["albor"], r["datatrove"]
+        rows += [
+            (
+                f"recipe, {size} ({r['warc_mb']} MB of WARC): albor run, wall s / CPU s",
+                f"{a['wall_s']} / {a['cpu_s']}",
+                "",
+            ),
+            ("  datatrove's pipeline, wall s / CPU s", f"{d['wall_s']} / {d['cpu_s']}", ""),
+            ("  datatrove CPU s / albor CPU s (per core)", r["per_core_ratio"], ">= 3"),
+            (
+                "  documents kept: albor / datatrove / both",
+                f"{a['kept']} / {d['kept']} / {r['kept_by_both']}",
+                "equal, or explained",
+            ),
+        ]
+    return rows
+
+
 SMALL_SPLIT_STEPS = ("mixed__val", "mixed__test", "fim__val", "fim__test", "corpus__val", "corpus__test")
 """The default spec's 500-row val and 200-row test steps: no fixed waste means each under a second."""
 
@@ -489,5 +529,6 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[Row]]], ...
     ("scaling", "The corpus and twice it", "scaling", _scaling_rows),
     ("scale", "Expected scaling: local and Ray", "scale", _scale_section),
     ("loader", "The loader", "loader", _loader_rows),
+    ("web", "The web source: extraction and the recipe against datatrove", "web", _web_rows),
 )
 """(results.json key, title, the `--only` section that measures it, its rows), in report order."""
