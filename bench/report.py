@@ -453,6 +453,10 @@ def _web_rows(w: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _causes(counts: dict[str, int]) -> str:
+    return "; ".join(f"{cause} {n}" for cause, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
+
+
 SMALL_SPLIT_STEPS = ("mixed__val", "mixed__test", "fim__val", "fim__test", "corpus__val", "corpus__test")
 """The default spec's 500-row val and 200-row test steps: no fixed waste means each under a second."""
 

@@ -1,6 +1,7 @@
 """Runs a command and prints, as one JSON line on stdout, the peak over time of the summed RSS
 and of the summed PSS of it and all its descendants (encode workers included), sampled from
-/proc every 50 ms, and its largest process. (ru_maxrss would be wrong here: Linux carries it
+/proc every 50 ms, its largest process, and the CPU seconds of them all (a pool's workers
+are not waited for by the command, so its own rusage would miss them). (ru_maxrss would be wrong here: Linux carries it
 over fork+exec from a large parent.) The command's own stdout goes to stderr: stdout is this
 line's.
 
@@ -64,6 +65,19 @@ def pss(pid: int) -> int | None:
     return None
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()  # after the command name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def name(pid: int) -> str:
     """The command line: every pool worker's comm is just "python3"."""
     try:
@@ -80,8 +94,11 @@ def main(argv: list[str]) -> int:
     each: dict[int, int] = {}  # peak kB of each process
     anon: dict[int, int] = {}  # peak RssAnon kB of each process
     names: dict[int, str] = {}
+    used: dict[int, float] = {}  # CPU seconds of each process, as last read
     while proc.poll() is None:
         sizes = {p: rss(p) for p in tree(proc.pid)}
+        for p in sizes:
+            used[p] = max(used.get(p, 0.0), cpu(p))
         total = sum(kb for kb, _ in sizes.values())
         peak = max(peak, total)
         # PSS never exceeds RSS: a tick whose RSS is below the PSS peak cannot raise it, and
@@ -102,6 +119,8 @@ def main(argv: list[str]) -> int:
         "process_maxrss_kb": each.get(top, 0) if top is not None else 0,
         "process": names.get(top, "") if top is not None else "",
         "process_max_anon_kb": anon.get(top, 0) if top is not None else 0,
+        # Each process's CPU seconds as last sampled (a process's last 50 ms may be missed).
+        "cpu_s": round(sum(used.values()), 2),
     }
     print(json.dumps(figures))
     return proc.returncode

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from albor_pipeline.spec import SourceSpec
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline_tests.crawl import Crawl, python_doc_pages, url_of
 from bench.common import REPO
+from bench.graph import RSS
 
 SAMPLE = REPO / "data" / "samples" / "web"
 PEERS = REPO / ".venv-peers"
@@ -145,20 +146,18 @@ def recipe_spec(directory: Path, path: Path) -> Path:
     return path
 
 
-def _cpu_of(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds of the process tree, stdout) of a fresh process. Its output
-    goes to files (`log`.out, .err): a pipe would wait for every process it left behind."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _cpu_of(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the whole process tree) of a fresh process, under
+    `bench/rss.py` (a pool's workers are no waited-for children: rusage would miss them). Its
+    output goes to `log`.err."""
+    err = log.with_suffix(".err")
     start = time.perf_counter()
-    out, err = log.with_suffix(".out"), log.with_suffix(".err")
-    with out.open("w") as fo, err.open("w") as fe:
-        code = subprocess.run(cmd, stdout=fo, stderr=fe, env=env, check=False).returncode
+    with err.open("w") as fe:
+        done = subprocess.run([sys.executable, str(RSS), *cmd], stdout=subprocess.PIPE, stderr=fe, env=env, text=True)
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if code != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])} failed ({code}): {err.read_text()[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, out.read_text()
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed ({done.returncode}): {err.read_text()[-2000:]}")
+    return wall, json.loads(done.stdout.strip().splitlines()[-1])["cpu_s"]
 
 
 def peers_python() -> Path:
@@ -179,9 +178,7 @@ def bench_recipe(directory: Path, work: Path) -> dict[str, Any]:
     home.mkdir(parents=True)
     spec = recipe_spec(directory, work / "web.yaml")
     env = {**os.environ, "DAGSTER_HOME": str(home), "ALBOR_DATA_DIR": str(data)}
-    wall, cpu, _ = _cpu_of(
-        [sys.executable, "-m", "albor_pipeline.cli", "run", "--spec", str(spec)], work / "albor", env
-    )
+    wall, cpu = _cpu_of([sys.executable, "-m", "albor_pipeline.cli", "run", "--spec", str(spec)], work / "albor", env)
     kept = {
         split: pq.read_table(data / "documents" / split, columns=["file"]).column("file").to_pylist()
         for split in ("train", "val", "test")
@@ -190,28 +187,59 @@ def bench_recipe(directory: Path, work: Path) -> dict[str, Any]:
     tokenizer = data / "tokenizer" / "tokenizer.json"
     out = work / "datatrove"
     shutil.rmtree(out, ignore_errors=True)
-    dt_wall, dt_cpu, printed = _cpu_of(
+    dt_wall, dt_cpu = _cpu_of(
         [str(peers_python()), str(DATATROVE), str(directory), str(out), str(tokenizer), "2"], work / "datatrove"
     )
-    peer = json.loads(printed.strip().splitlines()[-1])
+    peer = json.loads((out / "result.json").read_text())
     dt_urls = set(peer["kept_urls"])
+    dropped_by_peer = {url: f"datatrove {name}" for name, urls in peer["excluded"].items() for url in urls}
+    dropped_here = _albor_fates(data, spec)
     return {
         "warc_mb": round(sum(p.stat().st_size for p in directory.glob("*.warc.gz")) / 1e6, 1),
         "albor": {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "kept": len(albor_urls)},
         "datatrove": {"wall_s": round(dt_wall, 1), "cpu_s": round(dt_cpu, 1), "kept": len(dt_urls), **peer["counts"]},
         "per_core_ratio": round(dt_cpu / cpu, 2),
         "kept_by_both": len(albor_urls & dt_urls),
-        "kept_by_albor_only": sorted(albor_urls - dt_urls)[:20],
-        "kept_by_datatrove_only": sorted(dt_urls - albor_urls)[:20],
-        "kept_only_counts": [len(albor_urls - dt_urls), len(dt_urls - albor_urls)],
+        "kept_by_albor_only": dict(Counter(dropped_by_peer.get(u, EXTRACTION) for u in albor_urls - dt_urls)),
+        "kept_by_datatrove_only": dict(Counter(dropped_here.get(u, "?") for u in dt_urls - albor_urls)),
     }
 
 
+EXTRACTION = "datatrove's extraction (trafilatura: no text, or its time-out)"
+
+
+def _albor_fates(data: Path, spec: Path) -> dict[str, str]:
+    """Why albor left each page out, by URL: its ledgers' reasons (ingestion's skip, the
+    hygiene rule, dedup)."""
+    source = yaml.safe_load(spec.read_text())["sources"][0]["name"]
+    fates: dict[str, str] = {}
+    for stage in (f"ingested/{source}", f"filtered/{source}", "documents"):
+        ledger = data / stage / "_ledger"
+        if ledger.is_dir():
+            for row in pq.read_table(ledger, columns=["file", "fate", "detail"]).to_pylist():
+                rule = row["detail"].split(":")[0] if row["fate"] in ("filtered", "skipped") else row["fate"]
+                fates.setdefault(row["file"], f"albor {stage.split('/')[0]}: {rule}")
+    return fates
+
+
+def datatrove_on_sample(work: Path) -> str:
+    """What datatrove's reader does with the shipped sample, whose last record is cut short:
+    the last line of its error, or "ok"."""
+    try:
+        _cpu_of([str(peers_python()), str(DATATROVE), str(SAMPLE), str(work), "", "1"], work)
+    except RuntimeError as exc:
+        return str(exc).strip().splitlines()[-1][:200]
+    return "ok"
+
+
 def bench_web(work: Path, copies: int, repeat: int) -> dict[str, Any]:
-    large = write_copies(work / "large", copies)
+    """Extraction on the sample and on python3-doc `copies` times; the recipe on python3-doc
+    once and `copies` times (the peer's reader fails on the sample's cut record)."""
+    once, large = write_copies(work / "once", 1), write_copies(work / "large", copies)
     return {
         "extraction_small": bench_extraction(SAMPLE, work / "ex_small", repeat),
         "extraction_large": bench_extraction(large, work / "ex_large", repeat),
-        "recipe_small": bench_recipe(SAMPLE, work / "recipe_small"),
+        "recipe_small": bench_recipe(once, work / "recipe_small"),
         "recipe_large": bench_recipe(large, work / "recipe_large"),
+        "datatrove_on_sample": datatrove_on_sample(work / "dt_sample"),
     }

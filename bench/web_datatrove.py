@@ -2,7 +2,7 @@
 WarcReader -> Trafilatura -> URLFilter -> Gopher repetition, Gopher quality, FineWeb quality
 -> MinHash dedup (signatures, buckets, clusters, filter) -> DocumentTokenizer, each with
 datatrove's defaults; the URL filter with the recipe's block list and without datatrove's
-integrated lists (the recipe has none). Prints one JSON line: what each step kept.
+integrated lists (the recipe has none). Writes OUT/result.json: what each step kept.
 
     python bench/web_datatrove.py WARC_DIR OUT TOKENIZER_JSON WORKERS
 """
@@ -34,6 +34,9 @@ def main() -> None:
     domains = [line.strip() for line in BLOCKED.read_text().splitlines() if line.strip() and not line.startswith("#")]
     config = MinhashConfig()
 
+    def excluded(name):
+        return JsonlWriter(str(out / "excluded" / name))
+
     def run(pipeline, tasks, name):
         LocalPipelineExecutor(
             pipeline=pipeline, tasks=tasks, workers=workers, logging_dir=str(out / "logs" / name)
@@ -43,15 +46,21 @@ def main() -> None:
         [
             WarcReader(warcs, glob_pattern="*.warc.gz"),
             Trafilatura(),
-            URLFilter(extra_domains=domains, use_integrated_lists=False),
-            GopherRepetitionFilter(),
-            GopherQualityFilter(),
-            FineWebQualityFilter(),
+            URLFilter(extra_domains=domains, use_integrated_lists=False, exclusion_writer=excluded("url")),
+            GopherRepetitionFilter(exclusion_writer=excluded("gopher_repetition")),
+            GopherQualityFilter(exclusion_writer=excluded("gopher_quality")),
+            FineWebQualityFilter(exclusion_writer=excluded("fineweb")),
             JsonlWriter(str(out / "filtered")),
         ],
         files,
         "filter",
     )
+    extracted = {
+        name.name: [
+            json.loads(line)["metadata"]["url"] for path in sorted(name.glob("*.jsonl*")) for line in _lines(path)
+        ]
+        for name in sorted((out / "excluded").glob("*"))
+    }
     run([JsonlReader(str(out / "filtered")), MinhashDedupSignature(str(out / "sigs"), config=config)], files, "sigs")
     run([MinhashDedupBuckets(str(out / "sigs"), str(out / "buckets"), config=config)], config.num_buckets, "buckets")
     run([MinhashDedupCluster(str(out / "buckets"), str(out / "remove"), config=config)], 1, "cluster")
@@ -69,7 +78,9 @@ def main() -> None:
         json.loads(line)["metadata"]["url"] for path in sorted((out / "kept").glob("*.jsonl*")) for line in _lines(path)
     ]
     filtered = sum(1 for path in sorted((out / "filtered").glob("*.jsonl*")) for _ in _lines(path))
-    print(json.dumps({"kept_urls": urls, "counts": {"after_filters": filtered, "after_dedup": len(urls)}}))
+    counts = {"after_filters": filtered, "after_dedup": len(urls)}
+    result = {"kept_urls": urls, "excluded": extracted, "counts": counts}
+    (out / "result.json").write_text(json.dumps(result))
 
 
 def _lines(path):
