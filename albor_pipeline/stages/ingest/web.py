@@ -53,7 +53,6 @@ MAX_DEPTH = 2_000
 """Elements a page may nest: Resiliparse's main-content pass is quadratic in the nesting
 (2,000 levels: 0.09 s; 4,000: 0.35 s; 100,000: minutes, and no signal stops it), so a deeper
 page is skipped (`too_deep`), decided by its bytes alone."""
-_ANY_TAG = re.compile(rb"<(/?)[A-Za-z]")  # every tag: a bound on the depth, at 100 MB/s
 _FLAT = (
     b"area|base|br|col|embed|hr|img|input|link|meta|param|source|track|wbr|"  # void elements
     b"p|li|dt|dd|tr|td|th|option|optgroup|rb|rt|rp|thead|tbody|tfoot|colgroup|caption|html|head|body"
@@ -220,19 +219,26 @@ class Extractor:
 
 def too_deep(body: bytes, limit: int = MAX_DEPTH) -> bool:
     """Whether the page's elements nest deeper than `limit` (opening tags less closing ones,
-    of the tags that deepen the tree), cheap next to extraction: counting every tag bounds
-    the depth from above, and only a page that bound does not clear is counted exactly."""
+    of the tags that deepen the tree), cheap next to extraction: counting every tag, in
+    numpy, bounds the depth from above (450 MB/s), and only a page that bound does not clear
+    is counted exactly."""
     if body.count(b"<") - body.count(b"</") <= limit:
         return False
-    return _depth(_ANY_TAG.findall(body)) > limit and _depth(_NESTING_TAG.findall(body)) > limit
+    raw = np.frombuffer(body, np.uint8)
+    after = raw[np.flatnonzero(raw[:-1] == ord("<")) + 1]  # the byte after each "<"
+    letter = ((after | 0x20) >= ord("a")) & ((after | 0x20) <= ord("z"))
+    if _depth(letter.astype(np.int64) - (after == ord("/"))) <= limit:
+        return False
+    marks = _NESTING_TAG.findall(body)
+    return _depth(np.where(np.array(marks, dtype="S1") == b"/", -1, 1)) > limit
 
 
-def _depth(marks: list[bytes]) -> int:
-    """The deepest nesting of tags whose slashes (b"" opening, b"/" closing) are `marks`, in
-    order: a stray closing tag never takes it below zero."""
-    if not marks:
+def _depth(steps: np.ndarray) -> int:
+    """The deepest nesting a sequence of +1 (an opening tag), -1 (a closing one) and 0 steps
+    reaches; a stray closing tag never takes it below zero."""
+    if not len(steps):
         return 0
-    walk = np.cumsum(np.where(np.array(marks, dtype="S1") == b"/", -1, 1))
+    walk = np.cumsum(steps)
     return int((walk - np.minimum(np.minimum.accumulate(walk), 0)).max())
 
 
