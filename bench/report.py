@@ -449,7 +449,11 @@ def _web_rows(w: dict[str, Any]) -> list[Row]:
                 f"{a['kept']} / {d['kept']} / {r['kept_by_both']}",
                 "equal, or explained",
             ),
+            ("    kept by albor only, dropped by datatrove's", _causes(r["kept_by_albor_only"]), ""),
+            ("    kept by datatrove only, dropped by albor's", _causes(r["kept_by_datatrove_only"]), ""),
         ]
+    if "datatrove_on_sample" in w:
+        rows.append(("datatrove on the shipped sample (its last record cut short)", w["datatrove_on_sample"], ""))
     return rows
 
 

@@ -25,7 +25,7 @@ from albor_pipeline.runtime.executor import INLINE
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import LEASE_SECONDS, DataDirBusy, DataDirLost, bucket_lock
 from albor_pipeline.runtime.shardmap import StageIO
-from albor_pipeline.spec import SourceSpec
+from albor_pipeline.spec import REPO_ROOT, SourceSpec
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
 from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.text.datafiles import IngestError
@@ -336,3 +336,18 @@ def test_a_corrupted_object_in_a_bucket_is_replaced_by_the_next_run(s3, tmp_path
     s3.put_object(Bucket="albor-heal", Key=key, Body=bytes(body), ChecksumAlgorithm="SHA256")
     assert bucket.upload(src, shard) == shard.bytes
     assert s3.get_object(Bucket="albor-heal", Key=key)["Body"].read() == src.read_bytes()
+
+
+def test_a_web_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_path, local2):
+    """The shipped crawl uploaded as-is: its WARC files are read through the bucket, and the
+    documents, pages and ledger equal the local source's, inline and on 2 processes."""
+    sample = REPO_ROOT / "data" / "samples" / "web"
+    s3.create_bucket(Bucket="albor-web")
+    for path in sorted(sample.glob("*.warc.gz")):
+        s3.put_object(Bucket="albor-web", Key=f"crawl/{path.name}", Body=path.read_bytes())
+    expected = ingest_source(SourceSpec(name="w", kind="web", path=sample), tmp_path / "local", StageIO(tmp_path))
+    remote = SourceSpec(name="w", kind="web", path="s3://albor-web/crawl")
+    for name, executor in (("inline", INLINE), ("local2", local2)):
+        got = ingest_source(remote, tmp_path / name, StageIO(tmp_path, executor))
+        assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in expected.artifacts], name
+        assert got.summary.skipped == expected.summary.skipped and got.summary.documents > 200

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pyarrow as pa
 
-from albor_pipeline.runtime.files import Location, join, open_binary, read_bytes, skip_reason
+from albor_pipeline.runtime.files import Location, join, random_access, read_bytes, skip_reason
 from albor_pipeline.spec import WebSpec, block_list_entries
 from albor_pipeline.text.ledger import LedgerRows
 from albor_pipeline.text.secrets import redact_path
@@ -265,7 +265,7 @@ def _records(path: Location, rel: str, spec: WebSpec, counts: WebCounts, source:
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
     try:
-        stream: Any = open_binary(path)
+        stream: Any = random_access(path)  # FastWARC asks where it is (tell): a bucket's plain stream cannot say
     except OSError as exc:
         counts.skipped[skip_reason(exc)] += 1
         return
