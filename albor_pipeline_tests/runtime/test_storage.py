@@ -338,16 +338,16 @@ def test_a_corrupted_object_in_a_bucket_is_replaced_by_the_next_run(s3, tmp_path
     assert s3.get_object(Bucket="albor-heal", Key=key)["Body"].read() == src.read_bytes()
 
 
-def test_a_web_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_path, local2):
-    """The shipped crawl uploaded as-is: its WARC files are read through the bucket, and the
-    documents, pages and ledger equal the local source's, inline and on 2 processes."""
+def test_a_web_source_in_a_bucket_ingests_to_the_same_bytes_as_on_disk(s3, tmp_path):
+    """The shipped crawl uploaded as-is: its WARC files are read through the bucket (opened
+    for random access: FastWARC asks where it is), and the documents, pages and ledger equal
+    the local source's."""
     sample = REPO_ROOT / "data" / "samples" / "web"
     s3.create_bucket(Bucket="albor-web")
     for path in sorted(sample.glob("*.warc.gz")):
         s3.put_object(Bucket="albor-web", Key=f"crawl/{path.name}", Body=path.read_bytes())
     expected = ingest_source(SourceSpec(name="w", kind="web", path=sample), tmp_path / "local", StageIO(tmp_path))
     remote = SourceSpec(name="w", kind="web", path="s3://albor-web/crawl")
-    for name, executor in (("inline", INLINE), ("local2", local2)):
-        got = ingest_source(remote, tmp_path / name, StageIO(tmp_path, executor))
-        assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in expected.artifacts], name
-        assert got.summary.skipped == expected.summary.skipped and got.summary.documents > 200
+    got = ingest_source(remote, tmp_path / "inline", StageIO(tmp_path, INLINE))
+    assert [a.sha256 for a in got.artifacts] == [a.sha256 for a in expected.artifacts]
+    assert got.summary.skipped == expected.summary.skipped and got.summary.documents > 200
