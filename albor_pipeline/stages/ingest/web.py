@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from albor_pipeline.runtime.files import Location, join, random_access, read_bytes, skip_reason
-from albor_pipeline.spec import WebSpec, block_list_entries
+from albor_pipeline.spec import Extraction, WebSpec, block_list_entries
 from albor_pipeline.text.ledger import LedgerRows
 from albor_pipeline.text.secrets import redact_path
 
@@ -166,9 +166,11 @@ class Extractor:
 
     def __init__(self, source: str, spec: WebSpec, blocks: Blocks) -> None:
         self.source, self.spec, self.blocks = source, spec, blocks
-        self._skip = ("table",) * (not spec.extract.tables) + ("pre",) * (not spec.extract.code) + spec.extract.skip
+        self._options = extract_options(spec.extract)
 
     def documents(self, root: Location, files: list[str], counts: WebCounts) -> Iterator[tuple[str, str, Page]]:
+        """The pages of `files` that pass the block lists, URL dedup and the nesting guard and
+        hold text; every other is counted in `counts`, with its ledger row."""
         for rel in files:
             seen: set[str] = set()
             fetched = _records(join(root, rel), rel, self.spec, counts, self.source) if is_warc(rel) else None
@@ -201,20 +203,24 @@ class Extractor:
         from resiliparse.parse.html import HTMLTree
 
         encoding = _known(charset) or detect_encoding(body) or "utf-8"
-        tree = HTMLTree.parse_from_bytes(body, encoding)
-        extract = self.spec.extract
-        text = extract_plain_text(
-            tree,
-            preserve_formatting=True,
-            main_content=extract.main_content,
-            list_bullets=extract.lists,
-            alt_texts=extract.alt_texts,
-            links=False,
-            form_fields=False,
-            noscript=False,
-            skip_elements=list(self._skip) or None,
-        )
+        text = extract_plain_text(HTMLTree.parse_from_bytes(body, encoding), **self._options)
         return text.replace("\x00", ""), encoding
+
+
+def extract_options(extract: Extraction) -> dict[str, Any]:
+    """Resiliparse `extract_plain_text`'s keyword arguments for `extract`: lines and
+    paragraphs kept (the prose rules read them); links, forms and noscript never text."""
+    skip = [*(["table"] if not extract.tables else []), *(["pre"] if not extract.code else []), *extract.skip]
+    return {
+        "preserve_formatting": True,
+        "main_content": extract.main_content,
+        "list_bullets": extract.lists,
+        "alt_texts": extract.alt_texts,
+        "links": False,
+        "form_fields": False,
+        "noscript": False,
+        "skip_elements": skip or None,
+    }
 
 
 def too_deep(body: bytes, limit: int = MAX_DEPTH) -> bool:
