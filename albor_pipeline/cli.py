@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from albor_pipeline.exposure import Exposure, diet_lines, exposure_lines, read_states
 from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, write_bytes
 from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.commit import recover_commits
@@ -351,6 +352,31 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0 if found else 1
 
 
+def cmd_exposure(args: argparse.Namespace) -> int:
+    """Which checkpoints saw a document, or what one saw (`albor_pipeline/exposure.py`)."""
+    _use(args)
+    spec, root = load_spec(), data_dir()
+    if not isinstance(root, Path):
+        print("albor exposure: reads a local data dir's corpus versions (a bucket's: not yet)", file=sys.stderr)
+        return 2
+    exposure = Exposure(spec, Layout(root))
+    try:
+        states = read_states(args.state)
+        if not states:
+            raise TraceError(f"no loader state (Batches.state_dict() as JSON) in {', '.join(args.state)}")
+        if args.query:
+            found: list[Any] = exposure.exposure(args.query, states, args.corpus)
+            lines = exposure_lines(found, args.query)
+        else:
+            found = [exposure.diet(state, args.corpus) for state in states]
+            lines = [line for diet in found for line in diet_lines(diet)]
+    except (LookupError, TraceError) as exc:
+        print(f"albor exposure: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps([item.model_dump(mode="json") for item in found], indent=2) if args.json else "\n".join(lines))
+    return 0
+
+
 def cmd_whatif(args: argparse.Namespace) -> int:
     """Per source and rule: what a proposed rule change would remove or restore (`whatif.py`)."""
     _use(args)
@@ -393,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         ("summary", cmd_summary, "print what the last run produced"),
         ("gc", cmd_gc, "delete stored tasks, and a bucket's objects, that no manifest names"),
         ("trace", cmd_trace, "where a file (path, glob or SHA-256) went, or where corpus/<split>:N came from"),
+        ("exposure", cmd_exposure, "which checkpoints (loader states) saw a file, or what one checkpoint saw"),
         ("whatif", cmd_whatif, "what a hygiene rule change would remove or restore, before any rebuild"),
         ("spec", cmd_spec, "print the resolved, validated spec"),
         ("instance", cmd_instance, "write $DAGSTER_HOME/dagster.yaml (PostgreSQL when ALBOR_POSTGRES_URL is set)"),
@@ -410,6 +437,21 @@ def main(argv: list[str] | None = None) -> int:
                 default=20,
                 help="documents traced at most, the rest counted (default 20; 0: all)",
             )
+        if name == "exposure":
+            p.add_argument(
+                "query",
+                nargs="?",
+                help="a file path or glob ([source:]path), a SHA-256, corpus/<split>:N, or `remove` "
+                "(the spec's removal requests); none: each state's diet",
+            )
+            p.add_argument(
+                "--state",
+                action="append",
+                required=True,
+                help="a loader state (Batches.state_dict() as JSON) or a directory of them (repeatable)",
+            )
+            p.add_argument("--corpus", default="", help="for states that name none: corpus/<split> (default train)")
+            p.add_argument("--json", action="store_true", help="print JSON for tools")
         if name == "whatif":
             p.add_argument(
                 "--set",

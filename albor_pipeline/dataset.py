@@ -25,13 +25,15 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow.parquet as pq
 
+from albor_pipeline.runtime.artifacts import StageManifest
 from albor_pipeline.runtime.bucket import is_remote
+from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.readcache import DEFAULT_CACHE_BYTES, BucketDir, ReadCache, default_cache_dir
 from albor_pipeline.text.sequences import INDEX_FILE, INDEX_FORMAT
 
@@ -46,12 +48,15 @@ class _Files:
 
     def __init__(self, location: str | Path, cache_dir: str | Path | None, cache_bytes: int) -> None:
         self.bucket: BucketDir | None = None
+        self.stage, self.version = "", ""  # the corpus stage and its data version, when a manifest records them
         if is_remote(str(location)):
             self.where = str(location).rstrip("/")
             self.bucket = BucketDir.locate(self.where, INDEX_FILE)
             self.cache = ReadCache(self.bucket.root, Path(cache_dir or default_cache_dir()), cache_bytes)
+            self.stage, self.version = self.bucket.rel, self.bucket.version
         else:
             self.where = str(location)
+            self.stage, self.version = _recorded(Path(location))
 
     def path(self, name: str) -> Path:
         """A local path holding file `name` (fetched into the cache first from a bucket)."""
@@ -64,6 +69,21 @@ class _Files:
 
     def __str__(self) -> str:
         return self.where
+
+
+def _recorded(directory: Path) -> tuple[str, str]:
+    """(stage, data version) of the data dir manifest that records `directory`'s index, or
+    ("", "") for a corpus dir outside a data dir (a copy: its version is unknown)."""
+    directory = directory.resolve()
+    for root in directory.parents:
+        stage = directory.relative_to(root).as_posix()
+        try:
+            manifest = StageManifest.model_validate_json(Layout(root).manifest(stage).read_bytes())
+        except (OSError, ValueError):
+            continue
+        if any(a.path == f"{stage}/{INDEX_FILE}" for a in manifest.outputs):
+            return stage, manifest.data_version
+    return "", ""
 
 
 class _ParquetSequences:
@@ -243,6 +263,9 @@ class Sequences:
     ) -> None:
         files = _Files(directory, cache_dir, cache_bytes)
         self.index = _read_index(files)
+        # The corpus (`corpus/train`) and its data version, as its data dir's manifest records
+        # them ("" for a copied corpus dir): a loader state names them (`Batches.state_dict`).
+        self.stage, self.version = files.stage, files.version
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         if source == "parquet" and self.index["parquet"] is None:
@@ -315,6 +338,20 @@ class _Position:
     epoch: int = 0
     start: int = 0  # items of the epoch's permutation consumed before this order began (a resume)
     batch: int = 0  # batches of this order already consumed
+    step: int = 0  # batches this reader (and the states it resumed) yielded before this order began
+
+
+class Served(NamedTuple):
+    """Items a reader served in one stretch of one epoch: permutation positions
+    [first, stop), `per_step` of them a step (world size x batch size), the first at step
+    `first_step`. A state lists every stretch since the reader's first batch, so it alone
+    says which items a checkpoint saw and when (`albor exposure`)."""
+
+    epoch: int
+    first: int
+    stop: int
+    per_step: int
+    first_step: int
 
 
 class Batches:
@@ -352,6 +389,7 @@ class Batches:
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle, self.drop_last = shuffle, drop_last
         self.position = _Position()
+        self.served: list[Served] = []  # the stretches before the current order (`Served`)
         self._order: tuple[int, int, np.ndarray] | None = None
 
     def order(self, epoch: int | None = None) -> np.ndarray:
@@ -384,12 +422,29 @@ class Batches:
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its first batch."""
-        self.position = _Position(epoch)
+        self._close()
+        self.position = _Position(epoch, step=self.step())
 
     def _advance(self) -> None:
         self.position.batch += 1
         if self.position.batch >= len(self):
-            self.position = _Position(self.position.epoch + 1)
+            self._close()
+            self.position = _Position(self.position.epoch + 1, step=self.step())
+
+    def step(self) -> int:
+        """Batches this reader yielded, the states it resumed from included: the training step."""
+        return self.position.step + self.position.batch
+
+    def _stretch(self) -> Served | None:
+        """The current order's served items, or None before its first batch."""
+        pos = self.position
+        if not pos.batch:
+            return None
+        return Served(pos.epoch, pos.start, self.consumed(), self.world_size * self.batch_size, pos.step)
+
+    def _close(self) -> None:
+        if (stretch := self._stretch()) is not None:
+            self.served.append(stretch)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         for batch in range(self.position.batch, len(self)):
@@ -420,11 +475,17 @@ class Batches:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch comes from, and what the order depends on (checked on load)."""
+        stretch = self._stretch()
         return {
             "epoch": self.position.epoch,
             "batch": self.position.batch,
             "start": self.position.start,
             "consumed": self.consumed(),
+            "step": self.step(),
+            "served": [list(s) for s in [*self.served, *([stretch] if stretch else [])]],
+            "corpus": self.sequences.stage,
+            "version": self.sequences.version,
+            "chunks": self.sequences.chunks,
             "seed": self.seed,
             "world_size": self.world_size,
             "batch_size": self.batch_size,
@@ -433,14 +494,23 @@ class Batches:
             "items": len(self.sequences),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, other_version: bool = False) -> None:
         """Continue where `state` was taken: the rest of its epoch, each item exactly once
         across this reader's ranks, whatever world size, batch size or drop_last it was taken with.
 
         With the same settings the next batch is the one an uninterrupted run yields next.
-        The seed, shuffle and corpus size fix the permutation, so they must match.
+        The seed, shuffle and corpus size fix the permutation, so they must match; and the
+        corpus's data version must be the one the state read, unless `other_version` (a
+        rebuilt corpus puts other tokens at the same items).
         """
         mine = self.state_dict()
+        saved, now = state.get("version") or "", mine["version"]
+        if saved and now and saved != now and not other_version:
+            raise ValueError(
+                f"the state read {state.get('corpus') or 'the corpus'} at data version {saved[:12]}; "
+                f"{mine['corpus']} is now version {now[:12]} (rebuilt since): its items hold other tokens. "
+                "Resume on the version the state read, or pass other_version=True to continue on this one"
+            )
         differ = {k: (state.get(k), mine[k]) for k in ("seed", "shuffle", "items") if state.get(k) != mine[k]}
         if differ:
             detail = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in differ.items())
@@ -449,4 +519,8 @@ class Batches:
         step = int(state["world_size"]) * int(state["batch_size"]) * int(state["batch"])
         consumed = int(state.get("consumed", step))
         epoch = int(state["epoch"])
-        self.position = _Position(epoch, consumed) if consumed < len(self.sequences) else _Position(epoch + 1)
+        self.served = [Served(*map(int, s)) for s in state.get("served", [])]
+        at = int(state.get("step", state["batch"]))
+        self.position = (
+            _Position(epoch, consumed, step=at) if consumed < len(self.sequences) else _Position(epoch + 1, step=at)
+        )

@@ -165,7 +165,7 @@ def _rows(files: list[Path], columns: list[str], where: Where) -> Iterator[dict[
             base += batch.num_rows
 
 
-def _glob_regex(pattern: str) -> str:
+def glob_regex(pattern: str) -> str:
     """A file glob as a regular expression for Arrow (RE2 spells the end `$`, not `\\Z`)."""
     return "^" + translate(pattern).replace(r"\Z", "$")
 
@@ -324,7 +324,7 @@ class Tracer:
         if SHA256.fullmatch(pattern):
             where = _equals("sha256", pattern)
         else:
-            regex = _glob_regex(pattern)
+            regex = glob_regex(pattern)
             where = ("file", lambda files: pc.match_substring_regex(files, regex))
         for src in self.spec.sources_of(*DOCUMENT_KINDS, SourceKind.chat):
             if source and src.name != source:
@@ -385,7 +385,7 @@ class Tracer:
         if not found:
             return False
         column = "sha256" if SHA256.fullmatch(pattern) else "file"
-        regex = pattern if column == "sha256" else _glob_regex(pattern)
+        regex = pattern if column == "sha256" else glob_regex(pattern)
         return any(_rows(found, [column], (column, lambda v: pc.match_substring_regex(v, regex))))
 
     def follow(self, source: str, file: str, sha256: str) -> DocumentTrace:
@@ -428,7 +428,7 @@ class Tracer:
         """What a web source's ingestion did with the pages `pattern` names (its ledger: skipped
         or blocked, and why)."""
         found = self.sets.select(ingested_stage(source), is_ledger)
-        regex = _glob_regex(pattern)
+        regex = glob_regex(pattern)
         rows = _rows(found, ["file", "fate", "detail"], ("file", lambda v: pc.match_substring_regex(v, regex)))
         return [f"{r['file']}: {r['fate']} at ingested/{source} ({r['detail']})" for r in rows]
 

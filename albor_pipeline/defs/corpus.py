@@ -18,6 +18,7 @@ from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Pack
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
 from albor_pipeline.stages.corpus.corpus import Budget, build_corpus
 from albor_pipeline.stages.corpus.lineage import PIECES
+from albor_pipeline.stages.corpus.versions import keep_version
 from albor_pipeline.summaries.corpus import CorpusSummary
 from albor_pipeline.summaries.corpus import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.summaries.mix import MixSummary
@@ -60,6 +61,7 @@ def pack(
     budget, `_mix_facts`; `ledger`: the pieces table `albor trace` reads); the summary and
     metadata."""
     layout = ctx.layout
+    keep_version(layout, corpus_stage(out))  # the version this build replaces: its facts stay (`versions.py`)
     result = build_corpus(
         layout.fim(split),
         layout.tokenizer_json,

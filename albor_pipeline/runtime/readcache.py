@@ -67,6 +67,7 @@ class BucketDir:
     root: str
     rel: str
     files: dict[str, Artifact]  # by name relative to `rel`
+    version: str = ""  # the data version of the manifest that records them
 
     @classmethod
     def locate(cls, uri: str, marker: str) -> BucketDir:
@@ -82,7 +83,7 @@ class BucketDir:
             for manifest in Bucket(root, Layout(Path())).manifests():  # the layout only names `manifests/`
                 if any(a.path == f"{rel}/{marker}" for a in manifest.outputs):
                     inside = {a.path[len(rel) + 1 :]: a for a in manifest.outputs if a.path.startswith(f"{rel}/")}
-                    return cls(root, rel, inside)
+                    return cls(root, rel, inside, manifest.data_version)
         raise FileNotFoundError(f"{uri}: no manifest of a bucket data dir records {marker} under it")
 
     def artifact(self, name: str) -> Artifact:

@@ -28,7 +28,7 @@ from albor_pipeline.runtime.artifacts import (
 )
 from albor_pipeline.runtime.distribution import Distribution, ValueCounts
 from albor_pipeline.runtime.shardmap import StageIO, Written, map_shards, map_tasks, shards_of
-from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, row_groups
+from albor_pipeline.runtime.shards import RowGroup, Shard, SpoolItem, parquet_files, row_groups
 from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import CorpusSpec, ExportFormat, Packing, RemainderPolicy, repeat_warnings
 from albor_pipeline.stages.corpus.encode_task import (
@@ -40,7 +40,7 @@ from albor_pipeline.stages.corpus.encode_task import (
 )
 from albor_pipeline.stages.corpus.exports import NANOGPT_META, STREAMS, concat_streams, write_sidecars
 from albor_pipeline.stages.corpus.index import reader_index
-from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces, write_pieces
+from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES, concat_pieces, write_documents, write_pieces
 from albor_pipeline.stages.corpus.pack import PACK_SHARD, PackJob
 from albor_pipeline.stages.corpus.plan import Plan, PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
 from albor_pipeline.summaries.corpus import CorpusBudget, CorpusSummary, SourceFacts
@@ -151,7 +151,7 @@ def build_corpus(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(str(tokenizer_path))
     with tempfile.TemporaryDirectory(prefix=".albor-tokens-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
-        build = _Build(tok, tokenizer_path, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger)
+        build = _Build(tok, tokenizer_path, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger, fim_path)
         encoded = _encode_split(build, fim_path)
         if budget is None:
             return _pack_split(build, encoded)
@@ -174,6 +174,7 @@ class _Build:
     min_chars: int  # a long subset's bound; 0 for a split's corpus
     pool: Mapping[str, int] | None  # each source's documents in the split, for its epochs
     ledger: bool
+    fim_path: Path  # the split's FIM'd documents (the ledger's documents table)
 
 
 def _cut(encoded: _Encoded, budget: Budget, spec: CorpusSpec, io: StageIO) -> _Encoded:
@@ -334,6 +335,7 @@ def _pack_split(build: _Build, encoded: _Encoded) -> CorpusResult:
             nanogpt=nanogpt,
             min_chars=build.min_chars,
             ledger=segments if build.ledger else None,
+            fim_path=build.fim_path,
         )
         packed = map_shards(PACK_SHARD, job, items, out_dir, io, finish=finish)
     stream = streamed.result()
@@ -372,10 +374,12 @@ def _finish(
     nanogpt: dict[str, int],
     min_chars: int,
     ledger: Segments | None,
+    fim_path: Path,
 ) -> None:
     """What joins the packed shards' set (`staging`) before it commits: the exports, once
     `streamed` has written their streams into `exports`, with their sidecars; the reader index;
-    and the ledger of every sequence's document pieces (`ledger`, unless None)."""
+    and the ledger (unless `ledger` is None): every sequence's document pieces, and who each
+    FIM row of `fim_path` is."""
     streamed.result()
     formats = set(spec.formats)
     streams = [exports / name for fmt, name, _ in STREAMS if fmt in formats]
@@ -384,6 +388,7 @@ def _finish(
     write_json(staging / INDEX_FILE, reader_index(spec, counts, special, list(shards_of(packed)), min_chars))
     if ledger is not None:
         write_pieces(staging / PIECES, ledger, encoded.lengths, encoded.rows)
+        write_documents(staging / DOCUMENTS, parquet_files(fim_path))
 
 
 def _empty_warning(sequences: int, docs: int, tokens: int, seq_len: int) -> list[str]:
@@ -446,5 +451,5 @@ def _artifacts(
                 Artifact(path=path, sha256=sha256, bytes=size, rows=rows),
                 *(record(out_dir / sidecar, root) for sidecar in sidecars),
             ]
-    pieces = [record(out_dir / PIECES, root)] if (out_dir / PIECES).exists() else []
+    pieces = [record(out_dir / name, root) for name in (PIECES, DOCUMENTS) if (out_dir / name).exists()]
     return [*artifacts, record(out_dir / INDEX_FILE, root), *pieces]

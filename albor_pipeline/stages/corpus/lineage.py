@@ -29,6 +29,17 @@ PIECES_SCHEMA = pa.schema(
     ]
 )
 PIECE_ROW_GROUP = 65536
+DOCUMENTS = f"{LEDGER}/documents.parquet"
+DOCUMENT_SCHEMA = pa.schema(
+    [
+        ("row", pa.int64()),  # the document's row in the FIM split: the pieces table's `row`
+        ("source", pa.string()),
+        ("file", pa.string()),
+        ("sha256", pa.string()),  # the document as it left dedup (`documents`)
+    ]
+)
+"""Who each FIM row is: with the pieces table, a corpus version's whole lineage, kept after
+the FIM split is rebuilt (`albor exposure` on an old checkpoint's data)."""
 
 
 def concat_pieces(lengths: np.ndarray, sequences: int, seq_len: int, limit: int | None) -> Segments:
@@ -59,3 +70,26 @@ def write_pieces(path: Path, segments: Segments, lengths: np.ndarray, rows: np.n
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, row_group_size=PIECE_ROW_GROUP, **PARQUET_OPTIONS)
     return table.num_rows
+
+
+def write_documents(path: Path, fim: list[Path]) -> int:
+    """Write the documents table of the FIM split's shards `fim` (in set order) at `path`,
+    reading one row group at a time (no text); its row groups are `PIECE_ROW_GROUP` rows
+    whatever the split's grouping, so its bytes depend on the rows alone. Returns its rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows, held = 0, []
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, DOCUMENT_SCHEMA, **PARQUET_OPTIONS) as writer:
+        for shard in fim:
+            reader = pq.ParquetFile(shard)
+            for group in range(reader.num_row_groups):
+                batch = reader.read_row_group(group, columns=["source", "file", "sha256"])
+                number = pa.array(np.arange(rows, rows + batch.num_rows, dtype=np.int64))
+                held.append(pa.Table.from_arrays([number, *batch.columns], schema=DOCUMENT_SCHEMA))
+                rows += batch.num_rows
+                if sum(t.num_rows for t in held) >= PIECE_ROW_GROUP:
+                    whole = pa.concat_tables(held)
+                    cut = whole.num_rows // PIECE_ROW_GROUP * PIECE_ROW_GROUP
+                    writer.write_table(whole.slice(0, cut), row_group_size=PIECE_ROW_GROUP)
+                    held = [whole.slice(cut)]
+        writer.write_table(pa.concat_tables(held) if held else DOCUMENT_SCHEMA.empty_table())
+    return rows

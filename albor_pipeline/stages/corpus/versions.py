@@ -1,0 +1,113 @@
+"""A corpus's data versions, and the small facts of each kept after its bytes are rebuilt.
+
+A version is the corpus stage's data version: the SHA-256 over its outputs' hashes in its
+manifest (what Dagster shows as the asset's data version), so a rebuild to the same bytes
+is the same version. A loader state names the version it read (`dataset.Batches`).
+
+Before a build replaces a corpus, its committed version's facts are copied to
+`versions/<stage>/<version>/`: the manifest, `index.json` and the ledger (the pieces table
+and the documents table, `lineage.py`). They are what `albor exposure` needs to say which
+documents an old checkpoint saw. The copy commits with the new build (the stage's
+journal): a failed build leaves the old version current, its facts where they were.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from albor_pipeline.runtime.artifacts import StageManifest, sha256_file, staged_dir
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
+from albor_pipeline.text.sequences import INDEX_FILE
+
+MANIFEST = "manifest.json"
+FACTS = (INDEX_FILE, PIECES, DOCUMENTS)  # under the corpus dir, and under a kept version's dir
+SHORT = 12  # hex digits a version is shown by
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a corpus stage: its manifest and where its facts are (the live corpus
+    dir for the current version until a rebuild keeps them)."""
+
+    stage: str
+    manifest: StageManifest
+    facts: Path
+    current: bool
+
+    @property
+    def id(self) -> str:
+        return self.manifest.data_version
+
+    def fact(self, name: str) -> Path | None:
+        """The fact `name` (`FACTS`), or None when the build wrote none (`audit.ledger: false`)."""
+        path = self.facts / name
+        return path if path.is_file() else None
+
+
+def versions_dir(layout: Layout, stage: str) -> Path:
+    return layout.root / "versions" / stage.replace("/", "__")
+
+
+def _current(layout: Layout, stage: str) -> StageManifest | None:
+    try:
+        return StageManifest.model_validate_json(layout.manifest(stage).read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def keep_version(layout: Layout, stage: str) -> Path | None:
+    """Copy the committed version's facts of `stage` under `versions/` (once per version),
+    each checked against its manifest's SHA-256; None when nothing is committed, or a fact
+    no longer has its recorded bytes (then there is nothing true to keep)."""
+    manifest = _current(layout, stage)
+    if manifest is None:
+        return None
+    target = versions_dir(layout, stage) / manifest.data_version
+    if target.is_dir():
+        return target
+    recorded = {a.path: a.sha256 for a in manifest.outputs}
+    names = [name for name in FACTS if f"{stage}/{name}" in recorded]
+    sources = {name: layout.stage_dir(stage) / name for name in names}
+    if any(not p.is_file() or sha256_file(p) != recorded[f"{stage}/{n}"] for n, p in sources.items()):
+        return None
+    with staged_dir(target) as tmp:
+        for name, path in sources.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, tmp / name)
+        (tmp / MANIFEST).write_bytes(layout.manifest(stage).read_bytes())
+    return target
+
+
+def versions(layout: Layout, stage: str) -> list[Version]:
+    """Every version of `stage` the data dir knows: the kept ones and the current one."""
+    current = _current(layout, stage)
+    found = {}
+    root = versions_dir(layout, stage)
+    for entry in sorted(root.iterdir()) if root.is_dir() else []:
+        if (entry / MANIFEST).is_file() and not entry.name.startswith("."):
+            manifest = StageManifest.model_validate_json((entry / MANIFEST).read_bytes())
+            found[manifest.data_version] = Version(stage, manifest, entry, False)
+    if current is not None:
+        kept = found.get(current.data_version)
+        found[current.data_version] = Version(stage, current, kept.facts if kept else layout.stage_dir(stage), True)
+    return list(found.values())
+
+
+def find_version(layout: Layout, stage: str, version: str) -> Version:
+    """The version of `stage` whose id starts with `version`; a clear error when the data dir
+    does not know it (built elsewhere, or its facts were dropped by `albor gc --versions`)."""
+    matches = [v for v in versions(layout, stage) if v.id.startswith(version)]
+    if len(matches) != 1:
+        known = ", ".join(v.id[:SHORT] + (" (current)" if v.current else "") for v in versions(layout, stage))
+        what = "is ambiguous" if matches else "is not kept in this data dir"
+        raise LookupError(f"{stage} version {version[:SHORT]} {what}; known: {known or 'none'}")
+    return matches[0]
+
+
+def kept_bytes(layout: Layout) -> int:
+    """Bytes the kept versions' facts take (`albor gc` reports them)."""
+    root = layout.root / "versions"
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0

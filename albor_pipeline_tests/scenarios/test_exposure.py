@@ -1,0 +1,171 @@
+"""From a file to the checkpoints that trained on it: a simulated training loop over a real
+build (the project's own `Batches`, ranks stepping together, states saved every k steps, a
+resume on another world size, an epoch boundary crossed) records the items it served;
+`albor exposure` must name the same documents, steps and sequences from the states alone,
+after the corpus was rebuilt too."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from albor_pipeline.cli import main
+from albor_pipeline.dataset import Batches, Sequences
+from albor_pipeline.exposure import Exposure, read_states
+from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.spec import load_spec
+from albor_pipeline.stages.corpus.versions import versions, versions_dir
+from albor_pipeline_tests.support import STDLIB, Build, build, materialize_all, tiny_spec, write_spec
+
+CHUNK = 128  # the loop reads 128-token chunks of the 256-token sequences: two items a sequence
+BATCH, EVERY, RESUME_AT, STEPS = 8, 5, 10, 100
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Build:
+    """The tiny spec with its json source copied here, so a test can edit one of its files."""
+    tmp = tmp_path_factory.mktemp("exposure")
+    shutil.copytree(STDLIB / "json", tmp / "src" / "json")
+    raw = tiny_spec()
+    raw["sources"][0].update(path=str(tmp / "src"), include=["json/**/*.py"])
+    return build(tmp, raw)
+
+
+def _ranks(corpus: Path, world_size: int, state: dict | None = None) -> list[Batches]:
+    ranks = [
+        Batches(Sequences(corpus, chunk_len=CHUNK), BATCH, seed=11, rank=r, world_size=world_size, drop_last=True)
+        for r in range(world_size)
+    ]
+    for rank in ranks:
+        if state is not None:
+            rank.load_state_dict(state)
+    return ranks
+
+
+def _train(corpus: Path, checkpoints: Path) -> list[tuple[int, list[int]]]:
+    """Steps of 2 ranks, then (from the checkpoint at RESUME_AT) 3 ranks, through an epoch's
+    end: (epoch, the items every rank's batch held) of each step, as the loop saw them."""
+    ranks, log = _ranks(corpus, 2), []
+    iters = [iter(r) for r in ranks]
+    for step in range(STEPS):
+        if step and step % EVERY == 0:
+            state = ranks[0].state_dict()
+            (checkpoints / f"step-{step:05d}").mkdir(parents=True)
+            (checkpoints / f"step-{step:05d}" / "data_state.json").write_text(json.dumps(state))
+            if step == RESUME_AT:  # the job restarts on 3 ranks from the checkpoint it just saved
+                ranks = _ranks(corpus, 3, json.loads(json.dumps(state)))
+                iters = [iter(r) for r in ranks]
+        epoch = ranks[0].position.epoch
+        try:
+            batches = [next(it) for it in iters]
+        except StopIteration:  # the epoch is over on every rank: the loop starts the next
+            iters = [iter(r) for r in ranks]
+            epoch = ranks[0].position.epoch
+            batches = [next(it) for it in iters]
+        log.append((epoch, [int(i) for b in batches for i in b["index"]]))
+    return log
+
+
+def _document_items(built: Build) -> dict[tuple[str, str], set[int]]:
+    """Each document of corpus/train: the items (chunks) holding its pieces, from the pieces
+    table `albor trace` reads and the FIM split's own rows (not the exposure code's tables)."""
+    pieces = pq.read_table(built.out / "corpus" / "train" / "_ledger" / "pieces.parquet").to_pylist()
+    fim = pq.read_table(sorted((built.out / "fim" / "train").glob("part-*.parquet")), columns=["source", "file"])
+    who = list(zip(fim.column("source").to_pylist(), fim.column("file").to_pylist()))
+    found: dict[tuple[str, str], set[int]] = {}
+    for p in pieces:
+        chunks = range(p["offset"] // CHUNK, (p["offset"] + p["length"] - 1) // CHUNK + 1)
+        found.setdefault(who[p["row"]], set()).update(p["sequence"] * 2 + c for c in chunks)
+    return found
+
+
+def _expected(log: list[tuple[int, list[int]]], items: set[int], until: int) -> dict:
+    """What the loop's own log says of a document with `items`, for a checkpoint at `until`."""
+    steps = [s for s, (_, served) in enumerate(log[:until]) if items & set(served)]
+    return {
+        "served": bool(steps),
+        "first_step": steps[0] if steps else None,
+        "servings": sum(len(items & set(served)) for _, served in log[:until]),
+        "epochs": sorted({log[s][0] for s in steps}),
+    }
+
+
+def test_exposure_equals_what_the_training_loop_served(built, tmp_path, monkeypatch, capsys):
+    corpus = built.out / "corpus" / "train"
+    log = _train(corpus, tmp_path / "ckpt")
+    assert {epoch for epoch, _ in log} >= {0, 1, 2}, "the loop must cross epoch boundaries"
+    states = read_states([str(tmp_path / "ckpt")])
+    assert [s.step for s in states] == list(range(EVERY, STEPS, EVERY))
+    docs = _document_items(built)
+    exposure = Exposure(built.spec, Layout(built.out)).exposure("**", states)
+    after_resume = 0
+    for state, answer in zip(states, exposure):
+        got = {(d.source, d.file): d for d in answer.documents}
+        assert set(got) >= set(docs)
+        for key, items in docs.items():
+            want = _expected(log, items, state.step)
+            d = got[key]
+            assert (d.served, d.first_step, d.servings, d.epochs) == tuple(want.values()), (state.step, key)
+            after_resume += state.step == STEPS - EVERY and d.first_step is not None and d.first_step > RESUME_AT
+    assert after_resume > 0, "some document must be first served after the resume on 3 ranks"
+    # The command line, one file and a directory of states, readable and JSON.
+    monkeypatch.setenv("ALBOR_SPEC", str(built.spec_path))
+    monkeypatch.setenv("ALBOR_DATA_DIR", str(built.out))
+    source, file = sorted(docs)[0]
+    assert main(["exposure", f"{source}:{file}", "--state", str(tmp_path / "ckpt"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [c["documents"][0]["first_step"] for c in printed] == [
+        _expected(log, docs[(source, file)], s.step)["first_step"] for s in states
+    ]
+    assert main(["exposure", f"{source}:{file}", "--state", states[-1].path]) == 0
+    assert f"{source}:{file}" in capsys.readouterr().out
+
+
+def test_a_diet_counts_the_tokens_each_source_was_served(built, tmp_path):
+    corpus = built.out / "corpus" / "train"
+    log = _train(corpus, tmp_path / "ckpt")
+    state = read_states([str(tmp_path / "ckpt" / "step-00090")])[0]
+    diet = Exposure(built.spec, Layout(built.out)).diet(state)
+    ds = Sequences(corpus, chunk_len=CHUNK)
+    served = [i for _, items in log[:90] for i in items]
+    assert diet.items_served == len(served)
+    real_tokens = sum(int(ds.doc_lens(i).sum()) for i in served)  # the pieces' tokens, not padding
+    assert diet.tokens == real_tokens
+    assert {s.source for s in diet.sources} == {"stdlib_json_email", "stdlib_async"}
+    assert all(0 < s.share_seen <= 1 and s.seen <= s.documents for s in diet.sources)
+
+
+def test_a_rebuilt_corpus_keeps_the_old_versions_facts_and_refuses_old_states(built, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(built.out, out)
+    corpus = out / "corpus" / "train"
+    log = _train(corpus, tmp_path / "ckpt")
+    states = read_states([str(tmp_path / "ckpt")])
+    before = Exposure(built.spec, Layout(out)).exposure("**", states)
+    old = Sequences(corpus).version
+    edited = Path(built.spec.sources[0].path) / "json" / "decoder.py"
+    copy = tmp_path / "src"
+    shutil.copytree(Path(built.spec.sources[0].path), copy)
+    (copy / "json" / "decoder.py").write_text(edited.read_text() + "\n\nEDITED = 'yes'\n")
+    raw = tiny_spec()
+    raw["sources"][0].update(path=str(copy), include=["json/**/*.py"])
+    rebuilt = build_into(tmp_path, raw, out)
+    assert Sequences(corpus).version != old
+    assert (versions_dir(Layout(out), "corpus/train") / old).is_dir()
+    assert {v.id for v in versions(Layout(out), "corpus/train")} >= {old, Sequences(corpus).version}
+    # Old states are answered from the kept version, as before the rebuild.
+    assert Exposure(rebuilt.spec, Layout(out)).exposure("**", states) == before
+    with pytest.raises(ValueError, match=r"at data version \w+; corpus/train is now version \w+ \(rebuilt since\)"):
+        _ranks(corpus, 1, json.loads((tmp_path / "ckpt" / "step-00020" / "data_state.json").read_text()))
+    assert len(log) == STEPS
+
+
+def build_into(tmp: Path, raw: dict, out: Path) -> Build:
+    """`raw` built into the existing data dir `out` (a rebuild)."""
+    spec_path = write_spec(tmp / "spec2.yaml", raw)
+    spec = load_spec(spec_path)
+    return Build(spec_path, spec, out, materialize_all(spec, out))
