@@ -26,6 +26,7 @@ from albor_pipeline.runtime.layout import PROVENANCE, TOKENIZER, Layout, corpus_
 from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
 from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
+from albor_pipeline.stages.corpus.versions import drop_versions, kept_bytes, kept_versions
 from albor_pipeline.stages.hygiene.whatif import WhatIfError, answer_all, proposal, whatif_lines
 from albor_pipeline.stages.provenance.provenance import VerifyReport, stale_stages, verify, verify_bucket
 from albor_pipeline.trace import TraceError, Tracer, sequence_query, trace_lines
@@ -279,7 +280,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     holder = f"albor gc on {socket.gethostname()}, pid {os.getpid()}"
     if isinstance(root, Path):
         layout = Layout(root)
-        return _collect_tasks(layout, lambda: list(iter_manifests(layout)), holder)
+        failed = _collect_tasks(layout, lambda: list(iter_manifests(layout)), holder)
+        return failed or _versions(layout, holder, args.drop_versions)
     bucket = Bucket(root, Layout(work_dir(root)))
     if not bucket.manifests():
         print(f"albor gc: nothing materialized under {root} (no stage manifests); nothing deleted", file=sys.stderr)
@@ -294,6 +296,22 @@ def cmd_gc(args: argparse.Namespace) -> int:
         f"kept {done.recent} written in the last {args.older_than_hours:g} h (a run may still be publishing)"
     )
     return _collect_tasks(bucket.layout, bucket.manifests, holder)
+
+
+def _versions(layout: Layout, holder: str, drop: bool) -> int:
+    """Report the corpora's kept versions (`albor exposure` reads them); with `drop`, remove
+    all but the current ones, under the data dir's lock."""
+    if drop:
+        try:
+            with exclusive(layout.lock_file, holder, wait=False):
+                count, size = drop_versions(layout)
+        except DataDirBusy as exc:
+            return _busy(exc)
+        print(f"albor gc: deleted the facts of {count} earlier corpus version(s) ({size / 1e6:,.2f} MB)")
+    kept = kept_versions(layout)
+    note = "" if drop or not kept else "; --drop-versions deletes those of earlier versions"
+    print(f"albor gc: kept the facts of {len(kept)} corpus version(s), {kept_bytes(layout) / 1e6:,.2f} MB{note}")
+    return 0
 
 
 def _busy(exc: DataDirBusy) -> int:
@@ -472,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
                 type=float,
                 default=24.0,
                 help="only objects written longer ago than this (default 24: a run still publishing is spared)",
+            )
+            p.add_argument(
+                "--drop-versions",
+                action="store_true",
+                help="also delete the kept facts of earlier corpus versions (their checkpoints' exposure is lost)",
             )
         if name == "run":
             p.add_argument(

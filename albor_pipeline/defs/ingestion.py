@@ -33,6 +33,10 @@ DESCRIPTIONS = {
     SourceKind.chat: "Conversations of `{name}`, cleaned (system folded into the first user turn, trailing "
     "user turns trimmed, no-assistant ones dropped; counted), as canonical JSON in `text`.",
     SourceKind.synthetic: "Seeded synthetic conversations of `{name}` over its word list, as canonical JSON in `text`.",
+    SourceKind.web: "Web pages of `{name}` (WARC response records, or HTML files), their main text extracted, as "
+    "Parquet `{{text, source, file, sha256}}` with `file` the page's URL; `_pages/` names each page's record "
+    "and fetch date. Pages left out (status, type, size, nesting, block lists, no text) are counted by reason "
+    "and listed with their URL in `_ledger/`.",
     SourceKind.mc: "Multiple-choice items of `{name}` `{{question, choices, answer}}`, as JSON in `text`.",
 }
 
@@ -110,9 +114,12 @@ def ingest(
     removal = resolve_removal(src.name, remove, ngram)
     result = ingest_source(resolved, out, io, shard_mb=shard_mb, removal=removal)
     summary = result.summary
-    skipped = markdown_table(
-        [{"reason": k, "files": v, "first": redact_path(result.first.get(k, ""))} for k, v in summary.skipped.items()]
-    )
+    if src.kind is SourceKind.web:  # pages, each listed with its URL in the ledger
+        skipped = markdown_table([{"reason": k, "pages": v} for k, v in summary.skipped.items()])
+    else:
+        first = result.first
+        rows = [{"reason": k, "files": v, "first": redact_path(first.get(k, ""))} for k, v in summary.skipped.items()]
+        skipped = markdown_table(rows)
     return StageOutput(
         artifacts=result.artifacts,
         config={

@@ -7,6 +7,7 @@ after the corpus was rebuilt too."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def test_a_diet_counts_the_tokens_each_source_was_served(built, tmp_path):
     assert all(0 < s.share_seen <= 1 and s.seen <= s.documents for s in diet.sources)
 
 
-def test_a_rebuilt_corpus_keeps_the_old_versions_facts_and_refuses_old_states(built, tmp_path):
+def test_a_rebuilt_corpus_keeps_the_old_versions_facts_and_refuses_old_states(built, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     shutil.copytree(built.out, out)
     corpus = out / "corpus" / "train"
@@ -162,6 +163,16 @@ def test_a_rebuilt_corpus_keeps_the_old_versions_facts_and_refuses_old_states(bu
     with pytest.raises(ValueError, match=r"at data version \w+; corpus/train is now version \w+ \(rebuilt since\)"):
         _ranks(corpus, 1, json.loads((tmp_path / "ckpt" / "step-00020" / "data_state.json").read_text()))
     assert len(log) == STEPS
+    # albor gc keeps the old version's facts and says how big they are, unless told to drop them.
+    monkeypatch.setenv("ALBOR_SPEC", str(rebuilt.spec_path))
+    monkeypatch.setenv("ALBOR_DATA_DIR", str(out))
+    assert main(["gc"]) == 0
+    assert re.search(r"kept the facts of \d+ corpus version\(s\), [\d.]+ MB; --drop-versions", capsys.readouterr().out)
+    assert (versions_dir(Layout(out), "corpus/train") / old).is_dir()
+    assert main(["gc", "--drop-versions"]) == 0
+    assert "deleted the facts of" in capsys.readouterr().out
+    assert not (versions_dir(Layout(out), "corpus/train") / old).exists()
+    assert [v.current for v in versions(Layout(out), "corpus/train")] == [True]
 
 
 def build_into(tmp: Path, raw: dict, out: Path) -> Build:

@@ -107,7 +107,26 @@ def find_version(layout: Layout, stage: str, version: str) -> Version:
     return matches[0]
 
 
+def kept_versions(layout: Layout) -> list[Path]:
+    """The directories of every kept version's facts, of every corpus."""
+    root = layout.root / "versions"
+    return sorted(p for p in root.glob("*/*") if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+
+
 def kept_bytes(layout: Layout) -> int:
     """Bytes the kept versions' facts take (`albor gc` reports them)."""
-    root = layout.root / "versions"
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
+    return sum(p.stat().st_size for d in kept_versions(layout) for p in d.rglob("*") if p.is_file())
+
+
+def drop_versions(layout: Layout) -> tuple[int, int]:
+    """Remove the kept facts of every version that is not its corpus's current one (their
+    checkpoints' exposure can then no longer be answered): (versions, bytes) removed. The
+    caller holds the data dir's lock."""
+    dropped = size = 0
+    for entry in kept_versions(layout):
+        current = _current(layout, entry.parent.name.replace("__", "/"))
+        if current is None or current.data_version != entry.name:
+            size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+            shutil.rmtree(entry)
+            dropped += 1
+    return dropped, size
