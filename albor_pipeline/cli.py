@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from albor_pipeline.exposure import Exposure, diet_lines, exposure_lines, read_states
+from albor_pipeline.exposure import Exposure, diet_lines, exposure_lines
 from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, write_bytes
 from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.commit import recover_commits
@@ -26,6 +26,7 @@ from albor_pipeline.runtime.layout import PROVENANCE, TOKENIZER, Layout, corpus_
 from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
 from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
+from albor_pipeline.stages.corpus.exposure import ExposureError, read_states
 from albor_pipeline.stages.corpus.versions import drop_versions, kept_bytes, kept_versions
 from albor_pipeline.stages.hygiene.whatif import WhatIfError, answer_all, proposal, whatif_lines
 from albor_pipeline.stages.provenance.provenance import VerifyReport, stale_stages, verify, verify_bucket
@@ -381,14 +382,14 @@ def cmd_exposure(args: argparse.Namespace) -> int:
     try:
         states = read_states(args.state)
         if not states:
-            raise TraceError(f"no loader state (Batches.state_dict() as JSON) in {', '.join(args.state)}")
+            raise ExposureError(f"no loader state (Batches.state_dict() as JSON) in {', '.join(args.state)}")
         if args.query:
             found: list[Any] = exposure.exposure(args.query, states, args.corpus)
             lines = exposure_lines(found, args.query)
         else:
             found = [exposure.diet(state, args.corpus) for state in states]
             lines = [line for diet in found for line in diet_lines(diet)]
-    except (LookupError, TraceError) as exc:
+    except (ExposureError, TraceError) as exc:
         print(f"albor exposure: {exc}", file=sys.stderr)
         return 2
     print(json.dumps([item.model_dump(mode="json") for item in found], indent=2) if args.json else "\n".join(lines))

@@ -481,6 +481,9 @@ class AuditSpec(_Model):
 
     ledger: bool = True
     keep_removed: bool = False
+    # Loader states (files, or directories searched for them) of training runs on this data:
+    # when removal requests apply, the corpus reports which of them saw the removed documents.
+    checkpoints: tuple[Path, ...] = ()
 
     @model_validator(mode="after")
     def _keep_needs_ledger(self) -> AuditSpec:
@@ -1144,6 +1147,12 @@ def parse_spec(raw: dict[str, Any], base_dir: Path) -> PipelineSpec:
         }
     if tok:
         raw["tokenizer"] = tok
+    audit = dict(raw.get("audit") or {})
+    if isinstance(audit.get("checkpoints"), list):
+        audit["checkpoints"] = [
+            _resolve_path(p, base_dir, f"audit.checkpoints[{i}]") for i, p in enumerate(audit["checkpoints"])
+        ]
+        raw["audit"] = audit
     if isinstance(raw.get("remove"), dict):
         raw["remove"] = {
             name: {**entry, "sha256_file": _resolve_path(entry["sha256_file"], base_dir, f"remove.{name}.sha256_file")}

@@ -17,9 +17,11 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Packing, PipelineSpec, RemainderPolicy
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
 from albor_pipeline.stages.corpus.corpus import Budget, build_corpus
+from albor_pipeline.stages.corpus.exposure import read_states, removal_report
 from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.stages.corpus.versions import keep_version
-from albor_pipeline.summaries.corpus import CorpusSummary
+from albor_pipeline.stages.ingest.removal import resolve_removal
+from albor_pipeline.summaries.corpus import CheckpointRemovals, CorpusSummary
 from albor_pipeline.summaries.corpus import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.summaries.mix import MixSummary
 from albor_pipeline.summaries.tokenizer import TokenizerSummary
@@ -49,17 +51,18 @@ class LongCorpusConfig(dg.Config):
 
 def pack(
     ctx: StageContext,
+    spec: PipelineSpec,
     split: str,
     out: str,
     settings: CorpusSpec,
     min_chars: int = 0,
     pool: dict[str, int] | None = None,
     budget: Budget | None = None,
-    ledger: bool = True,
 ) -> StageOutput:
     """Pretokenize fim/<split> into corpus/<out> with `settings` (and the mix's pool and
-    budget, `_mix_facts`; `ledger`: the pieces table `albor trace` reads); the summary and
-    metadata."""
+    budget, `_mix_facts`; with `audit.ledger`, the tables `albor trace` and `albor exposure`
+    read); the summary (with the removal report, `_removal_report`) and metadata."""
+    ledger = spec.audit.ledger
     layout = ctx.layout
     keep_version(layout, corpus_stage(out))  # the version this build replaces: its facts stay (`versions.py`)
     result = build_corpus(
@@ -74,6 +77,8 @@ def pack(
         ledger=ledger,
     )
     summary = result.summary
+    if checkpoints := _removal_report(ctx, spec, corpus_stage(out)):
+        summary = summary.model_copy(update={"checkpoints": checkpoints})
     for warning in summary.warnings:
         ctx.log.warning(f"corpus/{out}: {warning}")
     bytes_per_token = result.text_bytes / summary.tokens if summary.tokens else 0.0
@@ -84,7 +89,7 @@ def pack(
         row_count=summary.sequences,
         metadata={
             **summary.model_dump(
-                exclude={"sources", "budget", "warnings", "token_lengths"}
+                exclude={"sources", "budget", "warnings", "token_lengths", "checkpoints"}
             ),  # lengths: the stats asset's
             "sources": dg.MetadataValue.md(
                 markdown_table(
@@ -93,11 +98,34 @@ def pack(
             ),
             **({f"budget_{k}": v for k, v in summary.budget.model_dump().items()} if summary.budget else {}),
             "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in summary.warnings) or "none"),
+            **(
+                {"checkpoints_saw_removed": dg.MetadataValue.md(markdown_table([c.model_dump() for c in checkpoints]))}
+                if checkpoints
+                else {}
+            ),
             "bytes_per_token": round(bytes_per_token, 4),
             "encoder": result.encoder,
             "tokens_per_s": round(summary.tokens / result.seconds) if result.seconds else 0,
         },
     )
+
+
+def _removal_report(ctx: StageContext, spec: PipelineSpec, stage: str) -> list[CheckpointRemovals]:
+    """With removal requests and registered checkpoints (`audit.checkpoints`): which of the
+    checkpoints that read `stage` saw the documents the requests name (in the versions they
+    read, kept before this build replaced them). A registered path that does not exist yet
+    is passed over, with a warning."""
+    if not spec.remove or not spec.audit.checkpoints:
+        return []
+    paths = [p for p in spec.audit.checkpoints if p.exists()]
+    for missing in sorted(set(spec.audit.checkpoints) - set(paths)):
+        ctx.log.warning(f"{stage}: audit.checkpoints {missing} does not exist: no state read there")
+    removals = {
+        name: removal
+        for name, entry in spec.remove.items()
+        if (removal := resolve_removal(name, entry, spec.near_dedup.ngram)) is not None
+    }
+    return removal_report(ctx.layout, stage, read_states([str(p) for p in paths]), removals)
 
 
 def _mix_facts(layout: Layout, split: str) -> tuple[dict[str, int], Budget | None]:
@@ -114,7 +142,7 @@ def _mix_facts(layout: Layout, split: str) -> tuple[dict[str, int], Budget | Non
 def corpus(spec: PipelineSpec, split: str, ctx: StageContext, config: CorpusConfig) -> StageOutput:
     settings = resolve(spec.corpus, config, f"{corpus_stage(split)} run config")
     pool, budget = _mix_facts(ctx.layout, split)
-    return pack(ctx, split, split, settings, pool=pool, budget=budget, ledger=spec.audit.ledger)
+    return pack(ctx, spec, split, split, settings, pool=pool, budget=budget)
 
 
 def long_corpus(
@@ -126,7 +154,7 @@ def long_corpus(
     per_shard = max(1, spec.corpus.shard_sequences * spec.corpus.seq_len // settings.seq_len)
     update = {"seq_len": settings.seq_len, "long": settings, "shard_sequences": per_shard}
     corpus_settings = spec.corpus.model_copy(update=update)
-    return pack(ctx, split, long_split(split), corpus_settings, min_chars=settings.min_chars, ledger=spec.audit.ledger)
+    return pack(ctx, spec, split, long_split(split), corpus_settings, min_chars=settings.min_chars)
 
 
 def _special_ids(layout: Layout) -> dict[str, int]:

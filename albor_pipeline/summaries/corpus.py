@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field
+
 from albor_pipeline.runtime.distribution import Distribution
 from albor_pipeline.runtime.layout import corpus_names, corpus_stage
 from albor_pipeline.runtime.markdown import markdown_table
@@ -44,6 +46,18 @@ class CorpusBudget(Report):
     measured_chars_per_token: float  # the mix's characters over mix_tokens (EOS, FIM sentinels in)
 
 
+class CheckpointRemovals(Report):
+    """What one registered checkpoint (`audit.checkpoints`) saw of the documents removal
+    requests name, in the corpus version it read: counts only."""
+
+    state: str
+    step: int
+    version: str
+    requested: int  # documents of its version the requests name
+    seen: int  # of them, served before the checkpoint
+    note: str = ""  # why it could not be answered (its version's facts are not kept)
+
+
 class CorpusSummary(Report):
     documents: int
     sequences: int
@@ -58,6 +72,8 @@ class CorpusSummary(Report):
     budget: CorpusBudget | None = None
     warnings: list[str] = []
     token_lengths: Distribution | None = None  # every document's tokens, as `SourceFacts.token_lengths`
+    # With removal requests and registered checkpoints: which checkpoints saw what they remove.
+    checkpoints: list[CheckpointRemovals] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,28 @@ def provenance_section(built: Built) -> list[str]:
     by_source = [[c.name, name, *_facts(f)] for c in found for name, f in c.summary.sources.items()]
     if by_source:
         lines += ["## Corpora by source", "", EPOCHS_TEXT, "", *table(["split", "source", *SOURCE_FACTS], by_source)]
-    return lines
+    return lines + _checkpoints(found)
+
+
+def _checkpoints(found: list[Corpus]) -> list[str]:
+    """`## Checkpoints that saw removed documents`: per registered checkpoint, counts only."""
+    rows = [
+        [c.name, f"`{r.state}`", r.step, r.version, r.requested, r.seen, r.note]
+        for c in found
+        for r in c.summary.checkpoints
+    ]
+    if not rows:
+        return []
+    header = ["split", "checkpoint", "step", "version", "documents requested", "seen by it", "note"]
+    return [
+        "## Checkpoints that saw removed documents",
+        "",
+        "The registered checkpoints (`audit.checkpoints`) that trained on the corpus versions before the "
+        "removal requests applied: how many of the documents the requests name each was served. "
+        "`albor exposure remove --state <checkpoint>` names them.",
+        "",
+        *table(header, rows),
+    ]
 
 
 def _facts(f: SourceFacts) -> list[Any]:

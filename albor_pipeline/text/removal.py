@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink, record
+from albor_pipeline.runtime.files import matches
 from albor_pipeline.text.documents import text_sha256
 from albor_pipeline.text.shingles import shingles
 
@@ -50,6 +53,35 @@ class Tombstone:
     @classmethod
     def of(cls, source: str, file: str, text: str, ngram: int) -> Tombstone:
         return cls(source, file, text_sha256(text), ngram, shingles(text, ngram))
+
+
+_ROW = re.compile(r"(.+)[:#][0-9]+", re.DOTALL)  # a data file's row: `path:line` or `path#row`
+
+
+@dataclass(frozen=True)
+class Removal:
+    """One source's removal requests as a task applies them: globs, digests (with those of
+    its `sha256_file` as read now), the n-gram size of the tombstones' shingles (near
+    dedup's) and the SHA-256 of the request list (`rules_sha256`, what reports show)."""
+
+    paths: tuple[str, ...]
+    digests: tuple[str, ...]  # sorted, unique
+    ngram: int
+    rules_sha256: str
+
+    def names(self, file: str, sha256: str) -> bool:
+        """Whether a request names the document: its file, its data file, or its SHA-256."""
+        row = _ROW.fullmatch(file)
+        if matches(file, self.paths) or (row is not None and matches(row.group(1), self.paths)):
+            return True
+        at = bisect_left(self.digests, sha256)
+        return self.digests[at : at + 1] == (sha256,)
+
+    def tombstone(self, source: str, file: str, text: str, sha256: str) -> Tombstone | None:
+        """The document's tombstone when a request names it, else None."""
+        if not self.names(file, sha256):
+            return None
+        return Tombstone(source, file, sha256, self.ngram, shingles(text, self.ngram))
 
 
 def write_tombstones(path: Path, tombstones: Iterable[Tombstone]) -> int:

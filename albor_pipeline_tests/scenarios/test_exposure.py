@@ -16,9 +16,10 @@ import pytest
 
 from albor_pipeline.cli import main
 from albor_pipeline.dataset import Batches, Sequences
-from albor_pipeline.exposure import Exposure, read_states
+from albor_pipeline.exposure import Exposure
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import load_spec
+from albor_pipeline.stages.corpus.exposure import read_states
 from albor_pipeline.stages.corpus.versions import versions, versions_dir
 from albor_pipeline_tests.support import STDLIB, Build, build, materialize_all, tiny_spec, write_spec
 
@@ -180,3 +181,35 @@ def build_into(tmp: Path, raw: dict, out: Path) -> Build:
     spec_path = write_spec(tmp / "spec2.yaml", raw)
     spec = load_spec(spec_path)
     return Build(spec_path, spec, out, materialize_all(spec, out))
+
+
+def test_a_removal_request_names_the_checkpoints_that_saw_the_file(built, tmp_path, monkeypatch, capsys):
+    """Train, then remove a file some checkpoints saw and earlier ones had not: the rebuild's
+    report and PROVENANCE.md count it for exactly the checkpoints whose steps served it."""
+    out = tmp_path / "out"
+    shutil.copytree(built.out, out)
+    log = _train(out / "corpus" / "train", tmp_path / "ckpt")
+    steps = [s.step for s in read_states([str(tmp_path / "ckpt")])]
+    docs = _document_items(built)
+    first = {key: _expected(log, items, STEPS)["first_step"] for key, items in docs.items()}
+    source, file = next(k for k, f in sorted(first.items()) if f is not None and steps[0] <= f < steps[-1])
+    raw = tiny_spec()
+    raw["sources"][0].update(path=str(built.spec.sources[0].path), include=["json/**/*.py"])
+    raw["remove"] = {source: {"paths": [file]}}
+    raw["audit"] = {"checkpoints": [str(tmp_path / "ckpt")]}
+    rebuilt = build_into(tmp_path, raw, out)
+    report = json.loads((out / "manifests" / "corpus__train.json").read_text())["summary"]["checkpoints"]
+    assert [(r["step"], r["requested"], r["seen"]) for r in report] == [
+        (s, 1, int(s > first[(source, file)])) for s in steps
+    ]
+    provenance = (out / "PROVENANCE.md").read_text()
+    assert "## Checkpoints that saw removed documents" in provenance and file not in provenance
+    # The file is gone from the new version; `albor exposure remove` still answers for the old one.
+    assert not any(f == file for _, f in _document_items(rebuilt))
+    monkeypatch.setenv("ALBOR_SPEC", str(rebuilt.spec_path))
+    monkeypatch.setenv("ALBOR_DATA_DIR", str(out))
+    assert main(["exposure", "remove", "--state", str(tmp_path / "ckpt"), "--json"]) == 0
+    answers = json.loads(capsys.readouterr().out)
+    assert [[d["file"] for d in a["documents"] if d["served"]] for a in answers] == [
+        [file] if s > first[(source, file)] else [] for s in steps
+    ]

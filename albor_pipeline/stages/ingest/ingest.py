@@ -42,7 +42,6 @@ from albor_pipeline.runtime.taskstore import memo, session
 from albor_pipeline.runtime.watchdog import reading
 from albor_pipeline.spec import DOCUMENT_KINDS, EVAL_KINDS, OnError, RedactMode, SourceKind, SourceSpec
 from albor_pipeline.stages.ingest.licences import detect_licences
-from albor_pipeline.stages.ingest.removal import Removal
 from albor_pipeline.stages.ingest.synthetic import generate, read_words
 from albor_pipeline.stages.ingest.web import PAGE_SCHEMA, Blocks, Extractor, Page, WebCounts, is_warc, page_batch
 from albor_pipeline.summaries.ingest import IngestSummary, Removed
@@ -52,7 +51,7 @@ from albor_pipeline.text.chat_formats import ALPACA_FIELDS, DEFAULT_FIELD, to_me
 from albor_pipeline.text.datafiles import DATA_READERS, IngestError, jsonl_objects, parquet_column, parse_json
 from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, PAGES, is_side, ledger_name
-from albor_pipeline.text.removal import REMOVED, Tombstone, write_tombstones
+from albor_pipeline.text.removal import REMOVED, Removal, Tombstone, write_tombstones
 from albor_pipeline.text.secrets import Lines, candidate_lines, redact_path, redacted, redacted_json
 
 BATCH_BYTES = 32 << 20
