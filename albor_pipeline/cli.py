@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from albor_pipeline.diff import DiffError, diff_data_dirs, diff_lines, diff_versions
 from albor_pipeline.exposure import Exposure, diet_lines, exposure_lines
 from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, write_bytes
 from albor_pipeline.runtime.bucket import Bucket
@@ -396,6 +397,25 @@ def cmd_exposure(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    """What changed between two data dirs, or two corpus versions (`albor_pipeline/diff.py`)."""
+    _use(args)
+    a, b = Path(args.a), Path(args.b)
+    try:
+        if (a / "manifests").is_dir() and (b / "manifests").is_dir():
+            found = diff_data_dirs(a, b)
+        else:
+            root = data_dir()
+            if not isinstance(root, Path):
+                raise DiffError("albor diff reads local data dirs (a bucket's: not yet)")
+            found = diff_versions(Layout(root), args.a, args.b)
+    except (DiffError, ExposureError, LookupError) as exc:
+        print(f"albor diff: {exc}", file=sys.stderr)
+        return 2
+    print(found.model_dump_json(indent=2) if args.json else "\n".join(diff_lines(found)))
+    return 0
+
+
 def cmd_whatif(args: argparse.Namespace) -> int:
     """Per source and rule: what a proposed rule change would remove or restore (`whatif.py`)."""
     _use(args)
@@ -439,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         ("gc", cmd_gc, "delete stored tasks, and a bucket's objects, that no manifest names"),
         ("trace", cmd_trace, "where a file (path, glob or SHA-256) went, or where corpus/<split>:N came from"),
         ("exposure", cmd_exposure, "which checkpoints (loader states) saw a file, or what one checkpoint saw"),
+        ("diff", cmd_diff, "what changed between two data dirs, or two versions of a corpus"),
         ("whatif", cmd_whatif, "what a hygiene rule change would remove or restore, before any rebuild"),
         ("spec", cmd_spec, "print the resolved, validated spec"),
         ("instance", cmd_instance, "write $DAGSTER_HOME/dagster.yaml (PostgreSQL when ALBOR_POSTGRES_URL is set)"),
@@ -470,6 +491,10 @@ def main(argv: list[str] | None = None) -> int:
                 help="a loader state (Batches.state_dict() as JSON) or a directory of them (repeatable)",
             )
             p.add_argument("--corpus", default="", help="for states that name none: corpus/<split> (default train)")
+            p.add_argument("--json", action="store_true", help="print JSON for tools")
+        if name == "diff":
+            p.add_argument("a", help="a data dir, or a corpus version id (a prefix) of --data-dir")
+            p.add_argument("b", help="the same for the other side")
             p.add_argument("--json", action="store_true", help="print JSON for tools")
         if name == "whatif":
             p.add_argument(

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import dagster as dg
 
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
-from albor_pipeline.runtime.artifacts import read_manifest
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
 from albor_pipeline.runtime.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split, mixed_stage
 from albor_pipeline.runtime.markdown import markdown_table
@@ -17,9 +18,10 @@ from albor_pipeline.runtime.stagerun import StageOutput
 from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Packing, PipelineSpec, RemainderPolicy
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
 from albor_pipeline.stages.corpus.corpus import Budget, build_corpus
+from albor_pipeline.stages.corpus.diff import corpus_changes
 from albor_pipeline.stages.corpus.exposure import read_states, removal_report
 from albor_pipeline.stages.corpus.lineage import PIECES
-from albor_pipeline.stages.corpus.versions import keep_version
+from albor_pipeline.stages.corpus.versions import Version, keep_version, kept_version
 from albor_pipeline.stages.ingest.removal import resolve_removal
 from albor_pipeline.summaries.corpus import CheckpointRemovals, CorpusSummary
 from albor_pipeline.summaries.corpus import provenance_section as provenance_section  # its PROVENANCE.md section
@@ -64,7 +66,7 @@ def pack(
     read); the summary (with the removal report, `_removal_report`) and metadata."""
     ledger = spec.audit.ledger
     layout = ctx.layout
-    keep_version(layout, corpus_stage(out))  # the version this build replaces: its facts stay (`versions.py`)
+    kept = keep_version(layout, corpus_stage(out))  # the version this build replaces: its facts stay (`versions.py`)
     result = build_corpus(
         layout.fim(split),
         layout.tokenizer_json,
@@ -103,11 +105,38 @@ def pack(
                 if checkpoints
                 else {}
             ),
+            **_changes(ctx, corpus_stage(out), kept, result.artifacts, summary),
             "bytes_per_token": round(bytes_per_token, 4),
             "encoder": result.encoder,
             "tokens_per_s": round(summary.tokens / result.seconds) if result.seconds else 0,
         },
     )
+
+
+def _changes(
+    ctx: StageContext, stage: str, kept: Path | None, artifacts: list[Artifact], summary: CorpusSummary
+) -> dict[str, dg.MetadataValue]:
+    """What this build changed against the version it replaces (`albor diff`'s corpus part),
+    as a table; nothing on a first build or without the ledger."""
+    new = StageManifest(
+        stage=stage,
+        outputs=artifacts,
+        inputs=[a for arts in ctx.inputs.values() for a in arts],
+        summary=summary.to_json(),
+    )
+    if kept is None or new.data_version == kept.name:
+        return {}
+    current = Version(stage, new, ctx.layout.stage_dir(stage), True)
+    if current.fact(PIECES) is None or (old := kept_version(stage, kept)).fact(PIECES) is None:
+        return {}
+    c = corpus_changes(old, current)
+    rows = [{"source": s.source, "added": s.added, "removed": s.removed, "changed": s.changed} for s in c.documents]
+    head = (
+        f"Against version {c.version_a}: {c.sequences_changed:,} of {c.sequences_b:,} sequences changed"
+        f"{' (the tokenizer changed)' if c.tokenizer_changed else ''}; "
+        f"`albor diff {c.version_a} {c.version_b}` lists them."
+    )
+    return {"changes": dg.MetadataValue.md(head + "\n\n" + (markdown_table(rows) if rows else "no document changed"))}
 
 
 def _removal_report(ctx: StageContext, spec: PipelineSpec, stage: str) -> list[CheckpointRemovals]:

@@ -81,6 +81,11 @@ def keep_version(layout: Layout, stage: str) -> Path | None:
     return target
 
 
+def kept_version(stage: str, directory: Path) -> Version:
+    """The version whose facts `keep_version` kept in `directory`."""
+    return Version(stage, StageManifest.model_validate_json((directory / MANIFEST).read_bytes()), directory, False)
+
+
 def versions(layout: Layout, stage: str) -> list[Version]:
     """Every version of `stage` the data dir knows: the kept ones and the current one."""
     current = _current(layout, stage)
@@ -88,8 +93,8 @@ def versions(layout: Layout, stage: str) -> list[Version]:
     root = versions_dir(layout, stage)
     for entry in sorted(root.iterdir()) if root.is_dir() else []:
         if (entry / MANIFEST).is_file() and not entry.name.startswith("."):
-            manifest = StageManifest.model_validate_json((entry / MANIFEST).read_bytes())
-            found[manifest.data_version] = Version(stage, manifest, entry, False)
+            version = kept_version(stage, entry)
+            found[version.id] = version
     if current is not None:
         kept = found.get(current.data_version)
         found[current.data_version] = Version(stage, current, kept.facts if kept else layout.stage_dir(stage), True)
@@ -97,9 +102,9 @@ def versions(layout: Layout, stage: str) -> list[Version]:
 
 
 def find_version(layout: Layout, stage: str, version: str) -> Version:
-    """The version of `stage` whose id starts with `version`; a clear error when the data dir
-    does not know it (built elsewhere, or its facts were dropped by `albor gc --versions`)."""
-    matches = [v for v in versions(layout, stage) if v.id.startswith(version)]
+    """The version of `stage` whose id starts with `version` (empty: the current one); a clear
+    error when the data dir does not know it (built elsewhere, or its facts were dropped by `albor gc --versions`)."""
+    matches = [v for v in versions(layout, stage) if (v.id.startswith(version) if version else v.current)]
     if len(matches) != 1:
         known = ", ".join(v.id[:SHORT] + (" (current)" if v.current else "") for v in versions(layout, stage))
         what = "is ambiguous" if matches else "is not kept in this data dir"

@@ -1,0 +1,131 @@
+"""What changed between two versions of a corpus: documents, sequences, tokens per source.
+
+Both sides are corpus versions' facts (`versions.py`): the manifest, the pieces table and
+the documents table, so an old version kept after a rebuild compares as well as a current
+one. A document is its (source, file); it is added, removed, or changed (another SHA-256).
+A sequence changed when the document pieces it holds differ (another document, offset or
+length), or when the tokenizer that encoded it changed (every sequence then differs). No
+token is read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from albor_pipeline.stages.corpus.exposure import fact
+from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
+from albor_pipeline.stages.corpus.versions import SHORT, Version
+from albor_pipeline.summaries.corpus import CorpusSummary
+
+EXAMPLES = 20  # documents named per source and kind of change
+SEQUENCES_LISTED = 1000  # changed sequences listed (all are counted)
+
+
+class DocumentChange(BaseModel):
+    file: str
+    change: str  # added | removed | changed
+    sha256_a: str | None
+    sha256_b: str | None
+    reason: str = ""  # why B left it out or changed it, where B's ledger says
+
+
+class SourceChanges(BaseModel):
+    """One source's documents in one stage, A against B."""
+
+    source: str
+    added: int
+    removed: int
+    changed: int
+    examples: list[DocumentChange]  # up to EXAMPLES of each kind, by file
+
+
+class CorpusChanges(BaseModel):
+    corpus: str
+    version_a: str
+    version_b: str
+    tokenizer_changed: bool
+    sequences_a: int
+    sequences_b: int
+    sequences_changed: int  # of the sequences both have, plus those only one has
+    changed_sequences: list[int]  # the first SEQUENCES_LISTED of them
+    tokens: dict[str, tuple[int, int]]  # source -> (tokens in A, in B)
+    documents: list[SourceChanges]
+
+
+def document_changes(
+    a: pa.Table, b: pa.Table, reasons: dict[tuple[str, str], str] | None = None
+) -> list[SourceChanges]:
+    """Per source, the documents (`source, file, sha256` rows; a repeated one counts once)
+    added, removed and changed from `a` to `b`, each with B's ledger reason (`reasons`)."""
+    reasons = reasons or {}
+    left, right = _by_file(a), _by_file(b)
+    out = []
+    for source in sorted({s for s, _ in left} | {s for s, _ in right}):
+        changes = []
+        for key in sorted(k for k in left.keys() | right.keys() if k[0] == source):
+            was, now = left.get(key), right.get(key)
+            if was != now:
+                kind = "added" if was is None else "removed" if now is None else "changed"
+                reason = reasons.get(key, "")
+                changes.append(DocumentChange(file=key[1], change=kind, sha256_a=was, sha256_b=now, reason=reason))
+        if changes:
+            count = {k: sum(c.change == k for c in changes) for k in ("added", "removed", "changed")}
+            examples = [c for k in count for c in [x for x in changes if x.change == k][:EXAMPLES]]
+            out.append(SourceChanges(source=source, **count, examples=examples))
+    return out
+
+
+def _by_file(table: pa.Table) -> dict[tuple[str, str], str]:
+    cols = (table.column(c).to_pylist() for c in ("source", "file", "sha256"))
+    return {(source, file): sha for source, file, sha in zip(*cols)}
+
+
+def corpus_changes(a: Version, b: Version) -> CorpusChanges:
+    """`a` against `b`, two versions of one corpus (or of two data dirs' same corpus)."""
+    tokenizer_changed = _tokenizer_sha(a) != _tokenizer_sha(b)
+    seq_a, seq_b = _sequence_keys(a), _sequence_keys(b)
+    both = min(len(seq_a), len(seq_b))
+    differ = np.arange(both) if tokenizer_changed else np.flatnonzero(seq_a[:both] != seq_b[:both])
+    changed = np.concatenate([differ, np.arange(both, max(len(seq_a), len(seq_b)))])
+    sums_a, sums_b = (CorpusSummary.model_validate(v.manifest.summary).sources for v in (a, b))
+    tokens = {
+        s: (sums_a[s].tokens if s in sums_a else 0, sums_b[s].tokens if s in sums_b else 0) for s in sums_a | sums_b
+    }
+    return CorpusChanges(
+        corpus=b.stage,
+        version_a=a.id[:SHORT],
+        version_b=b.id[:SHORT],
+        tokenizer_changed=tokenizer_changed,
+        sequences_a=len(seq_a),
+        sequences_b=len(seq_b),
+        sequences_changed=len(changed),
+        changed_sequences=changed[:SEQUENCES_LISTED].tolist(),
+        tokens=dict(sorted(tokens.items())),
+        documents=document_changes(*(pq.read_table(fact(v, DOCUMENTS)) for v in (a, b))),
+    )
+
+
+def _tokenizer_sha(version: Version) -> str | None:
+    """The SHA-256 of the tokenizer the version was encoded with (its manifest's input)."""
+    return next((i.sha256 for i in version.manifest.inputs if i.path.endswith("tokenizer.json")), None)
+
+
+def _sequence_keys(version: Version) -> np.ndarray:
+    """A 64-bit key per sequence over the pieces it holds, in order: each piece's document
+    (its SHA-256), offset, length and offset in the document."""
+    pieces = pq.read_table(fact(version, PIECES))
+    docs = pq.read_table(fact(version, DOCUMENTS), columns=["row", "sha256"])
+    doc_key = np.zeros(docs.num_rows, dtype=np.uint64)
+    doc_key[docs.column("row").to_numpy()] = [int(s[:16], 16) for s in docs.column("sha256").to_pylist()]
+    seq = pieces.column("sequence").to_numpy()
+    n = int(seq.max()) + 1 if len(seq) else 0
+    mixed = doc_key[pieces.column("row").to_numpy()]
+    for k, name in enumerate(("offset", "length", "doc_offset")):
+        mixed = mixed ^ (pieces.column(name).to_numpy().astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15 + 2 * k))
+    mixed = mixed * np.uint64(0xBF58476D1CE4E5B9) ^ (mixed >> np.uint64(31))
+    keys = np.zeros(n, dtype=np.uint64)
+    np.add.at(keys, seq, mixed)  # a sequence's pieces differ in offset, so their sum keeps their order
+    return keys
