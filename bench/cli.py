@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, default_corpora, median_record
+from bench.exposure import bench_exposure
 from bench.floor import bench_floor
 from bench.graph import run_before, run_graph
 from bench.hygiene import bench_hygiene
@@ -35,7 +36,20 @@ from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
 from bench.web import bench_web
 
-SECTIONS = ("stages", "hygiene", "quality", "e2e", "ledger", "rebuild", "floor", "scaling", "loader", "scale", "web")
+SECTIONS = (
+    "stages",
+    "hygiene",
+    "quality",
+    "e2e",
+    "ledger",
+    "exposure",
+    "rebuild",
+    "floor",
+    "scaling",
+    "loader",
+    "scale",
+    "web",
+)
 FULL_ONLY = ("rebuild", "floor", "scaling", "scale")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
 RESULTS = (
@@ -46,6 +60,7 @@ RESULTS = (
     "end_to_end_before",
     "profile",
     "ledger",
+    "exposure",
     "rebuild",
     "floor",
     "scaling",
@@ -129,6 +144,9 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["ledger"]:
         print("ledger: the default graph with and without the document ledger ...", file=sys.stderr)
         results["ledger"] = bench_ledger(work / "ledger", repeat)
+    if run["exposure"]:
+        print("exposure: albor exposure, a diet and albor diff on the default spec, version facts ...", file=sys.stderr)
+        results["exposure"] = bench_exposure(work / "exposure", repeat)
     if run["rebuild"]:
         print("rebuild: one-file edits and a killed run's resume, default and seed-shaped specs ...", file=sys.stderr)
         results["rebuild"] = bench_rebuild(args.corpus, work / "rebuild")

@@ -457,6 +457,31 @@ def _web_rows(w: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _exposure_rows(e: dict[str, Any]) -> list[Row]:
+    """Lineage past the data dir on the default spec: each command as a user runs it (a fresh
+    process) / warm (the same call again in one process)."""
+    f, w = e["fresh"], e["warm"]
+    return [
+        (
+            "the default spec: build / one-file-edit rebuild, s; corpus/train sequences; states",
+            f"{e['build_s']} / {e['rebuild_s']}; {e['sequences']:,}; {e['states']}",
+            "",
+        ),
+        (
+            f"albor exposure of one file over {e['states']} states, s: fresh / warm",
+            f"{f['exposure_s']} / {w['exposure_s']}",
+            "<= 2",
+        ),
+        ("a checkpoint's diet (albor exposure --state), s: fresh / warm", f"{f['diet_s']} / {w['diet_s']}", "<= 5"),
+        ("albor diff of two builds a one-file edit apart, s: fresh / warm", f"{f['diff_s']} / {w['diff_s']}", "<= 5"),
+        (
+            "one version's facts (every corpus) MB / one build's outputs MB; 10 versions' share",
+            f"{e['version_facts_mb']} / {e['outputs_mb']}; {e['ten_versions_share_pct']} %",
+            "<= 1 %",
+        ),
+    ]
+
+
 def _causes(counts: dict[str, int]) -> str:
     return "; ".join(f"{cause} {n}" for cause, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
@@ -532,6 +557,7 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[Row]]], ...
     ("profile", "Where the graph's time goes (py-spy)", "e2e", _profile_rows),
     ("end_to_end_before", "The graph on the `--before` commit and on this checkout", "e2e", _before_rows),
     ("ledger", "The document ledger", "ledger", _ledger_rows),
+    ("exposure", "Checkpoint exposure, diets, diffs and data versions", "exposure", _exposure_rows),
     ("rebuild", "Rebuilds and resume against a cold build", "rebuild", _rebuild_rows),
     ("floor", "The floor of a small spec (`albor run`, fresh processes)", "floor", _floor_rows),
     ("scaling", "The corpus and twice it", "scaling", _scaling_rows),
