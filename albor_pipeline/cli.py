@@ -14,12 +14,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from albor_pipeline.diff import DiffError, diff_data_dirs, diff_lines, diff_versions
-from albor_pipeline.exposure import Exposure, diet_lines, exposure_lines
 from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, write_bytes
 from albor_pipeline.runtime.bucket import Bucket
 from albor_pipeline.runtime.commit import recover_commits
@@ -27,11 +25,12 @@ from albor_pipeline.runtime.layout import PROVENANCE, TOKENIZER, Layout, corpus_
 from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
 from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SpecError, data_dir, load_spec, work_dir
-from albor_pipeline.stages.corpus.exposure import ExposureError, read_states
-from albor_pipeline.stages.corpus.versions import drop_versions, kept_bytes, kept_versions
-from albor_pipeline.stages.hygiene.whatif import WhatIfError, answer_all, proposal, whatif_lines
-from albor_pipeline.stages.provenance.provenance import VerifyReport, stale_stages, verify, verify_bucket
-from albor_pipeline.trace import TraceError, Tracer, sequence_query, trace_lines
+
+if TYPE_CHECKING:
+    from albor_pipeline.stages.provenance.provenance import VerifyReport
+
+# A command imports its own modules when it runs (as `cmd_run` does Dagster's): `albor
+# exposure` or `albor trace` does not pay for every other command's imports at its start.
 
 
 def _use(args: argparse.Namespace) -> None:
@@ -203,6 +202,8 @@ def _provenance(root: Path | str) -> tuple[bytes, list[StageManifest]] | None:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    from albor_pipeline.stages.provenance.provenance import stale_stages
+
     _use(args)
     root = data_dir()
     found = _provenance(root)
@@ -220,6 +221,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every recorded file matches (stale stages are listed, not failures)."""
+    from albor_pipeline.stages.provenance.provenance import verify_bucket
+
     _use(args)
 
     root = data_dir()
@@ -259,6 +262,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _verify_local(root: Path, wait: bool) -> VerifyReport:
     """Verify holding the data dir's lock when it is free (first finishing or undoing any
     commit a dead run left), else beside the run holding it (`wait`: after it)."""
+    from albor_pipeline.stages.provenance.provenance import verify
+
     layout = Layout(root)
     if not layout.manifests_dir.is_dir():
         return verify(root)  # says nothing is materialized
@@ -303,6 +308,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
 def _versions(layout: Layout, holder: str, drop: bool) -> int:
     """Report the corpora's kept versions (`albor exposure` reads them); with `drop`, remove
     all but the current ones, under the data dir's lock."""
+    from albor_pipeline.stages.corpus.versions import drop_versions, kept_bytes, kept_versions
+
     if drop:
         try:
             with exclusive(layout.lock_file, holder, wait=False):
@@ -343,6 +350,9 @@ def _collect_tasks(layout: Layout, manifests: Callable[[], list[StageManifest]],
 
 def cmd_trace(args: argparse.Namespace) -> int:
     """Where a file or document went, or where a sequence came from (`albor_pipeline/trace.py`)."""
+    from albor_pipeline.queries import TraceError, sequence_query
+    from albor_pipeline.trace import Tracer, trace_lines
+
     _use(args)
     spec, root = load_spec(), data_dir()
     if isinstance(root, Path):
@@ -374,6 +384,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def cmd_exposure(args: argparse.Namespace) -> int:
     """Which checkpoints saw a document, or what one saw (`albor_pipeline/exposure.py`)."""
+    from albor_pipeline.exposure import Exposure, diet_lines, exposure_lines
+    from albor_pipeline.queries import TraceError
+    from albor_pipeline.stages.corpus.exposure import ExposureError, read_states
+
     _use(args)
     spec, root = load_spec(), data_dir()
     if not isinstance(root, Path):
@@ -399,6 +413,9 @@ def cmd_exposure(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """What changed between two data dirs, or two corpus versions (`albor_pipeline/diff.py`)."""
+    from albor_pipeline.diff import DiffError, diff_data_dirs, diff_lines, diff_versions
+    from albor_pipeline.stages.corpus.exposure import ExposureError
+
     _use(args)
     a, b = Path(args.a), Path(args.b)
     try:
@@ -418,6 +435,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """Per source and rule: what a proposed rule change would remove or restore (`whatif.py`)."""
+    from albor_pipeline.stages.hygiene.whatif import WhatIfError, answer_all, proposal, whatif_lines
+
     _use(args)
     spec, root = load_spec(), data_dir()
     if not isinstance(root, Path):

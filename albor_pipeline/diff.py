@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from albor_pipeline.runtime.artifacts import iter_manifests
 from albor_pipeline.runtime.layout import DOCUMENTS, Layout, corpus_names, corpus_stage
+from albor_pipeline.runtime.shards import read_files
 from albor_pipeline.spec import SPLITS
 from albor_pipeline.stages.corpus.diff import CorpusChanges, SourceChanges, corpus_changes, document_changes
 from albor_pipeline.stages.corpus.versions import Version, find_version, versions
@@ -92,7 +92,7 @@ def _documents(layout: Layout, stage: str) -> pa.Table:
                 "sha256": pa.array([], pa.string()),
             }
         )
-    return pq.read_table(files, columns=["source", "file", "sha256"])
+    return read_files(files, ["source", "file", "sha256"])
 
 
 def _reasons(layout: Layout, stage: str) -> dict[tuple[str, str], str]:
@@ -101,7 +101,7 @@ def _reasons(layout: Layout, stage: str) -> dict[tuple[str, str], str]:
     files = [layout.root / a.path for a in manifest.outputs if a.path.endswith(".parquet") and is_ledger(a.path)]
     if not files:
         return {}
-    rows = pq.read_table(files, columns=["source", "file", "fate", "detail"]).to_pylist()
+    rows = read_files(files, ["source", "file", "fate", "detail"]).to_pylist()
     return {(r["source"], r["file"]): f"{r['fate']}: {r['detail']}" if r["detail"] else r["fate"] for r in rows}
 
 

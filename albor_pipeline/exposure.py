@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from albor_pipeline.queries import SHA256, document_query, glob_regex, sequence_query
 from albor_pipeline.runtime.layout import Layout, corpus_stage
+from albor_pipeline.runtime.shards import read_files
 from albor_pipeline.spec import PipelineSpec
 from albor_pipeline.stages.corpus.exposure import (
     Diet,
     DocumentExposure,
     Exposures,
     LoaderState,
+    copies_of,
     fact,
     removed,
 )
 from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
 from albor_pipeline.stages.corpus.versions import SHORT, Version
 from albor_pipeline.stages.ingest.removal import resolve_removal
-from albor_pipeline.trace import SHA256, document_query, glob_regex, sequence_query
 
 
 class CheckpointExposure(BaseModel):
@@ -49,11 +50,11 @@ class Exposure:
             ngram = self.spec.near_dedup.ngram
             removals = {name: resolve_removal(name, r, ngram) for name, r in self.spec.remove.items()}
             return removed(version, {k: v for k, v in removals.items() if v is not None})
-        table = pq.read_table(fact(version, DOCUMENTS))
+        table = read_files([fact(version, DOCUMENTS)])
         if (seq := sequence_query(query)) is not None:
             if corpus_stage(seq[0]) != version.stage:
                 return table.slice(0, 0)
-            pieces = pq.read_table(fact(version, PIECES), columns=["sequence", "row"])
+            pieces = read_files([fact(version, PIECES)], ["sequence", "row"])
             rows = pieces.filter(pc.equal(pieces.column("sequence"), seq[1])).column("row")
             return table.filter(pc.is_in(table.column("row"), value_set=rows.combine_chunks()))
         source, pattern = document_query(query)
@@ -67,15 +68,21 @@ class Exposure:
 
     def exposure(self, query: str, states: list[LoaderState], corpus: str = "") -> list[CheckpointExposure]:
         """For each state, each document `query` names in the version it read: served or not,
-        from which step, in which epochs and sequences."""
-        out = []
+        from which step, in which epochs and sequences (each version's documents found once)."""
+        out, found = [], {}
         for state in states:
             read = self.exposures.read(state, corpus)
-            found = self.exposures.documents(read, self.documents(query, read.version))
             version = read.version
+            if version.id not in found:
+                found[version.id] = copies_of(version, self.documents(query, version))
+            documents = self.exposures.documents(read, found[version.id])
             out.append(
                 CheckpointExposure(
-                    state=state.path, corpus=version.stage, version=version.id[:SHORT], step=state.step, documents=found
+                    state=state.path,
+                    corpus=version.stage,
+                    version=version.id[:SHORT],
+                    step=state.step,
+                    documents=documents,
                 )
             )
         return out

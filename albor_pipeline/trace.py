@@ -11,12 +11,10 @@ fails loudly instead of pointing at the wrong lines.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from fnmatch import translate
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from albor_pipeline.queries import SHA256, document_query, glob_regex
 from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
 from albor_pipeline.runtime.layout import (
     CONVERSATIONS,
@@ -165,11 +164,6 @@ def _rows(files: list[Path], columns: list[str], where: Where) -> Iterator[dict[
             base += batch.num_rows
 
 
-def glob_regex(pattern: str) -> str:
-    """A file glob as a regular expression for Arrow (RE2 spells the end `$`, not `\\Z`)."""
-    return "^" + translate(pattern).replace(r"\Z", "$")
-
-
 def _equals(column: str, value: Any) -> Where:
     return column, lambda values: pc.equal(values, value)
 
@@ -255,45 +249,6 @@ def _line(text: bytes, at: int) -> int:
 
 
 FIM_COLUMNS = ["text", "source", "file", "sha256", "fim_format", "fim_prefix", "fim_middle", "fim_suffix"]
-SHA256 = re.compile(r"[0-9a-f]{64}")
-SEQUENCE_QUERY = re.compile(r"corpus/([\w.-]+):(\d+)")
-
-
-class TraceError(ValueError):
-    """A query `albor trace` cannot answer; the message is the one line it prints."""
-
-
-URL_QUERY = re.compile(r"(?:([A-Za-z0-9_]+):)?([a-z][a-z0-9+.-]*://.+)")
-
-
-def document_query(query: str) -> tuple[str, str]:
-    """(source or "", pattern) of a document query, the pattern a path, glob or SHA-256. An
-    empty one, or a path no source's `file` can hold (absolute, or with `..`), is a `TraceError`,
-    the same whether or not such a file exists: a trace never tells what lies outside the
-    sources' roots."""
-    if (url := URL_QUERY.fullmatch(query)) is not None:  # a web page: [source:]scheme://...
-        return url[1] or "", url[2]
-    source, _, pattern = query.rpartition(":") if ":" in query and not SHA256.fullmatch(query) else ("", "", query)
-    if not pattern.strip():
-        raise TraceError(f"{query!r}: an empty query; give a [source:]path or glob, a SHA-256 or corpus/<split>:N")
-    if pattern.startswith("/") or ".." in PurePosixPath(pattern).parts:
-        raise TraceError(f"{pattern}: not under any source's root (give a path or glob relative to it)")
-    return source, pattern
-
-
-def sequence_query(query: str) -> tuple[str, int] | None:
-    """(corpus name, sequence number) of a `corpus/<name>:N` query, else None; a corpus no
-    spec builds, or a number past int64 (the pieces' sequence numbers), is a `TraceError`."""
-    found = SEQUENCE_QUERY.fullmatch(query)
-    if found is None:
-        return None
-    name, digits = found[1], found[2]
-    names = corpus_names(SPLITS)
-    if name not in names:
-        raise TraceError(f"corpus/{name}: no such corpus (one of {', '.join(f'corpus/{n}' for n in names)})")
-    if len(digits.lstrip("0")) > 18:
-        raise TraceError(f"corpus/{name} has no sequence {digits[:24]}{'...' if len(digits) > 24 else ''}")
-    return name, int(digits)
 
 
 class Tracer:

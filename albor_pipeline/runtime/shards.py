@@ -160,7 +160,14 @@ def iter_batches(path: Path, columns: list[str] | None = None, batch_size: int =
 
 def read_shards(path: Path, columns: list[str] | None = None) -> pa.Table:
     """A whole (small) Parquet file or shard set as one table: for inputs a stage needs whole."""
-    tables = [pq.read_table(p, columns=columns) for p in parquet_files(path)]
-    if not tables:
+    files = parquet_files(path)
+    if not files:
         raise FileNotFoundError(f"shard set {path} has no shards")
-    return pa.concat_tables(tables)
+    return read_files(files, columns)
+
+
+def read_files(files: list[Path], columns: list[str] | None = None) -> pa.Table:
+    """Whole Parquet files, in order, as one table, read file by file: not through
+    `pyarrow.dataset` (`pq.read_table`), whose import pulls pandas in, 0.7 s of a command's
+    start."""
+    return pa.concat_tables([pq.ParquetFile(f).read(columns=columns) for f in files])

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 from pydantic import BaseModel
 
+from albor_pipeline.runtime.shards import read_files
 from albor_pipeline.stages.corpus.exposure import fact
 from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
 from albor_pipeline.stages.corpus.versions import SHORT, Version
@@ -59,28 +60,33 @@ def document_changes(
     a: pa.Table, b: pa.Table, reasons: dict[tuple[str, str], str] | None = None
 ) -> list[SourceChanges]:
     """Per source, the documents (`source, file, sha256` rows; a repeated one counts once)
-    added, removed and changed from `a` to `b`, each with B's ledger reason (`reasons`)."""
+    added, removed and changed from `a` to `b`, each with B's ledger reason (`reasons`). An
+    Arrow join: only the documents that differ become Python objects."""
     reasons = reasons or {}
-    left, right = _by_file(a), _by_file(b)
+    joined = _by_file(a).join(
+        _by_file(b), keys=["source", "file"], join_type="full outer", left_suffix="_a", right_suffix="_b"
+    )
+    same = pc.fill_null(pc.equal(joined.column("sha256_a"), joined.column("sha256_b")), False)
+    differ = joined.filter(pc.invert(same)).sort_by([("source", "ascending"), ("file", "ascending")])
+    by_source: dict[str, list[DocumentChange]] = {}
+    for row in differ.to_pylist():
+        was, now = row["sha256_a"], row["sha256_b"]
+        kind = "added" if was is None else "removed" if now is None else "changed"
+        reason = reasons.get((row["source"], row["file"]), "")
+        change = DocumentChange(file=row["file"], change=kind, sha256_a=was, sha256_b=now, reason=reason)
+        by_source.setdefault(row["source"], []).append(change)
     out = []
-    for source in sorted({s for s, _ in left} | {s for s, _ in right}):
-        changes = []
-        for key in sorted(k for k in left.keys() | right.keys() if k[0] == source):
-            was, now = left.get(key), right.get(key)
-            if was != now:
-                kind = "added" if was is None else "removed" if now is None else "changed"
-                reason = reasons.get(key, "")
-                changes.append(DocumentChange(file=key[1], change=kind, sha256_a=was, sha256_b=now, reason=reason))
-        if changes:
-            count = {k: sum(c.change == k for c in changes) for k in ("added", "removed", "changed")}
-            examples = [c for k in count for c in [x for x in changes if x.change == k][:EXAMPLES]]
-            out.append(SourceChanges(source=source, **count, examples=examples))
+    for source, changes in by_source.items():
+        count = {k: sum(c.change == k for c in changes) for k in ("added", "removed", "changed")}
+        examples = [c for k in count for c in [x for x in changes if x.change == k][:EXAMPLES]]
+        out.append(SourceChanges(source=source, **count, examples=examples))
     return out
 
 
-def _by_file(table: pa.Table) -> dict[tuple[str, str], str]:
-    cols = (table.column(c).to_pylist() for c in ("source", "file", "sha256"))
-    return {(source, file): sha for source, file, sha in zip(*cols)}
+def _by_file(table: pa.Table) -> pa.Table:
+    """One row per (source, file): a document the mix repeats is one document."""
+    grouped = table.group_by(["source", "file"]).aggregate([("sha256", "max")])
+    return pa.table({"source": grouped["source"], "file": grouped["file"], "sha256": grouped["sha256_max"]})
 
 
 def corpus_changes(a: Version, b: Version) -> CorpusChanges:
@@ -104,7 +110,7 @@ def corpus_changes(a: Version, b: Version) -> CorpusChanges:
         sequences_changed=len(changed),
         changed_sequences=changed[:SEQUENCES_LISTED].tolist(),
         tokens=dict(sorted(tokens.items())),
-        documents=document_changes(*(pq.read_table(fact(v, DOCUMENTS)) for v in (a, b))),
+        documents=document_changes(*(read_files([fact(v, DOCUMENTS)]) for v in (a, b))),
     )
 
 
@@ -116,8 +122,8 @@ def _tokenizer_sha(version: Version) -> str | None:
 def _sequence_keys(version: Version) -> np.ndarray:
     """A 64-bit key per sequence over the pieces it holds, in order: each piece's document
     (its SHA-256), offset, length and offset in the document."""
-    pieces = pq.read_table(fact(version, PIECES))
-    docs = pq.read_table(fact(version, DOCUMENTS), columns=["row", "sha256"])
+    pieces = read_files([fact(version, PIECES)])
+    docs = read_files([fact(version, DOCUMENTS)], ["row", "sha256"])
     doc_key = np.zeros(docs.num_rows, dtype=np.uint64)
     doc_key[docs.column("row").to_numpy()] = [int(s[:16], 16) for s in docs.column("sha256").to_pylist()]
     seq = pieces.column("sequence").to_numpy()

@@ -20,11 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from albor_pipeline.dataset import Served
 from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.shards import read_files
 from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
 from albor_pipeline.stages.corpus.versions import SHORT, Version, find_version
 from albor_pipeline.summaries.corpus import CheckpointRemovals
@@ -143,10 +145,9 @@ class _Permutations:
 class _Read:
     """One state with the corpus version it read."""
 
-    def __init__(self, state: LoaderState, version: Version) -> None:
-        self.state, self.version = state, version
-        self.seq_len = int(json.loads(fact(version, INDEX_FILE).read_text())["seq_len"])
-        self.chunk_len = self.seq_len // max(state.chunks, 1)
+    def __init__(self, state: LoaderState, version: Version, seq_len: int) -> None:
+        self.state, self.version, self.seq_len = state, version, seq_len
+        self.chunk_len = seq_len // max(state.chunks, 1)
 
     def items(self, pieces: np.ndarray) -> np.ndarray:
         """The items (sequences, or chunks of them) holding pieces (sequence, offset, length)."""
@@ -176,23 +177,23 @@ class Exposures:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.permutations = _Permutations()
+        self._versions: dict[tuple[str, str], tuple[Version, int]] = {}  # (stage, id) -> the version, its seq_len
 
     def read(self, state: LoaderState, corpus: str = "") -> _Read:
         """The state with the corpus version it read (the current one when it names none)."""
         stage = state.corpus or corpus or "corpus/train"
-        try:
-            return _Read(state, find_version(self.layout, stage, state.version))
-        except LookupError as exc:
-            raise ExposureError(f"{state.path}: {exc}") from None
+        if (stage, state.version) not in self._versions:
+            try:
+                version = find_version(self.layout, stage, state.version)
+            except LookupError as exc:
+                raise ExposureError(f"{state.path}: {exc}") from None
+            seq_len = int(json.loads(fact(version, INDEX_FILE).read_text())["seq_len"])
+            self._versions[stage, state.version] = version, seq_len
+        return _Read(state, *self._versions[stage, state.version])
 
-    def documents(self, read: _Read, docs: pa.Table) -> list[DocumentExposure]:
-        """Each document of `docs` (rows of the version's documents table): its exposure,
-        over every copy of it the corpus holds (the mix may repeat a document)."""
-        pieces = _pieces_of(read.version, docs.column("row").to_numpy())
-        copies: dict[tuple[str, str, str], list[np.ndarray]] = {}
-        for row in docs.to_pylist():
-            copies.setdefault((row["source"], row["file"], row["sha256"]), []).append(pieces.get(row["row"], NO_PIECES))
-        return [self._document(read, key, np.concatenate(held)) for key, held in copies.items()]
+    def documents(self, read: _Read, copies: Copies) -> list[DocumentExposure]:
+        """Each document of `copies` (`copies_of` the version the state read): its exposure."""
+        return [self._document(read, key, pieces) for key, pieces in copies.items()]
 
     def _document(self, read: _Read, key: tuple[str, str, str], pieces: np.ndarray) -> DocumentExposure:
         """One document's exposure, from its pieces (sequence, offset, length)."""
@@ -253,10 +254,24 @@ class Exposures:
         )
 
 
+Copies = dict[tuple[str, str, str], np.ndarray]
+"""(source, file, SHA-256) -> the pieces (sequence, offset, length) of every copy of the
+document in the corpus (the mix may repeat a document)."""
+
+
+def copies_of(version: Version, docs: pa.Table) -> Copies:
+    """The pieces of each document of `docs` (rows of the version's documents table)."""
+    pieces = _pieces_of(version, docs.column("row").to_numpy())
+    held: dict[tuple[str, str, str], list[np.ndarray]] = {}
+    for row in docs.to_pylist():
+        held.setdefault((row["source"], row["file"], row["sha256"]), []).append(pieces.get(row["row"], NO_PIECES))
+    return {key: np.concatenate(parts) for key, parts in held.items()}
+
+
 def removed(version: Version, removals: Mapping[str, Removal]) -> pa.Table:
     """The rows of the version's documents table that removal requests name (by source:
     its file, data file or SHA-256, as ingestion matches them)."""
-    table = pq.read_table(fact(version, DOCUMENTS))
+    table = read_files([fact(version, DOCUMENTS)])
     keep = [
         name in removals and removals[name].names(file, sha)
         for name, file, sha in zip(*(table.column(c).to_pylist() for c in ("source", "file", "sha256")))
@@ -275,7 +290,7 @@ def removal_report(
             continue
         try:
             read = exposures.read(state)
-            found = exposures.documents(read, removed(read.version, removals))
+            found = exposures.documents(read, copies_of(read.version, removed(read.version, removals)))
         except ExposureError as exc:
             report.append(
                 CheckpointRemovals(
@@ -318,9 +333,8 @@ def _pieces_of(version: Version, rows: np.ndarray) -> dict[int, np.ndarray]:
     """(sequence, offset, length) of every piece of the documents `rows`, by row."""
     if not len(rows):
         return {}
-    table = pq.read_table(
-        fact(version, PIECES), columns=["sequence", "offset", "length", "row"], filters=[("row", "in", rows.tolist())]
-    )
+    table = read_files([fact(version, PIECES)], ["sequence", "offset", "length", "row"])
+    table = table.filter(pc.is_in(table.column("row"), value_set=pa.array(rows, pa.int64())))
     cols = np.stack([table.column(k).to_numpy().astype(np.int64) for k in ("sequence", "offset", "length")], axis=1)
     row = table.column("row").to_numpy()
     return {int(r): cols[row == r] for r in np.unique(row)}
@@ -328,7 +342,7 @@ def _pieces_of(version: Version, rows: np.ndarray) -> dict[int, np.ndarray]:
 
 def _source_codes(version: Version) -> tuple[list[str], np.ndarray]:
     """The sources of the version's documents, and each row's source as an index into them."""
-    table = pq.read_table(fact(version, DOCUMENTS), columns=["row", "source"])
+    table = read_files([fact(version, DOCUMENTS)], ["row", "source"])
     encoded = table.column("source").combine_chunks().dictionary_encode()
     code = np.empty(table.num_rows, dtype=np.int32)
     code[table.column("row").to_numpy()] = encoded.indices.to_numpy()
