@@ -21,10 +21,11 @@ from albor_pipeline.stages.corpus.exposure import (
     Exposures,
     LoaderState,
     copies_of,
+    documents_of,
     fact,
     removed,
 )
-from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
+from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.stages.corpus.versions import SHORT, Version
 from albor_pipeline.stages.ingest.removal import resolve_removal
 
@@ -50,7 +51,7 @@ class Exposure:
             ngram = self.spec.near_dedup.ngram
             removals = {name: resolve_removal(name, r, ngram) for name, r in self.spec.remove.items()}
             return removed(version, {k: v for k, v in removals.items() if v is not None})
-        table = read_files([fact(version, DOCUMENTS)])
+        table = documents_of(version)
         if (seq := sequence_query(query)) is not None:
             if corpus_stage(seq[0]) != version.stage:
                 return table.slice(0, 0)

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 from pydantic import BaseModel
 
 from albor_pipeline.runtime.shards import read_files
-from albor_pipeline.stages.corpus.exposure import fact
-from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
+from albor_pipeline.stages.corpus.exposure import documents_of, fact
+from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.stages.corpus.versions import SHORT, Version
 from albor_pipeline.summaries.corpus import CorpusSummary
 
@@ -110,7 +110,7 @@ def corpus_changes(a: Version, b: Version) -> CorpusChanges:
         sequences_changed=len(changed),
         changed_sequences=changed[:SEQUENCES_LISTED].tolist(),
         tokens=dict(sorted(tokens.items())),
-        documents=document_changes(*(read_files([fact(v, DOCUMENTS)]) for v in (a, b))),
+        documents=document_changes(*(documents_of(v) for v in (a, b))),
     )
 
 
@@ -123,7 +123,7 @@ def _sequence_keys(version: Version) -> np.ndarray:
     """A 64-bit key per sequence over the pieces it holds, in order: each piece's document
     (its SHA-256), offset, length and offset in the document."""
     pieces = read_files([fact(version, PIECES)])
-    docs = read_files([fact(version, DOCUMENTS)], ["row", "sha256"])
+    docs = documents_of(version, ["row", "sha256"])
     doc_key = np.zeros(docs.num_rows, dtype=np.uint64)
     doc_key[docs.column("row").to_numpy()] = [int(s[:16], 16) for s in docs.column("sha256").to_pylist()]
     seq = pieces.column("sequence").to_numpy()

@@ -271,7 +271,7 @@ def copies_of(version: Version, docs: pa.Table) -> Copies:
 def removed(version: Version, removals: Mapping[str, Removal]) -> pa.Table:
     """The rows of the version's documents table that removal requests name (by source:
     its file, data file or SHA-256, as ingestion matches them)."""
-    table = read_files([fact(version, DOCUMENTS)])
+    table = documents_of(version)
     keep = [
         name in removals and removals[name].names(file, sha)
         for name, file, sha in zip(*(table.column(c).to_pylist() for c in ("source", "file", "sha256")))
@@ -329,6 +329,15 @@ def fact(version: Version, name: str) -> Path:
     return path
 
 
+def documents_of(version: Version, columns: list[str] | None = None) -> pa.Table:
+    """The version's documents table; a clear error when its build kept no ledger."""
+    table = version.documents(columns)
+    if table is None:
+        fact(version, DOCUMENTS)  # raises, saying why
+        raise ExposureError(f"{version.stage} version {version.id[:SHORT]}: no documents table")
+    return table
+
+
 def _pieces_of(version: Version, rows: np.ndarray) -> dict[int, np.ndarray]:
     """(sequence, offset, length) of every piece of the documents `rows`, by row."""
     if not len(rows):
@@ -342,7 +351,7 @@ def _pieces_of(version: Version, rows: np.ndarray) -> dict[int, np.ndarray]:
 
 def _source_codes(version: Version) -> tuple[list[str], np.ndarray]:
     """The sources of the version's documents, and each row's source as an index into them."""
-    table = read_files([fact(version, DOCUMENTS)], ["row", "source"])
+    table = documents_of(version, ["row", "source"])
     encoded = table.column("source").combine_chunks().dictionary_encode()
     code = np.empty(table.num_rows, dtype=np.int32)
     code[table.column("row").to_numpy()] = encoded.indices.to_numpy()

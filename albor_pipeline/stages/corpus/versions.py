@@ -6,7 +6,8 @@ is the same version. A loader state names the version it read (`dataset.Batches`
 
 Before a build replaces a corpus, its committed version's facts are copied to
 `versions/<stage>/<version>/`: the manifest, `index.json` and the ledger (the pieces table
-and the documents table, `lineage.py`). They are what `albor exposure` needs to say which
+and the documents table, `lineage.py`; the latter in chunks the versions share,
+`registry.py`). They are what `albor exposure` needs to say which
 documents an old checkpoint saw. The copy commits with the new build (the stage's
 journal): a failed build leaves the old version current, its facts where they were.
 """
@@ -17,9 +18,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from albor_pipeline.runtime.artifacts import StageManifest, sha256_file, staged_dir
 from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.shards import read_files
 from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
+from albor_pipeline.stages.corpus.registry import CHUNKS, OBJECTS, keep_documents, load_documents, referenced
 from albor_pipeline.text.sequences import INDEX_FILE
 
 MANIFEST = "manifest.json"
@@ -45,6 +50,14 @@ class Version:
         """The fact `name` (`FACTS`), or None when the build wrote none (`audit.ledger: false`)."""
         path = self.facts / name
         return path if path.is_file() else None
+
+    def documents(self, columns: list[str] | None = None) -> pa.Table | None:
+        """The documents table (the live file, or a kept version's chunks); None without one."""
+        if (path := self.fact(DOCUMENTS)) is not None:
+            return read_files([path], columns)
+        if (self.facts / CHUNKS).is_file():
+            return load_documents(self.facts.parent.parent / OBJECTS, self.facts, columns)
+        return None
 
 
 def versions_dir(layout: Layout, stage: str) -> Path:
@@ -76,7 +89,10 @@ def keep_version(layout: Layout, stage: str) -> Path | None:
     with staged_dir(target) as tmp:
         for name, path in sources.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, tmp / name)
+            if name == DOCUMENTS:  # chunks shared with the other versions (`registry.py`)
+                keep_documents(path, target.parent.parent / OBJECTS, tmp)
+            else:
+                shutil.copyfile(path, tmp / name)
         (tmp / MANIFEST).write_bytes(layout.manifest(stage).read_bytes())
     return target
 
@@ -115,12 +131,14 @@ def find_version(layout: Layout, stage: str, version: str) -> Version:
 def kept_versions(layout: Layout) -> list[Path]:
     """The directories of every kept version's facts, of every corpus."""
     root = layout.root / "versions"
-    return sorted(p for p in root.glob("*/*") if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+    found = root.glob("*/*") if root.is_dir() else []
+    return sorted(p for p in found if p.is_dir() and not p.name.startswith(".") and p.parent.name != OBJECTS)
 
 
 def kept_bytes(layout: Layout) -> int:
-    """Bytes the kept versions' facts take (`albor gc` reports them)."""
-    return sum(p.stat().st_size for d in kept_versions(layout) for p in d.rglob("*") if p.is_file())
+    """Bytes the kept versions' facts take, their shared chunks included (`albor gc` reports them)."""
+    root = layout.root / "versions"
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
 
 
 def drop_versions(layout: Layout) -> tuple[int, int]:
@@ -134,4 +152,10 @@ def drop_versions(layout: Layout) -> tuple[int, int]:
             size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
             shutil.rmtree(entry)
             dropped += 1
+    objects = layout.root / "versions" / OBJECTS
+    used = referenced(kept_versions(layout))
+    for chunk in sorted(objects.glob("*.parquet")) if objects.is_dir() else []:
+        if chunk.name not in used:
+            size += chunk.stat().st_size
+            chunk.unlink()
     return dropped, size
