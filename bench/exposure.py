@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import yaml
 
 from albor_pipeline.dataset import Batches, Sequences
@@ -32,13 +33,13 @@ from albor_pipeline.runtime.artifacts import iter_manifests
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import load_spec
 from albor_pipeline.stages.corpus.exposure import read_states
+from albor_pipeline.stages.corpus.lineage import DOCUMENTS
 from albor_pipeline.stages.corpus.versions import kept_bytes
 from bench.common import REPO
 from bench.graph import shipped_spec
 
 ALBOR = str(Path(sys.executable).parent / "albor")
 STATES = 100
-QUERY = "stdlib:json/decoder.py"
 
 
 def _spec(work: Path) -> Path:
@@ -146,13 +147,15 @@ def bench_exposure(work: Path, repeat: int) -> dict[str, Any]:
     loaded, layout = load_spec(spec), Layout(a)
     one = sorted(states.iterdir())[-1]
     exposure = Exposure(loaded, layout)
+    first = pq.ParquetFile(a / "corpus" / "train" / DOCUMENTS).read_row_group(0)
+    query = f"{first.column('source')[0]}:{first.column('file')[0]}"  # a document corpus/train holds
     fresh = {
-        "exposure_s": _run(["exposure", QUERY, "--state", str(states)], spec, a, home),
+        "exposure_s": _run(["exposure", query, "--state", str(states)], spec, a, home),
         "diet_s": _run(["exposure", "--state", str(one)], spec, a, home),
         "diff_s": _run(["diff", str(a), str(b)], spec, a, home),
     }
     warm = {
-        "exposure_s": _warm(lambda: exposure.exposure(QUERY, read_states([str(states)])), repeat),
+        "exposure_s": _warm(lambda: exposure.exposure(query, read_states([str(states)])), repeat),
         "diet_s": _warm(lambda: exposure.diet(read_states([str(one)])[0]), repeat),
         "diff_s": _warm(lambda: diff_data_dirs(a, b), repeat),
     }
@@ -163,6 +166,7 @@ def bench_exposure(work: Path, repeat: int) -> dict[str, Any]:
         "build_s": round(build_s, 1),
         "rebuild_s": round(rebuild_s, 1),
         "sequences": sequences,
+        "query": query,
         "states": len(list(states.iterdir())),
         "fresh": {k: round(v, 2) for k, v in fresh.items()},
         "warm": {k: round(v, 3) for k, v in warm.items()},

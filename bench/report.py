@@ -468,7 +468,7 @@ def _exposure_rows(e: dict[str, Any]) -> list[Row]:
             "",
         ),
         (
-            f"albor exposure of one file over {e['states']} states, s: fresh / warm",
+            f"albor exposure of one file ({e.get('query', '?')}) over {e['states']} states, s: fresh / warm",
             f"{f['exposure_s']} / {w['exposure_s']}",
             "<= 2",
         ),
