@@ -169,6 +169,8 @@ class Journal:
             os.rename(staged, final)
         fsync_dir(final.parent)
         fault("commit-backed-up", self.stage)
+        if existed:
+            fault("commit-replaced", self.stage)  # the same, past a new name (a kept version's facts)
 
     def seal(self, manifest: bytes) -> None:
         """Name the manifest that commits this stage; from here a kill rolls forward once it lands."""

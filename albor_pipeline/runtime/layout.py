@@ -160,6 +160,12 @@ class Layout:
         return self.manifests_dir / f"{stage.replace('/', '__')}.json"
 
     @property
+    def versions_dir(self) -> Path:
+        """Earlier corpus versions' small facts (`stages/corpus/versions.py`), kept for
+        `albor exposure` and `albor diff`: bookkeeping, not a stage's outputs."""
+        return self.root / "versions"
+
+    @property
     def journals_dir(self) -> Path:
         """Commits under way: a stage's journal lives here until its manifest lands (`runtime/commit.py`)."""
         return self.manifests_dir / ".pending"

@@ -244,7 +244,7 @@ def test_a_run_killed_inside_the_corpus_commit_keeps_the_committed_corpus(
         **os.environ,
         "ALBOR_DATA_DIR": str(out),
         "DAGSTER_HOME": str(tmp_path / "home"),
-        commit.FAULT_ENV: "commit-backed-up@corpus/train",
+        commit.FAULT_ENV: "commit-replaced@corpus/train",  # its first output it replaces: the set
     }
     killed = subprocess.run([ALBOR, "run", "--spec", str(changed)], env=env, capture_output=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]

@@ -61,7 +61,7 @@ class Version:
 
 
 def versions_dir(layout: Layout, stage: str) -> Path:
-    return layout.root / "versions" / stage.replace("/", "__")
+    return layout.versions_dir / stage.replace("/", "__")
 
 
 def _current(layout: Layout, stage: str) -> StageManifest | None:
@@ -130,14 +130,14 @@ def find_version(layout: Layout, stage: str, version: str) -> Version:
 
 def kept_versions(layout: Layout) -> list[Path]:
     """The directories of every kept version's facts, of every corpus."""
-    root = layout.root / "versions"
+    root = layout.versions_dir
     found = root.glob("*/*") if root.is_dir() else []
     return sorted(p for p in found if p.is_dir() and not p.name.startswith(".") and p.parent.name != OBJECTS)
 
 
 def kept_bytes(layout: Layout) -> int:
     """Bytes the kept versions' facts take, their shared chunks included (`albor gc` reports them)."""
-    root = layout.root / "versions"
+    root = layout.versions_dir
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
 
 
@@ -152,7 +152,7 @@ def drop_versions(layout: Layout) -> tuple[int, int]:
             size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
             shutil.rmtree(entry)
             dropped += 1
-    objects = layout.root / "versions" / OBJECTS
+    objects = layout.versions_dir / OBJECTS
     used = referenced(kept_versions(layout))
     for chunk in sorted(objects.glob("*.parquet")) if objects.is_dir() else []:
         if chunk.name not in used:

@@ -85,7 +85,7 @@ class VerifyReport:
         ]
 
 
-_NOT_ARTIFACTS = ("manifests", "cache")  # bookkeeping under the data dir, not stage outputs
+_NOT_ARTIFACTS = ("manifests", "cache", "versions")  # bookkeeping under the data dir, not stage outputs
 
 
 def verify(root: Path, running: bool = False) -> VerifyReport:
