@@ -468,6 +468,71 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _arguments(name: str, p: argparse.ArgumentParser) -> None:
+    """Command `name`'s own arguments (beyond --spec and --data-dir)."""
+    if name == "trace":
+        p.add_argument("query", help="a source file path or glob ([source:]path), a SHA-256, or corpus/<split>:N")
+        p.add_argument("--json", action="store_true", help="print JSON for tools")
+        p.add_argument(
+            "--limit",
+            type=_count,
+            default=20,
+            help="documents traced at most, the rest counted (default 20; 0: all)",
+        )
+    if name == "exposure":
+        p.add_argument(
+            "query",
+            nargs="?",
+            help="a file path or glob ([source:]path), a SHA-256, corpus/<split>:N, or `remove` "
+            "(the spec's removal requests); none: each state's diet",
+        )
+        p.add_argument(
+            "--state",
+            action="append",
+            required=True,
+            help="a loader state (Batches.state_dict() as JSON) or a directory of them (repeatable)",
+        )
+        p.add_argument("--corpus", default="", help="for states that name none: corpus/<split> (default train)")
+        p.add_argument("--json", action="store_true", help="print JSON for tools")
+    if name == "diff":
+        p.add_argument("a", help="a data dir, or a corpus version id (a prefix) of --data-dir")
+        p.add_argument("b", help="the same for the other side")
+        p.add_argument("--json", action="store_true", help="print JSON for tools")
+    if name == "whatif":
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a proposed change, e.g. hygiene.rules.gopher_repetition.dup_line_frac=0.2 (repeatable)",
+        )
+        p.add_argument("--rules", help="a YAML file of proposed changes: hygiene: {rules: {...}}")
+        p.add_argument("--source", action="append", help="only this source (repeatable; default: every one)")
+        p.add_argument("--examples", type=_count, default=3, help="documents shown each side of a threshold")
+        p.add_argument("--json", action="store_true", help="print JSON for tools")
+    if name == "verify":
+        p.add_argument("--wait", action="store_true", help="wait for a run holding the data dir to finish")
+    if name == "gc":
+        p.add_argument(
+            "--older-than-hours",
+            type=float,
+            default=24.0,
+            help="only objects written longer ago than this (default 24: a run still publishing is spared)",
+        )
+        p.add_argument(
+            "--drop-versions",
+            action="store_true",
+            help="also delete the kept facts of earlier corpus versions (their checkpoints' exposure is lost)",
+        )
+    if name == "run":
+        p.add_argument(
+            "--log-level",
+            default="PROGRESS",
+            choices=["PROGRESS", "DEBUG", "INFO", "WARNING", "ERROR"],
+            help="PROGRESS (default): a progress bar and the stages' messages; else Dagster's console log",
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="albor", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -487,67 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--spec", help="pipeline spec (default: $ALBOR_SPEC or data/pipeline.yaml)")
         p.add_argument("--data-dir", help="output root (default: $ALBOR_DATA_DIR or data/artifacts)")
         p.set_defaults(fn=fn)
-        if name == "trace":
-            p.add_argument("query", help="a source file path or glob ([source:]path), a SHA-256, or corpus/<split>:N")
-            p.add_argument("--json", action="store_true", help="print JSON for tools")
-            p.add_argument(
-                "--limit",
-                type=_count,
-                default=20,
-                help="documents traced at most, the rest counted (default 20; 0: all)",
-            )
-        if name == "exposure":
-            p.add_argument(
-                "query",
-                nargs="?",
-                help="a file path or glob ([source:]path), a SHA-256, corpus/<split>:N, or `remove` "
-                "(the spec's removal requests); none: each state's diet",
-            )
-            p.add_argument(
-                "--state",
-                action="append",
-                required=True,
-                help="a loader state (Batches.state_dict() as JSON) or a directory of them (repeatable)",
-            )
-            p.add_argument("--corpus", default="", help="for states that name none: corpus/<split> (default train)")
-            p.add_argument("--json", action="store_true", help="print JSON for tools")
-        if name == "diff":
-            p.add_argument("a", help="a data dir, or a corpus version id (a prefix) of --data-dir")
-            p.add_argument("b", help="the same for the other side")
-            p.add_argument("--json", action="store_true", help="print JSON for tools")
-        if name == "whatif":
-            p.add_argument(
-                "--set",
-                action="append",
-                default=[],
-                metavar="KEY=VALUE",
-                help="a proposed change, e.g. hygiene.rules.gopher_repetition.dup_line_frac=0.2 (repeatable)",
-            )
-            p.add_argument("--rules", help="a YAML file of proposed changes: hygiene: {rules: {...}}")
-            p.add_argument("--source", action="append", help="only this source (repeatable; default: every one)")
-            p.add_argument("--examples", type=_count, default=3, help="documents shown each side of a threshold")
-            p.add_argument("--json", action="store_true", help="print JSON for tools")
-        if name == "verify":
-            p.add_argument("--wait", action="store_true", help="wait for a run holding the data dir to finish")
-        if name == "gc":
-            p.add_argument(
-                "--older-than-hours",
-                type=float,
-                default=24.0,
-                help="only objects written longer ago than this (default 24: a run still publishing is spared)",
-            )
-            p.add_argument(
-                "--drop-versions",
-                action="store_true",
-                help="also delete the kept facts of earlier corpus versions (their checkpoints' exposure is lost)",
-            )
-        if name == "run":
-            p.add_argument(
-                "--log-level",
-                default="PROGRESS",
-                choices=["PROGRESS", "DEBUG", "INFO", "WARNING", "ERROR"],
-                help="PROGRESS (default): a progress bar and the stages' messages; else Dagster's console log",
-            )
+        _arguments(name, p)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
