@@ -252,11 +252,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"albor verify: {report.unreferenced} object(s) no manifest names (older versions of stages)")
     if report.temps:
         print(f"albor verify: {len(report.temps)} temp file(s) of runs that died (the next run removes them)")
-    for line in report.failed:
+    failed = report.failed + _kept_facts(root)
+    for line in failed:
         print(f"albor verify: {line}", file=sys.stderr)
     ok = len(report.files) - sum(r.status != "ok" for r in report.files)
-    print(f"{ok} ok, {len(report.failed)} failed, {len(report.stale)} stale stage(s)", file=sys.stderr)
-    return 1 if report.failed else 0
+    print(f"{ok} ok, {len(failed)} failed, {len(report.stale)} stale stage(s)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _kept_facts(root: Path | str) -> list[str]:
+    """The kept corpus versions' facts that lost their bytes (a local data dir's; a bucket's
+    are its objects, which `verify_bucket` re-hashes), with a line on what was checked."""
+    from albor_pipeline.stages.corpus.versions import kept_versions, version_problems
+
+    if not isinstance(root, Path) or not (kept := kept_versions(Layout(root))):
+        return []
+    problems = version_problems(Layout(root))
+    print(f"albor verify: {len(kept)} kept corpus version(s), {len(problems)} fact(s) changed or missing")
+    return [f"CHANGED: {p}" for p in problems]
 
 
 def _verify_local(root: Path, wait: bool) -> VerifyReport:

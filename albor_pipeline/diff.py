@@ -2,7 +2,7 @@
 
 A and B are two data dirs (every stage's documents per source, each corpus, the tokenizer),
 or two corpus versions of the current data dir (their kept facts: the corpus's documents,
-sequences and tokens; `stages/corpus/versions.py`).
+sequences and tokens, and what the upstream stages' ledgers said; `stages/corpus/versions.py`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from albor_pipeline.runtime.artifacts import iter_manifests
 from albor_pipeline.runtime.layout import DOCUMENTS, Layout, corpus_names, corpus_stage
 from albor_pipeline.runtime.shards import read_files
 from albor_pipeline.spec import SPLITS
-from albor_pipeline.stages.corpus.diff import CorpusChanges, SourceChanges, corpus_changes, document_changes
+from albor_pipeline.stages.corpus.diff import (
+    CorpusChanges,
+    StageChanges,
+    corpus_changes,
+    document_changes,
+    fate_changes,
+)
 from albor_pipeline.stages.corpus.versions import Version, find_version, versions
 from albor_pipeline.text.ledger import is_ledger, is_side
-
-
-class StageChanges(BaseModel):
-    stage: str
-    sources: list[SourceChanges]
 
 
 class TokenizerChanges(BaseModel):
@@ -37,7 +38,7 @@ class TokenizerChanges(BaseModel):
 class DataDiff(BaseModel):
     a: str
     b: str
-    stages: list[StageChanges]  # data dirs only: ingested, filtered, documents
+    stages: list[StageChanges]  # ingested, filtered, documents: their outputs (data dirs) or ledgers (versions)
     corpora: list[CorpusChanges]
     tokenizer: TokenizerChanges | None  # data dirs only
 
@@ -64,11 +65,13 @@ def diff_data_dirs(a: Path, b: Path) -> DataDiff:
 
 
 def diff_versions(layout: Layout, a: str, b: str) -> DataDiff:
-    """Two versions (id prefixes) of one corpus in the data dir `layout`."""
+    """Two versions (id prefixes) of one corpus in the data dir `layout`: the corpus, and the
+    upstream stages by the ledgers each version kept (its fates)."""
     va, vb = _version(layout, a), _version(layout, b)
     if va.stage != vb.stage:
         raise DiffError(f"{a} is a version of {va.stage}, {b} of {vb.stage}: compare versions of one corpus")
-    return DataDiff(a=va.id, b=vb.id, stages=[], corpora=[corpus_changes(va, vb)], tokenizer=None)
+    stages = fate_changes(va.fates(), vb.fates())
+    return DataDiff(a=va.id, b=vb.id, stages=stages, corpora=[corpus_changes(va, vb)], tokenizer=None)
 
 
 def _version(layout: Layout, prefix: str) -> Version:
@@ -150,7 +153,7 @@ def diff_lines(diff: DataDiff) -> list[str]:
                 lines.append(f"  tokens {source}: {ta:,} -> {tb:,} ({tb - ta:+,})")
         for s in c.documents:
             for d in s.examples:
-                lines.append(f"  {d.change} {s.source}:{d.file}")
+                lines.append(f"  {d.change} {s.source}:{d.file}" + (f" ({d.reason})" if d.reason else ""))
     for stage in diff.stages:
         for s in stage.sources:
             lines += [f"  {stage.stage}: {d.change} {s.source}:{d.file} ({d.reason})" for d in s.examples if d.reason]

@@ -10,14 +10,33 @@ from pathlib import Path
 import dagster as dg
 
 from albor_pipeline.defs.stage import Check, CheckContext, Stage, StageContext, resolve, schema_check, spec_defaults
-from albor_pipeline.runtime.artifacts import Artifact, StageManifest, read_manifest
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, check_recorded, read_manifest
 from albor_pipeline.runtime.checks import CheckOutcome
-from albor_pipeline.runtime.layout import TOKENIZER, Layout, corpus_stage, fim_stage, long_split, mixed_stage
+from albor_pipeline.runtime.layout import (
+    DOCUMENTS,
+    TOKENIZER,
+    Layout,
+    corpus_stage,
+    filtered_stage,
+    fim_stage,
+    ingested_stage,
+    long_split,
+    mixed_stage,
+)
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.runtime.stagerun import StageOutput
-from albor_pipeline.spec import SPLITS, CorpusSpec, ExportFormat, LongSpec, Packing, PipelineSpec, RemainderPolicy
+from albor_pipeline.spec import (
+    DOCUMENT_KINDS,
+    SPLITS,
+    CorpusSpec,
+    ExportFormat,
+    LongSpec,
+    Packing,
+    PipelineSpec,
+    RemainderPolicy,
+)
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits, check_sequences
-from albor_pipeline.stages.corpus.corpus import Budget, build_corpus
+from albor_pipeline.stages.corpus.corpus import Budget, Fates, build_corpus
 from albor_pipeline.stages.corpus.diff import corpus_changes
 from albor_pipeline.stages.corpus.exposure import read_states, removal_report
 from albor_pipeline.stages.corpus.lineage import PIECES
@@ -27,6 +46,8 @@ from albor_pipeline.summaries.corpus import CheckpointRemovals, CorpusSummary
 from albor_pipeline.summaries.corpus import provenance_section as provenance_section  # its PROVENANCE.md section
 from albor_pipeline.summaries.mix import MixSummary
 from albor_pipeline.summaries.tokenizer import TokenizerSummary
+from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.removal import REMOVED
 from albor_pipeline.text.sequences import SEQ_SCHEMA
 from albor_pipeline.text.vocab import EOS, PAD, load_tokenizer
 
@@ -77,6 +98,7 @@ def pack(
         pool=pool,
         budget=budget,
         ledger=ledger,
+        fates=_fates(ctx, spec) if ledger else None,
     )
     summary = result.summary
     if checkpoints := _removal_report(ctx, spec, corpus_stage(out)):
@@ -137,6 +159,26 @@ def _changes(
         f"`albor diff {c.version_a} {c.version_b}` lists them."
     )
     return {"changes": dg.MetadataValue.md(head + "\n\n" + (markdown_table(rows) if rows else "no document changed"))}
+
+
+def _fates(ctx: StageContext, spec: PipelineSpec) -> Fates:
+    """The ledger shards (and ingestion's tombstones) of the committed stages a corpus's
+    documents came through (ingestion, hygiene, dedup), checked against their manifests
+    (fetched from a bucket): the corpus keeps them as its fates table. Not the corpus's
+    inputs: a rebuild that changes a ledger but not one document keeps the corpus, with the
+    fates it had."""
+    stages = [f(s.name) for s in spec.sources_of(*DOCUMENT_KINDS) for f in (ingested_stage, filtered_stage)]
+    fates = Fates()
+    for stage in [*stages, DOCUMENTS]:
+        if not ctx.layout.manifest(stage).is_file():
+            continue
+        outputs = read_manifest(ctx.layout, stage).outputs
+        ledgers = [a for a in outputs if is_ledger(a.path)]
+        tombstones = [a for a in outputs if stage.startswith("ingested/") and Path(a.path).name == REMOVED]
+        check_recorded(ctx.layout.root, ledgers + tombstones, ctx.fetch)
+        fates.ledgers.extend((stage, ctx.layout.root / a.path) for a in ledgers)
+        fates.tombstones.extend((stage, ctx.layout.root / a.path) for a in tombstones)
+    return fates
 
 
 def _removal_report(ctx: StageContext, spec: PipelineSpec, stage: str) -> list[CheckpointRemovals]:

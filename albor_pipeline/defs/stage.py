@@ -35,7 +35,15 @@ from albor_pipeline.runtime.executor import INLINE, TASKS, Executor
 from albor_pipeline.runtime.layout import Layout, source_stage
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import is_shard
-from albor_pipeline.runtime.stagerun import Inputs, Settings, StageOutput, kept_manifest, run_stage, stage_identity
+from albor_pipeline.runtime.stagerun import (
+    Fetch,
+    Inputs,
+    Settings,
+    StageOutput,
+    kept_manifest,
+    run_stage,
+    stage_identity,
+)
 from albor_pipeline.runtime.taskstore import InputFile, check_refs, reusing
 from albor_pipeline.runtime.versions import CODE_VERSION, library_versions
 from albor_pipeline.runtime.watchdog import time_limit
@@ -164,13 +172,14 @@ class NoConfig(dg.Config):
 
 @dataclass(frozen=True)
 class StageContext:
-    """What a stage's work gets: where files live, its verified inputs, the run's log, and
-    where its per-shard work runs."""
+    """What a stage's work gets: where files live, its verified inputs, the run's log, where
+    its per-shard work runs, and (a data dir in a bucket) how to fetch another recorded file."""
 
     layout: Layout
     inputs: Inputs
     log: dg.DagsterLogManager
     executor: Executor = INLINE
+    fetch: Fetch | None = None
 
     @property
     def io(self) -> StageIO:
@@ -529,7 +538,7 @@ def stage_definitions(stage: Stage[Any], ns: Namespace = ROOT, spec: PipelineSpe
 
         def work(inputs: Inputs) -> StageOutput:
             executor = execution.executor(context.log.info, store.node(inputs))
-            return stage.work(StageContext(layout, inputs, context.log, executor), config)
+            return stage.work(StageContext(layout, inputs, context.log, executor, store.fetch()), config)
 
         settings = _keep_settings(stage, spec, config, execution, store)
         limit = time_limit(execution.spec.stage_timeout_s, stage.name, context.log.error)

@@ -165,9 +165,18 @@ def test_a_rebuilt_corpus_keeps_the_old_versions_facts_and_refuses_old_states(bu
     with pytest.raises(ValueError, match=r"at data version \w+; corpus/train is now version \w+ \(rebuilt since\)"):
         _ranks(corpus, 1, json.loads((tmp_path / "ckpt" / "step-00020" / "data_state.json").read_text()))
     assert len(log) == STEPS
-    # albor gc keeps the old version's facts and says how big they are, unless told to drop them.
+    # albor verify re-hashes the kept facts: a changed chunk is named.
     monkeypatch.setenv("ALBOR_SPEC", str(rebuilt.spec_path))
     monkeypatch.setenv("ALBOR_DATA_DIR", str(out))
+    assert main(["verify"]) == 0
+    assert re.search(r"albor verify: [1-9]\d* kept corpus version\(s\), 0 fact\(s\) changed", capsys.readouterr().out)
+    chunk = sorted((Layout(out).versions_dir / "objects").glob("*.parquet"))[0]
+    good = chunk.read_bytes()
+    chunk.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    assert main(["verify"]) == 1
+    assert f"CHANGED: {chunk}: does not hash to its name" in capsys.readouterr().err
+    chunk.write_bytes(good)
+    # albor gc keeps the old version's facts and says how big they are, unless told to drop them.
     assert main(["gc"]) == 0
     assert re.search(r"kept the facts of \d+ corpus version\(s\), [\d.]+ MB; --drop-versions", capsys.readouterr().out)
     assert (versions_dir(Layout(out), "corpus/train") / old).is_dir()
@@ -214,6 +223,17 @@ def test_a_removal_request_names_the_checkpoints_that_saw_the_file(built, tmp_pa
     assert [[d["file"] for d in a["documents"] if d["served"]] for a in answers] == [
         [file] if s > first[(source, file)] else [] for s in steps
     ]
+    # The two versions' diff says where the file went, from the ledger each version kept.
+    old, new = (v.id for v in sorted(versions(Layout(out), "corpus/train"), key=lambda v: v.current))
+    assert main(["diff", old, new, "--json"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    named = [(st["stage"], s["source"], d) for st in diff["stages"] for s in st["sources"] for d in s["examples"]]
+    assert (f"ingested/{source}", file, "removed", "removed: removal request") in [
+        (stage, d["file"], d["change"], d["reason"]) for stage, src, d in named if src == source
+    ]
+    [corpus] = diff["corpora"]
+    changes = {(s["source"], d["file"]): (d["change"], d["reason"]) for s in corpus["documents"] for d in s["examples"]}
+    assert changes[(source, file)] == ("removed", f"ingested/{source} removed: removal request")
 
 
 def _input_ids(corpus: Path) -> list[bytes]:

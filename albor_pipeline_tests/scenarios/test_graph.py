@@ -353,8 +353,8 @@ def test_non_default_settings_build_end_to_end(tmp_path):
         assert corpus_meta["encoder"].value == "hf (configured)"
         assert read_manifest(Layout(out), "corpus/train").summary["padded_tokens"] > 0
         corpus = {Path(a.path).name for a in read_manifest(Layout(out), "corpus/train").outputs}
-        # pieces and documents: the ledger's
-        assert corpus == {"part-00000.parquet", "index.json", "pieces.parquet", "documents.parquet"}
+        # pieces, documents and fates: the ledger's
+        assert corpus == {"part-00000.parquet", "index.json", "pieces.parquet", "documents.parquet", "fates.parquet"}
         ids = pq.read_table(out / "corpus/train/part-00000.parquet").column("input_ids").to_pylist()
         assert {len(s) for s in ids} == {128}
     assert albor(["verify", "--data-dir", str(out)]) == 0

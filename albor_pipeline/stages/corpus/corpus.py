@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -40,7 +40,15 @@ from albor_pipeline.stages.corpus.encode_task import (
 )
 from albor_pipeline.stages.corpus.exports import NANOGPT_META, STREAMS, concat_streams, write_sidecars
 from albor_pipeline.stages.corpus.index import reader_index
-from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES, concat_pieces, write_documents, write_pieces
+from albor_pipeline.stages.corpus.lineage import (
+    DOCUMENTS,
+    FATES,
+    PIECES,
+    concat_pieces,
+    write_documents,
+    write_fates,
+    write_pieces,
+)
 from albor_pipeline.stages.corpus.pack import PACK_SHARD, PackJob
 from albor_pipeline.stages.corpus.plan import Plan, PlanSummary, Segments, best_fit_plan, budget_cut, concat_plan
 from albor_pipeline.summaries.corpus import CorpusBudget, CorpusSummary, SourceFacts
@@ -132,6 +140,7 @@ def build_corpus(
     pool: Mapping[str, int] | None = None,
     budget: Budget | None = None,
     ledger: bool = True,
+    fates: Fates | None = None,
 ) -> CorpusResult:
     """Pretokenize one split's FIM'd documents (a shard set or file) into `out_dir`.
 
@@ -145,19 +154,31 @@ def build_corpus(
     `pool`: each source's documents in the split (the mix's input rows), for its epochs.
     `budget`: keep the documents, in mix order, up to this many tokens (`plan.budget_cut`),
     counted with the trained tokenizer; a cheap global step after the encoding tasks.
-    `ledger`: write every sequence's document pieces (`lineage.PIECES`) for `albor trace`.
+    `ledger`: write every sequence's document pieces (`lineage.PIECES`) for `albor trace`,
+    who each FIM row is (`lineage.DOCUMENTS`), and the upstream ledger shards and tombstones
+    `fates` as one table (`lineage.FATES`), for `albor exposure` and `albor diff`.
     """
     start = time.perf_counter()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(str(tokenizer_path))
     with tempfile.TemporaryDirectory(prefix=".albor-tokens-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
-        build = _Build(tok, tokenizer_path, spec, out_dir, Path(spool), io, start, min_chars, pool, ledger, fim_path)
+        where = (out_dir, Path(spool), io, start)
+        build = _Build(tok, tokenizer_path, spec, *where, min_chars, pool, ledger, fim_path, fates or Fates())
         encoded = _encode_split(build, fim_path)
         if budget is None:
             return _pack_split(build, encoded)
         result = _pack_split(build, _cut(encoded, budget, spec, io))
     result.summary = _with_budget(result.summary, budget, int(encoded.lengths.sum()))
     return result
+
+
+@dataclass(frozen=True)
+class Fates:
+    """The files the corpus's fates table is made of: (stage, file) of each upstream ledger
+    shard, and of each tombstone file ingestion wrote for removal requests."""
+
+    ledgers: list[tuple[str, Path]] = field(default_factory=list)
+    tombstones: list[tuple[str, Path]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -175,6 +196,7 @@ class _Build:
     pool: Mapping[str, int] | None  # each source's documents in the split, for its epochs
     ledger: bool
     fim_path: Path  # the split's FIM'd documents (the ledger's documents table)
+    fates: Fates  # the upstream stages' ledger shards and tombstones (the ledger's fates table)
 
 
 def _cut(encoded: _Encoded, budget: Budget, spec: CorpusSpec, io: StageIO) -> _Encoded:
@@ -336,6 +358,7 @@ def _pack_split(build: _Build, encoded: _Encoded) -> CorpusResult:
             min_chars=build.min_chars,
             ledger=segments if build.ledger else None,
             fim_path=build.fim_path,
+            fates=build.fates,
         )
         packed = map_shards(PACK_SHARD, job, items, out_dir, io, finish=finish)
     stream = streamed.result()
@@ -375,11 +398,12 @@ def _finish(
     min_chars: int,
     ledger: Segments | None,
     fim_path: Path,
+    fates: Fates,
 ) -> None:
     """What joins the packed shards' set (`staging`) before it commits: the exports, once
     `streamed` has written their streams into `exports`, with their sidecars; the reader index;
-    and the ledger (unless `ledger` is None): every sequence's document pieces, and who each
-    FIM row of `fim_path` is."""
+    and the ledger (unless `ledger` is None): every sequence's document pieces, who each
+    FIM row of `fim_path` is, and the upstream ledgers' `fates`."""
     streamed.result()
     formats = set(spec.formats)
     streams = [exports / name for fmt, name, _ in STREAMS if fmt in formats]
@@ -389,6 +413,7 @@ def _finish(
     if ledger is not None:
         write_pieces(staging / PIECES, ledger, encoded.lengths, encoded.rows)
         write_documents(staging / DOCUMENTS, parquet_files(fim_path))
+        write_fates(staging / FATES, fates.ledgers, fates.tombstones)
 
 
 def _empty_warning(sequences: int, docs: int, tokens: int, seq_len: int) -> list[str]:
@@ -451,5 +476,5 @@ def _artifacts(
                 Artifact(path=path, sha256=sha256, bytes=size, rows=rows),
                 *(record(out_dir / sidecar, root) for sidecar in sidecars),
             ]
-    pieces = [record(out_dir / name, root) for name in (PIECES, DOCUMENTS) if (out_dir / name).exists()]
+    pieces = [record(out_dir / name, root) for name in (PIECES, DOCUMENTS, FATES) if (out_dir / name).exists()]
     return [*artifacts, record(out_dir / INDEX_FILE, root), *pieces]

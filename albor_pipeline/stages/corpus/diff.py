@@ -1,11 +1,14 @@
-"""What changed between two versions of a corpus: documents, sequences, tokens per source.
+"""What changed between two versions of a corpus: documents, sequences, tokens per source,
+and what each upstream stage did differently.
 
-Both sides are corpus versions' facts (`versions.py`): the manifest, the pieces table and
-the documents table, so an old version kept after a rebuild compares as well as a current
+Both sides are corpus versions' facts (`versions.py`): the manifest, the pieces, documents
+and fates tables, so an old version kept after a rebuild compares as well as a current
 one. A document is its (source, file); it is added, removed, or changed (another SHA-256).
 A sequence changed when the document pieces it holds differ (another document, offset or
-length), or when the tokenizer that encoded it changed (every sequence then differs). No
-token is read.
+length), or when the tokenizer that encoded it changed (every sequence then differs). A
+stage's changes are those of its ledger rows (the fates table): a document it now drops is
+removed there, one it no longer drops is added, one it drops or redacts otherwise is
+changed. No token is read.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from albor_pipeline.stages.corpus.lineage import PIECES
 from albor_pipeline.stages.corpus.versions import SHORT, Version
 from albor_pipeline.summaries.corpus import CorpusSummary
 
+REDACTED = "redacted"  # the ledger's fate of a document a stage changed and passed on
 EXAMPLES = 20  # documents named per source and kind of change
 SEQUENCES_LISTED = 1000  # changed sequences listed (all are counted)
 
@@ -41,6 +45,11 @@ class SourceChanges(BaseModel):
     removed: int
     changed: int
     examples: list[DocumentChange]  # up to EXAMPLES of each kind, by file
+
+
+class StageChanges(BaseModel):
+    stage: str
+    sources: list[SourceChanges]
 
 
 class CorpusChanges(BaseModel):
@@ -75,6 +84,11 @@ def document_changes(
         reason = reasons.get((row["source"], row["file"]), "")
         change = DocumentChange(file=row["file"], change=kind, sha256_a=was, sha256_b=now, reason=reason)
         by_source.setdefault(row["source"], []).append(change)
+    return _counted(by_source)
+
+
+def _counted(by_source: dict[str, list[DocumentChange]]) -> list[SourceChanges]:
+    """Each source's changes counted by kind, with up to EXAMPLES of each kind."""
     out = []
     for source, changes in by_source.items():
         count = {k: sum(c.change == k for c in changes) for k in ("added", "removed", "changed")}
@@ -110,8 +124,49 @@ def corpus_changes(a: Version, b: Version) -> CorpusChanges:
         sequences_changed=len(changed),
         changed_sequences=changed[:SEQUENCES_LISTED].tolist(),
         tokens=dict(sorted(tokens.items())),
-        documents=document_changes(*(documents_of(v) for v in (a, b))),
+        documents=document_changes(documents_of(a), documents_of(b), _reasons(a.fates(), b.fates())),
     )
+
+
+def fate_changes(a: pa.Table | None, b: pa.Table | None) -> list[StageChanges]:
+    """Per upstream stage and source, the documents whose ledger row differs between the
+    fates tables `a` and `b` (`lineage.FATES`); none when either side kept no fates."""
+    if a is None or b is None:
+        return []
+    joined = _fates_by_file(a).join(
+        _fates_by_file(b), keys=["stage", "source", "file"], join_type="full outer", left_suffix="_a", right_suffix="_b"
+    )
+    same = pc.fill_null(pc.equal(joined.column("fate_a"), joined.column("fate_b")), False)
+    differ = joined.filter(pc.invert(same)).sort_by([(k, "ascending") for k in ("stage", "source", "file")])
+    by_stage: dict[str, dict[str, list[DocumentChange]]] = {}
+    for row in differ.to_pylist():
+        was, now = row["fate_a"], row["fate_b"]
+        redacted = (was or "").startswith(REDACTED) or (now or "").startswith(REDACTED)
+        kind = "changed" if redacted or (was and now) else "removed" if now else "added"
+        shas = {"sha256_a": row["sha256_a"], "sha256_b": row["sha256_b"]}
+        change = DocumentChange(file=row["file"], change=kind, **shas, reason=now or f"was {was}")
+        by_stage.setdefault(row["stage"], {}).setdefault(row["source"], []).append(change)
+    return [StageChanges(stage=stage, sources=_counted(sources)) for stage, sources in by_stage.items()]
+
+
+def _fates_by_file(fates: pa.Table) -> pa.Table:
+    """One row per (stage, source, file): its fate as `fate: detail`, and the SHA-256 it had."""
+    detail = pc.fill_null(fates.column("detail"), "")
+    fate = pc.binary_join_element_wise(fates.column("fate"), pc.if_else(pc.equal(detail, ""), "", ": "), detail, "")
+    table = pa.table({k: fates.column(k) for k in ("stage", "source", "file", "sha256")} | {"fate": fate})
+    grouped = table.group_by(["stage", "source", "file"]).aggregate([("fate", "max"), ("sha256", "max")])
+    return grouped.rename_columns([c.removesuffix("_max") for c in grouped.column_names])
+
+
+def _reasons(a: pa.Table | None, b: pa.Table | None) -> dict[tuple[str, str], str]:
+    """(source, file) -> why B lacks it (`<stage> fate: detail`), or for a document only A's
+    ledger drops, why A lacked it (`was ...`)."""
+    found: dict[tuple[str, str], str] = {}
+    for prefix, table in (("was ", a), ("", b)):
+        for row in _fates_by_file(table).to_pylist() if table is not None else []:
+            if not row["fate"].startswith(REDACTED):  # a redacted document went on
+                found[(row["source"], row["file"])] = f"{prefix}{row['stage']} {row['fate']}"
+    return found
 
 
 def _tokenizer_sha(version: Version) -> str | None:

@@ -46,6 +46,51 @@ DOCUMENT_SCHEMA = pa.schema(
 )
 """Who each FIM row is: with the pieces table, a corpus version's whole lineage, kept after
 the FIM split is rebuilt (`albor exposure` on an old checkpoint's data)."""
+FATES = f"{LEDGER}/fates.parquet"
+FATE_SCHEMA = pa.schema(
+    [
+        ("stage", pa.string()),  # ingested/<source>, filtered/<source> or documents
+        ("source", pa.string()),
+        ("file", pa.string()),
+        ("sha256", pa.string()),
+        ("fate", pa.string()),  # the ledger's (`text/ledger.py`), never a removed document's text
+        ("detail", pa.string()),
+        ("sha256_out", pa.string()),
+    ]
+)
+"""What the stages upstream of the corpus did to the documents they did not pass on unchanged,
+as their ledgers (and ingestion's tombstones: a removal request) stood when the corpus was
+built: why a document is missing from, or changed in, an old version (`albor diff` of two
+versions)."""
+REMOVED_FATE, REQUEST = "removed", "removal request"
+
+
+def write_fates(path: Path, ledgers: list[tuple[str, Path]], tombstones: list[tuple[str, Path]]) -> int:
+    """Write the fates table of the ledger shards `ledgers` and the tombstone files
+    `tombstones` (removal requests at ingestion: (stage, file) pairs) at `path`, sorted, so
+    its bytes depend on the rows alone; returns its rows. Both are small (a row per document
+    a stage dropped or changed): they are read whole, without text or shingles."""
+    tables = [_stage_rows(stage, pq.ParquetFile(shard).read(columns=FATE_SCHEMA.names[1:])) for stage, shard in ledgers]
+    for stage, stones in tombstones:
+        found = pq.ParquetFile(stones).read(columns=["source", "file", "sha256"])
+        rows = found.num_rows
+        fate = {"fate": pa.array([REMOVED_FATE] * rows), "detail": pa.array([REQUEST] * rows)}
+        tables.append(_stage_rows(stage, pa.table({**dict(zip(found.column_names, found.columns)), **fate})))
+    table = pa.concat_tables(tables) if tables else FATE_SCHEMA.empty_table()
+    table = table.sort_by([(name, "ascending") for name in FATE_SCHEMA.names])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, row_group_size=PIECE_ROW_GROUP, **PARQUET_OPTIONS)
+    return table.num_rows
+
+
+def _stage_rows(stage: str, rows: pa.Table) -> pa.Table:
+    """`rows` (the fates table's columns but `stage`; a missing `sha256_out` is null) of `stage`."""
+    columns = [pa.array([stage] * rows.num_rows, pa.string())]
+    for field in list(FATE_SCHEMA)[1:]:
+        there = field.name in rows.column_names
+        columns.append(rows.column(field.name) if there else pa.nulls(rows.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=FATE_SCHEMA)
 
 
 def concat_pieces(lengths: np.ndarray, sequences: int, seq_len: int, limit: int | None) -> Segments:

@@ -5,9 +5,9 @@ manifest (what Dagster shows as the asset's data version), so a rebuild to the s
 is the same version. A loader state names the version it read (`dataset.Batches`).
 
 Before a build replaces a corpus, its committed version's facts are copied to
-`versions/<stage>/<version>/`: the manifest, `index.json` and the ledger (the pieces table
-and the documents table, `lineage.py`; the latter in chunks the versions share,
-`registry.py`). They are what `albor exposure` needs to say which
+`versions/<stage>/<version>/`: the manifest, `index.json` and the ledger (the pieces table,
+the documents table and the fates table, `lineage.py`; the last two in chunks the versions
+share, `registry.py`). They are what `albor exposure` needs to say which
 documents an old checkpoint saw. The copy commits with the new build (the stage's
 journal): a failed build leaves the old version current, its facts where they were.
 """
@@ -23,12 +23,22 @@ import pyarrow as pa
 from albor_pipeline.runtime.artifacts import StageManifest, sha256_file, staged_dir
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shards import read_files
-from albor_pipeline.stages.corpus.lineage import DOCUMENTS, PIECES
-from albor_pipeline.stages.corpus.registry import CHUNKS, OBJECTS, keep_documents, load_documents, referenced
+from albor_pipeline.stages.corpus.lineage import DOCUMENTS, FATES, PIECES
+from albor_pipeline.stages.corpus.registry import (
+    CHUNKS,
+    FATE_CHUNKS,
+    OBJECTS,
+    keep_documents,
+    keep_fates,
+    kept_problems,
+    load_documents,
+    load_fates,
+    referenced,
+)
 from albor_pipeline.text.sequences import INDEX_FILE
 
 MANIFEST = "manifest.json"
-FACTS = (INDEX_FILE, PIECES, DOCUMENTS)  # under the corpus dir, and under a kept version's dir
+FACTS = (INDEX_FILE, PIECES, DOCUMENTS, FATES)  # under the corpus dir, and under a kept version's dir
 SHORT = 12  # hex digits a version is shown by
 
 
@@ -57,6 +67,15 @@ class Version:
             return read_files([path], columns)
         if (self.facts / CHUNKS).is_file():
             return load_documents(self.facts.parent.parent / OBJECTS, self.facts, columns)
+        return None
+
+    def fates(self) -> pa.Table | None:
+        """The fates table (the live file, or a kept version's chunks); None without one
+        (a build without the ledger, or from before corpora kept their fates)."""
+        if (path := self.fact(FATES)) is not None:
+            return read_files([path])
+        if (self.facts / FATE_CHUNKS).is_file():
+            return load_fates(self.facts.parent.parent / OBJECTS, self.facts)
         return None
 
 
@@ -91,6 +110,8 @@ def keep_version(layout: Layout, stage: str) -> Path | None:
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             if name == DOCUMENTS:  # chunks shared with the other versions (`registry.py`)
                 keep_documents(path, target.parent.parent / OBJECTS, tmp)
+            elif name == FATES:
+                keep_fates(path, target.parent.parent / OBJECTS, tmp)
             else:
                 shutil.copyfile(path, tmp / name)
         (tmp / MANIFEST).write_bytes(layout.manifest(stage).read_bytes())
@@ -139,6 +160,21 @@ def kept_bytes(layout: Layout) -> int:
     """Bytes the kept versions' facts take, their shared chunks included (`albor gc` reports them)."""
     root = layout.versions_dir
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
+
+
+def version_problems(layout: Layout) -> list[str]:
+    """Every kept version's facts that no longer have their recorded bytes: the copied ones
+    against the version's manifest, the chunked ones against their names and listing."""
+    problems = []
+    for kept in kept_versions(layout):
+        version = kept_version(kept.parent.name.replace("__", "/"), kept)
+        recorded = {a.path: a.sha256 for a in version.manifest.outputs}
+        for name in (INDEX_FILE, PIECES):
+            path, sha = kept / name, recorded.get(f"{version.stage}/{name}")
+            if sha is not None and (not path.is_file() or sha256_file(path) != sha):
+                problems.append(f"{path}: missing, or not the SHA-256 its version's manifest records")
+        problems += kept_problems(layout.versions_dir / OBJECTS, kept)
+    return problems
 
 
 def drop_versions(layout: Layout) -> tuple[int, int]:
