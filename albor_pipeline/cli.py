@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from albor_pipeline.runtime.artifacts import StageManifest, iter_manifests, write_bytes
-from albor_pipeline.runtime.bucket import Bucket
+from albor_pipeline.runtime.bucket import Bucket, BucketError, is_remote
 from albor_pipeline.runtime.commit import recover_commits
 from albor_pipeline.runtime.layout import PROVENANCE, TOKENIZER, Layout, corpus_names, corpus_stage, sft_stage
 from albor_pipeline.runtime.lock import DataDirBusy, bucket_lock, exclusive
@@ -315,18 +315,27 @@ def cmd_gc(args: argparse.Namespace) -> int:
         f"albor gc: deleted {done.deleted} object(s) no manifest names ({done.bytes / 1e6:,.1f} MB); "
         f"kept {done.recent} written in the last {args.older_than_hours:g} h (a run may still be publishing)"
     )
-    return _collect_tasks(bucket.layout, bucket.manifests, holder)
+    failed = _collect_tasks(bucket.layout, bucket.manifests, holder)
+    return failed or _versions(bucket.layout, holder, args.drop_versions, bucket)
 
 
-def _versions(layout: Layout, holder: str, drop: bool) -> int:
+def _versions(layout: Layout, holder: str, drop: bool, bucket: Bucket | None = None) -> int:
     """Report the corpora's kept versions (`albor exposure` reads them); with `drop`, remove
-    all but the current ones, under the data dir's lock."""
-    from albor_pipeline.stages.corpus.versions import drop_versions, kept_bytes, kept_versions
+    all but the current ones, under the data dir's lock. A bucket's are mirrored in its
+    working copy first, and what the copy no longer holds is deleted from the bucket."""
+    from albor_pipeline.stages.corpus.versions import MANIFEST, drop_versions, kept_bytes, kept_versions
 
+    if bucket is not None:
+        bucket.pull()
+        bucket.pull_files(layout.versions_dir.name, MANIFEST)
     if drop:
         try:
-            with exclusive(layout.lock_file, holder, wait=False):
+            busy = "drop versions when it is done"
+            lock = exclusive(layout.lock_file, holder, wait=False)
+            with lock if bucket is None else bucket_lock(bucket.uri, holder, wait=False, busy=busy):
                 count, size = drop_versions(layout)
+                if bucket is not None:
+                    bucket.prune_files(layout.versions_dir.name, MANIFEST)
         except DataDirBusy as exc:
             return _busy(exc)
         print(f"albor gc: deleted the facts of {count} earlier corpus version(s) ({size / 1e6:,.2f} MB)")
@@ -402,12 +411,9 @@ def cmd_exposure(args: argparse.Namespace) -> int:
     from albor_pipeline.stages.corpus.exposure import ExposureError, read_states
 
     _use(args)
-    spec, root = load_spec(), data_dir()
-    if not isinstance(root, Path):
-        print("albor exposure: reads a local data dir's corpus versions (a bucket's: not yet)", file=sys.stderr)
-        return 2
-    exposure = Exposure(spec, Layout(root))
+    spec = load_spec()
     try:
+        exposure = Exposure(spec, _versions_layout(data_dir()))
         states = read_states(args.state)
         if not states:
             raise ExposureError(f"no loader state (Batches.state_dict() as JSON) in {', '.join(args.state)}")
@@ -417,11 +423,19 @@ def cmd_exposure(args: argparse.Namespace) -> int:
         else:
             found = [exposure.diet(state, args.corpus) for state in states]
             lines = [line for diet in found for line in diet_lines(diet)]
-    except (ExposureError, TraceError) as exc:
+    except (ExposureError, TraceError, BucketError) as exc:
         print(f"albor exposure: {exc}", file=sys.stderr)
         return 2
     print(json.dumps([item.model_dump(mode="json") for item in found], indent=2) if args.json else "\n".join(lines))
     return 0
+
+
+def _versions_layout(root: Path | str) -> Layout:
+    """Where the corpus versions of the data dir `root` are read: a bucket's working copy,
+    its versions' facts pulled first (`versions.pull_facts`)."""
+    from albor_pipeline.stages.corpus.versions import pull_facts
+
+    return Layout(root) if isinstance(root, Path) else pull_facts(Bucket(root, Layout(work_dir(root))))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -435,11 +449,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if (a / "manifests").is_dir() and (b / "manifests").is_dir():
             found = diff_data_dirs(a, b)
         else:
-            root = data_dir()
-            if not isinstance(root, Path):
-                raise DiffError("albor diff reads local data dirs (a bucket's: not yet)")
-            found = diff_versions(Layout(root), args.a, args.b)
-    except (DiffError, ExposureError, LookupError) as exc:
+            if is_remote(args.a) or is_remote(args.b):
+                raise DiffError("albor diff compares local data dirs, or two versions of the data dir's corpora")
+            found = diff_versions(_versions_layout(data_dir()), args.a, args.b)
+    except (DiffError, ExposureError, LookupError, BucketError) as exc:
         print(f"albor diff: {exc}", file=sys.stderr)
         return 2
     print(found.model_dump_json(indent=2) if args.json else "\n".join(diff_lines(found)))

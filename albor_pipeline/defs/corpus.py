@@ -87,7 +87,8 @@ def pack(
     read); the summary (with the removal report, `_removal_report`) and metadata."""
     ledger = spec.audit.ledger
     layout = ctx.layout
-    kept = keep_version(layout, corpus_stage(out))  # the version this build replaces: its facts stay (`versions.py`)
+    # The version this build replaces: its facts stay (`versions.py`).
+    kept = keep_version(layout, corpus_stage(out), ctx.fetch)
     result = build_corpus(
         layout.fim(split),
         layout.tokenizer_json,

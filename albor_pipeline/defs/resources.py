@@ -30,6 +30,7 @@ from albor_pipeline.runtime.shards import MB
 from albor_pipeline.runtime.stagerun import Fetch, Inputs, Progress
 from albor_pipeline.runtime.taskstore import TaskStore
 from albor_pipeline.spec import ExecutionSpec, apply_overrides
+from albor_pipeline.stages.corpus.versions import kept_files
 
 
 class DataDirChanged(RuntimeError):
@@ -98,6 +99,8 @@ class ArtifactStore(dg.ConfigurableResource):
         bucket = self.bucket
         if bucket is None:
             return None
+        # A corpus's earlier versions (their facts, kept before this build replaced them) go first.
+        bucket.push_files(self.layout.versions_dir.name, kept_files(self.layout, manifest.stage, manifest.data_version))
         sent = bucket.publish(manifest, self._lease.check if self._lease else None)
         where = bucket.manifest_uri(manifest.stage)
         log.info(f"published {manifest.stage}: {sent / MB:.1f} MB of new objects, then {where}")

@@ -241,6 +241,47 @@ class Bucket:
                 digest.update(chunk)
         return digest.hexdigest()
 
+    def _dir_files(self, name: str) -> list[str]:
+        """The paths (relative to it) of every file under the bucket's `name/`."""
+        key = f"{self._base}/{name}"
+        found = self._fs.get_file_info(pafs.FileSelector(key, recursive=True, allow_not_found=True))
+        return sorted(i.path[len(key) + 1 :] for i in found if i.type == pafs.FileType.File)
+
+    def push_files(self, name: str, files: list[Path]) -> int:
+        """Upload, in order, the `files` (under the working copy's `name/`) that the bucket's
+        `name/` lacks; how many. For files never rewritten once there (a kept corpus
+        version's facts; chunks named by their SHA-256): a name present is the file."""
+        if not files:
+            return 0
+        local, there = self.layout.root / name, set(self._dir_files(name))
+        todo = [p.relative_to(local).as_posix() for p in files]
+        todo = [rel for rel in todo if rel not in there]
+        for rel in todo:
+            with self._fs.open_output_stream(f"{self._base}/{name}/{rel}") as out:
+                out.write((local / rel).read_bytes())
+        return len(todo)
+
+    def pull_files(self, name: str, last: str) -> int:
+        """Download the files of the bucket's `name/` that the working copy's lacks, those
+        named `last` after the rest (a reader takes one as the sign the rest is there); how many."""
+        local = self.layout.root / name
+        todo = sorted((r for r in self._dir_files(name) if not (local / r).is_file()), key=lambda r: r.endswith(last))
+        for rel in todo:
+            with self._fs.open_input_stream(f"{self._base}/{name}/{rel}") as src, atomic_path(local / rel) as tmp:
+                tmp.write_bytes(bytes(src.read()))
+        return len(todo)
+
+    def prune_files(self, name: str, last: str) -> int:
+        """Delete the files of the bucket's `name/` that the working copy's no longer holds,
+        those named `last` first (the reverse of `pull_files`); how many."""
+        local = self.layout.root / name
+        gone = [r for r in self._dir_files(name) if not (local / r).is_file()]
+        gone.sort(key=lambda r: not r.endswith(last))
+        for rel in gone:  # through boto3: pyarrow.fs leaves an empty directory object behind
+            bucket, key = f"{self._base}/{name}/{rel}".split("/", 1)
+            self._s3.delete_object(Bucket=bucket, Key=key)
+        return len(gone)
+
     def _object_infos(self) -> list[pafs.FileInfo]:
         found = self._fs.get_file_info(pafs.FileSelector(f"{self._base}/objects", recursive=True, allow_not_found=True))
         return sorted((i for i in found if i.type == pafs.FileType.File), key=lambda i: i.base_name)

@@ -29,6 +29,8 @@ from albor_pipeline.spec import REPO_ROOT, SourceSpec
 from albor_pipeline.stages.ingest.ingest import ingest_source, source_fingerprint
 from albor_pipeline.stages.ingest.licences import detect_licences
 from albor_pipeline.text.datafiles import IngestError
+from albor_pipeline.text.ledger import is_ledger
+from albor_pipeline.text.removal import REMOVED
 from albor_pipeline_tests.support import STDLIB, run_into_bucket
 
 boto3 = pytest.importorskip("boto3", reason="moto[server] (dev extra) is not installed")
@@ -165,7 +167,15 @@ def test_a_whole_graph_with_its_data_dir_in_a_bucket(s3, reference, tmp_path, ma
         a.path for stage in ("fim/train", "tokenizer", "corpus/train") for a in read_manifest(local, stage).outputs
     }
     assert needed <= fetched
-    assert not any(p.startswith(("documents/", "ingested/", "mixed/")) for p in fetched)  # only what it reads
+    # Only what it reads: beside its inputs, the ledgers it keeps as its fates table.
+    fates = {
+        a.path
+        for m in iter_manifests(local)
+        if m.stage.startswith(("ingested/", "filtered/")) or m.stage == "documents"
+        for a in m.outputs
+        if is_ledger(a.path) or a.path.endswith(f"/{REMOVED}")
+    }
+    assert fates and {p for p in fetched if p.startswith(("documents/", "ingested/", "filtered/", "mixed/"))} == fates
     assert _bucket_files(s3, "albor-data", "team/run/") == stored  # same bytes: nothing new, same manifest
 
     # A publish that fails (an output vanished before upload) leaves the bucket's commit as it was.

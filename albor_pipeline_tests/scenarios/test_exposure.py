@@ -22,7 +22,15 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import load_spec
 from albor_pipeline.stages.corpus.exposure import read_states
 from albor_pipeline.stages.corpus.versions import versions, versions_dir
-from albor_pipeline_tests.support import STDLIB, Build, build, materialize_all, tiny_spec, write_spec
+from albor_pipeline_tests.support import (
+    STDLIB,
+    Build,
+    build,
+    materialize_all,
+    run_into_bucket,
+    tiny_spec,
+    write_spec,
+)
 
 CHUNK = 128  # the loop reads 128-token chunks of the 256-token sequences: two items a sequence
 BATCH, EVERY, RESUME_AT, STEPS = 8, 5, 10, 100
@@ -280,3 +288,44 @@ def test_albor_diff_names_the_edited_document_and_exactly_the_sequences_that_cha
     assert main(["diff", train["version_a"], train["version_b"], "--data-dir", str(b)]) == 0
     printed = capsys.readouterr().out
     assert f"corpus/train {train['version_a']} -> {train['version_b']}: {len(truth):,} of" in printed
+
+
+@pytest.mark.slow
+def test_a_bucket_data_dir_keeps_its_versions_and_answers_from_any_machine(s3, tmp_path, monkeypatch, capsys):
+    """Train on a build in a bucket, rebuild it after a one-file edit: the replaced version's
+    facts are published with the rebuild, so another machine (a fresh working copy) answers
+    `albor exposure` and `albor diff` as the machine that built it does; `albor gc
+    --drop-versions` deletes them from the bucket, and the old states are then refused."""
+    shutil.copytree(STDLIB / "json", tmp_path / "src" / "json")
+    raw = tiny_spec()
+    raw["sources"][0].update(path=str(tmp_path / "src"), include=["json/**/*.py"])
+    spec = write_spec(tmp_path / "spec.yaml", raw)
+    uri = run_into_bucket(s3, tmp_path, spec, monkeypatch, "albor-versions", "team/v")
+    work = tmp_path / "work"
+    _train(work / "corpus" / "train", tmp_path / "ckpt")
+    edited = tmp_path / "src" / "json" / "scanner.py"
+    edited.write_text(edited.read_text().replace("import re", "import re  # an edit", 1))
+    assert main(["run", "--spec", str(spec), "--data-dir", uri, "--log-level", "ERROR"]) == 0
+    stored = {o["Key"] for o in s3.list_objects_v2(Bucket="albor-versions", Prefix="team/v/versions/")["Contents"]}
+    old, new = (v.id for v in sorted(versions(Layout(work), "corpus/train"), key=lambda v: v.current))
+    assert f"team/v/versions/corpus__train/{old}/manifest.json" in stored
+    assert not any(f"/{new}/" in key for key in stored)  # the current version's facts are the corpus's own
+
+    def answers(data_dir: str, *argv: str) -> tuple[int, str]:
+        code = main([*argv, "--spec", str(spec), "--data-dir", data_dir])
+        return code, capsys.readouterr().out
+
+    capsys.readouterr()
+    exposure = ["exposure", "**", "--state", str(tmp_path / "ckpt"), "--json"]
+    here = answers(str(work), *exposure)
+    assert here[0] == 0 and json.loads(here[1])
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "fresh"))
+    assert answers(uri, *exposure) == here
+    diff = ["diff", old[:12], new[:12], "--json"]
+    assert answers(uri, *diff) == answers(str(work), *diff)
+    assert answers(uri, "gc", "--drop-versions")[0] == 0
+    listed = s3.list_objects_v2(Bucket="albor-versions", Prefix="team/v/versions/")
+    assert [o["Key"] for o in listed.get("Contents", [])] == []
+    monkeypatch.setenv("ALBOR_WORK_DIR", str(tmp_path / "third"))
+    assert main([*exposure, "--spec", str(spec), "--data-dir", uri]) == 2
+    assert f"corpus/train version {old[:12]} is not kept" in capsys.readouterr().err

@@ -20,9 +20,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from albor_pipeline.runtime.artifacts import StageManifest, sha256_file, staged_dir
-from albor_pipeline.runtime.layout import Layout
+from albor_pipeline.runtime.artifacts import Artifact, StageManifest, check_recorded, sha256_file, staged_dir
+from albor_pipeline.runtime.bucket import Bucket
+from albor_pipeline.runtime.layout import Layout, corpus_names, corpus_stage
 from albor_pipeline.runtime.shards import read_files
+from albor_pipeline.runtime.stagerun import Fetch
+from albor_pipeline.spec import SPLITS
 from albor_pipeline.stages.corpus.lineage import DOCUMENTS, FATES, PIECES
 from albor_pipeline.stages.corpus.registry import (
     CHUNKS,
@@ -90,16 +93,24 @@ def _current(layout: Layout, stage: str) -> StageManifest | None:
         return None
 
 
-def keep_version(layout: Layout, stage: str) -> Path | None:
+def _facts(manifest: StageManifest) -> list[Artifact]:
+    """The outputs of a corpus manifest that are its facts."""
+    return [a for a in manifest.outputs if a.path in {f"{manifest.stage}/{name}" for name in FACTS}]
+
+
+def keep_version(layout: Layout, stage: str, fetch: Fetch | None = None) -> Path | None:
     """Copy the committed version's facts of `stage` under `versions/` (once per version),
-    each checked against its manifest's SHA-256; None when nothing is committed, or a fact
-    no longer has its recorded bytes (then there is nothing true to keep)."""
+    each checked against its manifest's SHA-256 (a bucket's working copy: `fetch`ed first);
+    None when nothing is committed, or a fact no longer has its recorded bytes (then there
+    is nothing true to keep)."""
     manifest = _current(layout, stage)
     if manifest is None:
         return None
     target = versions_dir(layout, stage) / manifest.data_version
     if target.is_dir():
         return target
+    if fetch is not None:
+        check_recorded(layout.root, _facts(manifest), fetch)
     recorded = {a.path: a.sha256 for a in manifest.outputs}
     names = [name for name in FACTS if f"{stage}/{name}" in recorded]
     sources = {name: layout.stage_dir(stage) / name for name in names}
@@ -160,6 +171,28 @@ def kept_bytes(layout: Layout) -> int:
     """Bytes the kept versions' facts take, their shared chunks included (`albor gc` reports them)."""
     root = layout.versions_dir
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
+
+
+def kept_files(layout: Layout, stage: str, current: str) -> list[Path]:
+    """The files of `stage`'s kept versions other than `current`, and the chunks they name,
+    in the order a reader can trust them: chunks, each version's facts, its manifest last (a
+    directory without one is no version). What a bucket data dir publishes (`Bucket.push_files`)."""
+    dirs = [d for d in kept_versions(layout) if d.parent == versions_dir(layout, stage) and d.name != current]
+    chunks = [layout.versions_dir / OBJECTS / name for name in sorted(referenced(dirs))]
+    facts = [p for d in dirs for p in sorted(d.rglob("*")) if p.is_file() and p.name != MANIFEST]
+    return [*chunks, *facts, *(d / MANIFEST for d in dirs)]
+
+
+def pull_facts(bucket: Bucket) -> Layout:
+    """A bucket data dir's corpus versions in its working copy, for `albor exposure` and
+    `albor diff`: its manifests, every kept version's facts, and each corpus's current
+    facts (checked against its manifest). The working copy's layout."""
+    bucket.pull()
+    bucket.pull_files(bucket.layout.versions_dir.name, MANIFEST)
+    for stage in map(corpus_stage, corpus_names(SPLITS)):
+        if (manifest := _current(bucket.layout, stage)) is not None:
+            check_recorded(bucket.layout.root, _facts(manifest), bucket.fetch)
+    return bucket.layout
 
 
 def version_problems(layout: Layout) -> list[str]:
