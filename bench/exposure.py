@@ -27,14 +27,14 @@ import pyarrow.parquet as pq
 import yaml
 
 from albor_pipeline.dataset import Batches, Sequences
-from albor_pipeline.diff import diff_data_dirs
+from albor_pipeline.diff import diff_data_dirs, diff_versions
 from albor_pipeline.exposure import Exposure
 from albor_pipeline.runtime.artifacts import iter_manifests
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import load_spec
 from albor_pipeline.stages.corpus.exposure import read_states
 from albor_pipeline.stages.corpus.lineage import DOCUMENTS
-from albor_pipeline.stages.corpus.versions import kept_bytes
+from albor_pipeline.stages.corpus.versions import kept_bytes, versions
 from bench.common import REPO
 from bench.graph import shipped_spec
 
@@ -133,7 +133,8 @@ def _timed(call: Any) -> float:
 
 
 def bench_exposure(work: Path, repeat: int) -> dict[str, Any]:
-    """The four targets' figures, fresh and warm."""
+    """The four targets' figures, fresh and warm, with one state beside 100 (the small input)
+    and the diff of the two versions the rebuild left in one data dir."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     spec, a, b, home = _spec(work), work / "a", work / "b", work / "home"
@@ -149,15 +150,20 @@ def bench_exposure(work: Path, repeat: int) -> dict[str, Any]:
     exposure = Exposure(loaded, layout)
     first = pq.ParquetFile(a / "corpus" / "train" / DOCUMENTS).read_row_group(0)
     query = f"{first.column('source')[0]}:{first.column('file')[0]}"  # a document corpus/train holds
+    old, new = (v.id[:12] for v in sorted(versions(Layout(b), "corpus/train"), key=lambda v: v.current))
     fresh = {
         "exposure_s": _run(["exposure", query, "--state", str(states)], spec, a, home),
+        "exposure_one_s": _run(["exposure", query, "--state", str(one)], spec, a, home),
         "diet_s": _run(["exposure", "--state", str(one)], spec, a, home),
         "diff_s": _run(["diff", str(a), str(b)], spec, a, home),
+        "diff_versions_s": _run(["diff", old, new], spec, b, home),
     }
     warm = {
         "exposure_s": _warm(lambda: exposure.exposure(query, read_states([str(states)])), repeat),
+        "exposure_one_s": _warm(lambda: exposure.exposure(query, read_states([str(one)])), repeat),
         "diet_s": _warm(lambda: exposure.diet(read_states([str(one)])[0]), repeat),
         "diff_s": _warm(lambda: diff_data_dirs(a, b), repeat),
+        "diff_versions_s": _warm(lambda: diff_versions(Layout(b), old, new), repeat),
     }
     outputs = sum(x.bytes for m in iter_manifests(layout) for x in m.outputs)
     one = kept_bytes(Layout(b))  # the first build's version of each corpus, kept by the rebuild

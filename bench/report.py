@@ -472,8 +472,18 @@ def _exposure_rows(e: dict[str, Any]) -> list[Row]:
             f"{f['exposure_s']} / {w['exposure_s']}",
             "<= 2",
         ),
+        (
+            "  the same over 1 state, s: fresh / warm",
+            f"{f.get('exposure_one_s', '')} / {w.get('exposure_one_s', '')}",
+            "",
+        ),
         ("a checkpoint's diet (albor exposure --state), s: fresh / warm", f"{f['diet_s']} / {w['diet_s']}", "<= 5"),
         ("albor diff of two builds a one-file edit apart, s: fresh / warm", f"{f['diff_s']} / {w['diff_s']}", "<= 5"),
+        (
+            "  albor diff of the two corpus/train versions in one data dir, s: fresh / warm",
+            f"{f.get('diff_versions_s', '')} / {w.get('diff_versions_s', '')}",
+            "",
+        ),
         (
             "facts kept, MB: one version (every corpus) / 10 versions (10 edits); one build's outputs MB",
             f"{e['version_facts_mb']} / {e.get('ten_versions_mb', '')}; {e['outputs_mb']}",
