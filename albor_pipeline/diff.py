@@ -142,8 +142,8 @@ def diff_lines(diff: DataDiff) -> list[str]:
         lines.append(f"tokenizer: {what if t.changed else 'unchanged'}")
     for c in diff.corpora:
         lines.append(
-            f"{c.corpus} {c.version_a} -> {c.version_b}: {c.sequences_changed:,} of {c.sequences_b:,} sequences "
-            f"changed (A had {c.sequences_a:,}){'; the tokenizer changed' if c.tokenizer_changed else ''}"
+            f"{c.corpus} {c.version_a} -> {c.version_b}: {c.sequences_changed:,} sequences changed (A has "
+            f"{c.sequences_a:,}, B {c.sequences_b:,}){'; the tokenizer changed' if c.tokenizer_changed else ''}"
         )
         listed = ", ".join(map(str, c.changed_sequences[:12])) + (", ..." if c.sequences_changed > 12 else "")
         if listed:

@@ -154,10 +154,13 @@ def _changes(
         return {}
     c = corpus_changes(old, current)
     rows = [{"source": s.source, "added": s.added, "removed": s.removed, "changed": s.changed} for s in c.documents]
-    head = (
-        f"Against version {c.version_a}: {c.sequences_changed:,} of {c.sequences_b:,} sequences changed"
-        f"{' (the tokenizer changed)' if c.tokenizer_changed else ''}; "
-        f"`albor diff {c.version_a} {c.version_b}` lists them."
+    head = "\n".join(
+        [
+            f"- against version {c.version_a} (this build: {c.version_b})",
+            f"- {c.sequences_changed:,} sequences changed (it had {c.sequences_a:,}, this build has "
+            f"{c.sequences_b:,}){'; the tokenizer changed' if c.tokenizer_changed else ''}",
+            f"- `albor diff {c.version_a} {c.version_b}` lists them",
+        ]
     )
     return {"changes": dg.MetadataValue.md(head + "\n\n" + (markdown_table(rows) if rows else "no document changed"))}
 

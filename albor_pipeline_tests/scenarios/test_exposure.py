@@ -11,12 +11,14 @@ import re
 import shutil
 from pathlib import Path
 
+import dagster as dg
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.cli import main
 from albor_pipeline.dataset import Batches, Sequences
+from albor_pipeline.diff import diff_versions
 from albor_pipeline.exposure import Exposure
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.spec import load_spec
@@ -166,6 +168,18 @@ def test_a_rebuilt_corpus_keeps_the_old_versions_facts_and_refuses_old_states(bu
     raw["sources"][0].update(path=str(copy), include=["json/**/*.py"])
     rebuilt = build_into(tmp_path, raw, out)
     assert Sequences(corpus).version != old
+    # The corpus asset's page says what changed against the version it replaced.
+    meta = next(
+        e.step_materialization_data.materialization.metadata
+        for e in rebuilt.result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey(["corpus", "train"])
+    )
+    changes = meta["changes"].value
+    assert f"- against version {old[:12]} (this build: {Sequences(corpus).version[:12]})" in changes
+    found = diff_versions(Layout(out), old, Sequences(corpus).version).corpora[0]
+    assert f"- {found.sequences_changed:,} sequences changed (it had {found.sequences_a:,}" in changes
+    rows = [f"| {s.source} | {s.added} | {s.removed} | {s.changed} |" for s in found.documents]
+    assert rows and all(row in changes for row in rows)
     assert (versions_dir(Layout(out), "corpus/train") / old).is_dir()
     assert {v.id for v in versions(Layout(out), "corpus/train")} >= {old, Sequences(corpus).version}
     # Old states are answered from the kept version, as before the rebuild.
@@ -287,7 +301,7 @@ def test_albor_diff_names_the_edited_document_and_exactly_the_sequences_that_cha
     # The same from the two versions kept in b, and readable.
     assert main(["diff", train["version_a"], train["version_b"], "--data-dir", str(b)]) == 0
     printed = capsys.readouterr().out
-    assert f"corpus/train {train['version_a']} -> {train['version_b']}: {len(truth):,} of" in printed
+    assert f"corpus/train {train['version_a']} -> {train['version_b']}: {len(truth):,} sequences changed" in printed
 
 
 @pytest.mark.slow
