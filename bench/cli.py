@@ -31,6 +31,7 @@ from bench.lineage import bench_ledger
 from bench.loader import bench_loader
 from bench.quality import bench_quality
 from bench.rebuild import bench_rebuild
+from bench.recall import bench_recall
 from bench.report import markdown, write_markdown
 from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
@@ -49,6 +50,7 @@ SECTIONS = (
     "loader",
     "scale",
     "web",
+    "recall",
 )
 FULL_ONLY = ("rebuild", "floor", "scaling", "scale")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
@@ -67,6 +69,7 @@ RESULTS = (
     "loader",
     "scale",
     "web",
+    "recall",
     "measured",  # each section's command, date, machine and Python
 )
 
@@ -162,6 +165,9 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["web"]:
         print("web: extraction against bare Resiliparse, the recipe against datatrove ...", file=sys.stderr)
         results["web"] = bench_web(work / "web", args.web_copies, repeat)
+    if run["recall"]:
+        print("recall: near dedup against exact all-pairs Jaccard, per cluster size ...", file=sys.stderr)
+        results["recall"] = bench_recall()
     if run["loader"]:
         print("loader ...", file=sys.stderr)
         results["loader"] = bench_loader(corpora, work / "loader", repeat)

@@ -497,6 +497,42 @@ def _exposure_rows(e: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _recall_rows(r: dict[str, Any]) -> list[Row]:
+    """Per LSH setting: the corpora, then recall of the pairs at or above the threshold, all
+    and per cluster size band (the larger corpus's), small corpus / large."""
+    rows: list[Row] = []
+    for run in r["runs"]:
+        small, large = run["small"], run["large"]
+        setting = f"{run['bands']} bands of {run['rows']} rows"
+        rows.append(
+            (
+                f"{setting}: documents (text MB), clusters, largest; small / large",
+                f"{small['documents']:,} ({small['text_mb']}) , {small['clusters']}, {small['largest_cluster']} / "
+                f"{large['documents']:,} ({large['text_mb']}), {large['clusters']}, {large['largest_cluster']}",
+                "",
+            )
+        )
+        rows.append(
+            (
+                f"  recall of pairs at Jaccard >= {r['threshold']}: found / pairs, small / large",
+                f"{small['found_pairs']:,} / {small['true_pairs']:,} = {small['recall']} / "
+                f"{large['found_pairs']:,} / {large['true_pairs']:,} = {large['recall']}",
+                ">= 0.99",
+            )
+        )
+        for band, b in large["bands"].items():
+            share = f"{b['found'] / b['pairs']:.4f}" if b["pairs"] else "-"
+            rows.append((f"    cluster size {band} (large corpus)", f"{b['found']:,} / {b['pairs']:,} = {share}", ""))
+        rows.append(
+            (
+                "  near dedup / exact all-pairs s, small / large",
+                f"{small['near_dedup_s']} / {small['exact_s']}; {large['near_dedup_s']} / {large['exact_s']}",
+                "",
+            )
+        )
+    return rows
+
+
 def _causes(counts: dict[str, int]) -> str:
     return "; ".join(f"{cause} {n}" for cause, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
@@ -579,5 +615,6 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[Row]]], ...
     ("scale", "Expected scaling: local and Ray", "scale", _scale_section),
     ("loader", "The loader", "loader", _loader_rows),
     ("web", "The web source: extraction and the recipe against datatrove", "web", _web_rows),
+    ("recall", "Near-dedup recall against exact all-pairs Jaccard", "recall", _recall_rows),
 )
 """(results.json key, title, the `--only` section that measures it, its rows), in report order."""
