@@ -22,6 +22,7 @@ from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import REPO_ROOT, SPLITS, SourceSpec, SpecError, WebSpec, load_spec, parse_spec
+from albor_pipeline.stages.corpus.lineage import FATES
 from albor_pipeline.stages.hygiene.whatif import answer_all
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.stages.ingest.web import MAX_DEPTH, Blocks, _decoded, normalise_url
@@ -128,10 +129,14 @@ def test_a_blocked_domain_is_absent_from_every_output_and_the_ledger_says_why(we
     spec, out, _ = web_build
     layout = Layout(out)
     host = SPAM.split("/")[2]
+    fates = []  # each corpus keeps the ledgers as they stood (its fates table): they say why too
     for artifact in recorded_outputs(out):
         if not artifact.endswith(".parquet") or artifact.startswith("ingested/python_docs/_ledger"):
             continue
         table = pq.read_table(out / artifact)
+        if artifact.endswith(f"/{FATES}"):
+            fates.append({(r["stage"], r["file"], r["fate"]) for r in table.to_pylist() if host in r["file"]})
+            continue
         for name in table.column_names:
             if pa.types.is_string(table.schema.field(name).type) or pa.types.is_large_string(
                 table.schema.field(name).type
@@ -141,6 +146,8 @@ def test_a_blocked_domain_is_absent_from_every_output_and_the_ledger_says_why(we
     blocked = [row for row in ledger if host in row["file"]]
     assert len(blocked) == 2 and {row["fate"] for row in blocked} == {"blocked"}
     assert {row["detail"] for row in blocked} == {f"domain {host} (blocked_domains.txt:2)"}
+    rows = {("ingested/python_docs", row["file"], "blocked") for row in blocked}
+    assert fates and all(found == rows for found in fates)
     answer = Tracer(spec, layout).missing(f"{SPAM}*")
     assert f"{SPAM}offer-0.html: blocked at ingested/python_docs (domain {host}" in answer
 
