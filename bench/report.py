@@ -507,7 +507,7 @@ def _recall_rows(r: dict[str, Any]) -> list[Row]:
         rows.append(
             (
                 f"{setting}: documents (text MB), clusters, largest; small / large",
-                f"{small['documents']:,} ({small['text_mb']}) , {small['clusters']}, {small['largest_cluster']} / "
+                f"{small['documents']:,} ({small['text_mb']}), {small['clusters']}, {small['largest_cluster']} / "
                 f"{large['documents']:,} ({large['text_mb']}), {large['clusters']}, {large['largest_cluster']}",
                 "",
             )
