@@ -103,19 +103,18 @@ def referenced(kept: list[Path]) -> set[str]:
     return {name for p in listings if p.is_file() for name in json.loads(p.read_text())["chunks"]}
 
 
-def kept_problems(objects: Path, kept: Path) -> list[str]:
-    """What no longer has its recorded bytes among a kept version's chunks and order (each
-    chunk is named by its SHA-256; the order's is in the listing): `albor verify`'s check."""
+def kept_problems(objects: Path, kept: list[Path]) -> list[str]:
+    """What no longer has its recorded bytes among the kept versions' chunks (each named by
+    its SHA-256, hashed once however many versions share it) and orders (their SHA-256 in
+    the listing): `albor verify`'s check."""
     problems = []
-    for name in (CHUNKS, FATE_CHUNKS):
-        if not (kept / name).is_file():
-            continue
-        listed = json.loads((kept / name).read_text())
-        for chunk in listed["chunks"]:
-            path = objects / chunk
-            if not path.is_file() or sha256_file(path) != chunk.removesuffix(".parquet"):
-                problems.append(f"{path}: {'missing' if not path.is_file() else 'does not hash to its name'}")
-        order = kept / ORDER
+    for chunk in sorted(referenced(kept)):
+        path = objects / chunk
+        if not path.is_file() or sha256_file(path) != chunk.removesuffix(".parquet"):
+            problems.append(f"{path}: {'missing' if not path.is_file() else 'does not hash to its name'}")
+    for directory in kept:
+        listed = json.loads((directory / CHUNKS).read_text()) if (directory / CHUNKS).is_file() else {}
+        order = directory / ORDER
         if "order_sha256" in listed and (not order.is_file() or sha256_file(order) != listed["order_sha256"]):
             problems.append(f"{order}: missing, or not its recorded SHA-256")
     return problems

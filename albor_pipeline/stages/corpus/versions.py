@@ -86,6 +86,11 @@ def versions_dir(layout: Layout, stage: str) -> Path:
     return layout.versions_dir / stage.replace("/", "__")
 
 
+def _stage_of(kept: Path) -> str:
+    """The stage whose kept version's directory is `kept` (the inverse of `versions_dir`)."""
+    return kept.parent.name.replace("__", "/")
+
+
 def _current(layout: Layout, stage: str) -> StageManifest | None:
     try:
         return StageManifest.model_validate_json(layout.manifest(stage).read_bytes())
@@ -199,15 +204,15 @@ def version_problems(layout: Layout) -> list[str]:
     """Every kept version's facts that no longer have their recorded bytes: the copied ones
     against the version's manifest, the chunked ones against their names and listing."""
     problems = []
-    for kept in kept_versions(layout):
-        version = kept_version(kept.parent.name.replace("__", "/"), kept)
+    kept = kept_versions(layout)
+    for directory in kept:
+        version = kept_version(_stage_of(directory), directory)
         recorded = {a.path: a.sha256 for a in version.manifest.outputs}
         for name in (INDEX_FILE, PIECES):
-            path, sha = kept / name, recorded.get(f"{version.stage}/{name}")
+            path, sha = directory / name, recorded.get(f"{version.stage}/{name}")
             if sha is not None and (not path.is_file() or sha256_file(path) != sha):
                 problems.append(f"{path}: missing, or not the SHA-256 its version's manifest records")
-        problems += kept_problems(layout.versions_dir / OBJECTS, kept)
-    return problems
+    return problems + kept_problems(layout.versions_dir / OBJECTS, kept)
 
 
 def drop_versions(layout: Layout) -> tuple[int, int]:
@@ -216,7 +221,7 @@ def drop_versions(layout: Layout) -> tuple[int, int]:
     caller holds the data dir's lock."""
     dropped = size = 0
     for entry in kept_versions(layout):
-        current = _current(layout, entry.parent.name.replace("__", "/"))
+        current = _current(layout, _stage_of(entry))
         if current is None or current.data_version != entry.name:
             size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
             shutil.rmtree(entry)
