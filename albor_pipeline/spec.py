@@ -463,7 +463,7 @@ class NearDedupSpec(_Model):
     remove: bool = True
     ngram: Int = Field(5, gt=0)
     num_perm: Int = Field(112, gt=0)
-    bands: Int = Field(14, gt=0)
+    bands: Int = Field(28, gt=0)
     threshold: Float = Field(0.8, gt=0, le=1)
 
     @model_validator(mode="after")

@@ -522,7 +522,9 @@ def _recall_rows(r: dict[str, Any]) -> list[Row]:
         )
         for band, b in large["bands"].items():
             share = f"{b['found'] / b['pairs']:.4f}" if b["pairs"] else "-"
-            rows.append((f"    cluster size {band} (large corpus)", f"{b['found']:,} / {b['pairs']:,} = {share}", ""))
+            target = ">= 0.99" if band[0].isdigit() and int(band.split("-")[1]) <= 20 else ""
+            found = f"{b['found']:,} / {b['pairs']:,} = {share}"
+            rows.append((f"    cluster size {band} (large corpus)", found, target))
         rows.append(
             (
                 "  near dedup / exact all-pairs s, small / large",
