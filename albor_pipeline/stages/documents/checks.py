@@ -135,7 +135,7 @@ def check_no_near_leak(
     index.verify_shards([str(f) for _, f in shards], locate, spool_dir, io)
     wrong = sum(s.wrong for s in sampled)
     return CheckOutcome(
-        not index.verified and not wrong,
+        not len(index.verified) and not wrong,
         f"{len(index.verified)} near-duplicate pairs across splits (of {candidates} LSH candidates, "
         f"{len(index.pairs)} across splits)"
         + (f"; {wrong} shard(s) whose stored signatures disagree with their documents" if wrong else ""),

@@ -14,7 +14,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +26,7 @@ from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import SPLITS, AuditSpec, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.documents.decontam import Decontaminator
+from albor_pipeline.stages.documents.fates import NO_FATES, Fates, InputFates
 from albor_pipeline.stages.documents.lsh import LshJob
 from albor_pipeline.stages.documents.minhash import MAX_HASH, Signer
 from albor_pipeline.stages.documents.neardup import NearDupIndex
@@ -173,14 +173,17 @@ class _Locator:
         return i, row
 
 
-Fates = dict[int, dict[int, tuple[str, str]]]
-"""Per input, row -> (fate, detail) of each document the stage dropped: its ledger rows."""
-
-
-def _drop(codes: list[np.ndarray], fates: Fates, i: int, row: int, fate: str, detail: str) -> None:
-    """Drop input `i`'s document `row`, noting why for the ledger."""
-    codes[i][row] = DROPPED
-    fates.setdefault(i, {})[row] = (fate, detail)
+def _drop(scan: _Scan, docs: dict[int, str], where: _Locator, fate: str) -> None:
+    """Drop the scanned documents `docs` (a few: removal requests' copies, contaminated train
+    documents), noting each one's detail for the ledger."""
+    by_input: dict[int, list[tuple[int, int]]] = {}
+    for doc, detail in docs.items():
+        i, row = where.one(doc)
+        scan.codes[i][row] = DROPPED
+        by_input.setdefault(i, []).append((row, scan.fates.text(detail)))
+    for i, noted in by_input.items() if scan.ledger else ():
+        rows, texts = np.array(noted, dtype=np.int64).reshape(-1, 2).T
+        scan.fates.add(i, rows, fate, texts)
 
 
 def _identities(inputs: list[tuple[str, Path]], wanted: dict[int, list[int]]) -> dict[tuple[int, int], str]:
@@ -222,7 +225,7 @@ class _Scan:
     """What the scan works on and with, by name: the inputs (source, Parquet shard) and their
     split `codes` (which its steps update in place), where and how its tasks run, the steps
     to take (each None when off), and whether a ledger is kept (near dedup then names each
-    removed member's representative)."""
+    removed member's representative) with the fates it records."""
 
     inputs: list[tuple[str, Path]]
     codes: list[np.ndarray]
@@ -232,6 +235,7 @@ class _Scan:
     decon: Decontaminator | None
     removal: RemovalIndex | None
     ledger: bool
+    fates: Fates  # each step notes the fates of what it drops (with the ledger)
 
 
 @dataclass(frozen=True)
@@ -244,18 +248,6 @@ class _Found:
     removed: dict[int, tuple[str, str]]  # how it matched (`exact`, `near`), the tombstone's SHA-256
 
 
-Report = TypeVar("Report", Removals, NearDuplicates, Decontaminated)
-
-
-@dataclass(frozen=True)
-class _Decided(Generic[Report]):
-    """A step's report and the fates of the documents it dropped (their codes are DROPPED):
-    the ledger records them as they are."""
-
-    report: Report
-    fates: Fates
-
-
 @dataclass(frozen=True)
 class _Scanned:
     """What the scan found (its items say where its signatures are spooled, for the split writers)."""
@@ -264,14 +256,13 @@ class _Scanned:
     decontaminated: Decontaminated | None
     items: list[_ScanItem]
     removal: Removals | None
-    fates: Fates
 
 
 def _scan(scan: _Scan) -> _Scanned:
     """One pass over the exact-unique documents finds what each step needs (`_find`); then
     three steps decide in order, each on the codes the one before left: removal requests'
     copies go, then near-duplicate clusters of the rest, then train documents holding
-    benchmark text. The ledger's fates are the union of theirs: a step drops only documents
+    benchmark text. Each notes its drops' fates in `scan.fates`: a step drops only documents
     the ones before kept, so no two decide on the same document."""
     items = _scan_items(scan.inputs, scan.codes)
     where = _Locator(items)
@@ -281,17 +272,7 @@ def _scan(scan: _Scan) -> _Scanned:
     removed = _remove(scan, scan.removal, where, found.removed) if scan.removal else None
     clustered = _near_dedup(scan, near, index, where, found.removed) if near and index else None
     decontaminated = _decontaminate(scan, scan.decon, where, found.hits) if scan.decon else None
-    fates: Fates = {}
-    for step in (removed, clustered, decontaminated):
-        for i, rows in step.fates.items() if step else ():
-            fates.setdefault(i, {}).update(rows)
-    return _Scanned(
-        near=clustered.report if clustered else None,
-        decontaminated=decontaminated.report if decontaminated else None,
-        items=items,
-        removal=removed.report if removed else None,
-        fates=fates,
-    )
+    return _Scanned(near=clustered, decontaminated=decontaminated, items=items, removal=removed)
 
 
 def _find(scan: _Scan, items: list[_ScanItem], where: _Locator, index: NearDupIndex | None) -> _Found:
@@ -312,28 +293,25 @@ def _find(scan: _Scan, items: list[_ScanItem], where: _Locator, index: NearDupIn
     return _Found(hits, removed)
 
 
-def _remove(
-    scan: _Scan, removal: RemovalIndex, where: _Locator, matched: dict[int, tuple[str, str]]
-) -> _Decided[Removals]:
+def _remove(scan: _Scan, removal: RemovalIndex, where: _Locator, matched: dict[int, tuple[str, str]]) -> Removals:
     """Removal requests' copies go first, so near dedup clusters only what they leave. Each
     fate names the tombstone its document matched, exactly or as a near-duplicate."""
     names, file_of = [name for name, _ in scan.inputs], partial(_file_of, scan.inputs)
     report = drop_removed(matched, where.one, names, scan.codes, DROPPED, file_of, len(removal.sha256))
-    fates: Fates = {}
-    for doc, (how, sha256) in sorted(matched.items()):
-        i, row = where.one(doc)
-        fates.setdefault(i, {})[row] = ("removed", f"{how} copy of a document removed by request (sha256 {sha256})")
-    return _Decided(report, fates)
+    why = "{} copy of a document removed by request (sha256 {})"
+    _drop(scan, {doc: why.format(*hit) for doc, hit in sorted(matched.items())}, where, "removed")
+    return report
 
 
 def _near_dedup(
     scan: _Scan, spec: NearDedupSpec, index: NearDupIndex, where: _Locator, removed: Collection[int]
-) -> _Decided[NearDuplicates]:
+) -> NearDuplicates:
     """Cluster near-duplicates among the documents the removal requests left (a candidate pair
     with a removed document goes: its copy is gone already); members either leave (remove)
     or take their representative's split (cluster-aware holdout). The representative is the
     first member in spec order, as in exact dedup. Each removed member's fate names its
-    representative (with the ledger) and the best Jaccard that joined it."""
+    representative (with the ledger) and the best Jaccard that joined it. Members are handled
+    as arrays, an input at a time: no Python object per member."""
     inputs, codes = scan.inputs, scan.codes
     if removed:
         gone = np.isin(index.pairs, np.fromiter(removed, dtype=np.int64, count=len(removed))).any(axis=1)
@@ -341,71 +319,89 @@ def _near_dedup(
     if scan.io.progress:
         scan.io.progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify_shards([str(p) for _, p in inputs], where, scan.spool.parent, scan.io)
-    dropped: Counter[str] = Counter()
-    sizes: Counter[int] = Counter()
     reps, members = index.clusters.members()  # by representative, the representative first
     firsts = np.flatnonzero(np.concatenate((reps[:1] == reps[:1], reps[1:] != reps[:-1])))  # where each cluster starts
-    sizes.update(np.diff(np.append(firsts, len(reps))).tolist())
-    jaccard: dict[int, float] = {}
-    for a, b, j in index.verified:
-        jaccard[a], jaccard[b] = max(jaccard.get(a, 0.0), j), max(jaccard.get(b, 0.0), j)
-    roots = {root: where.one(root) for root in reps[firsts].tolist()} if spec.remove and scan.ledger else {}
-    wanted: dict[int, list[int]] = {}
-    for i, row in roots.values():
-        wanted.setdefault(i, []).append(row)
-    names = _identities(inputs, wanted)
-    fates: Fates = {}
-    for root, member in zip(reps.tolist(), members.tolist()):
-        if member == root:
-            continue
-        ri, rrow = where.one(root)
-        i, row = where.one(member)
-        if spec.remove:
-            similar = f"of {names.get((ri, rrow), '?')}, Jaccard {jaccard.get(member, spec.threshold)}"
-            _drop(codes, fates, i, row, "near_duplicate", similar)
-            dropped[inputs[i][0]] += 1
-        else:
-            codes[i][row] = codes[ri][rrow]
-    report = NearDuplicates(
+    sizes = Counter(np.diff(np.append(firsts, len(reps))).tolist())
+    moved = members != reps
+    member_at, rep_docs = where(members[moved]), reps[moved]
+    dropped: Counter[str] = Counter()
+    if spec.remove:
+        texts = _representative_texts(scan, where, rep_docs) if scan.ledger else np.zeros(len(rep_docs), np.int64)
+        best = _best_jaccard(index.verified, members[moved], spec.threshold)
+        for i in np.unique(member_at[:, 0]).tolist():
+            mine = member_at[:, 0] == i
+            codes[i][member_at[mine, 1]] = DROPPED
+            dropped[inputs[i][0]] += int(mine.sum())
+            if scan.ledger:
+                scan.fates.add(i, member_at[mine, 1], "near_duplicate", texts[mine], best[mine])
+    else:
+        rep_at = where(rep_docs)
+        split = np.zeros(len(rep_docs), np.uint8)
+        for i in np.unique(rep_at[:, 0]).tolist():
+            split[rep_at[:, 0] == i] = codes[i][rep_at[rep_at[:, 0] == i, 1]]
+        for i in np.unique(member_at[:, 0]).tolist():
+            codes[i][member_at[member_at[:, 0] == i, 1]] = split[member_at[:, 0] == i]
+    examples = [(int(v["a"]), int(v["b"]), round(float(v["score"]), 4)) for v in index.verified[:5]]
+    return NearDuplicates(
         removed=dict(sorted(dropped.items())),
         clusters=sum(sizes.values()),
         cluster_sizes={str(k): v for k, v in sorted(sizes.items())},
         candidate_pairs=len(index.pairs),
         verified_pairs=len(index.verified),
-        examples=[
-            (_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j) for a, b, j in index.verified[:5]
-        ],
+        examples=[(_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j) for a, b, j in examples],
     )
-    return _Decided(report, fates)
 
 
-def _decontaminate(
-    scan: _Scan, decon: Decontaminator, where: _Locator, hits: dict[int, list[str]]
-) -> _Decided[Decontaminated]:
+def _representative_texts(scan: _Scan, where: _Locator, rep_docs: np.ndarray) -> np.ndarray:
+    """Per removed member, the index of its representative's `sha256 (source:file)` among the
+    fates' texts: a text per cluster, each representative input's two columns read once."""
+    roots = np.unique(rep_docs)
+    at = where(roots)
+    wanted = {i: at[at[:, 0] == i, 1].tolist() for i in np.unique(at[:, 0]).tolist()}
+    names = _identities(scan.inputs, wanted)
+    texts = np.array([scan.fates.text(names[(i, row)]) for i, row in at.tolist()], dtype=np.int64)
+    return texts[np.searchsorted(roots, rep_docs)]
+
+
+def _best_jaccard(verified: np.ndarray, docs: np.ndarray, default: float) -> np.ndarray:
+    """Per document of `docs`, the best Jaccard of the verified pairs that joined it (`default`
+    for one no pair names)."""
+    ends = np.concatenate([verified["a"], verified["b"]])
+    scores = np.concatenate([verified["score"], verified["score"]])
+    order = np.lexsort((scores, ends))  # by document, then score: a document's best is its last
+    ends, scores = ends[order], scores[order]
+    last = np.flatnonzero(np.append(ends[1:] != ends[:-1], True)) if len(ends) else np.zeros(0, np.int64)
+    ends, scores = ends[last], scores[last]
+    k = np.minimum(np.searchsorted(ends, docs), max(len(ends) - 1, 0))
+    found = (ends[k] == docs) if len(ends) else np.zeros(len(docs), bool)
+    return np.where(found, scores[k] if len(ends) else default, default)
+
+
+def _decontaminate(scan: _Scan, decon: Decontaminator, where: _Locator, hits: dict[int, list[str]]) -> Decontaminated:
     """Train documents sharing an n-gram with a benchmark go (only train must not contain eval
     text), decided last: a near-duplicate kept takes its representative's split, so only then
     is its split known. Each fate names the benchmarks."""
     inputs, codes = scan.inputs, scan.codes
-    fates: Fates = {}
     dropped: Counter[str] = Counter()
     per_benchmark: Counter[str] = Counter()
     examples: list[tuple[str, str]] = []
+    train: dict[int, str] = {}
     for doc, names in sorted(hits.items()):
         i, row = where.one(doc)
         if codes[i][row] != SPLIT_CODES["train"]:
             continue
-        _drop(codes, fates, i, row, "decontaminated", ", ".join(names))
+        train[doc] = ", ".join(names)
         dropped[inputs[i][0]] += 1
         per_benchmark.update(names)
         if len(examples) < 5:
             examples.append((_file_of(inputs, i, row), ", ".join(names)))
-    report = Decontaminated(
+    _drop(scan, train, where, "decontaminated")
+    return Decontaminated(
         ngram=decon.n,
         benchmarks={n: BenchmarkFacts(**r, train_dropped=per_benchmark[n]) for n, r in decon.report().items()},
         dropped=dict(sorted(dropped.items())),
         examples=examples,
     )
-    return _Decided(report, fates)
 
 
 SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
@@ -542,7 +538,7 @@ class _SplitItem:
     path: str
     codes: np.ndarray
     parts: SigParts
-    fates: dict[int, tuple[str, str]]
+    fates: InputFates
     audit: AuditSpec
 
 
@@ -563,7 +559,7 @@ def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _S
             if dropped:
                 rows = batch.take(pa.array(dropped)).to_pydict()
                 for k, row in enumerate(dropped):
-                    fate, detail = item.fates.get(start + row, ("dropped", ""))
+                    fate, detail = item.fates.of(start + row)
                     text = rows["text"][k] if item.audit.keep_removed else None
                     ledger.add(rows["source"][k], rows["file"][k], rows["sha256"][k], fate, detail, text=text)
             start += batch.num_rows
@@ -595,14 +591,20 @@ def _split_reads(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> dic
 WRITE_SPLITS = Step(_write_splits, _split_reads)
 
 
-def _exact_fates(exact: ExactDedup, names: np.ndarray, fates: Fates) -> Fates:
-    """`fates` with every exact repeat's: the source whose copy (the first in spec order) stays."""
-    kept_in = names[exact.input_of(exact.repeats[:, 1])].tolist()
-    dropped_from = exact.input_of(exact.repeats[:, 0])
-    rows = exact.repeats[:, 0] - exact.firsts[dropped_from]
-    for i, row, source in zip(dropped_from.tolist(), rows.tolist(), kept_in):
-        fates.setdefault(i, {})[row] = ("duplicate", f"same SHA-256 as the copy kept in {source}")
-    return fates
+def _exact_fates(exact: ExactDedup, names: list[str], fates: Fates | None) -> dict[str, int]:
+    """Repeats counted by `kept <- dropped` source, and (with `fates`) each repeat's fate: the
+    source whose copy (the first in spec order) stays. By input, as arrays."""
+    kept_in, dropped_from = exact.input_of(exact.repeats[:, 1]), exact.input_of(exact.repeats[:, 0])
+    pairs, counts = np.unique(np.stack([kept_in, dropped_from], axis=1), axis=0, return_counts=True)
+    duplicates: Counter[str] = Counter()
+    for (kept, dropped), n in zip(pairs.tolist(), counts.tolist()):
+        duplicates[f"{names[kept]} <- {names[dropped]}"] += n
+    if fates is not None:
+        texts = np.array([fates.text(name) for name in names], dtype=np.int64)
+        for i in np.unique(dropped_from).tolist():
+            mine = dropped_from == i
+            fates.add(i, exact.repeats[mine, 0] - exact.firsts[i], "duplicate", texts[kept_in[mine]])
+    return dict(sorted(duplicates.items()))
 
 
 def build_documents(
@@ -628,10 +630,10 @@ def build_documents(
     `audit.keep_removed` keeps their text there."""
     progress, audit = io.progress, audit or AuditSpec()
     exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, io)
-    names = np.array([name for name, _ in inputs], dtype=object)
-    kept_by, dropped_from = (names[exact.input_of(exact.repeats[:, k])].tolist() for k in (1, 0))
-    duplicates = Counter(f"{a} <- {b}" for a, b in zip(kept_by, dropped_from))
+    fates = Fates()
+    duplicates = _exact_fates(exact, [name for name, _ in inputs], fates if audit.ledger else None)
     codes = exact.codes
+    del exact  # its repeats are counted and noted: this process keeps a byte per document
     near = near if near is not None and near.enabled else None
     removal = RemovalIndex(tombstones, near) if tombstones is not None else None
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
@@ -644,15 +646,15 @@ def build_documents(
             decon=decon,
             removal=removal,
             ledger=audit.ledger,
+            fates=fates,
         )
         scanned = _scan(scan) if near or decon or removal else None
         job = _SignatureJob(spool, near.num_perm) if near and scanned else None
         parts: list[list[tuple[int, int, np.ndarray]]] = [[] for _ in inputs]
         for it in scanned.items if job and scanned else []:
             parts[it.input].append((it.task, it.group_row, it.rows))
-        fates = _exact_fates(exact, names, scanned.fates if scanned else {}) if audit.ledger else {}
         items = [
-            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.get(i, {}), audit)
+            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.of(i) if audit.ledger else NO_FATES, audit)
             for i, (_, path) in enumerate(inputs)
         ]
         subsets = [
@@ -675,7 +677,7 @@ def build_documents(
         progress(f"documents: {len(inputs)} input shard(s) split")
     summary = DocumentsSummary(
         rows={s: dict(rows[s]) for s in SPLITS},
-        duplicates=dict(sorted(duplicates.items())),
+        duplicates=duplicates,
         near_duplicates=scanned.near if scanned else None,
         decontaminated=scanned.decontaminated if scanned else None,
         removal=scanned.removal if scanned else None,

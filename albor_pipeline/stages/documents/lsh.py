@@ -194,9 +194,22 @@ def _bucket_partition(bucketing: _BucketJob, io: TaskIO, item: tuple[int, np.nda
         return np.zeros((0, 2), dtype=np.int64)
     need = np.unique(np.concatenate([s["doc"] for s in shared]))
     sigs = job.signatures(bucketing.firsts, need, node)
-    return np.concatenate(
+    pairs = np.concatenate(
         [need[bucket_pairs(s["key"], np.searchsorted(need, s["doc"]), sigs, job.agree)] for s in shared]
     )
+    return unique_pairs(pairs)
+
+
+def unique_pairs(pairs: np.ndarray) -> np.ndarray:
+    """The distinct (earlier, later) pairs of `pairs`, sorted: a close pair shares many bands, so
+    each band's bucket gives it again. Sorted as one 64-bit key a pair while document numbers
+    fit in 32 bits: a fraction of the time and memory of a row-wise unique."""
+    if not len(pairs):
+        return np.zeros((0, 2), dtype=np.int64)
+    if pairs.max() >= 1 << 32:
+        return np.unique(pairs, axis=0)
+    keys = np.unique((pairs[:, 0].astype(U64) << U64(32)) | pairs[:, 1].astype(U64))
+    return np.stack([keys >> U64(32), keys & U64(0xFFFFFFFF)], axis=1).astype(np.int64)
 
 
 BUCKET_PARTITION = Step(_bucket_partition, kept=False)
@@ -208,5 +221,4 @@ def lsh_candidates(job: LshJob, offsets: np.ndarray, firsts: np.ndarray, io: Sta
     reading the spool files the signature tasks sent."""
     items = hashpart.partition_items(offsets)
     found = map_tasks(BUCKET_PARTITION, _BucketJob(job, firsts), items, Path(job.spool), io)
-    pairs = np.concatenate([np.zeros((0, 2), dtype=np.int64), *found])
-    return np.unique(pairs, axis=0) if len(pairs) else pairs
+    return unique_pairs(np.concatenate([np.zeros((0, 2), dtype=np.int64), *found]))

@@ -28,6 +28,9 @@ from albor_pipeline.stages.documents.verify import (
 from albor_pipeline.text.shingles import shingles, word_hashes
 
 U64 = np.uint64
+VERIFIED = np.dtype([("a", "<i8"), ("b", "<i8"), ("score", "<f8")])
+"""A pair that joined two clusters: its documents and exact Jaccard (unrounded)."""
+CLUSTER_BLOCK = 4096  # pairs walked as Python ints at a time: a bounded transient, not one per pair
 
 
 class NearDupIndex:
@@ -40,7 +43,7 @@ class NearDupIndex:
         self.signer = Signer(ngram, num_perm)
         self.pairs = np.zeros((0, 2), dtype=np.int64)  # candidate (earlier, later), sorted
         self.clusters = Clusters()
-        self.verified: list[tuple[int, int, float]] = []
+        self.verified = np.zeros(0, VERIFIED)  # the pairs that joined clusters, in pair order
 
     def lsh(self, spool: str | Path, documents: int) -> LshJob:
         """The LSH job for `documents` documents spooled to `spool`."""
@@ -83,16 +86,23 @@ class NearDupIndex:
     def cluster(self, scores: np.ndarray) -> None:
         """Join the candidate pairs scoring at least `threshold`, in pair order; a pair already
         in one cluster is skipped (its score, NaN when `score_pairs` skipped it too, cannot
-        change the clusters)."""
+        change the clusters). The pairs are walked a block at a time, so the Python ints
+        live for a block, never for every pair."""
         self.clusters = Clusters(np.unique(self.pairs))
-        for (a, b), score in zip(self.pairs.tolist(), scores.tolist()):
-            if self.clusters.find(a) == self.clusters.find(b):
-                continue
-            if score != score:  # NaN: only ever for a pair joined by earlier ones
-                raise AssertionError(f"near dedup: pair ({a}, {b}) was not scored")
-            if score >= self.threshold:
-                self.clusters.union(a, b)
-                self.verified.append((a, b, round(score, 4)))
+        joined = np.zeros(len(self.pairs), dtype=bool)
+        for start in range(0, len(self.pairs), CLUSTER_BLOCK):
+            end = start + CLUSTER_BLOCK
+            for k, ((a, b), score) in enumerate(zip(self.pairs[start:end].tolist(), scores[start:end].tolist()), start):
+                if self.clusters.find(a) == self.clusters.find(b):
+                    continue
+                if score != score:  # NaN: only ever for a pair joined by earlier ones
+                    raise AssertionError(f"near dedup: pair ({a}, {b}) was not scored")
+                if score >= self.threshold:
+                    self.clusters.union(a, b)
+                    joined[k] = True
+        self.verified = np.zeros(int(joined.sum()), VERIFIED)
+        self.verified["a"], self.verified["b"] = self.pairs[joined, 0], self.pairs[joined, 1]
+        self.verified["score"] = scores[joined]
 
     def duplicates(self) -> set[int]:
         """Members that are not their cluster's representative (the first document)."""

@@ -50,17 +50,28 @@ def test_documents_remove_near_copies_or_keep_them_in_one_split(tmp_path, local2
     from albor_pipeline.spec import HoldoutSpec, NearDedupSpec
     from albor_pipeline.stages.documents.checks import check_no_near_leak
     from albor_pipeline.stages.documents.documents import build_documents
+    from albor_pipeline.text.documents import text_sha256
     from albor_pipeline_tests.support import write_docs
 
-    originals = [p.read_text(encoding="utf-8") for p in sorted((STDLIB / "email").rglob("*.py"))]
+    files = sorted((STDLIB / "email").rglob("*.py"))
+    originals = [p.read_text(encoding="utf-8") for p in files]
     copies = [t.replace("def ", "def  ", 2) + "\n# vendored copy\n" for t in originals[:6]]
-    a = write_docs(tmp_path / "a.parquet", originals)
-    b = write_docs(tmp_path / "b.parquet", [*copies, (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8")])
+    a = write_docs(tmp_path / "a.parquet", originals, files=[p.name for p in files])
+    b_texts = [*copies, (STDLIB / "json" / "decoder.py").read_text(encoding="utf-8"), originals[7]]
+    b = write_docs(tmp_path / "b.parquet", b_texts, files=[f"b{k}" for k in range(len(b_texts))])
     holdout = HoldoutSpec(val_fraction=0.3, test_fraction=0.2)
     removed = build_documents([("a", a), ("b", b)], holdout, tmp_path / "r", StageIO(tmp_path), near=NearDedupSpec())
     facts = removed.summary
     assert facts.near_duplicates and facts.near_duplicates.removed == {"b": 6}
     assert sum(facts.rows[s].get("b", 0) for s in ("train", "val", "test")) == 1  # only b's distinct json file
+    # The ledger names why each went: the source whose copy stays, or the representative and
+    # the pair's exact Jaccard.
+    ledger = {r["file"]: (r["fate"], r["detail"]) for r in pq.read_table(tmp_path / "r" / "_ledger").to_pylist()}
+    want = {"b7": ("duplicate", "same SHA-256 as the copy kept in a")}
+    for k, (copy, original) in enumerate(zip(copies, originals)):
+        score = round(jaccard(shingles(copy, 5), shingles(original, 5)), 4)
+        want[f"b{k}"] = ("near_duplicate", f"of {text_sha256(original)} (a:{files[k].name}), Jaccard {score}")
+    assert ledger == want
     kept = build_documents(
         [("a", a), ("b", b)], holdout, tmp_path / "k", StageIO(tmp_path), near=NearDedupSpec(remove=False)
     )
@@ -213,7 +224,7 @@ def test_pairs_scored_in_blocks_on_processes_give_the_serial_clusters(tmp_path, 
     assert found.candidate_pairs > found.verified_pairs == 24
     index = near_duplicates([*originals, *variants])
     assert len(index.verified) == 24
-    assert [j for *_, j in index.verified[:5]] == [e[2] for e in found.examples]
+    assert [round(float(j), 4) for j in index.verified["score"][:5]] == [e[2] for e in found.examples]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # spools removed
 
 
