@@ -35,6 +35,7 @@ from bench.recall import bench_recall
 from bench.report import markdown, write_markdown
 from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
+from bench.state import bench_state
 from bench.web import bench_web
 
 SECTIONS = (
@@ -51,6 +52,7 @@ SECTIONS = (
     "scale",
     "web",
     "recall",
+    "state",
 )
 FULL_ONLY = ("rebuild", "floor", "scaling", "scale")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
@@ -70,6 +72,7 @@ RESULTS = (
     "scale",
     "web",
     "recall",
+    "state",
     "measured",  # each section's command, date, machine and Python
 )
 
@@ -168,6 +171,9 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["recall"]:
         print("recall: near dedup against exact all-pairs Jaccard, per cluster size ...", file=sys.stderr)
         results["recall"] = bench_recall()
+    if run["state"]:
+        print("state: the documents stage's run process, bytes per document ...", file=sys.stderr)
+        results["state"] = bench_state(work / "state")
     if run["loader"]:
         print("loader ...", file=sys.stderr)
         results["loader"] = bench_loader(corpora, work / "loader", repeat)

@@ -535,6 +535,21 @@ def _recall_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _state_rows(r: dict[str, Any]) -> list[Row]:
+    """Per corpus size, the run process's peak; then its growth per document added."""
+    rows: list[Row] = [
+        (
+            f"{s['documents']:,} documents ({s['dropped']:,} dropped): peak MB, stage s",
+            f"{s['peak_mb']} / {s['seconds']}",
+            "",
+        )
+        for s in r["sizes"]
+    ]
+    slopes = " / ".join(str(b) for b in r["bytes_per_document"])
+    rows.append(("bytes per document added (1x to 2x / 2x to 4x)", slopes, "<= 8"))
+    return rows
+
+
 def _causes(counts: dict[str, int]) -> str:
     return "; ".join(f"{cause} {n}" for cause, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
@@ -618,5 +633,6 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[Row]]], ...
     ("loader", "The loader", "loader", _loader_rows),
     ("web", "The web source: extraction and the recipe against datatrove", "web", _web_rows),
     ("recall", "Near-dedup recall against exact all-pairs Jaccard", "recall", _recall_rows),
+    ("state", "Per-document state in the documents stage's run process", "state", _state_rows),
 )
 """(results.json key, title, the `--only` section that measures it, its rows), in report order."""

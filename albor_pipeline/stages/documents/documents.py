@@ -26,7 +26,7 @@ from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import SPLITS, AuditSpec, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.documents.decontam import Decontaminator
-from albor_pipeline.stages.documents.fates import NO_FATES, Fates, InputFates
+from albor_pipeline.stages.documents.fates import NO_FATES, Fates, InputFates, ten_thousandths
 from albor_pipeline.stages.documents.lsh import LshJob
 from albor_pipeline.stages.documents.minhash import MAX_HASH, Signer
 from albor_pipeline.stages.documents.neardup import NearDupIndex
@@ -155,14 +155,15 @@ SPOOL_GROUP = Step(_spool_group, kept=False)
 
 
 class _Locator:
-    """(input, row) of scanned documents, from the scan's items (a 4-byte row per document)."""
+    """(input, row) of scanned documents, from the scan's items and their `rows` (every item's
+    rows, which the items view: a 4-byte row per document, held once)."""
 
-    def __init__(self, items: list[_ScanItem]) -> None:
-        self.documents = items[-1].first + len(items[-1].rows) if items else 0
+    def __init__(self, items: list[_ScanItem], rows: np.ndarray) -> None:
+        self.documents = len(rows)
         self.firsts = np.array([it.first for it in items] + [self.documents], dtype=np.int64)
         self.inputs = np.array([it.input for it in items], dtype=np.int64)
         self.group_rows = np.array([it.group_row for it in items], dtype=np.int64)
-        self.rows = np.concatenate([np.zeros(0, np.int32), *(it.rows for it in items)])
+        self.rows = rows
 
     def __call__(self, docs: np.ndarray) -> np.ndarray:
         items = np.searchsorted(self.firsts, docs, side="right") - 1
@@ -203,21 +204,26 @@ def _file_of(inputs: list[tuple[str, Path]], i: int, row: int) -> str:
     return f"{inputs[i][0]}:{redact_path(pq.read_table(inputs[i][1], columns=['file']).column(0)[row].as_py())}"
 
 
-def _scan_items(inputs: list[tuple[str, Path]], codes: list[np.ndarray]) -> list[_ScanItem]:
-    """A scan task per row group holding exact-unique documents, numbering them in order."""
-    items: list[_ScanItem] = []
-    docs = 0
+def _scan_items(inputs: list[tuple[str, Path]], codes: list[np.ndarray]) -> tuple[list[_ScanItem], np.ndarray]:
+    """A scan task per row group holding exact-unique documents, numbering them in order, and
+    all their rows, counted first and then filled in place (each item's `rows` is a view)."""
+    groups: list[tuple[int, int, int, int]] = []  # (input, row group, its first row, its last + 1)
     for i, (_, path) in enumerate(inputs):
         meta = pq.ParquetFile(path).metadata
         start = 0
         for group in range(meta.num_row_groups):
-            end = start + meta.row_group(group).num_rows
-            rows = np.flatnonzero(codes[i][start:end] != DROPPED).astype(np.int32)
-            if len(rows):
-                items.append(_ScanItem(len(items), docs, i, group, start, rows))
-                docs += len(rows)
-            start = end
-    return items
+            groups.append((i, group, start, start + meta.row_group(group).num_rows))
+            start = groups[-1][3]
+    kept = [int(np.count_nonzero(codes[i][start:end] != DROPPED)) for i, _, start, end in groups]
+    every = np.zeros(sum(kept), np.int32)
+    items: list[_ScanItem] = []
+    docs = 0
+    for (i, group, start, end), n in zip(groups, kept):
+        if n:
+            every[docs : docs + n] = np.flatnonzero(codes[i][start:end] != DROPPED)
+            items.append(_ScanItem(len(items), docs, i, group, start, every[docs : docs + n]))
+            docs += n
+    return items, every
 
 
 @dataclass(frozen=True)
@@ -264,8 +270,8 @@ def _scan(scan: _Scan) -> _Scanned:
     copies go, then near-duplicate clusters of the rest, then train documents holding
     benchmark text. Each notes its drops' fates in `scan.fates`: a step drops only documents
     the ones before kept, so no two decide on the same document."""
-    items = _scan_items(scan.inputs, scan.codes)
-    where = _Locator(items)
+    items, rows = _scan_items(scan.inputs, scan.codes)
+    where = _Locator(items, rows)
     near = scan.near
     index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
     found = _find(scan, items, where, index)
@@ -327,7 +333,7 @@ def _near_dedup(
     dropped: Counter[str] = Counter()
     if spec.remove:
         texts = _representative_texts(scan, where, rep_docs) if scan.ledger else np.zeros(len(rep_docs), np.int64)
-        best = _best_jaccard(index.verified, members[moved], spec.threshold)
+        best = ten_thousandths(_best_jaccard(index.verified, members[moved], spec.threshold))
         for i in np.unique(member_at[:, 0]).tolist():
             mine = member_at[:, 0] == i
             codes[i][member_at[mine, 1]] = DROPPED
@@ -408,6 +414,9 @@ SPLIT_CODES = {split: np.uint8(k) for k, split in enumerate(SPLITS)}
 SIGNATURES = "minhash"  # the set's subdirectory of signature files, with near dedup (`signature_file`)
 DROPPED = np.uint8(255)  # a document's split code once dedup or decontamination drops it
 _KEY_RECORD = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("doc", "<i8")])
+REPEAT = np.dtype([("input", "<i4"), ("row", "<i4"), ("kept", "<i4")])
+"""An exact repeat: its input and row there, and the input holding the first document with its
+SHA-256 (12 bytes: the run's process holds a partition's repeats, not a Python object each)."""
 
 
 @dataclass(frozen=True)
@@ -415,6 +424,7 @@ class _KeyJob:
     spool: str
     partitions: int
     holdout: HoldoutSpec
+    firsts: np.ndarray  # each input's first document number, then the total
 
 
 def _key_shard(job: _KeyJob, io: TaskIO, item: tuple[int, str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -439,16 +449,23 @@ KEY_SHARD = Step(_key_shard, kept=False)
 
 
 def _repeats(job: _KeyJob, io: TaskIO, item: tuple[int, np.ndarray, np.ndarray]) -> np.ndarray:
-    """(document, first document with its SHA-256) for every repeat in one hash partition: its
-    records arrive in document order, so a stable sort puts each key's first document first."""
+    """Every repeat in one hash partition (REPEAT records, by document): its records arrive in
+    document order, so a stable sort puts each key's first document first."""
     records = hashpart.gather(io.node, job.spool, "keys", item[1], item[2])
     if records is None:
-        return np.zeros((0, 2), dtype=np.int64)
+        return np.zeros(0, REPEAT)
     order = np.lexsort((records["lo"], records["hi"]))  # stable: documents stay ascending per key
     hi, lo, doc = records["hi"][order], records["lo"][order], records["doc"][order]
     starts = np.concatenate(([True], (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])))
-    kept = doc[starts][np.cumsum(starts) - 1]
-    return np.stack([doc[~starts], kept[~starts]], axis=1)
+    first = doc[starts][np.cumsum(starts) - 1][~starts]
+    doc = doc[~starts]
+    by_doc = np.argsort(doc, kind="stable")
+    doc, first = doc[by_doc], first[by_doc]
+    out = np.zeros(len(doc), REPEAT)
+    out["input"] = np.searchsorted(job.firsts, doc, side="right") - 1
+    out["row"] = doc - job.firsts[out["input"]]
+    out["kept"] = np.searchsorted(job.firsts, first, side="right") - 1
+    return out
 
 
 REPEATS = Step(_repeats, kept=False)
@@ -459,11 +476,7 @@ class ExactDedup:
     """Exact dedup of a list of inputs, documents numbered in input order."""
 
     codes: list[np.ndarray]  # per input, each document's split code; DROPPED for a repeat
-    repeats: np.ndarray  # (document, first document with its SHA-256) per repeat, by document
-    firsts: np.ndarray  # each input's first document number, then the total
-
-    def input_of(self, docs: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.firsts, docs, side="right") - 1
+    repeats: list[np.ndarray]  # a hash partition's REPEAT records each, by document
 
 
 def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, io: StageIO) -> ExactDedup:
@@ -472,21 +485,19 @@ def exact_dedup(paths: list[Path], holdout: HoldoutSpec, spool_dir: Path, io: St
     repeats and a byte per document reach this process, never a key per document."""
     rows = [pq.ParquetFile(path).metadata.num_rows for path in paths]
     firsts = np.concatenate(([0], np.cumsum(rows, dtype=np.int64)))
-    job_args = (hashpart.partition_count(int(firsts[-1]), _KEY_RECORD.itemsize), holdout)
+    partitions = hashpart.partition_count(int(firsts[-1]), _KEY_RECORD.itemsize)
     with tempfile.TemporaryDirectory(prefix=".albor-keys-", suffix=TEMP_SUFFIX, dir=spool_dir) as spool:
-        job = _KeyJob(spool, *job_args)
+        job = _KeyJob(spool, partitions, holdout, firsts)
         items = [(i, str(path), int(firsts[i])) for i, path in enumerate(paths)]
         scattered = map_tasks(KEY_SHARD, job, items, Path(spool), io)
         offsets = np.stack([o for o, _ in scattered]) if scattered else np.zeros((0, 2), np.int64)
         parts = hashpart.partition_items(offsets)
         found = map_tasks(REPEATS, job, parts, Path(spool), io)
-    repeats = np.concatenate([np.zeros((0, 2), np.int64), *found])
-    repeats = repeats[np.argsort(repeats[:, 0], kind="stable")]
-    codes = [np.array(c) for _, c in scattered]  # writable (Ray hands back read-only arrays)
-    for i in range(len(paths)):
-        mine = repeats[(repeats[:, 0] >= firsts[i]) & (repeats[:, 0] < firsts[i + 1]), 0] - firsts[i]
-        codes[i][mine] = DROPPED
-    return ExactDedup(codes, repeats, firsts)
+    codes = [c if c.flags.writeable else np.array(c) for _, c in scattered]  # Ray hands back read-only arrays
+    for part in found:
+        for i in np.unique(part["input"]).tolist():
+            codes[i][part["row"][part["input"] == i]] = DROPPED
+    return ExactDedup(codes, found)
 
 
 @dataclass(frozen=True)
@@ -593,17 +604,19 @@ WRITE_SPLITS = Step(_write_splits, _split_reads)
 
 def _exact_fates(exact: ExactDedup, names: list[str], fates: Fates | None) -> dict[str, int]:
     """Repeats counted by `kept <- dropped` source, and (with `fates`) each repeat's fate: the
-    source whose copy (the first in spec order) stays. By input, as arrays."""
-    kept_in, dropped_from = exact.input_of(exact.repeats[:, 1]), exact.input_of(exact.repeats[:, 0])
-    pairs, counts = np.unique(np.stack([kept_in, dropped_from], axis=1), axis=0, return_counts=True)
+    source whose copy (the first in spec order) stays. A partition's repeats at a time, each
+    let go once noted: then this process holds a byte per document and a fate per repeat."""
     duplicates: Counter[str] = Counter()
-    for (kept, dropped), n in zip(pairs.tolist(), counts.tolist()):
-        duplicates[f"{names[kept]} <- {names[dropped]}"] += n
-    if fates is not None:
-        texts = np.array([fates.text(name) for name in names], dtype=np.int64)
-        for i in np.unique(dropped_from).tolist():
-            mine = dropped_from == i
-            fates.add(i, exact.repeats[mine, 0] - exact.firsts[i], "duplicate", texts[kept_in[mine]])
+    texts = np.array([fates.text(name) for name in names] if fates is not None else [], dtype=np.int64)
+    while exact.repeats:
+        part = exact.repeats.pop()
+        pairs, counts = np.unique(np.stack([part["kept"], part["input"]], axis=1), axis=0, return_counts=True)
+        for (kept, dropped), n in zip(pairs.tolist(), counts.tolist()):
+            duplicates[f"{names[kept]} <- {names[dropped]}"] += n
+        if fates is not None:
+            for i in np.unique(part["input"]).tolist():
+                mine = part["input"] == i
+                fates.add(i, part["row"][mine], "duplicate", texts[part["kept"][mine]])
     return dict(sorted(duplicates.items()))
 
 
@@ -654,7 +667,7 @@ def build_documents(
         for it in scanned.items if job and scanned else []:
             parts[it.input].append((it.task, it.group_row, it.rows))
         items = [
-            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.of(i) if audit.ledger else NO_FATES, audit)
+            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.take(i) if audit.ledger else NO_FATES, audit)
             for i, (_, path) in enumerate(inputs)
         ]
         subsets = [

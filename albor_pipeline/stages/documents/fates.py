@@ -2,9 +2,9 @@
 
 The run's process decides every drop (exact repeats, removal requests' copies, near-duplicate
 members, contaminated train documents), but a split-writing task writes its ledger rows. In
-between, a dropped document's fate is a 17-byte record (its row, a fate kind, the index of a
-shared detail text, a number), never a Python object: at web scale a third of the documents
-are dropped. A detail text is one per source, representative or benchmark list, shared by
+between, a dropped document's fate is an 11-byte record (its row, a fate kind, the index of a
+shared detail text, a Jaccard in ten-thousandths), never a Python object: at web scale a
+third of the documents are dropped. A detail text is one per source, representative or benchmark list, shared by
 every document that names it.
 """
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FATE_RECORD = np.dtype([("row", "<i4"), ("kind", "u1"), ("text", "<i4"), ("value", "<f8")])
+FATE_RECORD = np.dtype([("row", "<i4"), ("kind", "u1"), ("text", "<i4"), ("value", "<u2")])
 KINDS = ("duplicate", "near_duplicate", "removed", "decontaminated")
 _DETAILS = ("same SHA-256 as the copy kept in {text}", "of {text}, Jaccard {value}", "{text}", "{text}")
-"""Each kind's ledger detail, from its record's text and value (a Jaccard, rounded as shown)."""
+"""Each kind's ledger detail, from its record's text and value (a Jaccard to 4 decimals)."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class InputFates:
             return "dropped", ""
         record = self.records[k]
         kind = int(record["kind"])
-        value = round(float(record["value"]), 4)
+        value = round(int(record["value"]) / 10_000, 4)  # the double Python's round(j, 4) gave
         return KINDS[kind], _DETAILS[kind].format(text=self.texts[int(record["text"])], value=value)
 
 
@@ -56,20 +56,31 @@ class Fates:
             self._names.append(detail)
         return self._texts[detail]
 
-    def add(self, i: int, rows: np.ndarray, kind: str, texts: np.ndarray, values: np.ndarray | float = 0.0) -> None:
-        """Input `i`'s documents `rows` dropped as `kind`, each naming a text (and a value)."""
+    def add(self, i: int, rows: np.ndarray, kind: str, texts: np.ndarray, values: np.ndarray | int = 0) -> None:
+        """Input `i`'s documents `rows` dropped as `kind`, each naming a text (and a value:
+        `ten_thousandths` of a Jaccard)."""
         block = np.zeros(len(rows), FATE_RECORD)
         block["row"], block["kind"], block["text"], block["value"] = rows, KINDS.index(kind), texts, values
         if len(block):
             self._blocks.setdefault(i, []).append(block)
 
-    def of(self, i: int) -> InputFates:
+    def take(self, i: int) -> InputFates:
         """Input `i`'s fates by row (a row is dropped once: each step drops only what the
-        steps before kept), naming only its own texts."""
-        blocks = self._blocks.get(i)
+        steps before kept), naming only its own texts; its blocks are let go."""
+        blocks = self._blocks.pop(i, None)
         if not blocks:
             return NO_FATES
         records = np.concatenate(blocks)
         records = records[np.argsort(records["row"], kind="stable")]
         used, records["text"] = np.unique(records["text"], return_inverse=True)
         return InputFates(records, tuple(self._names[t] for t in used.tolist()))
+
+
+def ten_thousandths(scores: np.ndarray) -> np.ndarray:
+    """Jaccard scores as the integers of `round(score, 4)` in ten-thousandths, exactly as Python
+    rounds each (numpy's rounding can differ at a half), a block at a time."""
+    out = np.zeros(len(scores), np.uint16)
+    for start in range(0, len(scores), 4096):
+        block = scores[start : start + 4096].tolist()
+        out[start : start + len(block)] = [round(round(score, 4) * 10_000) for score in block]
+    return out
