@@ -638,7 +638,7 @@ def build_documents(
     (documents removed at ingestion, `removal.py`), their exact copies and (with `near`)
     near-duplicates are removed before near dedup. Each global step is hash-partitioned over
     tasks; this process holds a byte per document (its split) and, for the ledgers, each
-    dropped document's fate (a dict entry each). Each split shard's ledger (`_ledger/part-…`,
+    dropped document's fate (11 bytes, `fates.py`). Each split shard's ledger (`_ledger/part-…`,
     unless `audit.ledger` is off) says why its input's other documents were dropped;
     `audit.keep_removed` keeps their text there."""
     progress, audit = io.progress, audit or AuditSpec()
