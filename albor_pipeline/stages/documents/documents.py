@@ -344,9 +344,11 @@ def _near_dedup(
         rep_at = where(rep_docs)
         split = np.zeros(len(rep_docs), np.uint8)
         for i in np.unique(rep_at[:, 0]).tolist():
-            split[rep_at[:, 0] == i] = codes[i][rep_at[rep_at[:, 0] == i, 1]]
+            mine = rep_at[:, 0] == i
+            split[mine] = codes[i][rep_at[mine, 1]]
         for i in np.unique(member_at[:, 0]).tolist():
-            codes[i][member_at[member_at[:, 0] == i, 1]] = split[member_at[:, 0] == i]
+            mine = member_at[:, 0] == i
+            codes[i][member_at[mine, 1]] = split[mine]
     examples = [(int(v["a"]), int(v["b"]), round(float(v["score"]), 4)) for v in index.verified[:5]]
     return NearDuplicates(
         removed=dict(sorted(dropped.items())),
@@ -372,15 +374,16 @@ def _representative_texts(scan: _Scan, where: _Locator, rep_docs: np.ndarray) ->
 def _best_jaccard(verified: np.ndarray, docs: np.ndarray, default: float) -> np.ndarray:
     """Per document of `docs`, the best Jaccard of the verified pairs that joined it (`default`
     for one no pair names)."""
+    if not len(verified):
+        return np.full(len(docs), default)
     ends = np.concatenate([verified["a"], verified["b"]])
     scores = np.concatenate([verified["score"], verified["score"]])
     order = np.lexsort((scores, ends))  # by document, then score: a document's best is its last
     ends, scores = ends[order], scores[order]
-    last = np.flatnonzero(np.append(ends[1:] != ends[:-1], True)) if len(ends) else np.zeros(0, np.int64)
+    last = np.flatnonzero(np.append(ends[1:] != ends[:-1], True))
     ends, scores = ends[last], scores[last]
-    k = np.minimum(np.searchsorted(ends, docs), max(len(ends) - 1, 0))
-    found = (ends[k] == docs) if len(ends) else np.zeros(len(docs), bool)
-    return np.where(found, scores[k] if len(ends) else default, default)
+    k = np.minimum(np.searchsorted(ends, docs), len(ends) - 1)
+    return np.where(ends[k] == docs, scores[k], default)
 
 
 def _decontaminate(scan: _Scan, decon: Decontaminator, where: _Locator, hits: dict[int, list[str]]) -> Decontaminated:
