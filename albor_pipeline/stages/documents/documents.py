@@ -26,7 +26,7 @@ from albor_pipeline.runtime.shards import Shard, shard_name
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.spec import SPLITS, AuditSpec, HoldoutSpec, NearDedupSpec
 from albor_pipeline.stages.documents.decontam import Decontaminator
-from albor_pipeline.stages.documents.fates import NO_FATES, Fates, InputFates, ten_thousandths
+from albor_pipeline.stages.documents.fates import NONE_SPOOLED, Fates, SpooledFates, ten_thousandths
 from albor_pipeline.stages.documents.lsh import LshJob
 from albor_pipeline.stages.documents.minhash import MAX_HASH, Signer
 from albor_pipeline.stages.documents.neardup import NearDupIndex
@@ -552,7 +552,7 @@ class _SplitItem:
     path: str
     codes: np.ndarray
     parts: SigParts
-    fates: InputFates
+    fates: SpooledFates
     audit: AuditSpec
 
 
@@ -562,6 +562,7 @@ def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _S
     shard, its codes and fates, so it runs on any executor, on any node."""
     i, codes = item.index, item.codes
     ledger = LedgerRows()
+    fates = item.fates.load(io.local(item.fates.path) if item.fates.path else None)
     with ExitStack() as stack:
         sinks = [stack.enter_context(ParquetSink(io.directory / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS]
         start = 0
@@ -573,7 +574,7 @@ def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _S
             if dropped:
                 rows = batch.take(pa.array(dropped)).to_pydict()
                 for k, row in enumerate(dropped):
-                    fate, detail = item.fates.of(start + row)
+                    fate, detail = fates.of(start + row)
                     text = rows["text"][k] if item.audit.keep_removed else None
                     ledger.add(rows["source"][k], rows["file"][k], rows["sha256"][k], fate, detail, text=text)
             start += batch.num_rows
@@ -588,14 +589,14 @@ def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _S
 
 def _split_reads(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> dict[str, object]:
     """What a split-writing task writes from (its identity): its input shard and its
-    documents' codes and fates (the item), and with near dedup the scan's signature files it
-    copies rows of, by content (they sit in this run's spool)."""
+    documents' codes and fates (the item; the fates' file by content), and with near dedup the
+    scan's signature files it copies rows of, by content (they sit in this run's spool)."""
     sigs = [file_sha256(io.local(hashpart.spool_file(job.spool, "sigs", t))) for t, _, _ in item.parts] if job else []
     return {
         "shard": (item.index, InputFile(item.path)),
         "codes": item.codes,
         "parts": item.parts,
-        "fates": item.fates,
+        "fates": (file_sha256(io.local(item.fates.path)) if item.fates.path else None, item.fates.texts),
         "audit": item.audit,
         "num_perm": job.num_perm if job else None,
         "signatures": sigs,
@@ -605,10 +606,18 @@ def _split_reads(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> dic
 WRITE_SPLITS = Step(_write_splits, _split_reads)
 
 
+def _sealed(fates: Fates, io: StageIO, i: int) -> SpooledFates:
+    """Input `i`'s fates as its writer reads them, sent where the task runs."""
+    spooled = fates.seal(i)
+    if spooled.path is not None:
+        io.offer(Path(spooled.path))
+    return spooled
+
+
 def _exact_fates(exact: ExactDedup, names: list[str], fates: Fates | None) -> dict[str, int]:
     """Repeats counted by `kept <- dropped` source, and (with `fates`) each repeat's fate: the
     source whose copy (the first in spec order) stays. A partition's repeats at a time, each
-    let go once noted: then this process holds a byte per document and a fate per repeat."""
+    let go once noted (to the fates' spool): then this process holds a byte per document."""
     duplicates: Counter[str] = Counter()
     texts = np.array([fates.text(name) for name in names] if fates is not None else [], dtype=np.int64)
     while exact.repeats:
@@ -640,19 +649,19 @@ def build_documents(
     then (with `decon`) train documents sharing an n-gram with a benchmark; with `tombstones`
     (documents removed at ingestion, `removal.py`), their exact copies and (with `near`)
     near-duplicates are removed before near dedup. Each global step is hash-partitioned over
-    tasks; this process holds a byte per document (its split) and, for the ledgers, each
-    dropped document's fate (11 bytes, `fates.py`). Each split shard's ledger (`_ledger/part-…`,
-    unless `audit.ledger` is off) says why its input's other documents were dropped;
-    `audit.keep_removed` keeps their text there."""
+    tasks; this process holds a byte per document (its split), and each dropped document's
+    fate (11 bytes, `fates.py`) waits in a spool file until its input's writer takes it. Each
+    split shard's ledger (`_ledger/part-…`, unless `audit.ledger` is off) says why its input's
+    other documents were dropped; `audit.keep_removed` keeps their text there."""
     progress, audit = io.progress, audit or AuditSpec()
     exact = exact_dedup([path for _, path in inputs], holdout, out_dir.parent, io)
-    fates = Fates()
-    duplicates = _exact_fates(exact, [name for name, _ in inputs], fates if audit.ledger else None)
-    codes = exact.codes
-    del exact  # its repeats are counted and noted: this process keeps a byte per document
     near = near if near is not None and near.enabled else None
     removal = RemovalIndex(tombstones, near) if tombstones is not None else None
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX, dir=out_dir.parent) as spool:
+        fates = Fates(Path(spool))
+        duplicates = _exact_fates(exact, [name for name, _ in inputs], fates if audit.ledger else None)
+        codes = exact.codes
+        del exact  # its repeats are counted and noted: this process keeps a byte per document
         scan = _Scan(
             inputs=inputs,
             codes=codes,
@@ -670,7 +679,9 @@ def build_documents(
         for it in scanned.items if job and scanned else []:
             parts[it.input].append((it.task, it.group_row, it.rows))
         items = [
-            _SplitItem(i, str(path), codes[i], tuple(parts[i]), fates.take(i) if audit.ledger else NO_FATES, audit)
+            _SplitItem(
+                i, str(path), codes[i], tuple(parts[i]), _sealed(fates, io, i) if audit.ledger else NONE_SPOOLED, audit
+            )
             for i, (_, path) in enumerate(inputs)
         ]
         subsets = [

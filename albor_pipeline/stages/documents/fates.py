@@ -3,14 +3,17 @@
 The run's process decides every drop (exact repeats, removal requests' copies, near-duplicate
 members, contaminated train documents), but a split-writing task writes its ledger rows. In
 between, a dropped document's fate is an 11-byte record (its row, a fate kind, the index of a
-shared detail text, a Jaccard in ten-thousandths), never a Python object: at web scale a
-third of the documents are dropped. A detail text is one per source, representative or benchmark list, shared by
-every document that names it.
+shared detail text, a Jaccard in ten-thousandths), never a Python object, appended to its
+input's file in the stage's spool: at web scale a third of the documents are dropped. The
+run's process sorts one input's file at a time for its writer, which reads it. A detail
+text is one per source, representative or benchmark list, shared by every document that
+names it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -41,13 +44,30 @@ class InputFates:
 NO_FATES = InputFates(np.zeros(0, FATE_RECORD), ())
 
 
-class Fates:
-    """The stage's fates while it decides: per input, blocks of records, and the detail texts."""
+@dataclass(frozen=True)
+class SpooledFates:
+    """One input shard's fates as its writer gets them: the file of its records by row (None
+    when it has none) and the detail texts they name."""
 
-    def __init__(self) -> None:
+    path: str | None
+    texts: tuple[str, ...]
+
+    def load(self, local: Path | None) -> InputFates:
+        """The fates, read from `local` (where the file sits for the task that reads it)."""
+        return NO_FATES if local is None else InputFates(np.fromfile(local, FATE_RECORD), self.texts)
+
+
+NONE_SPOOLED = SpooledFates(None, ())
+
+
+class Fates:
+    """The stage's fates while it decides: per input, a file of records in `spool`, and the
+    detail texts."""
+
+    def __init__(self, spool: Path) -> None:
+        self._spool = spool
         self._texts: dict[str, int] = {}
         self._names: list[str] = []
-        self._blocks: dict[int, list[np.ndarray]] = {}
 
     def text(self, detail: str) -> int:
         """The index of a detail text (a source, a representative, a benchmark list)."""
@@ -58,22 +78,28 @@ class Fates:
 
     def add(self, i: int, rows: np.ndarray, kind: str, texts: np.ndarray, values: np.ndarray | int = 0) -> None:
         """Input `i`'s documents `rows` dropped as `kind`, each naming a text (and a value:
-        `ten_thousandths` of a Jaccard)."""
+        `ten_thousandths` of a Jaccard), appended to the input's file."""
+        if not len(rows):
+            return
         block = np.zeros(len(rows), FATE_RECORD)
         block["row"], block["kind"], block["text"], block["value"] = rows, KINDS.index(kind), texts, values
-        if len(block):
-            self._blocks.setdefault(i, []).append(block)
+        with self._file(i).open("ab") as f:
+            f.write(block.tobytes())
 
-    def take(self, i: int) -> InputFates:
-        """Input `i`'s fates by row (a row is dropped once: each step drops only what the
-        steps before kept), naming only its own texts; its blocks are let go."""
-        blocks = self._blocks.pop(i, None)
-        if not blocks:
-            return NO_FATES
-        records = np.concatenate(blocks)
+    def seal(self, i: int) -> SpooledFates:
+        """Input `i`'s fates for its writer: its file rewritten by row (a row is dropped once:
+        each step drops only what the steps before kept), naming only its own texts."""
+        path = self._file(i)
+        if not path.exists():
+            return NONE_SPOOLED
+        records = np.fromfile(path, FATE_RECORD)
         records = records[np.argsort(records["row"], kind="stable")]
         used, records["text"] = np.unique(records["text"], return_inverse=True)
-        return InputFates(records, tuple(self._names[t] for t in used.tolist()))
+        records.tofile(path)
+        return SpooledFates(str(path), tuple(self._names[t] for t in used.tolist()))
+
+    def _file(self, i: int) -> Path:
+        return self._spool / f"fates-{i}.bin"
 
 
 def ten_thousandths(scores: np.ndarray) -> np.ndarray:
