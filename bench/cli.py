@@ -24,6 +24,7 @@ from typing import Any
 
 from bench.common import REPO, default_corpora, median_record
 from bench.exposure import bench_exposure
+from bench.firststep import bench_first_step
 from bench.floor import bench_floor
 from bench.graph import run_before, run_graph
 from bench.hygiene import bench_hygiene
@@ -53,6 +54,7 @@ SECTIONS = (
     "web",
     "recall",
     "state",
+    "firststep",
 )
 FULL_ONLY = ("rebuild", "floor", "scaling", "scale")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
@@ -73,6 +75,7 @@ RESULTS = (
     "web",
     "recall",
     "state",
+    "firststep",
     "measured",  # each section's command, date, machine and Python
 )
 
@@ -174,6 +177,9 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["state"]:
         print("state: the documents stage's run process, bytes per document ...", file=sys.stderr)
         results["state"] = bench_state(work / "state")
+    if run["firststep"]:
+        print("firststep: a run's first corpus step against the same work on a warm pool ...", file=sys.stderr)
+        results["firststep"] = bench_first_step(work / "firststep", repeat)
     if run["loader"]:
         print("loader ...", file=sys.stderr)
         results["loader"] = bench_loader(corpora, work / "loader", repeat)

@@ -550,6 +550,18 @@ def _state_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _first_step_rows(r: dict[str, Any]) -> list[Row]:
+    """A run's first corpus step against the same work on a warm pool and on new workers."""
+    return [
+        (
+            f"first corpus step of a run, fim/train ({r['fim_parquet_mb']} MB of Parquet): step s / warm pool s",
+            f"{r['first_step_s']} / {r['warm_s']} = {r['ratio']}x",
+            "<= 1.5x",
+        ),
+        ("  the same work on new workers from a running fork server, s", r["new_workers_s"], ""),
+    ]
+
+
 def _causes(counts: dict[str, int]) -> str:
     return "; ".join(f"{cause} {n}" for cause, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
@@ -634,5 +646,6 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[Row]]], ...
     ("web", "The web source: extraction and the recipe against datatrove", "web", _web_rows),
     ("recall", "Near-dedup recall against exact all-pairs Jaccard", "recall", _recall_rows),
     ("state", "Per-document state in the documents stage's run process", "state", _state_rows),
+    ("firststep", "A run's first corpus step against a warm pool", "firststep", _first_step_rows),
 )
 """(results.json key, title, the `--only` section that measures it, its rows), in report order."""
