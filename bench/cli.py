@@ -38,6 +38,7 @@ from bench.scale import bench_scale, bench_scaling, pretokenize_once
 from bench.stages import bench_stages
 from bench.state import bench_state
 from bench.web import bench_web
+from bench.weblike import bench_weblike
 
 SECTIONS = (
     "stages",
@@ -55,8 +56,9 @@ SECTIONS = (
     "recall",
     "state",
     "firststep",
+    "weblike",
 )
-FULL_ONLY = ("rebuild", "floor", "scaling", "scale")  # sections `--quick` skips
+FULL_ONLY = ("rebuild", "floor", "scaling", "scale", "weblike")  # sections `--quick` skips
 # The keys of results.json a run keeps from `--out` when `--only` runs one section.
 RESULTS = (
     "stages",
@@ -76,6 +78,7 @@ RESULTS = (
     "recall",
     "state",
     "firststep",
+    "weblike",
     "measured",  # each section's command, date, machine and Python
 )
 
@@ -91,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prose-mb", type=float, default=50, help="the quality section's prose (MB of text)")
     parser.add_argument(
         "--web-copies", type=int, default=2, help="the web section's large crawl: python3-doc this many times"
+    )
+    parser.add_argument(
+        "--web-docs", type=int, default=10_000_000, help="the weblike section's smaller corpus (documents)"
     )
     parser.add_argument("--scale-mb", type=int, default=1000, help="the scale section's corpus size (MB of sources)")
     parser.add_argument("--before", metavar="COMMIT", help="with the e2e section: also run the graph on COMMIT's code")
@@ -180,6 +186,9 @@ def run_sections(args: argparse.Namespace, corpora: list[Path], repeat: int, wor
     if run["firststep"]:
         print("firststep: a run's first corpus step against the same work on a warm pool ...", file=sys.stderr)
         results["firststep"] = bench_first_step(work / "firststep", repeat)
+    if run["weblike"]:
+        print(f"weblike: the graph on {args.web_docs:,} web-like documents and twice as many ...", file=sys.stderr)
+        results["weblike"] = bench_weblike(work / "weblike", args.web_docs)
     if run["loader"]:
         print("loader ...", file=sys.stderr)
         results["loader"] = bench_loader(corpora, work / "loader", repeat)

@@ -120,6 +120,8 @@ def run_graph(
         "peak_process_rss_mb": round(rss["process_maxrss_kb"] / 1024, 1),
         "peak_process_private_mb": round(rss.get("process_max_anon_kb", 0) / 1024, 1),  # its RssAnon
         "peak_process": rss["process"],  # which process that was (its command line)
+        "command_rss_mb": round(rss.get("command_maxrss_kb", 0) / 1024, 1),  # the run's own process
+        "others_rss_mb": round(rss.get("others_maxrss_kb", 0) / 1024, 1),  # the largest of the rest
         "source_mb": round(source_bytes / 1e6, 1),
         "steps_s": {k: round(v, 2) for k, v in sorted(step_s.items(), key=lambda kv: -kv[1])},
         "tasks": tasks,

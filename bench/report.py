@@ -562,6 +562,37 @@ def _first_step_rows(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _weblike_rows(r: dict[str, Any]) -> list[Row]:
+    """Per size, the whole graph's costs on the web-like corpus; then the doublings' ratios."""
+    rows: list[Row] = []
+    for s in r["sizes"]:
+        if "failed" in s:
+            failed = f"{s['documents']:,} documents ({s['text_mb']} MB of text): the graph failed (documents stage s)"
+            rows.append((failed, f"{'; '.join(s['failed'])} ({s.get('documents_s')})", ""))
+            continue
+        rows += [
+            (
+                f"{s['documents']:,} documents ({s['source_mb']} MB): wall s; task-s per MB",
+                f"{s['wall_s']}; {s['task_s_per_mb']}",
+                "",
+            ),
+            (
+                "  the run's process: peak RSS MB (per million documents) / the largest other process's MB",
+                f"{s['run_peak_rss_mb']} ({s['run_peak_rss_mb_per_million']}) / {s['largest_other_rss_mb']}",
+                "",
+            ),
+            ("  documents stage s", s["documents_s"], ""),
+        ]
+    if "documents_ratio" not in r:
+        return rows
+    rows += [
+        ("the run's own s per MB added", r["own_s_per_mb_added"], "<= 0.005"),
+        ("twice the documents: documents stage s, ratio", r["documents_ratio"], "<= 2.2"),
+        ("twice the documents: the run process's peak RSS, ratio", r["run_rss_ratio"], "<= 1.2"),
+    ]
+    return rows
+
+
 def _causes(counts: dict[str, int]) -> str:
     return "; ".join(f"{cause} {n}" for cause, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
@@ -647,5 +678,6 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[dict[str, Any]], list[Row]]], ...
     ("recall", "Near-dedup recall against exact all-pairs Jaccard", "recall", _recall_rows),
     ("state", "Per-document state in the documents stage's run process", "state", _state_rows),
     ("firststep", "A run's first corpus step against a warm pool", "firststep", _first_step_rows),
+    ("weblike", "The whole graph on web-like documents and twice as many", "weblike", _weblike_rows),
 )
 """(results.json key, title, the `--only` section that measures it, its rows), in report order."""

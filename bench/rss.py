@@ -119,6 +119,8 @@ def main(argv: list[str]) -> int:
         "process_maxrss_kb": each.get(top, 0) if top is not None else 0,
         "process": names.get(top, "") if top is not None else "",
         "process_max_anon_kb": anon.get(top, 0) if top is not None else 0,
+        "command_maxrss_kb": each.get(proc.pid, 0),  # the command's own process (a run's)
+        "others_maxrss_kb": max((kb for p, kb in each.items() if p != proc.pid), default=0),
         # Each process's CPU seconds as last sampled (a process's last 50 ms may be missed).
         "cpu_s": round(sum(used.values()), 2),
     }
