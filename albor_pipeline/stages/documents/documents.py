@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections import Counter
-from collections.abc import Collection
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -145,10 +144,11 @@ def _scan_reads(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) ->
 SCAN_GROUP = Step(_scan_group, _scan_reads, inline_below=SCAN_MIN_GROUPS)
 
 
-def _spool_group(lsh: LshJob, io: TaskIO, item: tuple[int, int, str]) -> np.ndarray:
-    """Scan task `task`'s signatures (documents `first`, ...) spooled for LSH: the partition offsets."""
-    task, first, sigs = item
-    return lsh.spool_signatures(task, first, np.load(io.local(sigs)), io)
+def _spool_group(lsh: LshJob, io: TaskIO, item: tuple[int, int, str, np.ndarray | None]) -> np.ndarray:
+    """Scan task `task`'s signatures (documents `first`, ...) spooled for LSH, or in a
+    survivors' round only those `keep` says: the partition offsets."""
+    task, first, sigs, keep = item
+    return lsh.spool_signatures(task, first, np.load(io.local(sigs)), io, keep)
 
 
 SPOOL_GROUP = Step(_spool_group, kept=False)
@@ -252,6 +252,7 @@ class _Found:
 
     hits: dict[int, list[str]]
     removed: dict[int, tuple[str, str]]  # how it matched (`exact`, `near`), the tombstone's SHA-256
+    signed: list[tuple[int, int, str]] = field(default_factory=list)  # (task, first, signatures file)
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ def _scan(scan: _Scan) -> _Scanned:
     index = NearDupIndex(near.ngram, near.num_perm, near.bands, near.threshold) if near else None
     found = _find(scan, items, where, index)
     removed = _remove(scan, scan.removal, where, found.removed) if scan.removal else None
-    clustered = _near_dedup(scan, near, index, where, found.removed) if near and index else None
+    clustered = _near_dedup(scan, near, index, where, found) if near and index else None
     decontaminated = _decontaminate(scan, scan.decon, where, found.hits) if scan.decon else None
     return _Scanned(near=clustered, decontaminated=decontaminated, items=items, removal=removed)
 
@@ -291,12 +292,21 @@ def _find(scan: _Scan, items: list[_ScanItem], where: _Locator, index: NearDupIn
     hits = {it.first + k: names for it, group in zip(items, scanned) for k, names in group.hits.items()}
     removed = {it.first + k: hit for it, group in zip(items, scanned) for k, hit in group.removed.items()}
     if index:
-        lsh = index.lsh(scan.spool, where.documents)
         signed = [(it.task, it.first, str(scan.spool / g.shards[0].name)) for it, g in zip(items, scanned) if g.shards]
-        waves = map_tasks(SPOOL_GROUP, lsh, signed, scan.spool, scan.io)
-        stacked = np.stack(waves) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
-        index.find_candidates(lsh, stacked, where.firsts, scan.io)
+        _candidates(scan, index, where, signed, None)
+        return _Found(hits, removed, signed)
     return _Found(hits, removed)
+
+
+def _candidates(
+    scan: _Scan, index: NearDupIndex, where: _Locator, signed: list[tuple[int, int, str]], keep: np.ndarray | None
+) -> None:
+    """The LSH candidates of the scanned documents (or of those `keep` says) into `index`."""
+    lsh = index.lsh(scan.spool, where.documents)
+    items = [(t, f, sigs, None if keep is None else keep[f : where.firsts[t + 1]]) for t, f, sigs in signed]
+    waves = map_tasks(SPOOL_GROUP, lsh, items, scan.spool, scan.io)
+    stacked = np.stack(waves) if waves else np.zeros((0, lsh.partitions + 1), np.int64)
+    index.find_candidates(lsh, stacked, where.firsts, scan.io)
 
 
 def _remove(scan: _Scan, removal: RemovalIndex, where: _Locator, matched: dict[int, tuple[str, str]]) -> Removals:
@@ -310,7 +320,7 @@ def _remove(scan: _Scan, removal: RemovalIndex, where: _Locator, matched: dict[i
 
 
 def _near_dedup(
-    scan: _Scan, spec: NearDedupSpec, index: NearDupIndex, where: _Locator, removed: Collection[int]
+    scan: _Scan, spec: NearDedupSpec, index: NearDupIndex, where: _Locator, found: _Found
 ) -> NearDuplicates:
     """Cluster near-duplicates among the documents the removal requests left (a candidate pair
     with a removed document goes: its copy is gone already); members either leave (remove)
@@ -319,12 +329,13 @@ def _near_dedup(
     representative (with the ledger) and the best Jaccard that joined it. Members are handled
     as arrays, an input at a time: no Python object per member."""
     inputs, codes = scan.inputs, scan.codes
-    if removed:
-        gone = np.isin(index.pairs, np.fromiter(removed, dtype=np.int64, count=len(removed))).any(axis=1)
-        index.pairs = index.pairs[~gone]
+    removed = np.fromiter(found.removed, dtype=np.int64, count=len(found.removed))
+    if len(removed):
+        index.pairs = index.pairs[~np.isin(index.pairs, removed).any(axis=1)]
     if scan.io.progress:
         scan.io.progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify_shards([str(p) for _, p in inputs], where, scan.spool.parent, scan.io)
+    _survivor_rounds(scan, index, where, found.signed, removed)
     reps, members = index.clusters.members()  # by representative, the representative first
     firsts = np.flatnonzero(np.concatenate((reps[:1] == reps[:1], reps[1:] != reps[:-1])))  # where each cluster starts
     sizes = Counter(np.diff(np.append(firsts, len(reps))).tolist())
@@ -354,10 +365,37 @@ def _near_dedup(
         removed=dict(sorted(dropped.items())),
         clusters=sum(sizes.values()),
         cluster_sizes={str(k): v for k, v in sorted(sizes.items())},
-        candidate_pairs=len(index.pairs),
+        candidate_pairs=len(index.scored),
         verified_pairs=len(index.verified),
         examples=[(_file_of(inputs, *where.one(a)), _file_of(inputs, *where.one(b)), j) for a, b, j in examples],
     )
+
+
+SURVIVOR_ROUNDS = 8
+"""At most this many survivors' rounds after the first (`_survivor_rounds`)."""
+
+
+def _survivor_rounds(
+    scan: _Scan, index: NearDupIndex, where: _Locator, signed: list[tuple[int, int, str]], removed: np.ndarray
+) -> None:
+    """Near dedup again over the documents the clusters leave, until a round joins nothing. A
+    big bucket is walked by representatives, so a loose cluster (members close to a template
+    that is no document, and around the threshold to each other) can come out split; its
+    parts' representatives then share small buckets. A round buckets only the survivors and
+    verifies only pairs no round scored."""
+    files = [str(p) for _, p in scan.inputs]
+    for _ in range(SURVIVOR_ROUNDS):
+        keep = index.survivors(where.documents)
+        keep[removed] = False
+        _candidates(scan, index, where, signed, keep)
+        joined = len(index.verified)
+        if not index.next_round(index.pairs):
+            return
+        index.verify_shards(files, where, scan.spool.parent, scan.io)
+        if scan.io.progress:
+            scan.io.progress(f"documents: a survivors' round joined {len(index.verified) - joined:,} more pairs")
+        if len(index.verified) == joined:
+            return
 
 
 def _representative_texts(scan: _Scan, where: _Locator, rep_docs: np.ndarray) -> np.ndarray:

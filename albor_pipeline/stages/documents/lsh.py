@@ -91,7 +91,7 @@ def _representative_pairs(members: np.ndarray, member_sigs: np.ndarray, agree: i
     versions stays one component). Members meet the representatives in blocks (vectorised),
     a block's new representatives one at a time: the work is members x representatives. A
     pair of members close only to each other, each joined to a representative the other's
-    is not close to, is missed: the bench reports the recall per cluster size."""
+    is not close to, is missed here; the documents stage's survivors' rounds find it."""
     reps = [0]
     out: list[np.ndarray] = []
     size, perm = member_sigs.shape
@@ -140,15 +140,20 @@ class LshJob:
     agree: int  # signature positions a candidate pair shares (`min_agreement`)
     partitions: int
 
-    def spool_signatures(self, task: int, first: int, sigs: np.ndarray, io: TaskIO) -> np.ndarray:
+    def spool_signatures(
+        self, task: int, first: int, sigs: np.ndarray, io: TaskIO, keep: np.ndarray | None = None
+    ) -> np.ndarray:
         """Spool task `task`'s signatures (documents `first`, `first` + 1, ...) and scatter
         their band keys where the task writes, both sent to the partition tasks; returns the
-        partition offsets for `lsh_candidates`."""
+        partition offsets for `lsh_candidates`. A survivors' round passes `keep` (which of
+        the documents to bucket) and scatters only their keys: their signatures are spooled."""
         sigs = np.asarray(sigs, dtype=U64).reshape(-1, self.num_perm)
-        path = hashpart.spool_file(io.node.directory(self.spool), "sigs", task)
-        write_array(path, sigs, npy=True)
-        io.spool(path)
-        docs = np.flatnonzero(sigs[:, 0] != MAX_HASH)  # a document without shingles has no buckets
+        if keep is None:
+            path = hashpart.spool_file(io.node.directory(self.spool), "sigs", task)
+            write_array(path, sigs, npy=True)
+            io.spool(path)
+        shingled = sigs[:, 0] != MAX_HASH  # a document without shingles has no buckets
+        docs = np.flatnonzero(shingled if keep is None else shingled & keep)
         keys = band_keys(sigs[docs], self.bands)  # (documents, bands)
         records = np.empty(keys.size, LSH_RECORD)
         records["band"] = np.repeat(np.arange(self.bands), len(docs))
@@ -202,14 +207,21 @@ def _bucket_partition(bucketing: _BucketJob, io: TaskIO, item: tuple[int, np.nda
 
 def unique_pairs(pairs: np.ndarray) -> np.ndarray:
     """The distinct (earlier, later) pairs of `pairs`, sorted: a close pair shares many bands, so
-    each band's bucket gives it again. Sorted as one 64-bit key a pair while document numbers
-    fit in 32 bits: a fraction of the time and memory of a row-wise unique."""
+    each band's bucket gives it again (`pair_keys`)."""
     if not len(pairs):
         return np.zeros((0, 2), dtype=np.int64)
-    if pairs.max() >= 1 << 32:
-        return np.unique(pairs, axis=0)
-    keys = np.unique((pairs[:, 0].astype(U64) << U64(32)) | pairs[:, 1].astype(U64))
+    keys = np.unique(pair_keys(pairs), axis=0 if pairs.max() >= 1 << 32 else None)
+    if keys.ndim > 1:
+        return keys
     return np.stack([keys >> U64(32), keys & U64(0xFFFFFFFF)], axis=1).astype(np.int64)
+
+
+def pair_keys(pairs: np.ndarray) -> np.ndarray:
+    """Each pair as one 64-bit key while document numbers fit in 32 bits (sorting them takes a
+    fraction of the time and memory of a row-wise unique), else the pairs themselves."""
+    if len(pairs) and pairs.max() >= 1 << 32:
+        return pairs
+    return (pairs[:, 0].astype(U64) << U64(32)) | pairs[:, 1].astype(U64)
 
 
 BUCKET_PARTITION = Step(_bucket_partition, kept=False)

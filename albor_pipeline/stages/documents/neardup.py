@@ -14,7 +14,7 @@ from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
 from albor_pipeline.runtime.nodes import IN_PLACE
 from albor_pipeline.runtime.shardmap import StageIO, TaskIO, map_tasks
 from albor_pipeline.runtime.taskstore import InputFile
-from albor_pipeline.stages.documents.lsh import LSH_RECORD, LshJob, lsh_candidates, min_agreement
+from albor_pipeline.stages.documents.lsh import LSH_RECORD, LshJob, lsh_candidates, min_agreement, pair_keys
 from albor_pipeline.stages.documents.minhash import Signer
 from albor_pipeline.stages.documents.verify import (
     MIN_PAIR_BLOCK,
@@ -41,7 +41,9 @@ class NearDupIndex:
     def __init__(self, ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8) -> None:
         self.ngram, self.num_perm, self.bands, self.threshold = ngram, num_perm, bands, threshold
         self.signer = Signer(ngram, num_perm)
-        self.pairs = np.zeros((0, 2), dtype=np.int64)  # candidate (earlier, later), sorted
+        self.pairs = np.zeros((0, 2), dtype=np.int64)  # this round's candidates (earlier, later), sorted
+        self.scored = np.zeros((0, 2), dtype=np.int64)  # every round's candidates, in the order scored
+        self.scores = np.zeros(0)  # their exact Jaccard (NaN: skipped, already joined)
         self.clusters = Clusters()
         self.verified = np.zeros(0, VERIFIED)  # the pairs that joined clusters, in pair order
 
@@ -84,15 +86,19 @@ class NearDupIndex:
         self.cluster(np.concatenate(scored) if scored else np.zeros(0))
 
     def cluster(self, scores: np.ndarray) -> None:
-        """Join the candidate pairs scoring at least `threshold`, in pair order; a pair already
+        """Join the pairs of every round so far (this round's `pairs` scored `scores`, after
+        the earlier rounds') that score at least `threshold`, in that order; a pair already
         in one cluster is skipped (its score, NaN when `score_pairs` skipped it too, cannot
         change the clusters). The pairs are walked a block at a time, so the Python ints
         live for a block, never for every pair."""
-        self.clusters = Clusters(np.unique(self.pairs))
-        joined = np.zeros(len(self.pairs), dtype=bool)
-        for start in range(0, len(self.pairs), CLUSTER_BLOCK):
+        self.scored = np.concatenate([self.scored, self.pairs])
+        self.scores = np.concatenate([self.scores, scores])
+        pairs, scores = self.scored, self.scores
+        self.clusters = Clusters(np.unique(pairs))
+        joined = np.zeros(len(pairs), dtype=bool)
+        for start in range(0, len(pairs), CLUSTER_BLOCK):
             end = start + CLUSTER_BLOCK
-            for k, ((a, b), score) in enumerate(zip(self.pairs[start:end].tolist(), scores[start:end].tolist()), start):
+            for k, ((a, b), score) in enumerate(zip(pairs[start:end].tolist(), scores[start:end].tolist()), start):
                 if self.clusters.find(a) == self.clusters.find(b):
                     continue
                 if score != score:  # NaN: only ever for a pair joined by earlier ones
@@ -101,8 +107,29 @@ class NearDupIndex:
                     self.clusters.union(a, b)
                     joined[k] = True
         self.verified = np.zeros(int(joined.sum()), VERIFIED)
-        self.verified["a"], self.verified["b"] = self.pairs[joined, 0], self.pairs[joined, 1]
+        self.verified["a"], self.verified["b"] = pairs[joined, 0], pairs[joined, 1]
         self.verified["score"] = scores[joined]
+
+    def survivors(self, documents: int) -> np.ndarray:
+        """Which of `documents` documents a survivors' round buckets: those in a scored pair
+        that no cluster removes. A close pair a round missed shares a big bucket, where each
+        of its documents was paired with a representative, so both are in scored pairs."""
+        keep = np.zeros(documents, dtype=bool)
+        keep[np.unique(self.scored)] = True
+        reps, members = self.clusters.members()
+        keep[members[members != reps]] = False
+        return keep
+
+    def next_round(self, candidates: np.ndarray) -> bool:
+        """A survivors' round's candidates, less the pairs an earlier round scored, as `pairs`:
+        whether any is left to verify."""
+        if len(candidates) and len(self.scored):
+            both = np.concatenate([self.scored, candidates])
+            keys = pair_keys(both)
+            _, first = np.unique(keys, return_index=True, axis=0 if keys.ndim > 1 else None)
+            candidates = both[np.sort(first[first >= len(self.scored)])]
+        self.pairs = candidates
+        return bool(len(candidates))
 
     def duplicates(self) -> set[int]:
         """Members that are not their cluster's representative (the first document)."""
