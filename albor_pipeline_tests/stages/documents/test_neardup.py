@@ -339,35 +339,23 @@ def test_clusters_equal_exact_all_pairs_jaccard(picks):
 def test_loose_templated_clusters_leave_no_near_duplicate_across_splits(tmp_path):
     """The web-like bench's corpus: 250,000 documents of Python's documentation prose, 15 % of
     them in clusters of 2 to 10,000 members around templates that are no document (pairwise
-    Jaccard around 0.8). The big-bucket walk alone split such clusters and left hundreds of pairs at
-    Jaccard >= 0.8 across splits; survivors' rounds join them, and the leak check passes."""
-    import hashlib
-
-    import pyarrow as pa
+    Jaccard around 0.8). The big-bucket walk alone split such clusters and left hundreds of
+    pairs at Jaccard >= 0.8 across splits; survivors' rounds join them: the check passes."""
     import pyarrow.parquet as pq
 
     from albor_pipeline.spec import AuditSpec, HoldoutSpec, NearDedupSpec
     from albor_pipeline.stages.documents.checks import check_no_near_leak
     from albor_pipeline.stages.documents.documents import build_documents
-    from albor_pipeline.text.documents import DOC_SCHEMA
+    from albor_pipeline_tests.support import write_docs
     from bench.weblike import write_corpus
 
     write_corpus(250_000, tmp_path / "raw")
+    (tmp_path / "in").mkdir()
     inputs = []
     for path in sorted((tmp_path / "raw").glob("*.parquet")):
         texts = pq.read_table(path).column("text").to_pylist()
-        table = pa.table(
-            {
-                "text": texts,
-                "source": ["web"] * len(texts),
-                "file": [f"{path.stem}-{k}" for k in range(len(texts))],
-                "sha256": [hashlib.sha256(t.encode()).hexdigest() for t in texts],
-            },
-            schema=DOC_SCHEMA,
-        )
-        (tmp_path / "in").mkdir(exist_ok=True)
-        pq.write_table(table, tmp_path / "in" / path.name, row_group_size=2048)
-        inputs.append(("web", tmp_path / "in" / path.name))
+        files = [f"{path.stem}-{k}" for k in range(len(texts))]
+        inputs.append(("web", write_docs(tmp_path / "in" / path.name, texts, ["web"] * len(texts), files)))
     out, near = tmp_path / "documents", NearDedupSpec()
     out.mkdir()
     found = build_documents(inputs, HoldoutSpec(), out, StageIO(tmp_path), near=near, audit=AuditSpec())
