@@ -23,6 +23,7 @@ from albor_pipeline.stages.documents.verify import (
     SHINGLE_FILE,
     Clusters,
     PairJob,
+    join_in_order,
     score_pairs,
 )
 from albor_pipeline.text.shingles import shingles, word_hashes
@@ -30,7 +31,6 @@ from albor_pipeline.text.shingles import shingles, word_hashes
 U64 = np.uint64
 VERIFIED = np.dtype([("a", "<i8"), ("b", "<i8"), ("score", "<f8")])
 """A pair that joined two clusters: its documents and exact Jaccard (unrounded)."""
-CLUSTER_BLOCK = 4096  # pairs walked as Python ints at a time: a bounded transient, not one per pair
 
 
 class NearDupIndex:
@@ -87,26 +87,23 @@ class NearDupIndex:
 
     def cluster(self, scores: np.ndarray) -> None:
         """Join the pairs of every round so far (this round's `pairs` scored `scores`, after
-        the earlier rounds') that score at least `threshold`, in that order; a pair already
-        in one cluster is skipped (its score, NaN when `score_pairs` skipped it too, cannot
-        change the clusters). The pairs are walked a block at a time, so the Python ints
-        live for a block, never for every pair."""
+        the earlier rounds') that score at least `threshold`, as a walk in that order would:
+        a pair already in one cluster joins nothing (its score, NaN when `score_pairs` skipped
+        it too, cannot change the clusters). Arrays throughout (`join_in_order`): no Python
+        object per pair or document."""
         self.scored = np.concatenate([self.scored, self.pairs])
         self.scores = np.concatenate([self.scores, scores])
         pairs, scores = self.scored, self.scores
-        self.clusters = Clusters(np.unique(pairs))
-        joined = np.zeros(len(pairs), dtype=bool)
-        for start in range(0, len(pairs), CLUSTER_BLOCK):
-            end = start + CLUSTER_BLOCK
-            for k, ((a, b), score) in enumerate(zip(pairs[start:end].tolist(), scores[start:end].tolist()), start):
-                if self.clusters.find(a) == self.clusters.find(b):
-                    continue
-                if score != score:  # NaN: only ever for a pair joined by earlier ones
-                    raise AssertionError(f"near dedup: pair ({a}, {b}) was not scored")
-                if score >= self.threshold:
-                    self.clusters.union(a, b)
-                    joined[k] = True
-        self.verified = np.zeros(int(joined.sum()), VERIFIED)
+        docs = np.unique(pairs)
+        ends = np.searchsorted(docs, pairs).reshape(-1, 2)
+        close = np.flatnonzero(scores >= self.threshold)  # NaN is not
+        joins, root = join_in_order(len(docs), ends[close])
+        unscored = ends[np.isnan(scores)]
+        if (root[unscored[:, 0]] != root[unscored[:, 1]]).any():  # only ever a pair joined by others
+            raise AssertionError("near dedup: a pair that was not scored is in two clusters")
+        self.clusters = Clusters(docs, root)
+        joined = close[joins]
+        self.verified = np.zeros(len(joined), VERIFIED)
         self.verified["a"], self.verified["b"] = pairs[joined, 0], pairs[joined, 1]
         self.verified["score"] = scores[joined]
 

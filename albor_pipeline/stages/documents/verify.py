@@ -26,9 +26,9 @@ class Clusters:
     int64 arrays: memory by the documents in pairs, no Python object per document. The
     representative is the smallest document index (first in spec order)."""
 
-    def __init__(self, docs: np.ndarray | None = None) -> None:
+    def __init__(self, docs: np.ndarray | None = None, parent: np.ndarray | None = None) -> None:
         self.docs = np.zeros(0, dtype=np.int64) if docs is None else np.asarray(docs, dtype=np.int64)
-        self.parent = np.arange(len(self.docs))
+        self.parent = np.arange(len(self.docs)) if parent is None else parent
 
     def _root(self, i: int) -> int:
         parent = self.parent
@@ -74,6 +74,44 @@ class Clusters:
         for root, doc in zip(*(a.tolist() for a in self.members())):
             out.setdefault(root, []).append(doc)
         return out
+
+
+def _hook(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`parent` (each index's root, the smallest index of its tree) after joining each
+    `a[k]` with `b[k]`: the larger root hooked under the smaller, then pointer jumping, until
+    every pair shares a root. Pointers only ever go to smaller indices, so no cycle forms."""
+    while True:
+        ra, rb = parent[a], parent[b]
+        apart = ra != rb
+        if not apart.any():
+            return parent
+        a, b, ra, rb = a[apart], b[apart], ra[apart], rb[apart]
+        np.minimum.at(parent, np.maximum(ra, rb), np.minimum(ra, rb))
+        while not np.array_equal(jumped := parent[parent], parent):
+            parent = jumped
+
+
+def join_in_order(count: int, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(which rows of `ends` join two clusters when walked in order, each of the `count`
+    indices' root): Kruskal's walk in row order, without a Python loop per row. The spanning
+    forest whose edge weights are the rows' positions is unique, and Borůvka's phases find it:
+    each cluster takes its earliest row to another cluster, then the clusters merge."""
+    joined = np.zeros(len(ends), dtype=bool)
+    root = np.arange(count)
+    live = np.arange(len(ends))  # rows still between two clusters
+    while True:
+        ra, rb = root[ends[live, 0]], root[ends[live, 1]]
+        apart = ra != rb
+        live, ra, rb = live[apart], ra[apart], rb[apart]
+        if not len(live):
+            return joined, root
+        earliest = np.full(count, len(ends))
+        np.minimum.at(earliest, ra, live)
+        np.minimum.at(earliest, rb, live)
+        chosen = np.unique(earliest[earliest < len(ends)])
+        joined[chosen] = True
+        merged = _hook(np.arange(count), root[ends[chosen, 0]], root[ends[chosen, 1]])
+        root = merged[root]
 
 
 def score_pairs(pairs: np.ndarray, shingles_of: Callable[[int], np.ndarray], threshold: float) -> np.ndarray:

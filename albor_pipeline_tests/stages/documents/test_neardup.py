@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.stages.documents.minhash import MinHasher, jaccard
 from albor_pipeline.stages.documents.neardup import near_duplicates
+from albor_pipeline.stages.documents.verify import join_in_order
 from albor_pipeline.text.shingles import P, _inverse, shingles
 from albor_pipeline_tests.support import STDLIB
 
@@ -333,6 +334,30 @@ def test_clusters_equal_exact_all_pairs_jaccard(picks):
     n = len(texts)
     exact = _components(n, [(a, b) for a in range(n) for b in range(a + 1, n) if jaccard(sets[a], sets[b]) >= 0.8])
     assert sorted(near_duplicates(texts).clusters.groups().values()) == exact
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(1, 40), st.lists(st.tuples(st.integers(0, 39), st.integers(0, 39)), max_size=120))
+def test_joining_in_order_equals_a_serial_walk(count, rows):
+    """`join_in_order` (Borůvka's phases on arrays) joins exactly the rows a serial walk in row
+    order joins, and gives every index its cluster's smallest index, on any graph: chains,
+    repeats, self-loops and rows out of order included."""
+    ends = np.array([(a % count, b % count) for a, b in rows], dtype=np.int64).reshape(-1, 2)
+    parent = list(range(count))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    walked = []
+    for a, b in ends.tolist():
+        ra, rb = find(a), find(b)
+        walked.append(ra != rb)
+        parent[max(ra, rb)] = min(ra, rb)
+    joined, root = join_in_order(count, ends)
+    assert joined.tolist() == walked
+    assert root.tolist() == [find(x) for x in range(count)]
 
 
 @pytest.mark.slow
