@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         ran = run_sections(args, corpora, repeat, Path(tmp), results)
     results.setdefault("measured", {}).update(dict.fromkeys(ran, stamp))
     results["self_rusage_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # an hour's figures are not lost to a path
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results, report)
     print(markdown(results))

@@ -122,6 +122,7 @@ def run_graph(
         "peak_process": rss["process"],  # which process that was (its command line)
         "command_rss_mb": round(rss.get("command_maxrss_kb", 0) / 1024, 1),  # the run's own process
         "others_rss_mb": round(rss.get("others_maxrss_kb", 0) / 1024, 1),  # the largest of the rest
+        "command_cpu_s": rss.get("command_cpu_s", 0.0),  # the run's process's own CPU seconds
         "source_mb": round(source_bytes / 1e6, 1),
         "steps_s": {k: round(v, 2) for k, v in sorted(step_s.items(), key=lambda kv: -kv[1])},
         "tasks": tasks,

@@ -582,15 +582,22 @@ def _weblike_rows(r: dict[str, Any]) -> list[Row]:
                 "",
             ),
             ("  documents stage s", s["documents_s"], ""),
+            ("  the run's own s (steps' wall less task-s / 2); the run process's CPU s", _own(s), ""),
         ]
     if "documents_ratio" not in r:
         return rows
     rows += [
         ("the run's own s per MB added", r["own_s_per_mb_added"], "<= 0.005"),
+        ("  the run process's CPU s per MB added", r.get("run_cpu_s_per_mb_added", "not measured"), ""),
         ("twice the documents: documents stage s, ratio", r["documents_ratio"], "<= 2.2"),
         ("twice the documents: the run process's peak RSS, ratio", r["run_rss_ratio"], "<= 1.2"),
     ]
     return rows
+
+
+def _own(size: dict[str, Any]) -> str:
+    """A web-like size's own seconds, and its run process's CPU seconds where measured."""
+    return f"{size['own_s']}; {size.get('run_cpu_s', 'not measured')}"
 
 
 def _causes(counts: dict[str, int]) -> str:

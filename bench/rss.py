@@ -123,6 +123,7 @@ def main(argv: list[str]) -> int:
         "others_maxrss_kb": max((kb for p, kb in each.items() if p != proc.pid), default=0),
         # Each process's CPU seconds as last sampled (a process's last 50 ms may be missed).
         "cpu_s": round(sum(used.values()), 2),
+        "command_cpu_s": round(used.get(proc.pid, 0.0), 2),  # the run's own process's
     }
     print(json.dumps(figures))
     return proc.returncode

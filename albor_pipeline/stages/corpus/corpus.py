@@ -258,7 +258,8 @@ def _pick_encoder(tok: Tokenizer, choice: str, sample: list[str]) -> tuple[str, 
 
 def _split_rows(groups: list[RowGroup], encoded: list[GroupTokens]) -> np.ndarray:
     """Each encoded document's row in the FIM split, from the row groups' sizes (footers)."""
-    sizes = [pq.ParquetFile(path).metadata.row_group(g).num_rows for path, g in groups]
+    footers = {path: pq.ParquetFile(path).metadata for path in dict.fromkeys(path for path, _ in groups)}
+    sizes = [footers[path].row_group(g).num_rows for path, g in groups]  # a footer read once per file
     bases = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
     parts = [
         bases[k] + (np.arange(len(g.lengths), dtype=np.int64) if g.rows is None else g.rows.astype(np.int64))

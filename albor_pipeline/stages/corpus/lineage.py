@@ -74,7 +74,7 @@ def write_fates(path: Path, ledgers: list[tuple[str, Path]], tombstones: list[tu
     for stage, stones in tombstones:
         found = pq.ParquetFile(stones).read(columns=["source", "file", "sha256"])
         rows = found.num_rows
-        fate = {"fate": pa.array([REMOVED_FATE] * rows), "detail": pa.array([REQUEST] * rows)}
+        fate = {"fate": pa.repeat(pa.scalar(REMOVED_FATE), rows), "detail": pa.repeat(pa.scalar(REQUEST), rows)}
         tables.append(_stage_rows(stage, pa.table({**dict(zip(found.column_names, found.columns)), **fate})))
     table = pa.concat_tables(tables) if tables else FATE_SCHEMA.empty_table()
     table = table.sort_by([(name, "ascending") for name in FATE_SCHEMA.names])
@@ -86,7 +86,7 @@ def write_fates(path: Path, ledgers: list[tuple[str, Path]], tombstones: list[tu
 
 def _stage_rows(stage: str, rows: pa.Table) -> pa.Table:
     """`rows` (the fates table's columns but `stage`; a missing `sha256_out` is null) of `stage`."""
-    columns = [pa.array([stage] * rows.num_rows, pa.string())]
+    columns = [pa.repeat(pa.scalar(stage, pa.string()), rows.num_rows)]
     for field in list(FATE_SCHEMA)[1:]:
         there = field.name in rows.column_names
         columns.append(rows.column(field.name) if there else pa.nulls(rows.num_rows, field.type))
