@@ -335,7 +335,7 @@ def _near_dedup(
     if scan.io.progress:
         scan.io.progress(f"documents: {where.documents:,} signatures, {len(index.pairs):,} LSH candidate pairs")
     index.verify_shards([str(p) for _, p in inputs], where, scan.spool.parent, scan.io)
-    _survivor_rounds(scan, index, where, found.signed, removed)
+    _survivor_rounds(scan, index, where, found.signed)
     reps, members = index.clusters.members()  # by representative, the representative first
     firsts = np.flatnonzero(np.concatenate((reps[:1] == reps[:1], reps[1:] != reps[:-1])))  # where each cluster starts
     sizes = Counter(np.diff(np.append(firsts, len(reps))).tolist())
@@ -371,31 +371,14 @@ def _near_dedup(
     )
 
 
-SURVIVOR_ROUNDS = 8
-"""At most this many survivors' rounds after the first (`_survivor_rounds`)."""
-
-
-def _survivor_rounds(
-    scan: _Scan, index: NearDupIndex, where: _Locator, signed: list[tuple[int, int, str]], removed: np.ndarray
-) -> None:
-    """Near dedup again over the documents the clusters leave, until a round joins nothing. A
-    big bucket is walked by representatives, so a loose cluster (members close to a template
-    that is no document, and around the threshold to each other) can come out split; its
-    parts' representatives then share small buckets. A round buckets only the survivors and
-    verifies only pairs no round scored."""
+def _survivor_rounds(scan: _Scan, index: NearDupIndex, where: _Locator, signed: list[tuple[int, int, str]]) -> None:
+    """`NearDupIndex.rounds` over the scan's spooled signatures, its pairs scored in tasks."""
+    candidates = partial(_candidates, scan, index, where, signed)
     files = [str(p) for _, p in scan.inputs]
-    for _ in range(SURVIVOR_ROUNDS):
-        keep = index.survivors(where.documents)
-        keep[removed] = False
-        _candidates(scan, index, where, signed, keep)
-        joined = len(index.verified)
-        if not index.next_round(index.pairs):
-            return
-        index.verify_shards(files, where, scan.spool.parent, scan.io)
+    verify = partial(index.verify_shards, files, where, scan.spool.parent, scan.io)
+    for joined in index.rounds(where.documents, candidates, verify):
         if scan.io.progress:
-            scan.io.progress(f"documents: a survivors' round joined {len(index.verified) - joined:,} more pairs")
-        if len(index.verified) == joined:
-            return
+            scan.io.progress(f"documents: a survivors' round joined {joined:,} more pairs")
 
 
 def _representative_texts(scan: _Scan, where: _Locator, rep_docs: np.ndarray) -> np.ndarray:

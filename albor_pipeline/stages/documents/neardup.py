@@ -4,7 +4,7 @@ verification (`verify`), joined by `NearDupIndex`."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,8 @@ from albor_pipeline.stages.documents.verify import (
 from albor_pipeline.text.shingles import shingles, word_hashes
 
 U64 = np.uint64
+SURVIVOR_ROUNDS = 8
+"""At most this many survivors' rounds after the first pass (`NearDupIndex.rounds`)."""
 VERIFIED = np.dtype([("a", "<i8"), ("b", "<i8"), ("score", "<f8")])
 """A pair that joined two clusters: its documents and exact Jaccard (unrounded)."""
 
@@ -128,6 +130,25 @@ class NearDupIndex:
         self.pairs = candidates
         return bool(len(candidates))
 
+    def rounds(
+        self, documents: int, candidates: Callable[[np.ndarray], None], verify: Callable[[], None]
+    ) -> Iterator[int]:
+        """Survivors' rounds after the first pass, until one joins nothing (at most
+        `SURVIVOR_ROUNDS`), each yielding the pairs it joined: `candidates(keep)` puts the LSH
+        candidates of the documents `keep` says in `pairs`, `verify()` scores them and joins.
+        A big bucket is walked by representatives, so a loose cluster (members close to a
+        template that is no document, and around the threshold to each other) can come out
+        split; its parts' representatives then share small buckets."""
+        for _ in range(SURVIVOR_ROUNDS):
+            candidates(self.survivors(documents))
+            joined = len(self.verified)
+            if not self.next_round(self.pairs):
+                return
+            verify()
+            yield len(self.verified) - joined
+            if len(self.verified) == joined:
+                return
+
     def duplicates(self) -> set[int]:
         """Members that are not their cluster's representative (the first document)."""
         reps, members = self.clusters.members()
@@ -137,16 +158,26 @@ class NearDupIndex:
 def near_duplicates(
     texts: list[str], ngram: int = 5, num_perm: int = 112, bands: int = 14, threshold: float = 0.8
 ) -> NearDupIndex:
-    """The index's two steps over `texts` in memory (tests and small corpora): signatures
-    spooled as one task's, candidates, exact Jaccard in this process, clusters."""
+    """The index's steps over `texts` in memory (tests and small corpora), survivors' rounds
+    included: signatures spooled as one task's, candidates, exact Jaccard in this process,
+    clusters."""
     index = NearDupIndex(ngram, num_perm, bands, threshold)
     sigs = [index.signer.signature(word_hashes(text)) for text in texts]
+    stacked = np.stack(sigs) if sigs else np.zeros((0, num_perm), dtype=U64)
+    firsts = np.array([0, len(sigs)])
     with tempfile.TemporaryDirectory(prefix=".albor-minhash-", suffix=TEMP_SUFFIX) as spool:
         job = index.lsh(spool, len(sigs))
-        stacked = np.stack(sigs) if sigs else np.zeros((0, num_perm), dtype=U64)
-        offsets = job.spool_signatures(0, 0, stacked, TaskIO(spool, IN_PLACE))
-        index.find_candidates(job, offsets[None], np.array([0, len(sigs)]), StageIO(Path(spool)))
-    needed = set(np.unique(index.pairs).tolist())
-    sets = {d: shingles(t, ngram) for d, t in enumerate(texts) if d in needed}
-    index.cluster(score_pairs(index.pairs, sets.__getitem__, threshold))
+
+        def candidates(keep: np.ndarray | None) -> None:
+            offsets = job.spool_signatures(0, 0, stacked, TaskIO(spool, IN_PLACE), keep)
+            index.find_candidates(job, offsets[None], firsts, StageIO(Path(spool)))
+
+        def verify() -> None:
+            sets = {d: shingles(texts[d], ngram) for d in np.unique(index.pairs).tolist()}
+            index.cluster(score_pairs(index.pairs, sets.__getitem__, threshold))
+
+        candidates(None)
+        verify()
+        for _ in index.rounds(len(sigs), candidates, verify):
+            pass
     return index
