@@ -46,6 +46,9 @@ from albor_pipeline_tests.support import (
 
 SCHEMA = pa.schema([("text", pa.string())])
 
+FATES_TABLES = {f"corpus/{kind}{s} _fates_table" for s in SPLITS for kind in ("", "long_")}
+"""The corpora's fates table: one task, its table linked into every split's corpus."""
+
 
 @dataclass(frozen=True)
 class _Upper:
@@ -190,9 +193,10 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
     built = materialize_all(spec, tmp_path / "out")
     first, first_checks = task_counts(built), _check_reuse(built)
     assert first["ingested/stdlib_async _ingest_group"][0] >= 4
-    # A cold build reuses nothing but a split's encoding, shared with its long subset: each
-    # row group is encoded once, by whichever of the two stages ran first.
-    shared = {f"corpus/{split} encode_row_group" for split in SPLITS}
+    # A cold build reuses nothing but a split's encoding, shared with its long subset (each
+    # row group is encoded once, by whichever of the two stages ran first), and the fates
+    # table, the same for every corpus: written by the first, linked into the others.
+    shared = {f"corpus/{split} encode_row_group" for split in SPLITS} | FATES_TABLES
     assert {key for key, (_, reused) in first.items() if reused} <= shared
     parts = task_counts(built, ("parts", "parts_reused"))
     for split in SPLITS:
@@ -266,8 +270,9 @@ def test_a_run_killed_mid_stage_resumes_from_its_finished_tasks(tmp_path: Path) 
     assert len([entry for entry, _, _ in stored if entry.name not in parts]) == 4 and parts
     spec = load_spec(spec_path)
     resumed = task_counts(materialize_all(spec, tmp_path / "out"))
-    # Every task that finished, none that had not (besides the long subsets' encoding, this run's).
-    shared = {f"corpus/{s} encode_row_group" for s in SPLITS}
+    # Every task that finished, none that had not (besides the long subsets' encoding and the
+    # corpora's one fates table, this run's).
+    shared = {f"corpus/{s} encode_row_group" for s in SPLITS} | FATES_TABLES
     assert sum(r for key, (_, r) in resumed.items() if key not in shared) == 4
     cold = tmp_path / "cold"
     materialize_all(spec, cold)

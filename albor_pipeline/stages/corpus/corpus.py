@@ -44,9 +44,10 @@ from albor_pipeline.stages.corpus.lineage import (
     DOCUMENTS,
     FATES,
     PIECES,
+    WRITE_FATES,
+    StagedFiles,
     concat_pieces,
     write_documents,
-    write_fates,
     write_pieces,
 )
 from albor_pipeline.stages.corpus.pack import PACK_SHARD, PackJob
@@ -179,6 +180,11 @@ class Fates:
 
     ledgers: list[tuple[str, Path]] = field(default_factory=list)
     tombstones: list[tuple[str, Path]] = field(default_factory=list)
+
+    def item(self) -> tuple[StagedFiles, StagedFiles]:
+        """(ledgers, tombstones) as `WRITE_FATES` takes them: each file by its content."""
+        ledgers = tuple((stage, InputFile(str(path))) for stage, path in self.ledgers)
+        return ledgers, tuple((stage, InputFile(str(path))) for stage, path in self.tombstones)
 
 
 @dataclass(frozen=True)
@@ -360,6 +366,7 @@ def _pack_split(build: _Build, encoded: _Encoded) -> CorpusResult:
             ledger=segments if build.ledger else None,
             fim_path=build.fim_path,
             fates=build.fates,
+            io=io,
         )
         packed = map_shards(PACK_SHARD, job, items, out_dir, io, finish=finish)
     stream = streamed.result()
@@ -400,6 +407,7 @@ def _finish(
     ledger: Segments | None,
     fim_path: Path,
     fates: Fates,
+    io: StageIO,
 ) -> None:
     """What joins the packed shards' set (`staging`) before it commits: the exports, once
     `streamed` has written their streams into `exports`, with their sidecars; the reader index;
@@ -414,7 +422,10 @@ def _finish(
     if ledger is not None:
         write_pieces(staging / PIECES, ledger, encoded.lengths, encoded.rows)
         write_documents(staging / DOCUMENTS, parquet_files(fim_path))
-        write_fates(staging / FATES, fates.ledgers, fates.tombstones)
+        for _, path in [*fates.ledgers, *fates.tombstones]:  # not the corpus's inputs: a task reads them
+            io.offer(path)  # on a node without the run's working copy too
+        map_tasks(WRITE_FATES, None, [fates.item()], staging, io)  # one table, written once for every split
+        io.receive(staging / FATES)
 
 
 def _empty_warning(sequences: int, docs: int, tokens: int, seq_len: int) -> list[str]:

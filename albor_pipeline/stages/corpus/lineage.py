@@ -8,6 +8,7 @@ did this document go" by one column scan, without re-encoding anything.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import PARQUET_OPTIONS, atomic_path
+from albor_pipeline.runtime.shardmap import Step, TaskIO
+from albor_pipeline.runtime.shards import Shard
+from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.stages.corpus.plan import Segments, concat_segments
 from albor_pipeline.text.ledger import LEDGER
 
@@ -82,6 +86,33 @@ def write_fates(path: Path, ledgers: list[tuple[str, Path]], tombstones: list[tu
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, row_group_size=PIECE_ROW_GROUP, **PARQUET_OPTIONS)
     return table.num_rows
+
+
+@dataclass(frozen=True)
+class FatesTable:
+    """The fates table a task wrote at `FATES`: the task store keeps it, so one table, written
+    once, serves every split's corpus (their upstream ledgers are the same)."""
+
+    rows: int
+    shards: tuple[Shard, ...]
+
+
+StagedFiles = tuple[tuple[str, InputFile], ...]  # (stage, file) pairs, by content
+
+
+def _fates_table(_: None, io: TaskIO, item: tuple[StagedFiles, StagedFiles]) -> FatesTable:
+    """`write_fates` of (ledgers, tombstones) in a worker: a run's process never holds the
+    table (a row per document a stage dropped), and a split whose upstream ledgers another
+    split's corpus already tabled reuses its table."""
+    ledgers, tombstones = item
+    path = io.directory / FATES
+    rows = write_fates(path, [(s, io.local(f)) for s, f in ledgers], [(s, io.local(f)) for s, f in tombstones])
+    shard = Shard.of(path, rows, io.directory)
+    io.spool(path)  # on a node without the run's working copy: uploaded
+    return FatesTable(rows, (shard,))
+
+
+WRITE_FATES = Step(_fates_table, inline_below=1)
 
 
 def _stage_rows(stage: str, rows: pa.Table) -> pa.Table:
