@@ -17,7 +17,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import suppress
-from multiprocessing import get_context, spawn
+from multiprocessing import forkserver, get_context, spawn
+from multiprocessing.context import ForkServerContext
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -110,13 +111,9 @@ class WorkerPool:
     def get(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
-                context = get_context("forkserver")
-                context.set_forkserver_preload(_preload())
-                # the fork server inherits it (`forkmain`); "" for none, never another run's
-                os.environ[MAIN_SCRIPT] = spawn.get_preparation_data("main").get("init_main_from_path", "")
                 run = os.getpid()
                 self._pool = ProcessPoolExecutor(
-                    self.workers, mp_context=context, initializer=_start_worker, initargs=(run, start_time(run))
+                    self.workers, mp_context=_fork_context(), initializer=_start_worker, initargs=(run, start_time(run))
                 )
                 WorkerPool.starts += 1
             return self._pool
@@ -148,6 +145,24 @@ class WorkerPool:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+def _fork_context() -> ForkServerContext:
+    """The fork server's context, with what it imports before it forks (`_preload`) and the
+    run's main script, which it inherits (`forkmain`): "" for none, never another run's."""
+    context = get_context("forkserver")
+    context.set_forkserver_preload(_preload())
+    os.environ[MAIN_SCRIPT] = spawn.get_preparation_data("main").get("init_main_from_path", "")
+    return context
+
+
+def start_fork_server() -> None:
+    """Start the fork server (`multiprocessing`'s one per process) in the background, before
+    the run's pool asks for it: `albor run` calls it once it knows a run will start, so the
+    server's imports (about a second and a half of a core) overlap Dagster's own start
+    rather than the first parallel map's wait. The run's pool then forks from it."""
+    _fork_context()  # its preload and main script, as the pool's
+    threading.Thread(target=forkserver.ensure_running, name="fork-server", daemon=True).start()
 
 
 def _preload() -> list[str]:
