@@ -85,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from albor_pipeline.defs.pipeline import pipeline_stages
     from albor_pipeline.defs.plan import plan_run
     from albor_pipeline.defs.progress import progress_logger
-    from albor_pipeline.runtime.executor import cpu_count, start_fork_server
+    from albor_pipeline.runtime.executor import pool_workers, start_fork_server
 
     spec = load_spec()
     home = ensure_dagster_home()
@@ -105,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         print("\n".join([*_where(root), *summary_lines(kept)]))
         return 0
-    if spec.execution.backend == "local" and (spec.execution.workers or cpu_count()) > 1:
+    if pool_workers(spec.execution):
         start_fork_server()  # its imports overlap Dagster's start; the run's pool forks from it
     defs = build_definitions(spec)
     job = defs.resolve_job_def(BUILD_JOB)

@@ -22,7 +22,7 @@ from albor_pipeline.runtime.artifacts import (
     write_bytes,
 )
 from albor_pipeline.runtime.bucket import Bucket, is_remote
-from albor_pipeline.runtime.executor import Executor, WorkerPool, cpu_count, make_executor
+from albor_pipeline.runtime.executor import Executor, WorkerPool, cpu_count, make_executor, pool_workers
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.lock import BucketLease, bucket_lock, data_dir_lock
 from albor_pipeline.runtime.nodes import NODE_FILE, Node
@@ -169,8 +169,7 @@ class Execution(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         spec = self.spec  # a bad launchpad value fails the run before any stage starts
         self._context = context
-        workers = spec.workers or cpu_count()
-        if spec.backend == "local" and workers > 1:  # one pool for the run's every map, started now
+        if workers := pool_workers(spec):  # one pool for the run's every map, started now
             self._pool = WorkerPool(workers)
             self._pool.warm()
 

@@ -403,6 +403,12 @@ def _windowed(
 INLINE = InlineExecutor()
 
 
+def pool_workers(spec: ExecutionSpec) -> int:
+    """The workers of the local pool the spec's runs use: 0 for none (Ray, or one worker, inline)."""
+    workers = spec.workers or cpu_count()
+    return workers if spec.backend == "local" and workers > 1 else 0
+
+
 def make_executor(
     spec: ExecutionSpec,
     connect: Callable[[], None] | None = None,

@@ -198,6 +198,8 @@ def test_a_one_file_edit_reruns_only_the_tasks_that_read_it_and_equals_a_cold_bu
     # table, the same for every corpus: written by the first, linked into the others.
     shared = {f"corpus/{split} encode_row_group" for split in SPLITS} | FATES_TABLES
     assert {key for key, (_, reused) in first.items() if reused} <= shared
+    tables = [first[key] for key in FATES_TABLES if key in first]
+    assert sum(ran - reused for ran, reused in tables) == 1 and len(tables) > 1  # written once, linked after
     parts = task_counts(built, ("parts", "parts_reused"))
     for split in SPLITS:
         tasks, reused = first[f"corpus/{split} encode_row_group"]
