@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -73,6 +74,36 @@ def test_workers_do_not_run_the_run_s_main_script_again(tmp_path: Path, importab
         assert len(again) == 1 and not again & workers
     else:
         assert again == workers
+
+
+CONSOLE_SCRIPT = """
+import os, sys
+with open(sys.argv[1], "a") as log:
+    log.write(f"{__name__} {os.getpid()}\\n")
+if __name__ == "__main__":
+    from albor_pipeline.runtime.executor import LocalExecutor, WorkerPool
+    from albor_pipeline_tests.runtime.test_worker_pool import _worker_pid
+    pool = WorkerPool(2)
+    print(" ".join(map(str, sorted(set(LocalExecutor(2, pool=pool).map(_worker_pid, range(4)))))))
+    pool.close()
+"""
+
+
+def test_a_console_script_is_run_by_neither_the_fork_server_nor_its_workers(tmp_path: Path) -> None:
+    """An installed entry point's wrapper (`dagster`, `albor`) only imports its package's main:
+    the fork server puts a module naming it in its place rather than run it (under Dagster's
+    command line, all of Dagster), and the workers skip it too."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    script, log = scripts / f"albor-test-{os.getpid()}-{tmp_path.name}", tmp_path / "imports.log"
+    script.write_text(CONSOLE_SCRIPT)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+        run = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True, env=env)
+    finally:
+        script.unlink()
+    assert run.returncode == 0, run.stderr
+    assert len(run.stdout.split()) == 2  # both workers ran tasks
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["__main__"]
 
 
 def test_a_killed_run_s_workers_exit() -> None:
