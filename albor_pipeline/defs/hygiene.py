@@ -20,7 +20,7 @@ from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
 from albor_pipeline.stages.hygiene.rules import rule_set
 from albor_pipeline.summaries.hygiene import provenance_section as provenance_section  # its PROVENANCE.md section
-from albor_pipeline.text.documents import DOC_SCHEMA
+from albor_pipeline.text.documents import VIEW_SCHEMA
 from albor_pipeline.text.ledger import is_side
 from albor_pipeline.text.removal import REMOVED, TOMBSTONE_SCHEMA
 
@@ -127,7 +127,7 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
             work=partial(hygiene, spec, src),
             deps=(ingested_stage(src.name), *([QUALITY_CLASSIFIER] if reads_model(spec, src) else [])),
             checks=(
-                schema_check(DOC_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),
+                schema_check(VIEW_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),
                 Check(
                     "no_secrets_left",
                     "An independent scan of every document (its own token patterns, and text glued to a `<KEY>`) "
