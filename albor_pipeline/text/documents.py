@@ -33,11 +33,16 @@ def texts_of(view: Path) -> Path:
 
 
 def read_documents(
-    path: Path, columns: Sequence[str], *, group: int | None = None, rows: np.ndarray | None = None, local: Local = Path
+    path: str | Path,
+    columns: Sequence[str],
+    *,
+    group: int | None = None,
+    rows: np.ndarray | None = None,
+    local: Local = Path,
 ) -> pa.Table:
     """`columns` of a shard's documents (of its row group `group`, at `rows` of it or of the
     shard), a view's text read from its shard of texts: only the row groups holding those rows."""
-    file = pq.ParquetFile(local(path))
+    file = pq.ParquetFile(local(Path(path)))
     joined = "text" in columns and "text" not in file.schema_arrow.names
     wanted = [c for c in columns if c != "text" or not joined] + (["row"] if joined else [])
     table = file.read(columns=wanted) if group is None else file.read_row_group(group, columns=wanted)
@@ -55,10 +60,10 @@ def read_document_set(directory: Path, columns: Sequence[str] = DOC_SCHEMA.names
     return pa.concat_tables([read_documents(f, columns) for f in files]) if files else DOC_SCHEMA.empty_table()
 
 
-def iter_documents(path: Path, columns: Sequence[str], local: Local = Path) -> Iterator[pa.Table]:
-    """Every document of a shard in order, a row group at a time (a view's joined to its texts)."""
-    for group in range(pq.ParquetFile(local(path)).num_row_groups):
-        yield read_documents(path, columns, group=group, local=local)
+def iter_documents(path: str | Path, columns: Sequence[str], local: Local = Path) -> Iterator[pa.RecordBatch]:
+    """Every document of a shard in order, a batch per row group (a view's joined to its texts)."""
+    for group in range(pq.ParquetFile(local(Path(path))).num_row_groups):
+        yield from read_documents(path, columns, group=group, local=local).combine_chunks().to_batches()
 
 
 def rows_of(path: Path, rows: np.ndarray, columns: Sequence[str]) -> pa.Table:
