@@ -49,7 +49,7 @@ def read_documents(
     if rows is not None:
         table = table.take(pa.array(rows, pa.int64()))
     if joined:
-        texts = rows_of(local(texts_of(Path(path))), table.column("row").to_numpy(), ["text"])
+        texts = Rows(local(texts_of(Path(path)))).take(table.column("row").to_numpy(), ["text"])
         table = table.append_column("text", texts.column(0))
     return table.select(list(columns))
 
@@ -66,17 +66,22 @@ def iter_documents(path: str | Path, columns: Sequence[str], local: Local = Path
         yield from read_documents(path, columns, group=group, local=local).combine_chunks().to_batches()
 
 
-def rows_of(path: Path, rows: np.ndarray, columns: Sequence[str]) -> pa.Table:
-    """`columns` of shard `path` at its `rows`, reading only the row groups from the first to the
-    last of them."""
-    file = pq.ParquetFile(path)
-    if not len(rows):
-        return file.schema_arrow.empty_table().select(list(columns))
-    ends = np.cumsum([file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)])
-    first, last = (int(np.searchsorted(ends, r, side="right")) for r in (rows.min(), rows.max()))
-    base = int(ends[first - 1]) if first else 0
-    table = file.read_row_groups(list(range(first, last + 1)), columns=list(columns))
-    return table.take(pa.array(rows - base))
+class Rows:
+    """A shard read by row numbers: its footer read once, then only the row groups from the
+    first to the last row asked for."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = pq.ParquetFile(path)
+        self.ends = np.cumsum([self.file.metadata.row_group(g).num_rows for g in range(self.file.num_row_groups)])
+
+    def take(self, rows: np.ndarray, columns: Sequence[str]) -> pa.Table:
+        """`columns` at `rows` (in any order)."""
+        if not len(rows):
+            return self.file.schema_arrow.empty_table().select(list(columns))
+        first, last = (int(np.searchsorted(self.ends, r, side="right")) for r in (rows.min(), rows.max()))
+        base = int(self.ends[first - 1]) if first else 0
+        table = self.file.read_row_groups(list(range(first, last + 1)), columns=list(columns), use_threads=False)
+        return table.take(pa.array(rows - base))
 
 
 def text_sha256(text: str) -> str:

@@ -52,7 +52,7 @@ from albor_pipeline.stages.hygiene.rules import (
 )
 from albor_pipeline.summaries.hygiene import HygieneSummary
 from albor_pipeline.text.classifier import ModelRef
-from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, read_documents, rows_of, text_sha256
+from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, Rows, read_documents, text_sha256
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, SIGNALS, TEXTS, LedgerRows, is_side, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
 from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
@@ -145,13 +145,13 @@ class _Group:
     """One row group of an ingested shard, read only as far as its scoring needs: the text
     only when a signal or redaction is not kept under the group's identity (`key`)."""
 
-    path: str
+    file: pq.ParquetFile
     index: int
     key: str  # its SHA-256 (`row_group_sha256`)
 
     @cached_property
     def table(self) -> pa.Table:
-        return pq.ParquetFile(self.path).read_row_group(self.index, columns=DOC_SCHEMA.names)
+        return self.file.read_row_group(self.index, columns=DOC_SCHEMA.names)
 
     @cached_property
     def strings(self) -> list[str]:
@@ -216,49 +216,34 @@ def _copy_shard(job: _RedactJob | None, io: TaskIO, path: InputFile) -> _Texts:
     local = str(io.local(path))
     keys = []
     with ParquetSink(io.directory / TEXTS / path.name, DOC_SCHEMA) as sink:
-        for index in range(pq.ParquetFile(local).num_row_groups):
-            group = _Group(local, index, row_group_sha256(local, index))
+        file = pq.ParquetFile(local)
+        for index in range(file.num_row_groups):
+            group = _Group(file, index, row_group_sha256(local, index))
             keys.append(group.key)
-            table = group.table
-            if job is not None:
-                red = _redaction(job, group, [])
-                shas = {i: text_sha256(text) for i, text in red.changed.items()}
-                table = pa.table(
-                    [
-                        _replaced(group.texts(), red.changed),
-                        table.column("source"),
-                        _replaced(table.column("file").combine_chunks(), red.paths),
-                        _replaced(table.column("sha256").combine_chunks(), shas),
-                    ],
-                    schema=DOC_SCHEMA,
-                )
-            sink.write(table)
+            sink.write(_as_written(group.table, _redaction(job, group, []) if job is not None else None))
     return _Texts((Shard.of(sink.path, sink.rows, io.directory),), tuple(keys))
 
 
 COPY_SHARD = Step(_copy_shard)
 
 
-def _clean_row_group(job: _CleanJob, group: _Group, texts: Path, first: int) -> tuple[pa.Table, pa.RecordBatch, _Chunk]:
+def _clean_row_group(job: _CleanJob, group: _Group, texts: Rows, first: int) -> tuple[pa.Table, pa.RecordBatch, _Chunk]:
     """Row group `group` after hygiene: the view of its kept documents (their rows in the shard
     of `texts`, from row `first`), its signals and its accounting. The signals and findings are
     scored once per row group's bytes and the rules decided over them, so a rule's change reads
     no text; only the documents removed or redacted pass through Python."""
-    ingested = pq.ParquetFile(group.path).read_row_group(group.index, columns=["file", "sha256"])
-    shas = ingested.column("sha256").combine_chunks()
+    ingested = group.file.read_row_group(group.index, columns=["source", "file", "sha256"])
     fresh: list[bool] = []
-    scored = _signals(job, group, shas, fresh)
-    n = len(shas)
-    removed_text = job.audit.ledger and job.audit.keep_removed and job.spec.redact is not RedactMode.off
-    columns = ["source", "file", "sha256", *(["text"] if removed_text else [])]
-    written = rows_of(texts, np.arange(first, first + n), columns)
+    scored = _signals(job, group, ingested.column("sha256").combine_chunks(), fresh)
+    n, red = ingested.num_rows, scored.redaction
+    written = _as_written(ingested, red if job.texts_job is not None else None)
     cs = conds(job.spec.rules, job.spec.redact)
     values = {name: np.asarray(v) for name, v in scored.cols.items()}
     decided = decide(cs, values, n)
     chunk = _Chunk(documents_in=n, scanned=n if fresh else 0)
-    red = scored.redaction
-    files, sources = ingested.column("file").to_pylist(), written.column("source").to_pylist()
-    paths, shas_in, shas_out = written.column("file").to_pylist(), shas.to_pylist(), written.column("sha256")
+    files, sources, shas = (ingested.column(c).to_pylist() for c in ("file", "source", "sha256"))
+    paths, shas_out = written.column("file").to_pylist(), written.column("sha256")
+    removed = _removed_texts(job, red, texts, first, decided)
     for i, k in enumerate(decided.tolist()):
         if k < 0 or cs[k].reason == SECRETS_OR_PII:
             chunk.findings.update(red.counts[i])
@@ -268,17 +253,36 @@ def _clean_row_group(job: _CleanJob, group: _Group, texts: Path, first: int) -> 
         chunk.removed[reason(cs[k], value)] += 1
         chunk.note(reason(cs[k], value), files[i])
         if job.audit.ledger:
-            text = red.changed.get(i, written.column("text")[i].as_py()) if removed_text else None
-            chunk.ledger.add(sources[i], paths[i], shas_in[i], "filtered", detail(cs[k], value), text=text)
+            chunk.ledger.add(sources[i], paths[i], shas[i], "filtered", detail(cs[k], value), text=removed.get(i))
     keep = decided < 0
     for i in (i for i in sorted(red.changed) if keep[i]) if job.spec.redact is RedactMode.redact else ():
         chunk.redacted += 1
         chunk.note("redacted", files[i])
         if job.audit.ledger:
-            chunk.ledger.add(sources[i], paths[i], shas_in[i], "redacted", _counts(red.counts[i]), shas_out[i].as_py())
-    rows = pa.array(np.arange(first, first + n))
-    view = written.select(["source", "file", "sha256"]).append_column("row", rows).filter(pa.array(keep))
+            chunk.ledger.add(sources[i], paths[i], shas[i], "redacted", _counts(red.counts[i]), shas_out[i].as_py())
+    view = written.append_column("row", pa.array(np.arange(first, first + n))).filter(pa.array(keep))
     return view, pa.RecordBatch.from_pydict(scored.cols, schema=job.signal_schema), chunk
+
+
+def _as_written(table: pa.Table, red: _Redaction | None) -> pa.Table:
+    """`table`'s documents as the shard of texts holds them: redacted by `red` (their text, path
+    and SHA-256, for the columns it has), or as they are."""
+    if red is None:
+        return table
+    shas = {i: text_sha256(text) for i, text in red.changed.items()}
+    new = {"text": red.changed, "file": red.paths, "sha256": shas}
+    columns = [_replaced(table.column(c).combine_chunks(), new.get(c, {})) for c in table.column_names]
+    return pa.table(columns, names=table.column_names)
+
+
+def _removed_texts(job: _CleanJob, red: _Redaction, texts: Rows, first: int, decided: np.ndarray) -> dict[int, str]:
+    """The removed documents' texts for the ledger (`audit.keep_removed`), redacted even under
+    `report`: read from the shard of texts only then."""
+    if not (job.audit.ledger and job.audit.keep_removed and job.spec.redact is not RedactMode.off):
+        return {}
+    rows = np.flatnonzero(decided >= 0)
+    stored = texts.take(first + rows, ["text"]).column(0).to_pylist()
+    return {i: red.changed.get(i, text) for i, text in zip(rows.tolist(), stored)}
 
 
 def _replaced(column: pa.Array, new: dict[int, str]) -> pa.Array:
@@ -343,9 +347,9 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
         signals = stack.enter_context(ParquetSink(io.directory / SIGNALS / name, job.signal_schema))
         ledger_path = io.directory / ledger_name(name)
         ledger = stack.enter_context(ParquetSink(ledger_path, LEDGER_SCHEMA)) if job.audit.ledger else None
-        written = io.directory / TEXTS / name
+        ingested, written = pq.ParquetFile(local), Rows(io.directory / TEXTS / name)
         for index, key in enumerate(texts.groups):
-            view, scored, chunk = _clean_row_group(job, _Group(local, index, key), written, total.documents_in)
+            view, scored, chunk = _clean_row_group(job, _Group(ingested, index, key), written, total.documents_in)
             sink.write(view)
             signals.write(scored)
             if ledger is not None:
