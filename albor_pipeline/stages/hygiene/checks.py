@@ -18,7 +18,6 @@ from albor_pipeline.runtime.checks import CheckOutcome, per_shard
 from albor_pipeline.runtime.executor import INLINE, Executor
 from albor_pipeline.runtime.shards import row_group_sha256
 from albor_pipeline.runtime.taskstore import memo
-from albor_pipeline.text.documents import read_documents
 from albor_pipeline.text.secrets import redact_path
 
 
@@ -203,7 +202,7 @@ def find_leaks(text: str, leaks: Sequence[_Leak] | None = None) -> Counter[str]:
 
 def _row_group_leaks(path: Path, group: int) -> tuple[int, Counter[str], list[str]]:
     """(documents, leaks by kind, the first files holding one, redacted) of one row group."""
-    batch = read_documents(path, ["text", "file"], group=group)
+    batch = pq.ParquetFile(path).read_row_group(group, columns=["text", "file"])
     found: Counter[str] = Counter()
     files: list[str] = []
     for row, screened in _screened(batch.column(0)).items():

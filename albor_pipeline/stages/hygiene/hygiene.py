@@ -52,7 +52,7 @@ from albor_pipeline.stages.hygiene.rules import (
 )
 from albor_pipeline.summaries.hygiene import HygieneSummary
 from albor_pipeline.text.classifier import ModelRef
-from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, Rows, read_documents, text_sha256
+from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, Rows, text_sha256
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, SIGNALS, TEXTS, LedgerRows, is_side, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
 from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
@@ -435,8 +435,8 @@ def check_rules(job: _CleanJob) -> None:
 
 
 def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:
-    """Findings left in the first `sample` documents of a hygiene shard set (the check), a row
-    group at a time, each kept under its own identity (a rebuild re-scans the changed ones)."""
+    """Findings left in the first `sample` documents of a set of shards of texts (the check), a
+    row group at a time, each kept under its own identity (a rebuild re-scans the changed ones)."""
     left: Counter[str] = Counter()
     seen = 0
     for path in shard_files(shards):
@@ -456,7 +456,7 @@ def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:
 
 def _rescan_row_group(limit: int, path: Path, group: int) -> tuple[int, Counter[str]]:
     """(documents scanned, findings) of the first `limit` documents of a row group."""
-    texts = read_documents(path, ["text"], group=group).column(0).combine_chunks().slice(0, limit)
+    texts = pq.ParquetFile(path).read_row_group(group, columns=["text"]).column(0).combine_chunks().slice(0, limit)
     left: Counter[str] = Counter()
     for text, lines in zip(texts.to_pylist(), candidate_lines(texts)):
         left.update(scanner().scan(text, lines=lines).counts)

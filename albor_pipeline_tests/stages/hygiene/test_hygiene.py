@@ -12,16 +12,19 @@ from pathlib import Path
 import numpy
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from albor_pipeline.runtime.shardmap import StageIO
+from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import HygieneRules, HygieneSpec, ProseParams, SourceSpec, StarCoder
 from albor_pipeline.stages.hygiene.families import CODE
 from albor_pipeline.stages.hygiene.hygiene import clean_source, rescan
 from albor_pipeline.stages.hygiene.rules import conds, decide
 from albor_pipeline.stages.ingest.ingest import ingest_source
-from albor_pipeline.text.documents import read_document_set
+from albor_pipeline.text.documents import VIEW_SCHEMA, read_document_set, read_documents, text_sha256, texts_of
+from albor_pipeline.text.ledger import TEXTS
 from albor_pipeline.text.secrets import PHONE_RE, SecretScanner, candidate_lines
 from albor_pipeline_tests.support import STDLIB, STDLIB_PACKAGES
 
@@ -153,16 +156,27 @@ def test_clean_source_accounts_for_every_document(tmp_path, mode):
         assert "<KEY>" in texts["planted.py"] and "Bob Ippolito <<EMAIL>>" in texts["__init__.py"]
         assert "<EMAIL>" in texts["planted.py"] and "<IP_ADDRESS>" in texts["planted.py"]
         assert "<PHONE_NUMBER>" in texts["planted.py"] and result.summary.findings["Phone number"] == 1
-        assert result.summary.redacted_documents == 2 and rescan(tmp_path / "out") == {}
+        assert result.summary.redacted_documents == 2 and rescan(tmp_path / "out" / TEXTS) == {}
     elif mode == "drop":  # planted.py at ingest (its secrets), __init__.py at hygiene (its e-mail)
         assert ingested.summary.skipped["secrets"] == 1 and result.summary.removed["secrets_or_pii"] == 1
         assert not {"planted.py", "__init__.py"} & set(texts)
     elif mode == "report":
         assert texts["planted.py"] == _planted() and result.summary.findings["AWS Access Key"] == 1
-        assert rescan(tmp_path / "out")["E-mail"] == 3 and rescan(tmp_path / "out")["Phone number"] == 1
+        assert rescan(tmp_path / "out" / TEXTS)["E-mail"] == 3 and rescan(tmp_path / "out" / TEXTS)["Phone number"] == 1
     else:
         assert texts["planted.py"] == _planted() and result.summary.findings == {}
     assert json.dumps(result.summary.findings).find("AKIA") < 0  # counts only: no secret in the metadata
+    # The output is a view over the shard of texts: every ingested document, at the view's rows.
+    (view,) = shard_files(tmp_path / "out")
+    stored = pq.read_table(texts_of(view))
+    assert stored.num_rows == facts.documents_in and pq.read_schema(view) == VIEW_SCHEMA
+    assert all(text_sha256(r["text"]) == r["sha256"] for r in rows)  # each view row joins its own text
+    kept = pq.read_table(view).column("row").to_numpy()
+    assert [r["text"] for r in rows] == stored.column("text").take(kept).to_pylist()
+    backwards = read_documents(view, ["file", "text"], rows=np.arange(len(rows))[::-1].copy()).to_pylist()
+    assert backwards == [{"file": r["file"], "text": r["text"]} for r in rows[::-1]]
+    if mode in ("redact", "drop"):  # no finding reaches the data dir, not even in a dropped document
+        assert rescan(tmp_path / "out" / TEXTS) == {}
 
 
 def test_hygiene_output_is_independent_of_worker_processes(tmp_path, local2):
