@@ -405,6 +405,7 @@ def clean_source(
     for chunk in chunks:
         total.add(chunk)
     shards = list(shards_of(chunks))
+    signal_shards = sorted((s for s in shards if Path(s.name).parent.name == SIGNALS), key=lambda s: s.name)
     summary = HygieneSummary(
         documents_in=total.documents_in,
         kept=sum(shard.rows for shard in shards if not is_side(shard.name)),
@@ -414,7 +415,10 @@ def clean_source(
         redacted_documents=total.redacted,
         examples=dict(sorted(total.examples.items())),
         signals=signal_histograms(
-            sorted((out / SIGNALS).glob("*.parquet")), conds(job.spec.rules, spec.redact), total.removed
+            [out / s.name for s in signal_shards],
+            [s.sha256 for s in signal_shards],
+            conds(job.spec.rules, spec.redact),
+            total.removed,
         ),
     )
     return HygieneResult(
