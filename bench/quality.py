@@ -4,8 +4,9 @@ cold hygiene stage, and how fast `albor whatif` answers on the default spec.
 - Scoring: `bench.signals` on real prose nobody here wrote, small (the pydoc topics) and
   about `prose_mb` (python3-doc's manual reduced to text, then Debian changelogs), one core.
 - Threshold change: hygiene over the bench corpus (code, StarCoder's rules) and over the
-  prose, cold with a task store, then again with a changed threshold; the rebuild's time
-  over the cold one's, and whether its files equal a cold build of the changed spec.
+  prose, cold with a task store, then again with a changed threshold, on one pool of
+  workers as a run's stages share it; the rebuild's time over the cold one's, and whether
+  its files equal a cold build of the changed spec.
 - What-if: the default spec built once; `albor whatif` on every source as a fresh process,
   and `answer_all` in this warm one.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from pydoc_data.topics import topics
 from typing import Any
 
+from albor_pipeline.runtime.executor import LocalExecutor, WorkerPool
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.taskstore import TaskStore, reusing
@@ -74,19 +76,28 @@ def bench_quality(corpora: list[Path], work: Path, prose_mb: float) -> dict[str,
 TEXT = SourceKind.jsonl
 
 
-def _clean(ingested: dict[str, Path], spec: HygieneSpec, out: Path, kind: SourceKind) -> list[HygieneResult]:
-    return [clean_source(d, spec, out / n, StageIO(out.parent, LOCAL), kind=kind) for n, d in ingested.items()]
+def _clean(
+    ingested: dict[str, Path], spec: HygieneSpec, out: Path, kind: SourceKind, executor: LocalExecutor
+) -> list[HygieneResult]:
+    return [clean_source(d, spec, out / n, StageIO(out.parent, executor), kind=kind) for n, d in ingested.items()]
 
 
 def threshold_change(
     ingested: dict[str, Path], before: HygieneSpec, after: HygieneSpec, work: Path, kind: SourceKind = SourceKind.code
 ) -> dict[str, Any]:
-    """Cold hygiene with a store, the rebuild after a threshold change, and a cold build of it."""
+    """Cold hygiene with a store, the rebuild after a threshold change, and a cold build of it,
+    each on one pool of workers started before them, as the stages of a run share the run's."""
     store = TaskStore(str(Layout(work / "data").task_store), 10**11)
-    with reusing(store):
-        cold_s, _ = median_time(lambda: _clean(ingested, before, work / "cold", kind), 1)
-        change_s, changed = median_time(lambda: _clean(ingested, after, work / "changed", kind), 1)
-    _, reference = median_time(lambda: _clean(ingested, after, work / "reference", kind), 1)
+    pool = WorkerPool(LOCAL.workers)
+    run = LocalExecutor(LOCAL.workers, pool=pool)
+    try:
+        list(run.map(abs, range(2 * LOCAL.workers)))  # the pool started, as a run's is by its first stage
+        with reusing(store):
+            cold_s, _ = median_time(lambda: _clean(ingested, before, work / "cold", kind, run), 1)
+            change_s, changed = median_time(lambda: _clean(ingested, after, work / "changed", kind, run), 1)
+        _, reference = median_time(lambda: _clean(ingested, after, work / "reference", kind, run), 1)
+    finally:
+        pool.close()
     same = [[a.sha256 for a in r.artifacts] for r in changed] == [[a.sha256 for a in r.artifacts] for r in reference]
     return {
         "documents": sum(r.summary.documents_in for r in changed),

@@ -20,8 +20,8 @@ from albor_pipeline.stages.hygiene.checks import check_no_secrets
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS, clean_source, rescan
 from albor_pipeline.stages.hygiene.rules import rule_set
 from albor_pipeline.summaries.hygiene import provenance_section as provenance_section  # its PROVENANCE.md section
-from albor_pipeline.text.documents import DOC_SCHEMA
-from albor_pipeline.text.ledger import is_side
+from albor_pipeline.text.documents import VIEW_SCHEMA, texts_of
+from albor_pipeline.text.ledger import TEXTS, is_side
 from albor_pipeline.text.removal import REMOVED, TOMBSTONE_SCHEMA
 
 GROUP = "hygiene"
@@ -88,8 +88,9 @@ def _no_secrets_left(name: str, ctx: CheckContext) -> CheckOutcome:
     mode = RedactMode(ctx.manifest.config["redact"])
     if mode in (RedactMode.report, RedactMode.off):
         return CheckOutcome(True, f"redact: {mode.value}: findings are kept by configuration", {"mode": mode.value})
-    independent = check_no_secrets([p for p in ctx.parquet_outputs if p.name != REMOVED], ctx.executor)
-    left = rescan(ctx.layout.filtered(name), RESCAN_SAMPLE)
+    # The shards of texts hold every document the views keep (and those they drop): all are scanned.
+    independent = check_no_secrets([texts_of(p) for p in ctx.parquet_outputs if p.name != REMOVED], ctx.executor)
+    left = rescan(ctx.layout.filtered(name) / TEXTS, RESCAN_SAMPLE)
     return CheckOutcome(
         independent.passed and not left,
         f"{independent.description}; re-scanning up to {RESCAN_SAMPLE} documents with the redactor's detectors "
@@ -127,7 +128,7 @@ def stages(spec: PipelineSpec) -> list[Stage[HygieneConfig]]:
             work=partial(hygiene, spec, src),
             deps=(ingested_stage(src.name), *([QUALITY_CLASSIFIER] if reads_model(spec, src) else [])),
             checks=(
-                schema_check(DOC_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),
+                schema_check(VIEW_SCHEMA, {REMOVED: TOMBSTONE_SCHEMA}),
                 Check(
                     "no_secrets_left",
                     "An independent scan of every document (its own token patterns, and text glued to a `<KEY>`) "

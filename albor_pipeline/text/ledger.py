@@ -22,6 +22,7 @@ import pyarrow as pa
 LEDGER = "_ledger"  # the subdirectory of a stage's output set holding its ledger shards
 SIGNALS = "_signals"  # hygiene's: each document's quality signals (stages/hygiene/families.py)
 PAGES = "_pages"  # a web source's ingestion: each kept page's URL, record and date (stages/ingest/web.py)
+TEXTS = "_text"  # hygiene's: every ingested document after redaction, which its output's views point into
 LEDGER_SCHEMA = pa.schema(
     [
         ("source", pa.string()),
@@ -78,5 +79,5 @@ def is_ledger(path: str | Path) -> bool:
 
 def is_side(path: str | Path) -> bool:
     """Whether a recorded file sits beside a set's documents or sequences (its ledger,
-    hygiene's signals, a web source's pages), not among them."""
-    return not {LEDGER, SIGNALS, PAGES}.isdisjoint(Path(path).parts)
+    hygiene's signals and texts, a web source's pages), not among them."""
+    return not {LEDGER, SIGNALS, TEXTS, PAGES}.isdisjoint(Path(path).parts)

@@ -20,10 +20,11 @@ from albor_pipeline.defs import pipeline
 from albor_pipeline.defs.automation import BUILD_JOB
 from albor_pipeline.runtime.executor import TASKS
 from albor_pipeline.spec import REPO_ROOT, load_spec
+from albor_pipeline.text.documents import read_document_set
 from albor_pipeline_tests.support import small_spec_dict, write_spec
 
 PAGE = REPO_ROOT / "docs" / "development.md"
-MAX_LINES = 40  # the step and its declarations, Dagster included: lines of code (no blank or comment line)
+MAX_LINES = 41  # the step, its declarations (Dagster's too) and imports: lines of code, no blank or comment line
 SOURCE = "stdlib_json_email"
 
 
@@ -34,7 +35,7 @@ def recipe() -> dict[str, str]:
     return {re.match(r"# (\S+)", block)[1]: block for block in blocks}  # type: ignore[index]
 
 
-def test_the_recipe_is_a_step_and_its_declarations_in_at_most_40_lines() -> None:
+def test_the_recipe_is_a_step_and_its_declarations_in_at_most_41_lines() -> None:
     files = recipe()
     assert set(files) == {"albor_pipeline/stages/wordcount/wordcount.py", "albor_pipeline/defs/wordcount.py"}
     lines = sum(1 for code in files.values() for line in code.splitlines() if line.strip() and line[0] != "#")
@@ -73,7 +74,7 @@ def test_a_new_per_shard_stage_is_its_package_and_one_registry_line(
     result, tasks = _run(job)
     assert result.success and tasks["tasks"] >= 1 and tasks["reused"] == 0
     counts = pq.read_table(out / "wordcount" / SOURCE)
-    filtered = pq.read_table(out / "filtered" / SOURCE, columns=["sha256", "text"])
+    filtered = read_document_set(out / "filtered" / SOURCE, ["sha256", "text"])
     assert counts.column("sha256").to_pylist() == filtered.column("sha256").to_pylist()
     expected = [len(t.split()) for t in filtered.column("text").to_pylist()]
     assert counts.column("words").to_pylist() == expected and sum(expected) > 1000

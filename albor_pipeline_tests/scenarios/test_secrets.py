@@ -32,7 +32,7 @@ from albor_pipeline.stages.hygiene.checks import check_no_secrets, find_leaks
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.ingest.ingest import ingest_source
 from albor_pipeline.text.chat import clean_conversation, conversation_json
-from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
+from albor_pipeline.text.documents import DOC_SCHEMA, read_document_set, text_sha256
 from albor_pipeline.text.secrets import SecretScanner, candidate_lines, redact_path, redacted
 from albor_pipeline_tests.support import STDLIB, STDLIB_PACKAGES
 
@@ -250,7 +250,7 @@ def test_chat_sources_are_redacted_message_by_message(tmp_path):
     for row in pq.read_table(tmp_path / "in").to_pylist():
         assert not [b for b in bodies if _left(b, row["text"])]
     result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", StageIO(tmp_path), kind=SourceKind.chat)
-    rows = pq.read_table(tmp_path / "out").to_pylist()
+    rows = read_document_set(tmp_path / "out").to_pylist()
     facts = result.summary
     assert facts.documents_in == facts.kept == len(rows) == 3 and facts.redacted_documents == 1
     assert result.summary.findings == {"E-mail": 1}  # PII: hygiene's part
@@ -450,7 +450,7 @@ def test_hygiene_scans_for_secrets_when_ingestion_kept_them(tmp_path):
     assert job.execute_in_process(asset_selection=keys, run_config=run_config).success
     ingested = pq.read_table(data / "ingested" / "planted").column("text").to_pylist()
     assert all(any(_left(b, t) for t in ingested) for b in bodies)  # `report`: kept at ingest
-    filtered = pq.read_table(data / "filtered" / "planted").column("text").to_pylist()
+    filtered = read_document_set(data / "filtered" / "planted").column("text").to_pylist()
     assert filtered and not [b for b in bodies for t in filtered if _left(b, t)]
 
 

@@ -37,7 +37,7 @@ from albor_pipeline.summaries.documents import (
     NearDuplicates,
     Removals,
 )
-from albor_pipeline.text.documents import BATCH_ROWS, DOC_SCHEMA, sha_keys
+from albor_pipeline.text.documents import DOC_SCHEMA, iter_documents, read_documents, sha_keys
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, LedgerRows, is_ledger
 from albor_pipeline.text.removal import Tombstone
 from albor_pipeline.text.secrets import redact_path
@@ -102,7 +102,7 @@ def _scan_group(job: _ScanJob, io: TaskIO, item: tuple[str, int, np.ndarray]) ->
     bytes, for any executor."""
     path, group, rows = item
     hashing = job.signer is not None or job.decon is not None
-    table = pq.ParquetFile(io.local(path)).read_row_group(group, columns=["sha256", *(["text"] if hashing else [])])
+    table = read_documents(Path(path), ["sha256", *(["text"] if hashing else [])], group=group, local=io.local)
     sigs, hits, removed = [], {}, {}
     for k, row in enumerate(rows.tolist()):
         words = word_hashes(table.column("text")[row].as_py()) if hashing else None
@@ -587,7 +587,7 @@ def _write_splits(job: _SignatureJob | None, io: TaskIO, item: _SplitItem) -> _S
     with ExitStack() as stack:
         sinks = [stack.enter_context(ParquetSink(io.directory / s / shard_name(i), DOC_SCHEMA)) for s in SPLITS]
         start = 0
-        for batch in pq.ParquetFile(io.local(item.path)).iter_batches(batch_size=BATCH_ROWS):
+        for batch in iter_documents(Path(item.path), DOC_SCHEMA.names, io.local):
             mine = codes[start : start + batch.num_rows]
             for split, sink in zip(SPLITS, sinks):
                 sink.write(batch.filter(pa.array(mine == SPLIT_CODES[split])))

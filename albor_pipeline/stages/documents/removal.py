@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import TEMP_SUFFIX
 from albor_pipeline.runtime.checks import CheckOutcome
@@ -26,6 +25,7 @@ from albor_pipeline.spec import NearDedupSpec
 from albor_pipeline.stages.documents.lsh import band_keys, min_agreement
 from albor_pipeline.stages.documents.minhash import MAX_HASH, MinHasher, Signer, jaccard
 from albor_pipeline.summaries.documents import Removals
+from albor_pipeline.text.documents import read_documents
 from albor_pipeline.text.removal import Tombstone
 from albor_pipeline.text.shingles import ngrams, word_hashes
 
@@ -119,7 +119,7 @@ def _removed_in_shard(index: RemovalIndex, io: TaskIO, item: tuple[str, str | No
     tombstone matches was matched (`exact` or `near`)."""
     path, stored = item
     near = index.near is not None
-    table = pq.read_table(io.local(path), columns=["sha256", "text"] if near else ["sha256"])
+    table = read_documents(Path(path), ["sha256", "text"] if near else ["sha256"], local=io.local)
     sigs = np.load(io.local(stored)) if stored and near else None
     signer = index.signer
     found = []

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import write_array
 from albor_pipeline.runtime.shardmap import Step, TaskIO
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.taskstore import InputFile
 from albor_pipeline.stages.documents.minhash import jaccard
+from albor_pipeline.text.documents import read_documents
 from albor_pipeline.text.shingles import shingles
 
 U64 = np.uint64
@@ -143,7 +143,7 @@ def shingle_file(ngram: int, io: TaskIO, item: tuple[int, InputFile, np.ndarray]
     the spool file f in the wave's directory; returns their offsets in it and the file. A
     pure function of the file and the rows: a task reused while they stay the same."""
     f, path, rows = item
-    texts = pq.read_table(io.local(path), columns=["text"]).column(0).take(pa.array(rows)).to_pylist()
+    texts = read_documents(Path(path.path), ["text"], rows=np.asarray(rows), local=io.local).column(0).to_pylist()
     sets = [shingles(text, ngram) for text in texts]
     spooled = io.directory / f"{f:05d}.npy"
     write_array(spooled, np.concatenate([np.zeros(0, U64), *sets]), npy=True)

@@ -5,11 +5,13 @@ time, in two passes (the range, then the counts), so memory is a shard's column.
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from albor_pipeline.runtime.taskstore import memo
 from albor_pipeline.stages.hygiene.rules import Cond
 from albor_pipeline.summaries.hygiene import SignalHistogram
 
@@ -22,15 +24,37 @@ def _numeric(cond: Cond) -> bool:
     return numbers and cond.op in ("<", "<=", ">", ">=")
 
 
-def signal_histograms(shards: list[Path], cs: list[Cond], dropped: Counter[str]) -> list[SignalHistogram]:
-    """The histogram of every rule comparing a number (`dropped`: documents by reason)."""
+def signal_histograms(
+    shards: list[Path], digests: list[str], cs: list[Cond], dropped: Counter[str]
+) -> list[SignalHistogram]:
+    """The histogram of every rule comparing a number (`dropped`: documents by reason). The
+    bins and counts are kept under the signal shards' `digests`: a threshold's change, whose
+    signals are the same bytes, reads none of them."""
     numeric = [c for c in cs if _numeric(c)]
-    signals = sorted({c.signal for c in numeric})
+    signals = tuple(sorted({c.signal for c in numeric}))
     if not shards or not signals:
         return []
+    binned = memo(_binned, signals, tuple(digests), partial(_binned, signals, shards))
+    return [
+        SignalHistogram(
+            signal=c.signal,
+            rule=c.reason,
+            op=c.op,
+            threshold=float(c.limit),  # type: ignore[arg-type]
+            log=binned[c.signal][1],
+            edges=[float(e) for e in binned[c.signal][0]],
+            counts=binned[c.signal][2].tolist(),
+            dropped=dropped.get(c.reason, 0),
+        )
+        for c in numeric
+    ]
+
+
+def _binned(signals: tuple[str, ...], shards: list[Path]) -> dict[str, tuple[np.ndarray, bool, np.ndarray]]:
+    """Each signal's bin edges, whether they are on log10(value + 1), and its counts."""
     low, high = dict.fromkeys(signals, np.inf), dict.fromkeys(signals, -np.inf)
     for path in shards:
-        table = pq.ParquetFile(path).read(columns=signals)
+        table = pq.ParquetFile(path).read(columns=list(signals))
         for name in signals:
             values = _finite(table.column(name).to_numpy(zero_copy_only=False))
             if len(values):
@@ -38,24 +62,12 @@ def signal_histograms(shards: list[Path], cs: list[Cond], dropped: Counter[str])
     edges = {name: _edges(low[name], high[name]) for name in signals}
     counts = {name: np.zeros(BINS, np.int64) for name in signals}
     for path in shards:
-        table = pq.ParquetFile(path).read(columns=signals)
+        table = pq.ParquetFile(path).read(columns=list(signals))
         for name in signals:
             bins, log = edges[name]
             values = _finite(table.column(name).to_numpy(zero_copy_only=False))
             counts[name] += np.histogram(np.log10(values + 1) if log else values, bins)[0]
-    return [
-        SignalHistogram(
-            signal=c.signal,
-            rule=c.reason,
-            op=c.op,
-            threshold=float(c.limit),  # type: ignore[arg-type]
-            log=edges[c.signal][1],
-            edges=[float(e) for e in edges[c.signal][0]],
-            counts=counts[c.signal].tolist(),
-            dropped=dropped.get(c.reason, 0),
-        )
-        for c in numeric
-    ]
+    return {name: (*edges[name], counts[name]) for name in signals}
 
 
 def _finite(values: np.ndarray) -> np.ndarray:

@@ -6,6 +6,11 @@ change scores no text. The rules (`rules.py`: the presets and plain rules of
 `hygiene.rules`) drop a document and count it by reason; the ledger names the signal's
 value. The signals are written beside the output (`_signals/<shard>`) for `albor whatif`.
 
+The output is a view (`text/documents.py`): each shard lists its kept documents and their
+rows in a shard of texts (`_text/<shard>`: every ingested document, redacted), which no
+rule decides. A rule's or threshold's change rewrites the views, signals and ledgers from
+what is kept, and links the shards of texts: it reads no text.
+
 E-mails, public IP addresses and phone numbers are replaced by placeholders
 (`text/secrets.py`); `drop` removes the document instead and `report` only counts.
 Secrets were already redacted by ingestion, which never writes one; under `report`,
@@ -19,9 +24,9 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, shards_of
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, shards_of, shared_task
 from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
 from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
@@ -47,8 +52,8 @@ from albor_pipeline.stages.hygiene.rules import (
 )
 from albor_pipeline.summaries.hygiene import HygieneSummary
 from albor_pipeline.text.classifier import ModelRef
-from albor_pipeline.text.documents import DOC_SCHEMA, text_sha256
-from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, SIGNALS, LedgerRows, is_side, ledger_name
+from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, Rows, text_sha256
+from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, SIGNALS, TEXTS, LedgerRows, is_side, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
 from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
 
@@ -135,30 +140,59 @@ def _scored(step: Any, job: Any, group: str, compute: Callable[[], T], fresh: li
     return memo(step, job, group, run)
 
 
-def _signals(job: _CleanJob, group: str, table: pa.Table, fresh: list[bool]) -> _Signals:
+@dataclass
+class _Group:
+    """One row group of an ingested shard, read only as far as its scoring needs: the text
+    only when a signal or redaction is not kept under the group's identity (`key`)."""
+
+    file: pq.ParquetFile
+    index: int
+    key: str  # its SHA-256 (`row_group_sha256`)
+
+    @cached_property
+    def table(self) -> pa.Table:
+        return self.file.read_row_group(self.index, columns=DOC_SCHEMA.names)
+
+    @cached_property
+    def strings(self) -> list[str]:
+        return cast(list[str], self.table.column("text").to_pylist())
+
+    def texts(self) -> pa.Array:
+        return self.table.column("text").combine_chunks()
+
+
+def _redaction(job: _RedactJob, group: _Group, fresh: list[bool]) -> _Redaction:
+    """A row group's redaction findings, kept under its identity: the shard of texts and the
+    rules' decisions share them."""
+    files = lambda: cast(list[str], group.table.column("file").to_pylist())  # noqa: E731
+    return _scored(_redact, job, group.key, lambda: _redact(job, group.texts(), group.strings, files()), fresh)
+
+
+def _chars(texts: pa.Array) -> pa.Array:
+    return pc.utf8_length(texts).cast(pa.int64())
+
+
+def _signals(job: _CleanJob, group: _Group, shas: pa.Array, fresh: list[bool]) -> _Signals:
     """A row group's signals (each family's scored now or reused) and its redaction findings.
-    The text becomes Python strings only when something is scored now."""
-    texts = table.column("text").combine_chunks()
-    strings = cache(texts.to_pylist)
+    The text is read, and becomes Python strings, only when something is scored now."""
     cols: dict[str, Any] = {
-        "sha256": table.column("sha256").combine_chunks(),
-        "chars": pc.utf8_length(texts).cast(pa.int64()),
+        "sha256": shas,
+        "chars": _scored(_chars, None, group.key, lambda: _chars(group.texts()), fresh),
     }
     for family in families_of(job.kind, job.spec.rules, job.reads):
         params = {"prose": job.spec.signals, "model": job.model}.get(family.uses)
-        cols |= _scored(family.score, params, group, partial(_score, family, texts, strings, params), fresh)
-    redaction = _Redaction([{} for _ in range(len(texts))], {}, {})
+        score = partial(_score, family, group, params)
+        cols |= _scored(family.score, params, group.key, score, fresh)
+    redaction = _Redaction([{} for _ in range(len(shas))], {}, {})
     if job.spec.redact is not RedactMode.off:
-        rjob = _RedactJob(job.conversations, job.scan_secrets)
-        files = table.column("file").to_pylist()
-        redaction = _scored(_redact, rjob, group, lambda: _redact(rjob, texts, strings(), files), fresh)
+        redaction = _redaction(job.redact_job, group, fresh)
     cols["findings"] = [sum(c.values()) for c in redaction.counts]
     cols["findings_by_type"] = [_counts(c) for c in redaction.counts]
     return _Signals(cols, redaction)
 
 
-def _score(family: Family, texts: pa.Array, strings: Callable[[], list[str]], params: Any) -> dict[str, list[Any]]:
-    return family.score(texts, strings(), params)
+def _score(family: Family, group: _Group, params: Any) -> dict[str, list[Any]]:
+    return family.score(group.texts(), group.strings, params)
 
 
 @dataclass
@@ -167,22 +201,50 @@ class _Signals:
     redaction: _Redaction
 
 
-def _clean_row_group(job: _CleanJob, path: str, group: int) -> tuple[pa.Table, pa.RecordBatch, _Chunk]:
-    """Row group `group` of the shard `path` after hygiene, its signals and its accounting: the
-    signals and findings scored once per row group's bytes, the rules decided over them. Only
-    the documents removed or redacted pass through Python; the kept rows are filtered in Arrow."""
-    table = pq.ParquetFile(path).read_row_group(group, columns=DOC_SCHEMA.names)
+@dataclass(frozen=True)
+class _Texts:
+    """An ingested shard's shard of texts (`_text/<name>`) and its row groups' identities."""
+
+    shards: tuple[Shard, ...]
+    groups: tuple[str, ...]  # each ingested row group's SHA-256: its signals' and findings' keys
+
+
+def _copy_shard(job: _RedactJob | None, io: TaskIO, path: InputFile) -> _Texts:
+    """Every document of an ingested shard into its shard of texts, redacted (`job`; None: as
+    ingested, under `report` and `off`), row group by row group. No rule decides any of it, so
+    a rule's change reuses it whole, and the views of the kept documents point into it."""
+    local = str(io.local(path))
+    keys = []
+    with ParquetSink(io.directory / TEXTS / path.name, DOC_SCHEMA) as sink:
+        file = pq.ParquetFile(local)
+        for index in range(file.num_row_groups):
+            group = _Group(file, index, row_group_sha256(local, index))
+            keys.append(group.key)
+            sink.write(_as_written(group.table, _redaction(job, group, []) if job is not None else None))
+    return _Texts((Shard.of(sink.path, sink.rows, io.directory),), tuple(keys))
+
+
+COPY_SHARD = Step(_copy_shard)
+
+
+def _clean_row_group(job: _CleanJob, group: _Group, texts: Rows, first: int) -> tuple[pa.Table, pa.RecordBatch, _Chunk]:
+    """Row group `group` after hygiene: the view of its kept documents (their rows in the shard
+    of `texts`, from row `first`), its signals and its accounting. The signals and findings are
+    scored once per row group's bytes and the rules decided over them, so a rule's change reads
+    no text; only the documents removed or redacted pass through Python."""
+    ingested = group.file.read_row_group(group.index, columns=["source", "file", "sha256"])
     fresh: list[bool] = []
-    scored = _signals(job, row_group_sha256(path, group), table, fresh)
+    scored = _signals(job, group, ingested.column("sha256").combine_chunks(), fresh)
+    n, red = ingested.num_rows, scored.redaction
+    written = _as_written(ingested, red if job.texts_job is not None else None)
     cs = conds(job.spec.rules, job.spec.redact)
     values = {name: np.asarray(v) for name, v in scored.cols.items()}
-    first = decide(cs, values, table.num_rows)
-    chunk = _Chunk(documents_in=table.num_rows, scanned=table.num_rows if fresh else 0)
-    red = scored.redaction
-    paths = red.paths if job.spec.redact in (RedactMode.redact, RedactMode.drop) else {}
-    files, sources = table.column("file").to_pylist(), table.column("source").to_pylist()
-    shas = table.column("sha256").to_pylist()
-    for i, k in enumerate(first.tolist()):
+    decided = decide(cs, values, n)
+    chunk = _Chunk(documents_in=n, scanned=n if fresh else 0)
+    files, sources, shas = (ingested.column(c).to_pylist() for c in ("file", "source", "sha256"))
+    paths, shas_out = written.column("file").to_pylist(), written.column("sha256")
+    removed = _removed_texts(job, red, texts, first, decided)
+    for i, k in enumerate(decided.tolist()):
         if k < 0 or cs[k].reason == SECRETS_OR_PII:
             chunk.findings.update(red.counts[i])
         if k < 0:
@@ -191,29 +253,36 @@ def _clean_row_group(job: _CleanJob, path: str, group: int) -> tuple[pa.Table, p
         chunk.removed[reason(cs[k], value)] += 1
         chunk.note(reason(cs[k], value), files[i])
         if job.audit.ledger:
-            text = None
-            if job.audit.keep_removed and job.spec.redact is not RedactMode.off:
-                text = red.changed.get(i, table.column("text")[i].as_py())
-            chunk.ledger.add(sources[i], paths.get(i, files[i]), shas[i], "filtered", detail(cs[k], value), text=text)
-    keep = first < 0
-    redacted = {i: t for i, t in red.changed.items() if keep[i]} if job.spec.redact is RedactMode.redact else {}
-    for i, text in redacted.items():
+            chunk.ledger.add(sources[i], paths[i], shas[i], "filtered", detail(cs[k], value), text=removed.get(i))
+    keep = decided < 0
+    for i in (i for i in sorted(red.changed) if keep[i]) if job.spec.redact is RedactMode.redact else ():
         chunk.redacted += 1
         chunk.note("redacted", files[i])
-        sha = text_sha256(text)
         if job.audit.ledger:
-            chunk.ledger.add(sources[i], paths.get(i, files[i]), shas[i], "redacted", _counts(red.counts[i]), sha)
-        shas[i] = sha
-    out = pa.table(
-        [
-            _replaced(table.column("text").combine_chunks(), redacted),
-            table.column("source"),
-            _replaced(table.column("file").combine_chunks(), paths),
-            pa.array(shas, pa.string()),
-        ],
-        schema=DOC_SCHEMA,
-    ).filter(pa.array(keep))
-    return out, pa.RecordBatch.from_pydict(scored.cols, schema=job.signal_schema), chunk
+            chunk.ledger.add(sources[i], paths[i], shas[i], "redacted", _counts(red.counts[i]), shas_out[i].as_py())
+    view = written.append_column("row", pa.array(np.arange(first, first + n))).filter(pa.array(keep))
+    return view, pa.RecordBatch.from_pydict(scored.cols, schema=job.signal_schema), chunk
+
+
+def _as_written(table: pa.Table, red: _Redaction | None) -> pa.Table:
+    """`table`'s documents as the shard of texts holds them: redacted by `red` (their text, path
+    and SHA-256, for the columns it has), or as they are."""
+    if red is None:
+        return table
+    shas = {i: text_sha256(text) for i, text in red.changed.items()}
+    new = {"text": red.changed, "file": red.paths, "sha256": shas}
+    columns = [_replaced(table.column(c).combine_chunks(), new.get(c, {})) for c in table.column_names]
+    return pa.table(columns, names=table.column_names)
+
+
+def _removed_texts(job: _CleanJob, red: _Redaction, texts: Rows, first: int, decided: np.ndarray) -> dict[int, str]:
+    """The removed documents' texts for the ledger (`audit.keep_removed`), redacted even under
+    `report`: read from the shard of texts only then."""
+    if not (job.audit.ledger and job.audit.keep_removed and job.spec.redact is not RedactMode.off):
+        return {}
+    rows = np.flatnonzero(decided >= 0)
+    stored = texts.take(first + rows, ["text"]).column(0).to_pylist()
+    return {i: red.changed.get(i, text) for i, text in zip(rows.tolist(), stored)}
 
 
 def _replaced(column: pa.Array, new: dict[int, str]) -> pa.Array:
@@ -244,6 +313,16 @@ class _CleanJob:
         return self.kind is SourceKind.chat
 
     @property
+    def redact_job(self) -> _RedactJob:
+        return _RedactJob(self.conversations, self.scan_secrets)
+
+    @property
+    def texts_job(self) -> _RedactJob | None:
+        """How the shard of texts is redacted: as the output is (`redact`), or so that no
+        finding is written even where its document is dropped (`drop`); None: as ingested."""
+        return self.redact_job if self.spec.redact in (RedactMode.redact, RedactMode.drop) else None
+
+    @property
     def reads(self) -> frozenset[str]:
         """The signals the rules compare: their families are scored too."""
         return frozenset(signals_read(self.spec.rules, self.spec.redact))
@@ -254,26 +333,29 @@ class _CleanJob:
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
-    """Filter and redact one input shard into the output shard of the same name, a row group
-    at a time (memory bounded by a row group, 256 documents from ingestion): a pure function
-    of the shard, so it runs on any executor, on any node (the shard map's `io`)."""
+    """One input shard after hygiene: its shard of texts (`_copy_shard`, a part reused while
+    the redaction settings and the shard stay the same), then the view of its kept documents
+    (the output shard of the same name), their signals and ledger, a row group at a time
+    (memory bounded by a row group, 256 documents from ingestion): a pure function of the
+    shard, so it runs on any executor, on any node (the shard map's `io`)."""
     local = str(io.local(path))
-    groups = pq.ParquetFile(local).num_row_groups
+    texts = shared_task(COPY_SHARD, job.texts_job, io, path)
     total = _Chunk()
     name = path.name
     with ExitStack() as stack:
-        sink = stack.enter_context(ParquetSink(io.directory / name, DOC_SCHEMA))
+        sink = stack.enter_context(ParquetSink(io.directory / name, VIEW_SCHEMA))
         signals = stack.enter_context(ParquetSink(io.directory / SIGNALS / name, job.signal_schema))
         ledger_path = io.directory / ledger_name(name)
         ledger = stack.enter_context(ParquetSink(ledger_path, LEDGER_SCHEMA)) if job.audit.ledger else None
-        for group in range(groups):
-            batch, scored, chunk = _clean_row_group(job, local, group)
-            sink.write(batch)
+        ingested, written = pq.ParquetFile(local), Rows(io.directory / TEXTS / name)
+        for index, key in enumerate(texts.groups):
+            view, scored, chunk = _clean_row_group(job, _Group(ingested, index, key), written, total.documents_in)
+            sink.write(view)
             signals.write(scored)
             if ledger is not None:
                 ledger.write(chunk.ledger.batch())
             total.add(chunk)
-    total.shards = [Shard.of(sink.path, sink.rows), Shard.of(signals.path, signals.rows, io.directory)]
+    total.shards = [Shard.of(sink.path, sink.rows), Shard.of(signals.path, signals.rows, io.directory), *texts.shards]
     if ledger is not None:
         total.shards.append(Shard.of(ledger.path, ledger.rows, io.directory))
     return total
@@ -317,12 +399,13 @@ def clean_source(
     def carry(staging: Path, _: list[_Chunk]) -> None:
         carry_tombstones(ingested, staging)  # ingestion's removals, for `documents`
 
-    subsets = [SIGNALS, *([LEDGER] if job.audit.ledger else [])]
+    subsets = [SIGNALS, TEXTS, *([LEDGER] if job.audit.ledger else [])]
     chunks = map_shards(CLEAN_SHARD, job, inputs, out, io, done, carry, subsets=subsets)
     total = _Chunk()
     for chunk in chunks:
         total.add(chunk)
     shards = list(shards_of(chunks))
+    signal_shards = sorted((s for s in shards if Path(s.name).parent.name == SIGNALS), key=lambda s: s.name)
     summary = HygieneSummary(
         documents_in=total.documents_in,
         kept=sum(shard.rows for shard in shards if not is_side(shard.name)),
@@ -332,7 +415,10 @@ def clean_source(
         redacted_documents=total.redacted,
         examples=dict(sorted(total.examples.items())),
         signals=signal_histograms(
-            sorted((out / SIGNALS).glob("*.parquet")), conds(job.spec.rules, spec.redact), total.removed
+            [out / s.name for s in signal_shards],
+            [s.sha256 for s in signal_shards],
+            conds(job.spec.rules, spec.redact),
+            total.removed,
         ),
     )
     return HygieneResult(
@@ -353,8 +439,8 @@ def check_rules(job: _CleanJob) -> None:
 
 
 def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:
-    """Findings left in the first `sample` documents of a hygiene shard set (the check), a row
-    group at a time, each kept under its own identity (a rebuild re-scans the changed ones)."""
+    """Findings left in the first `sample` documents of a set of shards of texts (the check), a
+    row group at a time, each kept under its own identity (a rebuild re-scans the changed ones)."""
     left: Counter[str] = Counter()
     seen = 0
     for path in shard_files(shards):
@@ -374,7 +460,7 @@ def rescan(shards: Path, sample: int = 2000) -> dict[str, int]:
 
 def _rescan_row_group(limit: int, path: Path, group: int) -> tuple[int, Counter[str]]:
     """(documents scanned, findings) of the first `limit` documents of a row group."""
-    texts = pq.ParquetFile(path).read_row_group(group, columns=["text"]).column(0).slice(0, limit)
+    texts = pq.ParquetFile(path).read_row_group(group, columns=["text"]).column(0).combine_chunks().slice(0, limit)
     left: Counter[str] = Counter()
     for text, lines in zip(texts.to_pylist(), candidate_lines(texts)):
         left.update(scanner().scan(text, lines=lines).counts)

@@ -7,7 +7,6 @@ import gettext
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from albor_pipeline.runtime.shardmap import StageIO
@@ -15,6 +14,7 @@ from albor_pipeline.spec import HygieneRules, HygieneSpec, SourceSpec
 from albor_pipeline.stages.hygiene.hygiene import clean_source
 from albor_pipeline.stages.hygiene.language import language_of
 from albor_pipeline.stages.ingest.ingest import ingest_source
+from albor_pipeline.text.documents import read_document_set
 from albor_pipeline_tests.support import STDLIB
 
 LOCALE = Path("/usr/share/locale")
@@ -58,7 +58,7 @@ def test_language_filter_keeps_the_listed_languages_and_counts_the_rest(tmp_path
     src = SourceSpec(name="messages", kind="jsonl", path=path, hygiene=hygiene)
     ingest_source(src, tmp_path / "in", StageIO(tmp_path))
     result = clean_source(tmp_path / "in", hygiene, tmp_path / "out", StageIO(tmp_path))
-    kept = pq.read_table(tmp_path / "out").column("text").to_pylist()
+    kept = read_document_set(tmp_path / "out").column("text").to_pylist()
     assert sorted(kept) == sorted(text for lang, text in docs if lang in ("en", "de"))
     assert result.summary.documents_in == len(docs)
     assert result.summary.removed == {f"language:{lang}": DOCS_PER_LANGUAGE for lang in LANGUAGES if lang != "de"}
