@@ -1,8 +1,9 @@
 """Quality: the prose signals against datatrove's filters, what a threshold change costs against a
 cold hygiene stage, and how fast `albor whatif` answers on the default spec.
 
-- Scoring: `bench.signals` on real prose nobody here wrote, small (the pydoc topics) and
-  about `prose_mb` (python3-doc's manual reduced to text, then Debian changelogs), one core.
+- Scoring: `bench.signals` on real prose nobody here wrote, small (the pydoc topics), about
+  `prose_mb` (python3-doc's manual reduced to text, then Debian changelogs) and all of that
+  prose the machine holds, one core.
 - Threshold change: hygiene over the bench corpus (code, StarCoder's rules) and over the
   prose, cold with a task store, then again with a changed threshold, on one pool of
   workers as a run's stages share it; the rebuild's time over the cold one's, and whether
@@ -58,6 +59,7 @@ def bench_quality(corpora: list[Path], work: Path, prose_mb: float) -> dict[str,
     res: dict[str, Any] = {
         "signals_small": bench_prose_signals(list(topics.values())),
         "signals_large": bench_prose_signals(prose(prose_mb)),
+        "signals_full": bench_prose_signals(prose(float("inf"))),  # all the machine's prose: the bench's full size
     }
     ingested, _ = ingest_code(corpora, work / "code")
     code = {name: work / "code" / "ingested" / name for name, _ in ingested}

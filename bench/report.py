@@ -243,7 +243,9 @@ def _hygiene_rows(h: dict[str, Any]) -> list[Row]:
 
 def _quality_rows(q: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
-    for size in ("signals_small", "signals_large"):
+    for size in ("signals_small", "signals_large", "signals_full"):
+        if size not in q:
+            continue
         s = q[size]
         if "speedup" not in s:
             rows.append((f"prose signals ({size})", s.get("datatrove"), ">= 3x datatrove"))

@@ -41,7 +41,8 @@ def read_documents(
     local: Local = Path,
 ) -> pa.Table:
     """`columns` of a shard's documents (of its row group `group`, at `rows` of it or of the
-    shard), a view's text read from its shard of texts: only the row groups holding those rows."""
+    shard), a view's text read from its shard of texts: the row groups from its first row to
+    its last (a view's row group, whose rows are ascending, spans a few)."""
     file = pq.ParquetFile(local(Path(path)))
     joined = "text" in columns and "text" not in file.schema_arrow.names
     wanted = [c for c in columns if c != "text" or not joined] + (["row"] if joined else [])

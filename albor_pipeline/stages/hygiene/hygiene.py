@@ -52,7 +52,7 @@ from albor_pipeline.stages.hygiene.rules import (
 )
 from albor_pipeline.summaries.hygiene import HygieneSummary
 from albor_pipeline.text.classifier import ModelRef
-from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, Rows, text_sha256
+from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, text_sha256
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, SIGNALS, TEXTS, LedgerRows, is_side, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
 from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
@@ -148,6 +148,7 @@ class _Group:
     file: pq.ParquetFile
     index: int
     key: str  # its SHA-256 (`row_group_sha256`)
+    found: dict[_RedactJob, _Redaction] = field(default_factory=dict)  # its findings, once a pass
 
     @cached_property
     def table(self) -> pa.Table:
@@ -163,9 +164,17 @@ class _Group:
 
 def _redaction(job: _RedactJob, group: _Group, fresh: list[bool]) -> _Redaction:
     """A row group's redaction findings, kept under its identity: the shard of texts and the
-    rules' decisions share them."""
-    files = lambda: cast(list[str], group.table.column("file").to_pylist())  # noqa: E731
-    return _scored(_redact, job, group.key, lambda: _redact(job, group.texts(), group.strings, files()), fresh)
+    rules' decisions share them (in one pass, without a task store, too)."""
+    if job not in group.found:
+        files = lambda: cast(list[str], group.table.column("file").to_pylist())  # noqa: E731
+        run = lambda: _redact(job, group.texts(), group.strings, files())  # noqa: E731
+        group.found[job] = _scored(_redact, job, group.key, run, fresh)
+    return group.found[job]
+
+
+def _texts_table(job: _RedactJob | None, group: _Group) -> pa.Table:
+    """A row group as its shard of texts holds it: redacted by `job`, or as ingested."""
+    return _as_written(group.table, _redaction(job, group, []) if job is not None else None)
 
 
 def _chars(texts: pa.Array) -> pa.Array:
@@ -220,16 +229,16 @@ def _copy_shard(job: _RedactJob | None, io: TaskIO, path: InputFile) -> _Texts:
         for index in range(file.num_row_groups):
             group = _Group(file, index, row_group_sha256(local, index))
             keys.append(group.key)
-            sink.write(_as_written(group.table, _redaction(job, group, []) if job is not None else None))
+            sink.write(_texts_table(job, group))
     return _Texts((Shard.of(sink.path, sink.rows, io.directory),), tuple(keys))
 
 
 COPY_SHARD = Step(_copy_shard)
 
 
-def _clean_row_group(job: _CleanJob, group: _Group, texts: Rows, first: int) -> tuple[pa.Table, pa.RecordBatch, _Chunk]:
+def _clean_row_group(job: _CleanJob, group: _Group, first: int) -> tuple[pa.Table, pa.RecordBatch, _Chunk]:
     """Row group `group` after hygiene: the view of its kept documents (their rows in the shard
-    of `texts`, from row `first`), its signals and its accounting. The signals and findings are
+    of texts, from row `first`), its signals and its accounting. The signals and findings are
     scored once per row group's bytes and the rules decided over them, so a rule's change reads
     no text; only the documents removed or redacted pass through Python."""
     ingested = group.file.read_row_group(group.index, columns=["source", "file", "sha256"])
@@ -243,7 +252,7 @@ def _clean_row_group(job: _CleanJob, group: _Group, texts: Rows, first: int) -> 
     chunk = _Chunk(documents_in=n, scanned=n if fresh else 0)
     files, sources, shas = (ingested.column(c).to_pylist() for c in ("file", "source", "sha256"))
     paths, shas_out = written.column("file").to_pylist(), written.column("sha256")
-    removed = _removed_texts(job, red, texts, first, decided)
+    removed = _removed_texts(job, red, group, decided)
     for i, k in enumerate(decided.tolist()):
         if k < 0 or cs[k].reason == SECRETS_OR_PII:
             chunk.findings.update(red.counts[i])
@@ -275,14 +284,14 @@ def _as_written(table: pa.Table, red: _Redaction | None) -> pa.Table:
     return pa.table(columns, names=table.column_names)
 
 
-def _removed_texts(job: _CleanJob, red: _Redaction, texts: Rows, first: int, decided: np.ndarray) -> dict[int, str]:
+def _removed_texts(job: _CleanJob, red: _Redaction, group: _Group, decided: np.ndarray) -> dict[int, str]:
     """The removed documents' texts for the ledger (`audit.keep_removed`), redacted even under
-    `report`: read from the shard of texts only then."""
+    `report`: the only text a rule's change reads, and only then."""
     if not (job.audit.ledger and job.audit.keep_removed and job.spec.redact is not RedactMode.off):
         return {}
-    rows = np.flatnonzero(decided >= 0)
-    stored = texts.take(first + rows, ["text"]).column(0).to_pylist()
-    return {i: red.changed.get(i, text) for i, text in zip(rows.tolist(), stored)}
+    rows = np.flatnonzero(decided >= 0).tolist()
+    texts = group.table.column("text").take(pa.array(rows, pa.int64())).to_pylist()
+    return {i: red.changed.get(i, text) for i, text in zip(rows, texts)}
 
 
 def _replaced(column: pa.Array, new: dict[int, str]) -> pa.Array:
@@ -333,28 +342,36 @@ class _CleanJob:
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
-    """One input shard after hygiene: its shard of texts (`_copy_shard`, a part reused while
-    the redaction settings and the shard stay the same), then the view of its kept documents
+    """One input shard after hygiene: its shard of texts, then the view of its kept documents
     (the output shard of the same name), their signals and ledger, a row group at a time
     (memory bounded by a row group, 256 documents from ingestion): a pure function of the
-    shard, so it runs on any executor, on any node (the shard map's `io`)."""
-    local = str(io.local(path))
-    texts = shared_task(COPY_SHARD, job.texts_job, io, path)
+    shard, so it runs on any executor, on any node (the shard map's `io`). With a task store
+    the shard of texts is a part of its own (`_copy_shard`), reused while the shard and the
+    redaction settings stay the same; without one it is written in the same pass."""
+    local, name = str(io.local(path)), path.name
+    ingested = pq.ParquetFile(local)
     total = _Chunk()
-    name = path.name
     with ExitStack() as stack:
+        texts = shared_task(COPY_SHARD, job.texts_job, io, path) if io.store is not None else None
+        copy = None if texts else stack.enter_context(ParquetSink(io.directory / TEXTS / name, DOC_SCHEMA))
+        keys = texts.groups if texts else [row_group_sha256(local, i) for i in range(ingested.num_row_groups)]
         sink = stack.enter_context(ParquetSink(io.directory / name, VIEW_SCHEMA))
         signals = stack.enter_context(ParquetSink(io.directory / SIGNALS / name, job.signal_schema))
         ledger_path = io.directory / ledger_name(name)
         ledger = stack.enter_context(ParquetSink(ledger_path, LEDGER_SCHEMA)) if job.audit.ledger else None
-        ingested, written = pq.ParquetFile(local), Rows(io.directory / TEXTS / name)
-        for index, key in enumerate(texts.groups):
-            view, scored, chunk = _clean_row_group(job, _Group(ingested, index, key), written, total.documents_in)
+        for index, key in enumerate(keys):
+            group = _Group(ingested, index, key)
+            if copy is not None:
+                copy.write(_texts_table(job.texts_job, group))
+            view, scored, chunk = _clean_row_group(job, group, total.documents_in)
             sink.write(view)
             signals.write(scored)
             if ledger is not None:
                 ledger.write(chunk.ledger.batch())
             total.add(chunk)
+    if texts is None:
+        assert copy is not None
+        texts = _Texts((Shard.of(copy.path, copy.rows, io.directory),), tuple(keys))
     total.shards = [Shard.of(sink.path, sink.rows), Shard.of(signals.path, signals.rows, io.directory), *texts.shards]
     if ledger is not None:
         total.shards.append(Shard.of(ledger.path, ledger.rows, io.directory))

@@ -19,6 +19,7 @@ import yaml
 from albor_pipeline.runtime.shardmap import StageIO
 from albor_pipeline.runtime.shards import shard_files
 from albor_pipeline.spec import HygieneRules, HygieneSpec, ProseParams, SourceSpec, StarCoder
+from albor_pipeline.stages.hygiene import hygiene
 from albor_pipeline.stages.hygiene.families import CODE
 from albor_pipeline.stages.hygiene.hygiene import clean_source, rescan
 from albor_pipeline.stages.hygiene.rules import conds, decide
@@ -177,6 +178,21 @@ def test_clean_source_accounts_for_every_document(tmp_path, mode):
     assert backwards == [{"file": r["file"], "text": r["text"]} for r in rows[::-1]]
     if mode in ("redact", "drop"):  # no finding reaches the data dir, not even in a dropped document
         assert rescan(tmp_path / "out" / TEXTS) == {}
+
+
+def test_without_a_task_store_each_row_group_is_redacted_once(tmp_path, monkeypatch):
+    """No store to keep the findings in: the shard of texts and the decisions share them in
+    one pass (the redactor is the stage's dearest step), and write what a run with one does."""
+    source = SourceSpec(
+        name="s", kind="code", path=STDLIB, include=("*.py", *(f"{p}/**/*.py" for p in STDLIB_PACKAGES))
+    )
+    ingest_source(source, tmp_path / "in", StageIO(tmp_path))
+    groups = sum(pq.ParquetFile(p).num_row_groups for p in shard_files(tmp_path / "in"))
+    calls = []
+    redact = hygiene._redact
+    monkeypatch.setattr(hygiene, "_redact", lambda *args: calls.append(1) or redact(*args))
+    result = clean_source(tmp_path / "in", HygieneSpec(), tmp_path / "out", StageIO(tmp_path))
+    assert groups > 1 and len(calls) == groups and result.summary.redacted_documents > 0
 
 
 def test_hygiene_output_is_independent_of_worker_processes(tmp_path, local2):
