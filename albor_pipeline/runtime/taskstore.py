@@ -350,7 +350,7 @@ _PARTS: ContextVar[tuple[TaskStore, list[Part]] | None] = ContextVar("albor_task
 
 def run_part(
     store: TaskStore, step: Callable[..., Any], job: Any, item: Any, directory: Path, run: Callable[[], Any]
-) -> Any:
+) -> Outcome:
     """`run_task` of another step's task from inside the running task, kept as one of its
     parts: work two stages share (a row group's encoding, for a split's corpus and its long
     subset) is done by whichever runs first and reused by the other."""
@@ -359,7 +359,7 @@ def run_part(
     if current is not None and outcome.key is not None:
         kept = _kept_bytes(outcome.result)
         current[1].append(Part(getattr(step, "__name__", repr(step)), outcome.key, outcome.reused, kept))
-    return outcome.result
+    return outcome
 
 
 def memo(step: Callable[..., Any], job: Any, item: Any, compute: Callable[[], T]) -> T:
