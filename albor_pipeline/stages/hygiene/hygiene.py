@@ -335,7 +335,9 @@ def _decided(job: _CleanJob, signals: pa.Table, written: pa.Table, ingested: _In
     redacted = np.flatnonzero((decided < 0) & (cols["findings"] > 0)).tolist()
     if job.spec.redact is not RedactMode.redact:
         redacted = []
-    rows = sorted([(i, 0) for i in removed] + [(i, 1) for i in redacted], key=lambda e: (ingested.group_of(e[0]), e))
+    rows = sorted(
+        [(i, 0) for i in removed] + [(i, 1) for i in redacted], key=lambda e: (ingested.group_of(e[0]), e[1], e[0])
+    )
     meta = ingested.meta([i for i, _ in rows])
     texts = ingested.removed_texts(job, removed)
     for (i, kind), doc in zip(rows, meta):
