@@ -1,15 +1,17 @@
 """Per-source hygiene: quality signals scored once, rules decided over them, then PII redaction.
 
-Each row group's signals (`families.py`: code, language, prose, the classifier's score) and
-its redaction findings are kept under their own identity, so a rebuild after a threshold
-change scores no text. The rules (`rules.py`: the presets and plain rules of
+Each ingested shard's signals (`families.py`: code, language, prose, the classifier's
+score) and redaction findings are written beside the output (`_signals/<shard>`, read by
+`albor whatif` too), a part of the shard's task kept under the signals' settings, never a
+threshold; inside it each row group's values per family and its findings are kept under
+their own identity. The rules (`rules.py`: the presets and plain rules of
 `hygiene.rules`) drop a document and count it by reason; the ledger names the signal's
-value. The signals are written beside the output (`_signals/<shard>`) for `albor whatif`.
+value.
 
 The output is a view (`text/documents.py`): each shard lists its kept documents and their
 rows in a shard of texts (`_text/<shard>`: every ingested document, redacted), which no
-rule decides. A rule's or threshold's change rewrites the views, signals and ledgers from
-what is kept, and links the shards of texts: it reads no text.
+rule decides. A rule's or threshold's change links the signal shards and the shards of
+texts, and writes the views and ledgers from the signals: it reads no text.
 
 E-mails, public IP addresses and phone numbers are replaced by placeholders
 (`text/secrets.py`); `drop` removes the document instead and `report` only counts.
