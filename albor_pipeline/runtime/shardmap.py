@@ -179,10 +179,16 @@ def shared_task(step: Step[J, I, T], job: J, io: TaskIO, item: I) -> T:
     """`step.run(job, io, item)` called from inside another task, under the identity a map of
     `step` gives it: reused from the store when a map (or another task) ran it, else run and
     kept, as a part of the calling task. Without a store, just the call."""
+    return shared_outcome(step, job, io, item)[0]
+
+
+def shared_outcome(step: Step[J, I, T], job: J, io: TaskIO, item: I) -> tuple[T, bool]:
+    """`shared_task`'s result, and whether it was reused (what it counts then happened before)."""
     identity = step.identity(job, io, item)
     if io.store is None or identity is None:
-        return step.run(job, io, item)
-    return cast(T, run_part(io.store, step.run, *identity, io.directory, lambda: step.run(job, io, item)))
+        return step.run(job, io, item), False
+    outcome = run_part(io.store, step.run, *identity, io.directory, lambda: step.run(job, io, item))
+    return cast(T, outcome.result), outcome.reused
 
 
 def held(step: Step[J, I, Any], job: J, items: Sequence[I], io: StageIO) -> list[bool]:

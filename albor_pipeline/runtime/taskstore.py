@@ -350,16 +350,19 @@ _PARTS: ContextVar[tuple[TaskStore, list[Part]] | None] = ContextVar("albor_task
 
 def run_part(
     store: TaskStore, step: Callable[..., Any], job: Any, item: Any, directory: Path, run: Callable[[], Any]
-) -> Any:
+) -> Outcome:
     """`run_task` of another step's task from inside the running task, kept as one of its
     parts: work two stages share (a row group's encoding, for a split's corpus and its long
-    subset) is done by whichever runs first and reused by the other."""
+    subset) is done by whichever runs first and reused by the other. When it runs, its own
+    parts count as the calling task's too (what a rebuild redid inside it)."""
     outcome = run_task(store, step, job, item, directory, run)
     current = _PARTS.get()
     if current is not None and outcome.key is not None:
         kept = _kept_bytes(outcome.result)
+        if not outcome.reused:
+            current[1].extend(outcome.parts)
         current[1].append(Part(getattr(step, "__name__", repr(step)), outcome.key, outcome.reused, kept))
-    return outcome.result
+    return outcome
 
 
 def memo(step: Callable[..., Any], job: Any, item: Any, compute: Callable[[], T]) -> T:

@@ -453,17 +453,19 @@ def test_hygiene_and_its_secrets_check_redo_only_the_row_groups_whose_bytes_chan
         return result, TASKS.since(mark)
 
     first, first_tasks = clean(tmp_path / "first")
-    # Three parts per row group (its characters, code signals and redaction, each kept on its own)
-    # and the shard of texts; the decisions reuse the redaction the shard of texts had just made.
+    # Two parts, the shard of texts and the signals, and theirs: per row group its redaction in the
+    # first, and its characters, code signals and redaction in the second (each kept on its own),
+    # which reuses the redaction the shard of texts had just made.
     shard = first_tasks["_clean_shard"]
-    assert shard["parts"] == 3 * groups + 1 and shard["parts_reused"] == groups
+    assert shard["parts"] == 4 * groups + 2 and shard["parts_reused"] == groups
     assert first.summary.redacted_documents > 0  # the stdlib's authors' e-mails: real redactions to redo
     middle = sorted(src.glob("*.py"))[len(list(src.glob("*.py"))) // 2]
     middle.write_text(middle.read_text().replace(" the ", " THE ", 1))  # the same size, in one row group
     ingest_source(source, ingested, StageIO(tmp_path), shard_mb=1000)
     again, tasks = clean(tmp_path / "again")
     assert (tasks["_clean_shard"]["tasks"], tasks["_clean_shard"]["reused"]) == (1, 0)
-    assert (tasks["_clean_shard"]["parts"], tasks["_clean_shard"]["parts_reused"]) == (3 * groups + 1, 3 * groups - 2)
+    # Both parts run again (the shard changed); inside them only the edited row group's are redone.
+    assert (tasks["_clean_shard"]["parts"], tasks["_clean_shard"]["parts_reused"]) == (4 * groups + 2, 4 * groups - 3)
     leaks = tasks["_shard_leaks"]
     assert (leaks["tasks"], leaks["reused"], leaks["parts_reused"]) == (1, 0, leaks["parts"] - 1)
     cold = clean_source(ingested, HygieneSpec(), tmp_path / "cold", StageIO(tmp_path))  # no store

@@ -1,15 +1,17 @@
 """Per-source hygiene: quality signals scored once, rules decided over them, then PII redaction.
 
-Each row group's signals (`families.py`: code, language, prose, the classifier's score) and
-its redaction findings are kept under their own identity, so a rebuild after a threshold
-change scores no text. The rules (`rules.py`: the presets and plain rules of
+Each ingested shard's signals (`families.py`: code, language, prose, the classifier's
+score) and redaction findings are written beside the output (`_signals/<shard>`, read by
+`albor whatif` too), a part of the shard's task kept under the signals' settings, never a
+threshold; inside it each row group's values per family and its findings are kept under
+their own identity. The rules (`rules.py`: the presets and plain rules of
 `hygiene.rules`) drop a document and count it by reason; the ledger names the signal's
-value. The signals are written beside the output (`_signals/<shard>`) for `albor whatif`.
+value.
 
 The output is a view (`text/documents.py`): each shard lists its kept documents and their
 rows in a shard of texts (`_text/<shard>`: every ingested document, redacted), which no
-rule decides. A rule's or threshold's change rewrites the views, signals and ledgers from
-what is kept, and links the shards of texts: it reads no text.
+rule decides. A rule's or threshold's change links the signal shards and the shards of
+texts, and writes the views and ledgers from the signals: it reads no text.
 
 E-mails, public IP addresses and phone numbers are replaced by placeholders
 (`text/secrets.py`); `drop` removes the document instead and `report` only counts.
@@ -34,11 +36,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, shards_of, shared_task
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, shards_of, shared_outcome, shared_task
 from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
 from albor_pipeline.runtime.taskstore import InputFile, memo
-from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, RedactMode, SourceKind
-from albor_pipeline.stages.hygiene.families import Family, families_of, signal_schema
+from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, ProseParams, RedactMode, SourceKind
+from albor_pipeline.stages.hygiene.families import FAMILIES, Family, families_of, signal_schema
 from albor_pipeline.stages.hygiene.histograms import signal_histograms
 from albor_pipeline.stages.hygiene.language import check_languages
 from albor_pipeline.stages.hygiene.rules import (
@@ -47,12 +49,14 @@ from albor_pipeline.stages.hygiene.rules import (
     decide,
     detail,
     reason,
+    signal_columns,
     signals_read,
     unknown_signals,
+    value_at,
 )
 from albor_pipeline.summaries.hygiene import HygieneSummary
 from albor_pipeline.text.classifier import ModelRef
-from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, text_sha256
+from albor_pipeline.text.documents import DOC_SCHEMA, VIEW_SCHEMA, Rows, text_sha256
 from albor_pipeline.text.ledger import LEDGER, LEDGER_SCHEMA, SIGNALS, TEXTS, LedgerRows, is_side, ledger_name
 from albor_pipeline.text.removal import carry_tombstones, tombstone_artifacts
 from albor_pipeline.text.secrets import candidate_lines, redact_path, redacted, scanner
@@ -181,96 +185,183 @@ def _chars(texts: pa.Array) -> pa.Array:
     return pc.utf8_length(texts).cast(pa.int64())
 
 
-def _signals(job: _CleanJob, group: _Group, shas: pa.Array, fresh: list[bool]) -> _Signals:
+@dataclass(frozen=True)
+class _ScoreJob:
+    """What a shard's signals are scored with, never a rule's threshold: its families (by
+    name), their parameters, and how its findings are counted (`redact`; None: redaction off)."""
+
+    families: tuple[str, ...]
+    prose: ProseParams
+    model: ModelRef | None
+    redact: _RedactJob | None
+
+    @property
+    def scored(self) -> tuple[Family, ...]:
+        return tuple(f for f in FAMILIES if f.name in self.families)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return signal_schema(self.scored)
+
+
+def _signals(job: _ScoreJob, group: _Group, fresh: list[bool]) -> pa.RecordBatch:
     """A row group's signals (each family's scored now or reused) and its redaction findings.
     The text is read, and becomes Python strings, only when something is scored now."""
+    shas = group.file.read_row_group(group.index, columns=["sha256"]).column(0).combine_chunks()
     cols: dict[str, Any] = {
         "sha256": shas,
         "chars": _scored(_chars, None, group.key, lambda: _chars(group.texts()), fresh),
     }
-    for family in families_of(job.kind, job.spec.rules, job.reads):
-        params = {"prose": job.spec.signals, "model": job.model}.get(family.uses)
-        score = partial(_score, family, group, params)
-        cols |= _scored(family.score, params, group.key, score, fresh)
-    redaction = _Redaction([{} for _ in range(len(shas))], {}, {})
-    if job.spec.redact is not RedactMode.off:
-        redaction = _redaction(job.redact_job, group, fresh)
-    cols["findings"] = [sum(c.values()) for c in redaction.counts]
-    cols["findings_by_type"] = [_counts(c) for c in redaction.counts]
-    return _Signals(cols, redaction)
+    for family in job.scored:
+        params = {"prose": job.prose, "model": job.model}.get(family.uses)
+        cols |= _scored(family.score, params, group.key, partial(_score, family, group, params), fresh)
+    counts: list[dict[str, int]] = [{} for _ in range(len(shas))]
+    if job.redact is not None:
+        counts = _redaction(job.redact, group, fresh).counts
+    cols["findings"] = [sum(c.values()) for c in counts]
+    cols["findings_by_type"] = [_counts(c) if c else "" for c in counts]
+    return pa.RecordBatch.from_pydict(cols, schema=job.schema)
 
 
 def _score(family: Family, group: _Group, params: Any) -> dict[str, list[Any]]:
     return family.score(group.texts(), group.strings, params)
 
 
-@dataclass
-class _Signals:
-    cols: dict[str, Any]
-    redaction: _Redaction
+@dataclass(frozen=True)
+class _Copy:
+    """A shard of texts to write: redacted by `redact`, or as ingested (None)."""
+
+    redact: _RedactJob | None
 
 
 @dataclass(frozen=True)
-class _Texts:
-    """An ingested shard's shard of texts (`_text/<name>`) and its row groups' identities."""
+class _Pass:
+    """What a pass over an ingested shard wrote (`_one_pass`): its shard of texts, its signals."""
 
-    shards: tuple[Shard, ...]
+    texts: Shard | None
+    signals: Shard | None
     groups: tuple[str, ...]  # each ingested row group's SHA-256: its signals' and findings' keys
+    scanned: int  # documents scored now (a signal or finding not kept under its group's identity)
+
+    @property
+    def shards(self) -> tuple[Shard, ...]:
+        return tuple(s for s in (self.texts, self.signals) if s is not None)
 
 
-def _copy_shard(job: _RedactJob | None, io: TaskIO, path: InputFile) -> _Texts:
-    """Every document of an ingested shard into its shard of texts, redacted (`job`; None: as
-    ingested, under `report` and `off`), row group by row group. No rule decides any of it, so
-    a rule's change reuses it whole, and the views of the kept documents point into it."""
+def _one_pass(io: TaskIO, path: InputFile, copy: _Copy | None, score: _ScoreJob | None) -> _Pass:
+    """An ingested shard's signals (`score`) and its shard of texts (`copy`), row group by row
+    group: each group is read, and redacted, once for both."""
     local = str(io.local(path))
-    keys = []
-    with ParquetSink(io.directory / TEXTS / path.name, DOC_SCHEMA) as sink:
-        file = pq.ParquetFile(local)
+    file = pq.ParquetFile(local)
+    keys: list[str] = []
+    scanned = 0
+    with ExitStack() as stack:
+        signals = stack.enter_context(ParquetSink(io.directory / SIGNALS / path.name, score.schema)) if score else None
+        texts = stack.enter_context(ParquetSink(io.directory / TEXTS / path.name, DOC_SCHEMA)) if copy else None
         for index in range(file.num_row_groups):
             group = _Group(file, index, row_group_sha256(local, index))
             keys.append(group.key)
-            sink.write(_texts_table(job, group))
-    return _Texts((Shard.of(sink.path, sink.rows, io.directory),), tuple(keys))
+            if score is not None and signals is not None:
+                fresh: list[bool] = []
+                signals.write(_signals(score, group, fresh))  # first: its findings are counted as scored
+                scanned += file.metadata.row_group(index).num_rows if fresh else 0
+            if copy is not None and texts is not None:
+                texts.write(_texts_table(copy.redact, group))
+    shard = lambda sink: Shard.of(sink.path, sink.rows, io.directory) if sink is not None else None  # noqa: E731
+    return _Pass(shard(texts), shard(signals), tuple(keys), scanned)
+
+
+def _copy_shard(job: _Copy, io: TaskIO, path: InputFile) -> _Pass:
+    """Every document of an ingested shard into its shard of texts, row group by row group. No
+    rule decides any of it, so a rule's change reuses it whole, and the views of the kept
+    documents point into it."""
+    return _one_pass(io, path, job, None)
+
+
+def _score_shard(job: _ScoreJob, io: TaskIO, path: InputFile) -> _Pass:
+    """An ingested shard's signal shard: reused whole while its bytes and `job` stay the same
+    (a rule's change), and family by family, row group by row group, when `job` changes (a
+    signal added scores only that signal)."""
+    return _one_pass(io, path, None, job)
 
 
 COPY_SHARD = Step(_copy_shard)
+SCORE_SHARD = Step(_score_shard)
 
 
-def _clean_row_group(job: _CleanJob, group: _Group, first: int) -> tuple[pa.Table, pa.RecordBatch, _Chunk]:
-    """Row group `group` after hygiene: the view of its kept documents (their rows in the shard
-    of texts, from row `first`), its signals and its accounting. The signals and findings are
-    scored once per row group's bytes and the rules decided over them, so a rule's change reads
-    no text; only the documents removed or redacted pass through Python."""
-    ingested = group.file.read_row_group(group.index, columns=["source", "file", "sha256"])
-    fresh: list[bool] = []
-    scored = _signals(job, group, ingested.column("sha256").combine_chunks(), fresh)
-    n, red = ingested.num_rows, scored.redaction
-    written = _as_written(ingested, red if job.texts_job is not None else None)
+@dataclass
+class _Ingested:
+    """An ingested shard, and its shard of texts, read by row only for the documents the
+    ledger and the examples name (those removed or redacted)."""
+
+    rows: Rows  # the ingested shard
+    texts: Path  # its shard of texts
+    groups: tuple[str, ...]  # its row groups' SHA-256s
+
+    def group_of(self, row: int) -> int:
+        return int(np.searchsorted(self.rows.ends, row, side="right"))
+
+    def meta(self, rows: list[int]) -> list[dict[str, Any]]:
+        return self.rows.take(np.array(rows, np.int64), ["file", "sha256"]).to_pylist()
+
+    def removed_texts(self, job: _CleanJob, rows: list[int]) -> dict[int, str]:
+        """The removed documents' texts for the ledger (`audit.keep_removed`), redacted even
+        under `report` (from the findings kept under their row group's identity): the only
+        text a rule's change reads, and only then."""
+        if not (job.audit.ledger and job.audit.keep_removed and job.spec.redact is not RedactMode.off and rows):
+            return {}
+        texts = Rows(self.texts).take(np.array(rows, np.int64), ["text"]).column(0).to_pylist()
+        found = dict(zip(rows, texts))
+        if job.texts_job is None:  # `report`: the shard of texts holds them as ingested
+            for i in rows:
+                g = self.group_of(i)
+                red = _redaction(job.redact_job, _Group(self.rows.file, g, self.groups[g]), [])
+                found[i] = red.changed.get(i - (int(self.rows.ends[g - 1]) if g else 0), found[i])
+        return found
+
+
+def _decided(job: _CleanJob, signals: pa.Table, written: pa.Table, ingested: _Ingested) -> tuple[np.ndarray, _Chunk]:
+    """Which documents of a shard the rules keep, decided over its signals, and its accounting.
+    Only the documents removed or redacted pass through Python, in the order of the ingested
+    row groups, each group's removals before its redactions. `written`: the shard of texts'
+    `source, file, sha256` (the redacted ones)."""
     cs = conds(job.spec.rules, job.spec.redact)
-    values = {name: np.asarray(v) for name, v in scored.cols.items()}
-    decided = decide(cs, values, n)
-    chunk = _Chunk(documents_in=n, scanned=n if fresh else 0)
-    files, sources, shas = (ingested.column(c).to_pylist() for c in ("file", "source", "sha256"))
-    paths, shas_out = written.column("file").to_pylist(), written.column("sha256")
-    removed = _removed_texts(job, red, group, decided)
-    for i, k in enumerate(decided.tolist()):
-        if k < 0 or cs[k].reason == SECRETS_OR_PII:
-            chunk.findings.update(red.counts[i])
-        if k < 0:
-            continue
-        value = values[cs[k].signal][i].item()
-        chunk.removed[reason(cs[k], value)] += 1
-        chunk.note(reason(cs[k], value), files[i])
+    cols = signal_columns(signals, [f.name for f in signals.schema if f.name not in ("sha256", "findings_by_type")])
+    decided = decide(cs, cols, signals.num_rows)
+    by_type = signals.column("findings_by_type")
+    chunk = _Chunk(documents_in=signals.num_rows)
+    for i in np.flatnonzero(cols["findings"] > 0).tolist():
+        if decided[i] < 0 or cs[decided[i]].reason == SECRETS_OR_PII:
+            chunk.findings.update(_parsed(by_type[i].as_py()))
+    removed = np.flatnonzero(decided >= 0).tolist()
+    redacted = np.flatnonzero((decided < 0) & (cols["findings"] > 0)).tolist()
+    if job.spec.redact is not RedactMode.redact:
+        redacted = []
+    rows = sorted(
+        [(i, 0) for i in removed] + [(i, 1) for i in redacted], key=lambda e: (ingested.group_of(e[0]), e[1], e[0])
+    )
+    meta = ingested.meta([i for i, _ in rows])
+    texts = ingested.removed_texts(job, removed)
+    for (i, kind), doc in zip(rows, meta):
+        if kind == 0:
+            cond, value = cs[decided[i]], value_at(cols[cs[decided[i]].signal], i)
+            why, fate, what, sha_out = reason(cond, value), "filtered", detail(cond, value), None
+        else:
+            why, fate, what, sha_out = "redacted", "redacted", by_type[i].as_py(), written.column("sha256")[i].as_py()
+        chunk.note(why, doc["file"])
+        if kind == 0:
+            chunk.removed[why] += 1
+        else:
+            chunk.redacted += 1
         if job.audit.ledger:
-            chunk.ledger.add(sources[i], paths[i], shas[i], "filtered", detail(cs[k], value), text=removed.get(i))
-    keep = decided < 0
-    for i in (i for i in sorted(red.changed) if keep[i]) if job.spec.redact is RedactMode.redact else ():
-        chunk.redacted += 1
-        chunk.note("redacted", files[i])
-        if job.audit.ledger:
-            chunk.ledger.add(sources[i], paths[i], shas[i], "redacted", _counts(red.counts[i]), shas_out[i].as_py())
-    view = written.append_column("row", pa.array(np.arange(first, first + n))).filter(pa.array(keep))
-    return view, pa.RecordBatch.from_pydict(scored.cols, schema=job.signal_schema), chunk
+            source, path = written.column("source")[i].as_py(), written.column("file")[i].as_py()
+            chunk.ledger.add(source, path, doc["sha256"], fate, what, sha_out, texts.get(i))
+    return decided < 0, chunk
+
+
+def _parsed(counts: str) -> dict[str, int]:
+    """Findings by type from `_counts`' text (`email=2, ip=1`)."""
+    return {k: int(v) for k, v in (item.split("=") for item in counts.split(", "))} if counts else {}
 
 
 def _as_written(table: pa.Table, red: _Redaction | None) -> pa.Table:
@@ -282,16 +373,6 @@ def _as_written(table: pa.Table, red: _Redaction | None) -> pa.Table:
     new = {"text": red.changed, "file": red.paths, "sha256": shas}
     columns = [_replaced(table.column(c).combine_chunks(), new.get(c, {})) for c in table.column_names]
     return pa.table(columns, names=table.column_names)
-
-
-def _removed_texts(job: _CleanJob, red: _Redaction, group: _Group, decided: np.ndarray) -> dict[int, str]:
-    """The removed documents' texts for the ledger (`audit.keep_removed`), redacted even under
-    `report`: the only text a rule's change reads, and only then."""
-    if not (job.audit.ledger and job.audit.keep_removed and job.spec.redact is not RedactMode.off):
-        return {}
-    rows = np.flatnonzero(decided >= 0).tolist()
-    texts = group.table.column("text").take(pa.array(rows, pa.int64())).to_pylist()
-    return {i: red.changed.get(i, text) for i, text in zip(rows, texts)}
 
 
 def _replaced(column: pa.Array, new: dict[int, str]) -> pa.Array:
@@ -337,45 +418,44 @@ class _CleanJob:
         return frozenset(signals_read(self.spec.rules, self.spec.redact))
 
     @property
+    def score_job(self) -> _ScoreJob:
+        families = tuple(f.name for f in families_of(self.kind, self.spec.rules, self.reads))
+        redact = self.redact_job if self.spec.redact is not RedactMode.off else None
+        return _ScoreJob(families, self.spec.signals, self.model, redact)
+
+    @property
     def signal_schema(self) -> pa.Schema:
-        return signal_schema(families_of(self.kind, self.spec.rules, self.reads))
+        return self.score_job.schema
 
 
 def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
-    """One input shard after hygiene: its shard of texts, then the view of its kept documents
-    (the output shard of the same name), their signals and ledger, a row group at a time
-    (memory bounded by a row group, 256 documents from ingestion): a pure function of the
+    """One input shard after hygiene: its shard of texts and its signals, then the view of its
+    kept documents (the output shard of the same name) and its ledger: a pure function of the
     shard, so it runs on any executor, on any node (the shard map's `io`). With a task store
-    the shard of texts is a part of its own (`_copy_shard`), reused while the shard and the
-    redaction settings stay the same; without one it is written in the same pass."""
-    local, name = str(io.local(path)), path.name
-    ingested = pq.ParquetFile(local)
-    total = _Chunk()
-    with ExitStack() as stack:
-        texts = shared_task(COPY_SHARD, job.texts_job, io, path) if io.store is not None else None
-        copy = None if texts else stack.enter_context(ParquetSink(io.directory / TEXTS / name, DOC_SCHEMA))
-        keys = texts.groups if texts else [row_group_sha256(local, i) for i in range(ingested.num_row_groups)]
-        sink = stack.enter_context(ParquetSink(io.directory / name, VIEW_SCHEMA))
-        signals = stack.enter_context(ParquetSink(io.directory / SIGNALS / name, job.signal_schema))
-        ledger_path = io.directory / ledger_name(name)
-        ledger = stack.enter_context(ParquetSink(ledger_path, LEDGER_SCHEMA)) if job.audit.ledger else None
-        for index, key in enumerate(keys):
-            group = _Group(ingested, index, key)
-            if copy is not None:
-                copy.write(_texts_table(job.texts_job, group))
-            view, scored, chunk = _clean_row_group(job, group, total.documents_in)
-            sink.write(view)
-            signals.write(scored)
-            if ledger is not None:
-                ledger.write(chunk.ledger.batch())
-            total.add(chunk)
-    if texts is None:
-        assert copy is not None
-        texts = _Texts((Shard.of(copy.path, copy.rows, io.directory),), tuple(keys))
-    total.shards = [Shard.of(sink.path, sink.rows), Shard.of(signals.path, signals.rows, io.directory), *texts.shards]
-    if ledger is not None:
-        total.shards.append(Shard.of(ledger.path, ledger.rows, io.directory))
-    return total
+    the shard of texts and the signals are parts of their own, reused while the shard and
+    their settings stay the same, so a rule's change reads only numbers; without one both are
+    written in one pass. Memory is bounded by a row group of texts and a shard's signals."""
+    if io.store is not None:
+        texts = shared_task(COPY_SHARD, _Copy(job.texts_job), io, path)
+        scores, reused = shared_outcome(SCORE_SHARD, job.score_job, io, path)
+    else:
+        texts = scores = _one_pass(io, path, _Copy(job.texts_job), job.score_job)
+        reused = False
+    assert texts.texts is not None and scores.signals is not None
+    name = path.name
+    written = pq.ParquetFile(io.directory / TEXTS / name).read(columns=["source", "file", "sha256"])
+    ingested = _Ingested(Rows(io.local(path)), io.directory / TEXTS / name, scores.groups)
+    signals = pq.ParquetFile(io.directory / SIGNALS / name).read()
+    keep, chunk = _decided(job, signals, written, ingested)
+    chunk.scanned = 0 if reused else scores.scanned
+    with ParquetSink(io.directory / name, VIEW_SCHEMA) as sink:
+        sink.write(written.append_column("row", pa.array(np.arange(len(keep)))).filter(pa.array(keep)))
+    chunk.shards = [Shard.of(sink.path, sink.rows), scores.signals, texts.texts]
+    if job.audit.ledger:
+        with ParquetSink(io.directory / ledger_name(name), LEDGER_SCHEMA) as ledger:
+            ledger.write(chunk.ledger.batch())
+        chunk.shards.append(Shard.of(ledger.path, ledger.rows, io.directory))
+    return chunk
 
 
 CLEAN_SHARD = Step(_clean_shard)

@@ -15,11 +15,12 @@ is datatrove's reason); the tests prove it document by document.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from albor_pipeline.spec import (
     C4,
@@ -219,6 +220,18 @@ def decide(cs: list[Cond], cols: Columns, rows: int) -> np.ndarray:
             break
         first[undecided & cond.mask(cols)] = k
     return first
+
+
+def signal_columns(table: pa.Table, names: Iterable[str]) -> dict[str, np.ndarray]:
+    """Signal columns as the rules compare them (numbers as numpy's, a language as str objects)."""
+    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in names}
+
+
+def value_at(column: np.ndarray, i: int) -> Any:
+    """Row `i` of a signal column as Python holds it (a number's numpy scalar made a float or
+    an int; the language, already a str)."""
+    value = column[i]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def reason(cond: Cond, value: object) -> str:

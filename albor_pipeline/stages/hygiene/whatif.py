@@ -30,7 +30,7 @@ from albor_pipeline.runtime.layout import TOKENIZER, Layout, filtered_stage
 from albor_pipeline.runtime.markdown import markdown_table
 from albor_pipeline.spec import HygieneSpec, PipelineSpec, SourceKind, SpecError
 from albor_pipeline.stages.hygiene.hygiene import HYGIENE_KINDS
-from albor_pipeline.stages.hygiene.rules import Cond, conds, decide, reason
+from albor_pipeline.stages.hygiene.rules import Cond, conds, decide, reason, signal_columns, value_at
 from albor_pipeline.text.ledger import SIGNALS
 from albor_pipeline.text.secrets import redact_path, redacted
 
@@ -159,7 +159,7 @@ def _tally(
     documents = kept_now = kept_after = 0
     for path in shards:
         table = pq.ParquetFile(path).read(columns=wanted)
-        cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in wanted}
+        cols = signal_columns(table, wanted)
         rows = table.num_rows
         first_now, first_after = decide(now, cols, rows), decide(after, cols, rows)
         documents += rows
@@ -176,7 +176,7 @@ def _tally(
             mask, distance = cond.mask(cols), _distance(cond, cols[cond.signal])
             for near, rows in ((past[cond.reason], np.flatnonzero(mask)), (inside[cond.reason], np.flatnonzero(~mask))):
                 for i in _nearest(rows, distance, examples):
-                    near.offer(float(distance[i]), path.name, i, _value(cols[cond.signal], i))
+                    near.offer(float(distance[i]), path.name, i, value_at(cols[cond.signal], i))
     texts = _Excerpts(ingested)
     return SourceWhatIf(
         source=source,
@@ -201,14 +201,7 @@ def _nearest(rows: np.ndarray, distance: np.ndarray, k: int) -> list[int]:
 
 
 def _reason(cond: Cond, cols: dict[str, np.ndarray], i: int) -> str:
-    return reason(cond, _value(cols[cond.signal], i))
-
-
-def _value(column: np.ndarray, i: int) -> Any:
-    """Row `i` of a signal column as Python holds it (a number's numpy scalar made a float or
-    an int; the language, already a str)."""
-    value = column[i]
-    return value.item() if isinstance(value, np.generic) else value
+    return reason(cond, value_at(cols[cond.signal], i))
 
 
 def _add(effects: dict[str, RuleEffect], rule: str, chars: int, cpt: float, side: str) -> None:

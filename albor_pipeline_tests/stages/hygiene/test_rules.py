@@ -56,8 +56,9 @@ def test_a_threshold_change_scores_no_text_equals_a_cold_build_and_whatif_predic
         return result, TASKS.since(mark)["_clean_shard"]
 
     first, tasks = clean(current, tmp_path / "first")
+    # Cold: every part ran (each shard's texts and signals, and theirs per row group) but the
+    # signals' findings, which the shard of texts had just made.
     groups = sum(pq.ParquetFile(p).num_row_groups for p in shard_files(ingested))
-    # Cold: every part ran but the decisions' findings, which the shard of texts had just made.
     assert first.summary.scanned == first.summary.documents_in == len(topics) and tasks["parts_reused"] == groups
     assert sum(first.summary.removed.values()) > 10  # web-text rules drop much of a reference manual
     predicted = compare(tmp_path / "first", ingested, current, proposed, examples=2)
@@ -65,8 +66,13 @@ def test_a_threshold_change_scores_no_text_equals_a_cold_build_and_whatif_predic
     # The rebuild ran its tasks (their identity holds the thresholds) but reused every part: no text scored.
     assert tasks["tasks"] >= 1 and tasks["reused"] == 0 and tasks["parts_reused"] == tasks["parts"] > 0
     assert rebuilt.summary.scanned == 0
-    texts = [(tmp_path / d / TEXTS / p.name).stat().st_ino for p in shard_files(ingested) for d in ("first", "rebuilt")]
-    assert texts[0::2] == texts[1::2]  # the shards of texts are linked from the store, not written again
+
+    def inodes(out: str) -> list[int]:
+        return [
+            (tmp_path / out / sub / p.name).stat().st_ino for p in shard_files(ingested) for sub in (TEXTS, SIGNALS)
+        ]
+
+    assert inodes("first") == inodes("rebuilt")  # shards of texts and signals linked from the store, not written
     cold = clean_source(ingested, proposed, tmp_path / "cold", StageIO(tmp_path), kind=TEXT)  # no store
     assert _artifacts(rebuilt) == _artifacts(cold) and rebuilt.summary == cold.summary.model_copy(update={"scanned": 0})
     # whatif's answer is what the rebuild then removed, exactly.
