@@ -28,7 +28,7 @@ class SignalHistogram(Report):
 class HygieneSummary(Report):
     documents_in: int
     kept: int
-    scanned: int = 0  # documents whose text hygiene scored in this build (the rest: signals reused)
+    scanned: int = 0  # documents whose text hygiene scored or redacted in this build (the rest: reused)
     removed: dict[str, int]  # reason -> documents
     findings: dict[str, int]  # finding type -> count
     redacted_documents: int

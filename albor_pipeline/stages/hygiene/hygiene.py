@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from albor_pipeline.runtime.artifacts import Artifact, ParquetSink
-from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, shards_of, shared_outcome, shared_task
+from albor_pipeline.runtime.shardmap import StageIO, Step, TaskIO, map_shards, shards_of, shared_outcome
 from albor_pipeline.runtime.shards import Shard, row_group_sha256, shard_files
 from albor_pipeline.runtime.taskstore import InputFile, memo
 from albor_pipeline.spec import DOCUMENT_KINDS, AuditSpec, HygieneSpec, ProseParams, RedactMode, SourceKind
@@ -176,9 +176,9 @@ def _redaction(job: _RedactJob, group: _Group, fresh: list[bool]) -> _Redaction:
     return group.found[job]
 
 
-def _texts_table(job: _RedactJob | None, group: _Group) -> pa.Table:
+def _texts_table(job: _RedactJob | None, group: _Group, fresh: list[bool]) -> pa.Table:
     """A row group as its shard of texts holds it: redacted by `job`, or as ingested."""
-    return _as_written(group.table, _redaction(job, group, []) if job is not None else None)
+    return _as_written(group.table, _redaction(job, group, fresh) if job is not None else None)
 
 
 def _chars(texts: pa.Array) -> pa.Array:
@@ -261,12 +261,12 @@ def _one_pass(io: TaskIO, path: InputFile, copy: _Copy | None, score: _ScoreJob 
         for index in range(file.num_row_groups):
             group = _Group(file, index, row_group_sha256(local, index))
             keys.append(group.key)
+            fresh: list[bool] = []
             if score is not None and signals is not None:
-                fresh: list[bool] = []
-                signals.write(_signals(score, group, fresh))  # first: its findings are counted as scored
-                scanned += file.metadata.row_group(index).num_rows if fresh else 0
+                signals.write(_signals(score, group, fresh))
             if copy is not None and texts is not None:
-                texts.write(_texts_table(copy.redact, group))
+                texts.write(_texts_table(copy.redact, group, fresh))
+            scanned += file.metadata.row_group(index).num_rows if fresh else 0
     shard = lambda sink: Shard.of(sink.path, sink.rows, io.directory) if sink is not None else None  # noqa: E731
     return _Pass(shard(texts), shard(signals), tuple(keys), scanned)
 
@@ -436,18 +436,20 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
     their settings stay the same, so a rule's change reads only numbers; without one both are
     written in one pass. Memory is bounded by a row group of texts and a shard's signals."""
     if io.store is not None:
-        texts = shared_task(COPY_SHARD, _Copy(job.texts_job), io, path)
-        scores, reused = shared_outcome(SCORE_SHARD, job.score_job, io, path)
+        texts, texts_reused = shared_outcome(COPY_SHARD, _Copy(job.texts_job), io, path)
+        scores, signals_reused = shared_outcome(SCORE_SHARD, job.score_job, io, path)
     else:
         texts = scores = _one_pass(io, path, _Copy(job.texts_job), job.score_job)
-        reused = False
+        texts_reused = signals_reused = False
     assert texts.texts is not None and scores.signals is not None
     name = path.name
     written = pq.ParquetFile(io.directory / TEXTS / name).read(columns=["source", "file", "sha256"])
     ingested = _Ingested(Rows(io.local(path)), io.directory / TEXTS / name, scores.groups)
     signals = pq.ParquetFile(io.directory / SIGNALS / name).read()
     keep, chunk = _decided(job, signals, written, ingested)
-    chunk.scanned = 0 if reused else scores.scanned
+    chunk.scanned = max(
+        0 if texts_reused else texts.scanned, 0 if signals_reused else scores.scanned
+    )  # a redaction, a signal
     with ParquetSink(io.directory / name, VIEW_SCHEMA) as sink:
         sink.write(written.append_column("row", pa.array(np.arange(len(keep)))).filter(pa.array(keep)))
     chunk.shards = [Shard.of(sink.path, sink.rows), scores.signals, texts.texts]
@@ -458,7 +460,11 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
     return chunk
 
 
-CLEAN_SHARD = Step(_clean_shard)
+def _scored_before(chunk: _Chunk) -> _Chunk:
+    return replace(chunk, scanned=0)
+
+
+CLEAN_SHARD = Step(_clean_shard, when_reused=_scored_before)  # a reused shard scored nothing now
 
 
 def clean_source(

@@ -86,6 +86,18 @@ def test_a_threshold_change_scores_no_text_equals_a_cold_build_and_whatif_predic
     assert len(predicted.past[rule]) == 2 and all(e.excerpt for e in predicted.past[rule])
 
 
+def test_a_redaction_change_alone_is_counted_as_scored(tmp_path: Path) -> None:
+    """Scanning for secrets again (ingestion no longer redacted them) rewrites the shards of
+    texts while every signal is reused: the documents it scanned count as scored now."""
+    ingested = _topics(tmp_path)
+    store = TaskStore(str(Layout(tmp_path / "data").task_store), 10**9)
+    with reusing(store):
+        first = clean_source(ingested, HygieneSpec(), tmp_path / "a", StageIO(tmp_path), kind=TEXT, scan_secrets=False)
+        again = clean_source(ingested, HygieneSpec(), tmp_path / "b", StageIO(tmp_path), kind=TEXT, scan_secrets=True)
+        same = clean_source(ingested, HygieneSpec(), tmp_path / "c", StageIO(tmp_path), kind=TEXT, scan_secrets=True)
+    assert first.summary.scanned == again.summary.scanned == len(topics) and same.summary.scanned == 0
+
+
 def test_a_plain_rule_drops_what_its_signal_says_and_the_ledger_names_the_value(tmp_path: Path) -> None:
     """`drop_if: comment_frac > 0.2` on real code: the dropped are exactly the documents whose
     stored signal exceeds it, and each ledger row gives the value against the threshold."""
