@@ -118,9 +118,6 @@ class Step(Generic[J, I, T]):
     names: Callable[[J], Callable[..., Any]] | None = None
     """The function a task log names a task by, from its job (a check: its per-shard
     function); None: `run`."""
-    when_reused: Callable[[T], T] | None = None
-    """A reused task's result as this run reports it (what it counts as done now: nothing);
-    None: as it was kept."""
 
     def runs_inline(self, executor: Executor, items: int) -> bool:
         """Whether a map of `items` items runs in the stage's own process (its step may then
@@ -237,7 +234,6 @@ def _run(
         io.note(outcome.sent)
         if outcome.reused:
             TASKS.reuse(task_name(task))
-            result = task.step.when_reused(result) if task.step.when_reused is not None else result
         else:
             for part in outcome.parts:
                 TASKS.part(task_name(task), part.reused)

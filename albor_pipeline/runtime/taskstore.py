@@ -353,14 +353,14 @@ def run_part(
 ) -> Outcome:
     """`run_task` of another step's task from inside the running task, kept as one of its
     parts: work two stages share (a row group's encoding, for a split's corpus and its long
-    subset) is done by whichever runs first and reused by the other. When it runs, its own
-    parts count as the calling task's too (what a rebuild redid inside it)."""
+    subset) is done by whichever runs first and reused by the other. Its own parts count as
+    the calling task's too: what a rebuild redid inside it, and what the run still uses
+    (`albor gc` keeps them), reused when it was."""
     outcome = run_task(store, step, job, item, directory, run)
     current = _PARTS.get()
     if current is not None and outcome.key is not None:
         kept = _kept_bytes(outcome.result)
-        if not outcome.reused:
-            current[1].extend(outcome.parts)
+        current[1].extend(part._replace(reused=part.reused or outcome.reused) for part in outcome.parts)
         current[1].append(Part(getattr(step, "__name__", repr(step)), outcome.key, outcome.reused, kept))
     return outcome
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property, partial
+from itertools import groupby
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -74,10 +75,10 @@ class HygieneResult:
 
 @dataclass
 class _Chunk:
-    """The accounting of documents after hygiene (a row group's, or a shard's: what a task returns)."""
+    """The accounting of a shard's documents after hygiene (what a task returns)."""
 
     documents_in: int = 0
-    scanned: int = 0  # documents whose text was scored now (not reused from the store)
+    scanned: int = 0  # documents whose text was scored or redacted now (not reused from the store)
     redacted: int = 0
     removed: Counter[str] = field(default_factory=Counter)
     findings: Counter[str] = field(default_factory=Counter)
@@ -191,7 +192,7 @@ class _ScoreJob:
     name), their parameters, and how its findings are counted (`redact`; None: redaction off)."""
 
     families: tuple[str, ...]
-    prose: ProseParams
+    prose: ProseParams | None
     model: ModelRef | None
     redact: _RedactJob | None
 
@@ -305,18 +306,22 @@ class _Ingested:
         return self.rows.take(np.array(rows, np.int64), ["file", "sha256"]).to_pylist()
 
     def removed_texts(self, job: _CleanJob, rows: list[int]) -> dict[int, str]:
-        """The removed documents' texts for the ledger (`audit.keep_removed`), redacted even
-        under `report` (from the findings kept under their row group's identity): the only
-        text a rule's change reads, and only then."""
-        if not (job.audit.ledger and job.audit.keep_removed and job.spec.redact is not RedactMode.off and rows):
+        """The removed documents' texts for the ledger (`audit.keep_removed`), ascending `rows`,
+        a row group at a time, redacted even under `report` (from the findings kept under
+        their row group's identity): the only text a rule's change reads, and only then."""
+        if not (job.audit.ledger and job.audit.keep_removed and job.spec.redact is not RedactMode.off):
             return {}
-        texts = Rows(self.texts).take(np.array(rows, np.int64), ["text"]).column(0).to_pylist()
-        found = dict(zip(rows, texts))
-        if job.texts_job is None:  # `report`: the shard of texts holds them as ingested
-            for i in rows:
-                g = self.group_of(i)
-                red = _redaction(job.redact_job, _Group(self.rows.file, g, self.groups[g]), [])
-                found[i] = red.changed.get(i - (int(self.rows.ends[g - 1]) if g else 0), found[i])
+        found: dict[int, str] = {}
+        texts = Rows(self.texts)
+        for g, members in groupby(rows, self.group_of):
+            at = np.array(list(members), np.int64)
+            if job.texts_job is None:  # `report`: the shard of texts holds them as ingested
+                group, start = _Group(self.rows.file, g, self.groups[g]), int(self.rows.ends[g - 1]) if g else 0
+                changed = _redaction(job.redact_job, group, []).changed
+                strings = group.table.column("text").take(pa.array(at - start)).to_pylist()
+                found |= {i: changed.get(i - start, text) for i, text in zip(at.tolist(), strings)}
+            else:
+                found |= dict(zip(at.tolist(), texts.take(at, ["text"]).column(0).to_pylist()))
         return found
 
 
@@ -419,9 +424,11 @@ class _CleanJob:
 
     @property
     def score_job(self) -> _ScoreJob:
-        families = tuple(f.name for f in families_of(self.kind, self.spec.rules, self.reads))
+        families = families_of(self.kind, self.spec.rules, self.reads)
+        uses = {f.uses for f in families}  # only what a scored family reads is part of the identity
+        prose, model = (self.spec.signals if "prose" in uses else None), (self.model if "model" in uses else None)
         redact = self.redact_job if self.spec.redact is not RedactMode.off else None
-        return _ScoreJob(families, self.spec.signals, self.model, redact)
+        return _ScoreJob(tuple(f.name for f in families), prose, model, redact)
 
     @property
     def signal_schema(self) -> pa.Schema:
@@ -434,7 +441,7 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
     shard, so it runs on any executor, on any node (the shard map's `io`). With a task store
     the shard of texts and the signals are parts of their own, reused while the shard and
     their settings stay the same, so a rule's change reads only numbers; without one both are
-    written in one pass. Memory is bounded by a row group of texts and a shard's signals."""
+    written in one pass. Memory is bounded by a shard's signals and a row group of texts."""
     if io.store is not None:
         texts, texts_reused = shared_outcome(COPY_SHARD, _Copy(job.texts_job), io, path)
         scores, signals_reused = shared_outcome(SCORE_SHARD, job.score_job, io, path)
@@ -460,11 +467,7 @@ def _clean_shard(job: _CleanJob, io: TaskIO, path: InputFile) -> _Chunk:
     return chunk
 
 
-def _scored_before(chunk: _Chunk) -> _Chunk:
-    return replace(chunk, scanned=0)
-
-
-CLEAN_SHARD = Step(_clean_shard, when_reused=_scored_before)  # a reused shard scored nothing now
+CLEAN_SHARD = Step(_clean_shard)
 
 
 def clean_source(
