@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from albor_pipeline.runtime.artifacts import PARQUET_OPTIONS, atomic_path
+from albor_pipeline.runtime.artifacts import PARQUET_OPTIONS, ParquetSink, atomic_path
 from albor_pipeline.runtime.shardmap import Step, TaskIO
 from albor_pipeline.runtime.shards import Shard
 from albor_pipeline.runtime.taskstore import InputFile
@@ -132,26 +132,43 @@ def concat_pieces(lengths: np.ndarray, sequences: int, seq_len: int, limit: int 
     return concat_segments(ends, 0, min(sequences * seq_len, limit if limit is not None else stream), seq_len)
 
 
-def write_pieces(path: Path, segments: Segments, lengths: np.ndarray, rows: np.ndarray) -> int:
+def write_pieces(path: Path, segments: Segments, lengths: np.ndarray, rows: np.ndarray, chunk: int = 1 << 14) -> int:
     """Write `segments` (stream positions of documents of `lengths`, in order; document k is
-    FIM row `rows[k]`) as the pieces table at `path`; returns its rows."""
-    starts, lens, counts = segments.starts, segments.lens, segments.counts
+    FIM row `rows[k]`) as the pieces table at `path`, `chunk` sequences at a time (memory
+    bounded by a chunk's pieces, beside the documents' starts); returns its rows. The row
+    groups are `PIECE_ROW_GROUP` rows whatever the chunk, so the bytes are a whole write's."""
+    doc_starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    firsts = np.concatenate([[0], np.cumsum(segments.counts, dtype=np.int64)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not np.any(segments.lens > 0):  # no piece: the empty table, as a whole write makes it
+        with atomic_path(path) as tmp:
+            empty = _pieces(segments, firsts, 0, len(segments.counts), doc_starts, rows)
+            pq.write_table(empty, tmp, row_group_size=PIECE_ROW_GROUP, **PIECE_ENCODING, **PARQUET_OPTIONS)
+        return 0
+    with ParquetSink(path, PIECES_SCHEMA, PIECE_ROW_GROUP, **PIECE_ENCODING) as sink:
+        for s0 in range(0, len(segments.counts), chunk):
+            s1 = min(s0 + chunk, len(segments.counts))
+            sink.write(_pieces(segments, firsts, s0, s1, doc_starts, rows))
+    return sink.rows
+
+
+def _pieces(
+    segments: Segments, firsts: np.ndarray, s0: int, s1: int, doc_starts: np.ndarray, rows: np.ndarray
+) -> pa.Table:
+    """The pieces of sequences `s0` to `s1` (whole sequences: each piece's offset in its own)."""
+    lo, hi = int(firsts[s0]), int(firsts[s1])
+    starts, lens, counts = segments.starts[lo:hi], segments.lens[lo:hi], segments.counts[s0:s1]
     before = np.cumsum(lens) - lens
     first = np.cumsum(counts) - counts
-    sequence = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    sequence = np.repeat(np.arange(s0, s1, dtype=np.int64), counts)
     offset = before - np.repeat(before[first], counts)
     real = lens > 0  # an empty stream's plan has one empty segment: no piece
     starts, lens, sequence, offset = starts[real], lens[real], sequence[real], offset[real]
-    doc_starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
     doc = np.searchsorted(doc_starts, starts, side="right") - 1
     columns = [sequence, offset.astype(np.int32), lens.astype(np.int32), rows[doc], starts - doc_starts[doc]]
-    table = pa.table(
+    return pa.table(
         [np.asarray(c).astype(f.type.to_pandas_dtype()) for c, f in zip(columns, PIECES_SCHEMA)], schema=PIECES_SCHEMA
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, row_group_size=PIECE_ROW_GROUP, **PIECE_ENCODING, **PARQUET_OPTIONS)
-    return table.num_rows
 
 
 def write_documents(path: Path, fim: list[Path]) -> int:

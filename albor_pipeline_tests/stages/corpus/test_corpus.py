@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from albor_pipeline.runtime.artifacts import PARQUET_OPTIONS
 from albor_pipeline.runtime.executor import INLINE, TASKS, LocalExecutor, TaskError
 from albor_pipeline.runtime.layout import Layout
 from albor_pipeline.runtime.shardmap import StageIO
@@ -22,7 +23,7 @@ from albor_pipeline.stages.corpus import pack as pack_module
 from albor_pipeline.stages.corpus.checks import check_doc_lens, check_min_chars, check_no_short_splits
 from albor_pipeline.stages.corpus.corpus import build_corpus
 from albor_pipeline.stages.corpus.exports import megatron_index
-from albor_pipeline.stages.corpus.lineage import PIECES, concat_pieces
+from albor_pipeline.stages.corpus.lineage import PIECE_ENCODING, PIECE_ROW_GROUP, PIECES, concat_pieces, write_pieces
 from albor_pipeline.stages.corpus.plan import (
     Packed,
     Plan,
@@ -253,6 +254,27 @@ def test_best_fit_keeps_every_short_document_whole(doc_lengths, window, seq_len,
             assert len(set(flat[pos : pos + piece - 1].tolist())) <= 1
             pos += piece
         at += count
+
+
+@pytest.mark.parametrize("packing", list(Packing))
+def test_the_pieces_table_written_a_chunk_at_a_time_has_the_bytes_of_a_whole_write(packing, tmp_path):
+    """The ledger's pieces table is written a few sequences at a time (the stage's memory
+    bounded by a chunk's pieces, not the split's): its bytes are those of the whole table
+    written at once, whatever the chunk, over several row groups."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 900, 100_000).astype(np.int64)
+    rows = rng.permutation(len(lengths)).astype(np.int64)
+    if packing is Packing.concat:
+        segments = concat_pieces(lengths, int(lengths.sum()) // 512, 512, None)
+    else:
+        segments, _ = best_fit_plan(lengths, 512, 64)
+    files = []
+    for chunk in (977, 1 << 14, len(segments.counts)):
+        files.append(tmp_path / f"chunk-{chunk}.parquet")
+        assert write_pieces(files[-1], segments, lengths, rows, chunk) == len(segments.lens) > 2 * PIECE_ROW_GROUP
+    whole = tmp_path / "whole.parquet"
+    pq.write_table(pq.read_table(files[0]), whole, row_group_size=PIECE_ROW_GROUP, **PIECE_ENCODING, **PARQUET_OPTIONS)
+    assert {f.read_bytes() for f in files} == {whole.read_bytes()}
 
 
 @pytest.mark.parametrize("packing", list(Packing))
